@@ -1,0 +1,63 @@
+# rproxy build, test and tooling entry points. `make help` lists them.
+
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   ?= -X main.version=$(VERSION)
+FUZZTIME  ?= 10s
+BENCHFLAGS ?=
+LISTEN    ?= 127.0.0.1:6380
+ADMIN     ?= 127.0.0.1:9121
+
+# Directories never searched for fuzz targets or gofmt'ed.
+PRUNE := -path ./.git -o -path ./vendor -o -path ./bin -o -name testdata
+
+.DEFAULT_GOAL := build
+
+.PHONY: build test fuzz-short fuzz run bench lint docker clean help
+
+build: ## build bin/rproxy
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rproxy ./cmd/rproxy
+
+test: ## install redis if needed, vet, race tests, short fuzzing
+	bash scripts/ensure-redis.sh
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) fuzz-short
+
+# Runs every Fuzz target (one `go test -fuzz` per target, as -fuzz accepts a
+# single target per package) for $(FUZZTIME). Runs all, then fails if any did.
+fuzz-short: ## run every fuzz target for FUZZTIME (10s)
+	@targets=$$(find . \( $(PRUNE) \) -prune -o -name '*_test.go' -type f -print \
+		| xargs -r grep -HoE '^func Fuzz[A-Za-z0-9_]*\([A-Za-z0-9_]+ \*testing\.F\)' \
+		| sed -E 's/^(.*)\/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\(.*$$/\1:\2/' | sort -u); \
+	if [ -z "$$targets" ]; then echo "fuzz-short: no fuzz targets found"; exit 0; fi; \
+	failed=""; \
+	for t in $$targets; do \
+		dir=$${t%%:*}; name=$${t##*:}; \
+		echo "==> $(GO) test -run='^$$' -fuzz='^$$name\$$' -fuzztime=$(FUZZTIME) $$dir"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$dir" || failed="$$failed $$dir:$$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz-short: FAILED:$$failed" >&2; exit 1; fi
+
+fuzz: ## run every fuzz target for 2m
+	$(MAKE) fuzz-short FUZZTIME=2m
+
+run: ## start rproxy in front of a private redis-server (UPSTREAM=host:port to use yours)
+	LISTEN=$(LISTEN) ADMIN=$(ADMIN) bash scripts/run.sh
+
+bench: ## compare rproxy against direct redis (flags: BENCHFLAGS=...)
+	$(GO) run ./bench/cmd/compare $(BENCHFLAGS)
+
+lint: ## gofmt -l must be empty; go vet
+	@files=$$(find . \( $(PRUNE) \) -prune -o -name '*.go' -type f -print | xargs -r gofmt -l); \
+	if [ -n "$$files" ]; then echo "gofmt needed on:"; echo "$$files"; exit 1; fi
+	$(GO) vet ./...
+
+docker: ## build the rproxy container image
+	docker build --build-arg VERSION=$(VERSION) -t rproxy .
+
+clean: ## remove build and test outputs
+	rm -rf bin coverage.out coverage.html *.coverprofile *.prof *.test
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  \1\t/'

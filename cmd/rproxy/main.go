@@ -1,0 +1,204 @@
+// Command rproxy is a Redis-protocol proxy: unmodified Redis clients connect
+// to it and it forwards to Redis over shared, pipelined connections.
+//
+// main only wires: flags, config, logger, registry, server, admin, signals.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/rproxy/rproxy/admin"
+	"github.com/rproxy/rproxy/config"
+	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "rproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("rproxy", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "rproxy %s: a Redis-protocol proxy.\n\nUsage: rproxy -listen 127.0.0.1:6380 -upstream 127.0.0.1:6379 [-config rproxy.yaml] [-admin 127.0.0.1:9121]\n\nFlags override the config file; the file holds every other setting (see config/rproxy.example.yaml).\n\n", version)
+		fs.PrintDefaults()
+	}
+	var (
+		listen      = fs.String("listen", "", "client listen address (config: listen; default 127.0.0.1:6380)")
+		upstreamArg = fs.String("upstream", "", "Redis server address host:port (config: upstream.address; default 127.0.0.1:6379)")
+		configPath  = fs.String("config", "", "YAML config file, strictly checked (unknown keys are errors)")
+		adminAddr   = fs.String("admin", "", "admin HTTP address for /healthz, /readyz, /metrics (config: admin; default off)")
+		logLevel    = fs.String("log-level", "", "debug, info, warn or error (config: log.level; default info)")
+		showVersion = fs.Bool("version", false, "print the version and exit")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (every setting is a -flag or in -config)", fs.Args())
+	}
+	if *showVersion {
+		fmt.Println("rproxy", version)
+		return nil
+	}
+
+	cfg := config.Default()
+	if *configPath != "" {
+		var err error
+		if cfg, err = config.Load(*configPath); err != nil {
+			return err
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			cfg.Listen = *listen
+		case "upstream":
+			cfg.Upstream.Address = *upstreamArg
+		case "admin":
+			cfg.Admin = *adminAddr
+		case "log-level":
+			cfg.Log.Level = *logLevel
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	log, err := newLogger(cfg.Log)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	srv, err := proxy.New(proxyConfig(cfg), reg, log.Named("proxy"))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	log.Info("rproxy starting", zap.String("version", version), zap.String("listen", ln.Addr().String()),
+		zap.String("upstream", cfg.Upstream.Address))
+
+	var adminSrv *http.Server
+	if cfg.Admin != "" {
+		aln, err := net.Listen("tcp", cfg.Admin)
+		if err != nil {
+			ln.Close()
+			srv.Shutdown(context.Background())
+			return fmt.Errorf("admin listen %s: %w", cfg.Admin, err)
+		}
+		ready := func() error {
+			if !srv.Ready() {
+				return errors.New("upstream unreachable or command table not loaded")
+			}
+			return nil
+		}
+		adminSrv = &http.Server{Handler: admin.Handler(ready, reg), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("admin server failed", zap.Error(err))
+			}
+		}()
+		log.Info("admin listening", zap.String("addr", aln.Addr().String()))
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case sig := <-sigs:
+		log.Info("shutting down", zap.String("signal", sig.String()), zap.Duration("drain", cfg.Limits.ShutdownDrain.D()))
+	}
+	go func() {
+		<-sigs
+		log.Warn("second signal: exiting now")
+		os.Exit(1)
+	}()
+	if adminSrv != nil {
+		adminSrv.Close()
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		log.Warn("shutdown incomplete", zap.Error(err))
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// proxyConfig maps the file schema onto the proxy's own Config.
+func proxyConfig(c config.Config) proxy.Config {
+	return proxy.Config{
+		Listen: c.Listen,
+		Upstream: upstream.Config{
+			Address:     c.Upstream.Address,
+			Connections: c.Upstream.Connections,
+			DialTimeout: c.Upstream.DialTimeout.D(),
+			Timeout:     c.Upstream.Timeout.D(),
+			BackoffMin:  c.Upstream.BackoffMin.D(),
+			BackoffMax:  c.Upstream.BackoffMax.D(),
+		},
+		MaxClients:     c.Limits.MaxClients,
+		MaxBulkLen:     c.Limits.MaxBulkLen.Bytes(),
+		MaxQueryBuffer: c.Limits.MaxQueryBuffer.Bytes(),
+		IdleTimeout:    c.Limits.IdleTimeout.D(),
+		ShutdownDrain:  c.Limits.ShutdownDrain.D(),
+	}
+}
+
+// newLogger builds the zap logger: JSON by default, console when stderr is
+// a terminal and the format is auto.
+func newLogger(c config.Log) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(c.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	format := c.Format
+	if format == "auto" || format == "" {
+		format = "json"
+		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			format = "console"
+		}
+	}
+	zc := zap.NewProductionConfig()
+	if format == "console" {
+		zc = zap.NewDevelopmentConfig()
+		zc.Development = false
+	}
+	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.Sampling = nil // connection events and errors only; nothing per command at info
+	zc.DisableStacktrace = true
+	return zc.Build()
+}

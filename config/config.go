@@ -1,0 +1,432 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the content of rproxy.yaml. See rproxy.example.yaml and
+// README.md for every key with its default.
+type Config struct {
+	Listen   string   `yaml:"listen"`   // client listen address; default "127.0.0.1:6380"
+	Admin    string   `yaml:"admin"`    // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
+	Upstream Upstream `yaml:"upstream"` // the Redis server
+	Limits   Limits   `yaml:"limits"`   // resource limits
+	Log      Log      `yaml:"log"`      // logging
+}
+
+// Upstream configures the connections to the Redis server.
+type Upstream struct {
+	Address     string   `yaml:"address"`               // host:port of the Redis server; default "127.0.0.1:6379"
+	Connections int      `yaml:"connections"`           // shared upstream connections per protocol (RESP2, RESP3); default 2; 1..64
+	DialTimeout Duration `yaml:"dial_timeout"`          // default 1s; > 0
+	Timeout     Duration `yaml:"timeout"`               // a request with no reply progress for this long fails with "upstream unavailable" and the connection is reset; default 5s; > 0
+	BackoffMin  Duration `yaml:"reconnect_backoff_min"` // default 50ms; > 0
+	BackoffMax  Duration `yaml:"reconnect_backoff_max"` // default 2s; >= BackoffMin
+}
+
+// Limits bounds the resources clients may use.
+type Limits struct {
+	MaxClients     int      `yaml:"max_clients"`      // default 10000; >= 1
+	MaxBulkLen     ByteSize `yaml:"max_bulk_len"`     // default 512mb (Redis proto-max-bulk-len); >= 1kb
+	MaxQueryBuffer ByteSize `yaml:"max_query_buffer"` // default 1gb (Redis client-query-buffer-limit); >= 1kb
+	IdleTimeout    Duration `yaml:"idle_timeout"`     // close clients idle this long; 0 = never (default); >= 0
+	ShutdownDrain  Duration `yaml:"shutdown_drain"`   // on SIGTERM, how long in-flight replies may take to reach clients; default 5s; >= 0
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info (default), warn, error
+	Format string `yaml:"format"` // auto (default: console when stderr is a terminal, else json), json, console
+}
+
+// Allowed values of Log.Level and Log.Format.
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"auto", "json", "console"}
+)
+
+// Default returns the configuration used for every key the file leaves out.
+func Default() Config {
+	return Config{
+		Listen: "127.0.0.1:6380",
+		Admin:  "",
+		Upstream: Upstream{
+			Address:     "127.0.0.1:6379",
+			Connections: 2,
+			DialTimeout: Duration(time.Second),
+			Timeout:     Duration(5 * time.Second),
+			BackoffMin:  Duration(50 * time.Millisecond),
+			BackoffMax:  Duration(2 * time.Second),
+		},
+		Limits: Limits{
+			MaxClients:     10000,
+			MaxBulkLen:     512 * Megabyte,
+			MaxQueryBuffer: 1 * Gigabyte,
+			IdleTimeout:    0,
+			ShutdownDrain:  Duration(5 * time.Second),
+		},
+		Log: Log{
+			Level:  "info",
+			Format: "auto",
+		},
+	}
+}
+
+// Load reads the file at path and returns Default overlaid with it, validated.
+// Errors start with "config: <path>: ".
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse is Load from bytes; name (usually the file name) prefixes errors.
+// Every problem found is reported (joined with errors.Join), one per line,
+// each as "config: <name>: line <n>: <yaml path>: <problem>" for problems in
+// the YAML and "config: <name>: <problem>" for failed Validate rules.
+func Parse(data []byte, name string) (Config, error) {
+	wrap := func(msg string) error { return fmt.Errorf("config: %s: %s", name, msg) }
+
+	// First pass: syntax, number of documents, and the yaml path of the
+	// value on each line (to make the decoder's errors name the key).
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case err == io.EOF:
+		return Default(), nil
+	case err != nil:
+		return Config{}, wrap(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return Config{}, wrap(fmt.Sprintf("line %d: multiple YAML documents; the file must contain exactly one", next.Line))
+	case err != io.EOF:
+		return Config{}, wrap(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	pos := newPositions(&doc)
+
+	// Second pass: strict decoding over the defaults.
+	c := Default()
+	dec = yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var problems []problem
+	if err := dec.Decode(&c); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return Config{}, wrap(strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		for _, e := range te.Errors {
+			problems = append(problems, pos.rewrite(e))
+		}
+	}
+	problems = append(problems, pos.fractions...)
+	if len(problems) > 0 {
+		slices.SortStableFunc(problems, func(a, b problem) int { return a.line - b.line })
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = wrap(p.msg)
+		}
+		return Config{}, errors.Join(errs...)
+	}
+	if err := c.Validate(); err != nil {
+		var errs []error
+		for _, e := range unjoin(err) {
+			errs = append(errs, wrap(e.Error()))
+		}
+		return Config{}, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// unjoin returns the errors joined in err, or err itself.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// problem is one error found while decoding, with its line for sorting.
+type problem struct {
+	line int
+	msg  string
+}
+
+// positions maps the places in a parsed file to the yaml paths of the values
+// found there, so that the decoder's errors can name the key.
+type positions struct {
+	lines     map[int][]string  // line -> paths of the values starting on it
+	at        map[[2]int]string // line, column -> path of the value there
+	fractions []problem         // fractional numbers given for integer fields
+}
+
+func newPositions(doc *yaml.Node) *positions {
+	p := &positions{lines: map[int][]string{}, at: map[[2]int]string{}}
+	p.walk(doc, "", reflect.TypeFor[Config]())
+	return p
+}
+
+// walk records the values under n, which is at path and is decoded into a
+// value of type t (nil if unknown). Aliases are not followed.
+func (p *positions) walk(n *yaml.Node, path string, t reflect.Type) {
+	if n.Kind == yaml.DocumentNode {
+		for _, c := range n.Content {
+			p.walk(c, path, t)
+		}
+		return
+	}
+	if path != "" {
+		p.at[[2]int{n.Line, n.Column}] = path
+		// A block mapping starts on the line of its first key; only
+		// flow mappings can be the sole value reported on a line.
+		if n.Kind != yaml.MappingNode || n.Style&yaml.FlowStyle != 0 {
+			p.lines[n.Line] = append(p.lines[n.Line], path)
+		}
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		if t == nil || t.Kind() != reflect.Struct {
+			return // the decoder reports this mapping as a whole
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			var ft reflect.Type // nil for unknown keys
+			for j := range t.NumField() {
+				if yamlKey(t.Field(j)) == k {
+					ft = t.Field(j).Type
+				}
+			}
+			p.walk(n.Content[i+1], join(path, k), ft)
+		}
+	case yaml.ScalarNode:
+		// The YAML decoder truncates 1.5 to 1 for an int field.
+		if t != nil && t.Kind() == reflect.Int && n.ShortTag() == "!!float" {
+			p.fractions = append(p.fractions, problem{n.Line,
+				fmt.Sprintf("line %d: %s must be a whole number, got %s", n.Line, path, n.Value)})
+		}
+	}
+}
+
+var (
+	lineRE       = regexp.MustCompile(`^line (\d+)(?:, column (\d+))?: (.*)$`)
+	unknownRE    = regexp.MustCompile(`^field (.+) not found in type (\S+)$`)
+	duplicateRE  = regexp.MustCompile(`^field (.+) already set in type (\S+)$`)
+	sectionPaths = func() map[string]string {
+		m := map[string]string{reflect.TypeFor[Config]().String(): ""}
+		walkFields(reflect.TypeFor[Config](), "", func(path string, f reflect.StructField) {
+			if f.Type.Kind() == reflect.Struct {
+				m[f.Type.String()] = path
+			}
+		})
+		return m
+	}()
+)
+
+// rewrite turns one of the YAML decoder's messages ("line 7: field upstrem
+// not found in type config.Config") into one that names the key by its yaml
+// path.
+func (p *positions) rewrite(msg string) problem {
+	m := lineRE.FindStringSubmatch(msg)
+	if m == nil {
+		return problem{0, msg}
+	}
+	line, _ := strconv.Atoi(m[1])
+	rest := m[3]
+	if u := unknownRE.FindStringSubmatch(rest); u != nil {
+		if section, ok := sectionPaths[u[2]]; ok {
+			rest = fmt.Sprintf("unknown field %q (known fields%s: %s)",
+				join(section, u[1]), in(section), strings.Join(fieldNames(u[2]), ", "))
+		}
+	} else if u := duplicateRE.FindStringSubmatch(rest); u != nil {
+		if section, ok := sectionPaths[u[2]]; ok {
+			rest = fmt.Sprintf("field %q set twice", join(section, u[1]))
+		}
+	} else if m[2] != "" {
+		col, _ := strconv.Atoi(m[2])
+		if path, ok := p.at[[2]int{line, col}]; ok {
+			rest = path + ": " + rest
+		}
+	} else if paths := p.lines[line]; len(paths) == 1 {
+		rest = paths[0] + ": " + rest
+	}
+	return problem{line, fmt.Sprintf("line %d: %s", line, rest)}
+}
+
+func join(section, key string) string {
+	if section == "" {
+		return key
+	}
+	return section + "." + key
+}
+
+func in(section string) string {
+	if section == "" {
+		return ""
+	}
+	return " in " + section
+}
+
+// fieldNames returns the yaml keys of the struct type named typeName.
+func fieldNames(typeName string) []string {
+	t := reflect.TypeFor[Config]()
+	if typeName != t.String() {
+		for i := range t.NumField() {
+			if t.Field(i).Type.String() == typeName {
+				t = t.Field(i).Type
+				break
+			}
+		}
+	}
+	var names []string
+	for i := range t.NumField() {
+		if k := yamlKey(t.Field(i)); k != "" {
+			names = append(names, k)
+		}
+	}
+	return names
+}
+
+// yamlKey returns the YAML key of struct field f, or "" if it has none.
+func yamlKey(f reflect.StructField) string {
+	k, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if k == "-" || !f.IsExported() {
+		return ""
+	}
+	if k == "" {
+		k = strings.ToLower(f.Name)
+	}
+	return k
+}
+
+// walkFields calls fn for every yaml field of struct type t, depth first in
+// declaration order, with its dotted yaml path (e.g. "upstream.timeout").
+// Struct fields other than Duration/ByteSize are sections and are descended.
+func walkFields(t reflect.Type, prefix string, fn func(path string, f reflect.StructField)) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		k := yamlKey(f)
+		if k == "" {
+			continue
+		}
+		path := join(prefix, k)
+		fn(path, f)
+		if f.Type.Kind() == reflect.Struct {
+			walkFields(f.Type, path, fn)
+		}
+	}
+}
+
+// Validate checks every rule of the schema and reports all violations, joined
+// with errors.Join, each naming the key by its yaml path, e.g.
+// "upstream.connections must be between 1 and 64, got 0".
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if err := checkHostPort(c.Listen, 0); err != nil {
+		add("listen %v", err)
+	}
+	if c.Admin != "" {
+		if err := checkHostPort(c.Admin, 0); err != nil {
+			add("admin %v (use \"\" to disable)", err)
+		}
+	}
+
+	u := c.Upstream
+	if err := checkHostPort(u.Address, 1); err != nil {
+		add("upstream.address %v", err)
+	}
+	if u.Connections < 1 || u.Connections > 64 {
+		add("upstream.connections must be between 1 and 64, got %d", u.Connections)
+	}
+	positive := func(path string, d Duration) {
+		if d <= 0 {
+			add("%s must be greater than 0, got %s", path, d)
+		}
+	}
+	positive("upstream.dial_timeout", u.DialTimeout)
+	positive("upstream.timeout", u.Timeout)
+	positive("upstream.reconnect_backoff_min", u.BackoffMin)
+	if u.BackoffMax < u.BackoffMin {
+		add("upstream.reconnect_backoff_max must be at least upstream.reconnect_backoff_min (%s), got %s", u.BackoffMin, u.BackoffMax)
+	}
+
+	l := c.Limits
+	if l.MaxClients < 1 {
+		add("limits.max_clients must be at least 1, got %d", l.MaxClients)
+	}
+	if l.MaxBulkLen < Kilobyte {
+		add("limits.max_bulk_len must be at least 1kb, got %s", l.MaxBulkLen)
+	}
+	if l.MaxQueryBuffer < Kilobyte {
+		add("limits.max_query_buffer must be at least 1kb, got %s", l.MaxQueryBuffer)
+	}
+	if l.IdleTimeout < 0 {
+		add("limits.idle_timeout must not be negative (0 = never), got %s", l.IdleTimeout)
+	}
+	if l.ShutdownDrain < 0 {
+		add("limits.shutdown_drain must not be negative, got %s", l.ShutdownDrain)
+	}
+
+	if !slices.Contains(LogLevels, c.Log.Level) {
+		add("log.level must be one of %s, got %q", strings.Join(LogLevels, ", "), c.Log.Level)
+	}
+	if !slices.Contains(LogFormats, c.Log.Format) {
+		add("log.format must be one of %s, got %q", strings.Join(LogFormats, ", "), c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+// checkHostPort checks that addr is host:port with a numeric port of at least
+// minPort. The host may be empty (all interfaces).
+func checkHostPort(addr string, minPort int) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("must be host:port, got %q", addr)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < minPort || p > 65535 {
+		return fmt.Errorf("must have a port between %d and 65535, got %q", minPort, addr)
+	}
+	return nil
+}
+
+// Marshal renders c as YAML in the format of rproxy.example.yaml (without
+// comments). Parse accepts the result and yields c again.
+func (c Config) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("config: marshal: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("config: marshal: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// String returns c rendered as YAML, as Marshal does.
+func (c Config) String() string {
+	b, err := c.Marshal()
+	if err != nil {
+		return "# " + err.Error() + "\n"
+	}
+	return string(b)
+}

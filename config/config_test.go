@@ -1,0 +1,582 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const exampleFile = "rproxy.example.yaml"
+
+func mustParse(t *testing.T, src string) Config {
+	t.Helper()
+	c, err := Parse([]byte(src), "test.yaml")
+	if err != nil {
+		t.Fatalf("Parse(%q): %v", src, err)
+	}
+	return c
+}
+
+// parseErr parses src, requires an error and requires it to contain every
+// one of want.
+func parseErr(t *testing.T, src string, want ...string) error {
+	t.Helper()
+	_, err := Parse([]byte(src), "rproxy.yaml")
+	if err == nil {
+		t.Fatalf("Parse(%q): no error, want one containing %q", src, want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Parse(%q) error:\n%v\nwant it to contain %q", src, err, w)
+		}
+	}
+	return err
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExampleEqualsDefault(t *testing.T) {
+	c, err := Load(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != Default() {
+		t.Errorf("%s differs from Default():\nexample:\n%s\ndefault:\n%s", exampleFile, c, Default())
+	}
+}
+
+// yamlPaths lists every yaml key of Config with its dotted path, in
+// declaration order.
+func yamlPaths() []string {
+	var paths []string
+	walkFields(reflect.TypeFor[Config](), "", func(path string, _ reflect.StructField) {
+		paths = append(paths, path)
+	})
+	return paths
+}
+
+// filePaths lists the dotted key paths of a YAML file in file order.
+func filePaths(t *testing.T, data []byte) []string {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, prefix)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := join(prefix, n.Content[i].Value)
+				paths = append(paths, p)
+				walk(n.Content[i+1], p)
+			}
+		}
+	}
+	walk(&doc, "")
+	return paths
+}
+
+func TestExampleHasEveryKeyInOrder(t *testing.T) {
+	data, err := os.ReadFile(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := yamlPaths()
+	if len(want) != 18 {
+		t.Errorf("Config has %d yaml keys, test expects 18: %v", len(want), want)
+	}
+	got := filePaths(t, data)
+	for _, p := range want {
+		if !slices.Contains(got, p) {
+			t.Errorf("%s lacks key %s", exampleFile, p)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s keys (or their order) differ from Config:\n got %v\nwant %v", exampleFile, got, want)
+	}
+	// Every key line carries a one-line comment.
+	for i, line := range strings.Split(string(data), "\n") {
+		trim := strings.TrimSpace(line)
+		if trim == "" || strings.HasPrefix(trim, "#") || strings.HasSuffix(trim, ":") {
+			continue
+		}
+		if !strings.Contains(line, " # ") {
+			t.Errorf("%s:%d: key without a comment: %s", exampleFile, i+1, line)
+		}
+	}
+}
+
+func TestREADMEHasEveryKey(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range yamlPaths() {
+		if !strings.Contains(string(data), "`"+p+"`") {
+			t.Errorf("README.md lacks key `%s`", p)
+		}
+	}
+}
+
+func TestEmpty(t *testing.T) {
+	for _, src := range []string{"", "\n\n", "# only a comment\n", "---\n", "---\n...\n", "~\n"} {
+		if c := mustParse(t, src); c != Default() {
+			t.Errorf("Parse(%q) = %+v, want Default()", src, c)
+		}
+	}
+}
+
+func TestNullSectionKeepsDefaults(t *testing.T) {
+	c := mustParse(t, "upstream:\n  # address: x\nlimits: ~\nlisten:\n")
+	if c != Default() {
+		t.Errorf("got %+v, want Default()", c)
+	}
+}
+
+func TestOverlay(t *testing.T) {
+	c := mustParse(t, `
+listen: ":7000"
+admin: "127.0.0.1:9121"
+upstream:
+  address: redis:6379
+  timeout: 250ms
+limits:
+  max_bulk_len: 1 MB
+  max_query_buffer: 4096
+  idle_timeout: 5m
+log:
+  format: json
+`)
+	want := Default()
+	want.Listen = ":7000"
+	want.Admin = "127.0.0.1:9121"
+	want.Upstream.Address = "redis:6379"
+	want.Upstream.Timeout = Duration(250 * time.Millisecond)
+	want.Limits.MaxBulkLen = Megabyte
+	want.Limits.MaxQueryBuffer = 4 * Kilobyte
+	want.Limits.IdleTimeout = Duration(5 * time.Minute)
+	want.Log.Format = "json"
+	if c != want {
+		t.Errorf("got\n%s\nwant\n%s", c, want)
+	}
+}
+
+func TestMultipleDocuments(t *testing.T) {
+	parseErr(t, "listen: \":1\"\n---\nadmin: \":2\"\n", "config: rproxy.yaml: line 2:", "multiple YAML documents")
+	parseErr(t, "listen: \":1\"\n---\n", "multiple YAML documents")
+	parseErr(t, "---\n---\nlisten: \":1\"\n", "multiple YAML documents")
+}
+
+func TestUnknownKey(t *testing.T) {
+	t.Run("top level", func(t *testing.T) {
+		parseErr(t, "listen: \":1\"\n\nupstrem:\n  address: x:1\n",
+			"config: rproxy.yaml: line 3:", "upstrem", "unknown field")
+	})
+	t.Run("nested", func(t *testing.T) {
+		parseErr(t, "upstream:\n  address: x:1\n  adress: y:1\n",
+			"config: rproxy.yaml: line 3:", `"upstream.adress"`, "known fields in upstream: address,")
+	})
+	t.Run("nested flow", func(t *testing.T) {
+		parseErr(t, "log: {level: info, colour: true}\n", "line 1:", "log.colour")
+	})
+	t.Run("deeper", func(t *testing.T) {
+		parseErr(t, "limits:\n  max_clients: 5\n  idle:\n    timeout: 1s\n", "line 3:", "limits.idle")
+	})
+	t.Run("all reported", func(t *testing.T) {
+		parseErr(t, "foo: 1\nlog:\n  lvl: debug\nbar: 2\n",
+			"line 1: unknown field \"foo\"", "line 3: unknown field \"log.lvl\"", "line 4: unknown field \"bar\"")
+	})
+}
+
+func TestDuplicateKey(t *testing.T) {
+	parseErr(t, "listen: \":1\"\nlisten: \":2\"\n", "line 2:", "listen")
+	parseErr(t, "log:\n  level: info\n  level: warn\n", "line 3:", "level")
+}
+
+func TestWrongTypes(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want []string
+	}{
+		{"upstream:\n  connections: two\n", []string{"line 2:", "upstream.connections", "two"}},
+		{"upstream: 5\n", []string{"line 1:", "upstream"}},
+		{"upstream: [a, b]\n", []string{"line 1:", "upstream"}},
+		{"listen: [a]\n", []string{"line 1:", "listen"}},
+		{"log:\n  level: {a: b}\n", []string{"line 2:", "log.level"}},
+		{"upstream: {timeout: 1s, connections: abc}\n", []string{"line 1:", "cannot unmarshal !!str `abc` into int"}},
+		{"limits:\n  max_clients: 1.5\n", []string{"line 2:", "limits.max_clients must be a whole number, got 1.5"}},
+		{"limits:\n  max_clients: 1e3\n", []string{"line 2:", "limits.max_clients must be a whole number"}},
+		{"limits:\n  max_clients: 99999999999999999999\n", []string{"line 2:", "limits.max_clients"}},
+		{"upstream:\n  timeout: 5\n", []string{"line 2:", "upstream.timeout: use a unit, e.g. 5s"}},
+		{"upstream:\n  timeout: 1.5\n", []string{"line 2:", "upstream.timeout: use a unit"}},
+		{"upstream:\n  timeout: \"5\"\n", []string{"line 2:", "upstream.timeout: use a unit"}},
+		{"upstream: {dial_timeout: 3}\n", []string{"line 1:", "upstream.dial_timeout: use a unit"}},
+		{"upstream:\n  timeout: soon\n", []string{"line 2:", "upstream.timeout: invalid duration \"soon\""}},
+		{"upstream:\n  timeout: [1s]\n", []string{"line 2:", "upstream.timeout: expected a duration"}},
+		{"limits:\n  max_bulk_len: lots\n", []string{"line 2:", "limits.max_bulk_len: invalid size"}},
+		{"limits:\n  max_bulk_len: -1\n", []string{"line 2:", "limits.max_bulk_len", "negative"}},
+		{"limits:\n  max_bulk_len: 1tb\n", []string{"line 2:", "limits.max_bulk_len", "unknown unit"}},
+		{"limits:\n  max_query_buffer: {a: 1}\n", []string{"line 2:", "limits.max_query_buffer: expected a size"}},
+		{"just a string\n", []string{"line 1:", "config.Config"}},
+		{"listen: \"unterminated\n", []string{"config: rproxy.yaml:"}},
+	} {
+		parseErr(t, tc.src, tc.want...)
+	}
+}
+
+func TestSeveralTypeErrorsAllReportedInLineOrder(t *testing.T) {
+	err := parseErr(t, "limits: {max_bulk_len: x, max_clients: 2.5}\nupstream:\n  timeout: 5\n  connections: x\n",
+		"limits.max_bulk_len", "limits.max_clients", "upstream.timeout", "upstream.connections")
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want 4 error lines, got %d:\n%v", len(lines), err)
+	}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "config: rproxy.yaml: line ") {
+			t.Errorf("line %d %q lacks the config: file: line prefix", i, l)
+		}
+	}
+	if !strings.Contains(lines[3], "line 4") {
+		t.Errorf("errors not in line order:\n%v", err)
+	}
+}
+
+func TestValidateRules(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string // "" = valid
+	}{
+		{"listen empty", func(c *Config) { c.Listen = "" }, `listen must be host:port, got ""`},
+		{"listen no port", func(c *Config) { c.Listen = "localhost" }, "listen must be host:port"},
+		{"listen bad port", func(c *Config) { c.Listen = "localhost:http" }, "listen must have a port between 0 and 65535"},
+		{"listen port 0", func(c *Config) { c.Listen = "127.0.0.1:0" }, ""},
+		{"listen all interfaces", func(c *Config) { c.Listen = ":6380" }, ""},
+		{"listen ipv6", func(c *Config) { c.Listen = "[::1]:6380" }, ""},
+		{"admin on", func(c *Config) { c.Admin = "127.0.0.1:9121" }, ""},
+		{"admin bad", func(c *Config) { c.Admin = "9121" }, "admin must be host:port"},
+		{"address empty", func(c *Config) { c.Upstream.Address = "" }, "upstream.address must be host:port"},
+		{"address port 0", func(c *Config) { c.Upstream.Address = "redis:0" }, "upstream.address must have a port between 1 and 65535"},
+		{"address port big", func(c *Config) { c.Upstream.Address = "redis:65536" }, "upstream.address must have a port"},
+		{"connections 0", func(c *Config) { c.Upstream.Connections = 0 }, "upstream.connections must be between 1 and 64, got 0"},
+		{"connections 65", func(c *Config) { c.Upstream.Connections = 65 }, "upstream.connections must be between 1 and 64, got 65"},
+		{"connections 1", func(c *Config) { c.Upstream.Connections = 1 }, ""},
+		{"connections 64", func(c *Config) { c.Upstream.Connections = 64 }, ""},
+		{"dial_timeout 0", func(c *Config) { c.Upstream.DialTimeout = 0 }, "upstream.dial_timeout must be greater than 0, got 0s"},
+		{"timeout 0", func(c *Config) { c.Upstream.Timeout = 0 }, "upstream.timeout must be greater than 0, got 0s"},
+		{"timeout negative", func(c *Config) { c.Upstream.Timeout = Duration(-time.Second) }, "upstream.timeout must be greater than 0, got -1s"},
+		{"backoff_min 0", func(c *Config) { c.Upstream.BackoffMin = 0 }, "upstream.reconnect_backoff_min must be greater than 0"},
+		{"backoff_max < min", func(c *Config) { c.Upstream.BackoffMax = Duration(10 * time.Millisecond) },
+			"upstream.reconnect_backoff_max must be at least upstream.reconnect_backoff_min (50ms), got 10ms"},
+		{"backoff_max = min", func(c *Config) { c.Upstream.BackoffMax = c.Upstream.BackoffMin }, ""},
+		{"max_clients 0", func(c *Config) { c.Limits.MaxClients = 0 }, "limits.max_clients must be at least 1, got 0"},
+		{"max_clients 1", func(c *Config) { c.Limits.MaxClients = 1 }, ""},
+		{"max_bulk_len small", func(c *Config) { c.Limits.MaxBulkLen = 1023 }, "limits.max_bulk_len must be at least 1kb, got 1023"},
+		{"max_bulk_len 1kb", func(c *Config) { c.Limits.MaxBulkLen = Kilobyte }, ""},
+		{"max_query_buffer small", func(c *Config) { c.Limits.MaxQueryBuffer = 0 }, "limits.max_query_buffer must be at least 1kb, got 0"},
+		{"max_query_buffer < max_bulk_len", func(c *Config) { c.Limits.MaxQueryBuffer = Kilobyte }, ""},
+		{"idle_timeout negative", func(c *Config) { c.Limits.IdleTimeout = Duration(-time.Second) }, "limits.idle_timeout must not be negative"},
+		{"idle_timeout set", func(c *Config) { c.Limits.IdleTimeout = Duration(time.Minute) }, ""},
+		{"shutdown_drain negative", func(c *Config) { c.Limits.ShutdownDrain = -1 }, "limits.shutdown_drain must not be negative"},
+		{"shutdown_drain 0", func(c *Config) { c.Limits.ShutdownDrain = 0 }, ""},
+		{"level bad", func(c *Config) { c.Log.Level = "INFO" }, `log.level must be one of debug, info, warn, error, got "INFO"`},
+		{"level empty", func(c *Config) { c.Log.Level = "" }, "log.level must be one of"},
+		{"format bad", func(c *Config) { c.Log.Format = "text" }, `log.format must be one of auto, json, console, got "text"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want error containing %q", err, tc.want)
+			}
+			if strings.Count(err.Error(), "\n") != 0 {
+				t.Errorf("want exactly one problem, got:\n%v", err)
+			}
+		})
+	}
+}
+
+func TestValidateCollectsAll(t *testing.T) {
+	c := Default()
+	c.Upstream.Connections = 0
+	c.Limits.MaxClients = 0
+	c.Log.Format = "xml"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range []string{"upstream.connections", "limits.max_clients", "log.format"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %s:\n%v", w, err)
+		}
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); !ok || len(j.Unwrap()) != 3 {
+		t.Errorf("want 3 joined errors, got %#v", err)
+	}
+}
+
+func TestParseRunsValidate(t *testing.T) {
+	parseErr(t, "upstream:\n  connections: 0\n  reconnect_backoff_max: 1ms\nlog:\n  level: loud\n",
+		"config: rproxy.yaml: upstream.connections must be between 1 and 64, got 0",
+		"config: rproxy.yaml: upstream.reconnect_backoff_max must be at least",
+		"config: rproxy.yaml: log.level must be one of")
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rproxy.yaml")
+	if err := os.WriteFile(path, []byte("upstream:\n  connections: 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Upstream.Connections != 4 {
+		t.Errorf("connections = %d, want 4", c.Upstream.Connections)
+	}
+
+	if err := os.WriteFile(path, []byte("\n\nupstream:\n  connectons: 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path)
+	if err == nil || !strings.Contains(err.Error(), "config: "+path+": line 4: ") || !strings.Contains(err.Error(), "connectons") {
+		t.Errorf("Load error = %v, want it to name the file, line 4 and connectons", err)
+	}
+
+	_, err = Load(filepath.Join(dir, "missing.yaml"))
+	if !errors.Is(err, os.ErrNotExist) || !strings.HasPrefix(err.Error(), "config: ") {
+		t.Errorf("Load(missing) = %v, want a wrapped os.ErrNotExist", err)
+	}
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	c := Default()
+	c.Admin = "[::1]:9121"
+	c.Limits.MaxBulkLen = 1025
+	c.Limits.IdleTimeout = Duration(90 * time.Minute)
+	c.Upstream.Timeout = Duration(1500 * time.Microsecond)
+	data, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"max_bulk_len: 1025\n", "idle_timeout: 1h30m\n", "timeout: 1.5ms\n", "max_query_buffer: 1gb\n"} {
+		if !strings.Contains(string(data), w) {
+			t.Errorf("Marshal output lacks %q:\n%s", w, data)
+		}
+	}
+	got, err := Parse(data, "marshalled")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	if got != c {
+		t.Errorf("round trip: got\n%s\nwant\n%s", got, c)
+	}
+	if c.String() != string(data) {
+		t.Errorf("String() != Marshal()")
+	}
+	if !slices.Equal(filePaths(t, data), yamlPaths()) {
+		t.Errorf("Marshal keys differ from Config:\n%s", data)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		err  string // substring; "" = ok
+	}{
+		{"250ms", 250 * time.Millisecond, ""},
+		{"5s", 5 * time.Second, ""},
+		{"1m", time.Minute, ""},
+		{"1h30m", 90 * time.Minute, ""},
+		{"1.5s", 1500 * time.Millisecond, ""},
+		{"100us", 100 * time.Microsecond, ""},
+		{" 2s ", 2 * time.Second, ""},
+		{"-1s", -time.Second, ""},
+		{"0", 0, ""},
+		{"0s", 0, ""},
+		{"5", 0, "use a unit, e.g. 5s"},
+		{"1.5", 0, "use a unit"},
+		{"-3", 0, "use a unit"},
+		{"", 0, "invalid duration"},
+		{"5 s", 0, "invalid duration"},
+		{"5sec", 0, "invalid duration"},
+		{"forever", 0, "invalid duration"},
+		{"9999999h", 0, "invalid duration"},
+	} {
+		got, err := ParseDuration(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseDuration(%q) = %v, %v; want error containing %q", tc.in, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got.D() != tc.want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestDurationYAML(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want time.Duration
+		err  string
+	}{
+		{"d: 5s", 5 * time.Second, ""},
+		{"d: \"250ms\"", 250 * time.Millisecond, ""},
+		{"d: 0", 0, ""},
+		{"d: 5", 0, "line 1, column 4: use a unit, e.g. 5s"},
+		{"d: 0x10", 0, "use a unit"},
+		{"d: true", 0, "invalid duration"},
+		{"d: [1s]", 0, "expected a duration"},
+	} {
+		var v struct{ D Duration }
+		err := yaml.Unmarshal([]byte(tc.src), &v)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err = %v, want %q", tc.src, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || v.D.D() != tc.want {
+			t.Errorf("%q: got %v, %v; want %v", tc.src, v.D, err, tc.want)
+		}
+	}
+	for d, want := range map[time.Duration]string{
+		0:                         "0s",
+		5 * time.Second:           "5s",
+		50 * time.Millisecond:     "50ms",
+		time.Minute:               "1m",
+		90 * time.Second:          "1m30s",
+		2 * time.Hour:             "2h",
+		2*time.Hour + time.Minute: "2h1m",
+		time.Hour + time.Second:   "1h0m1s",
+	} {
+		out, err := yaml.Marshal(Duration(d))
+		if err != nil || string(out) != want+"\n" {
+			t.Errorf("Marshal(%v) = %q, %v; want %q", d, out, err, want)
+		}
+		back, err := ParseDuration(want)
+		if err != nil || back.D() != d {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", want, back, err, d)
+		}
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		err  string
+	}{
+		{"0", 0, ""},
+		{"1024", 1024, ""},
+		{"10b", 10, ""},
+		{"10B", 10, ""},
+		{"64KB", 64 << 10, ""},
+		{"64kb", 64 << 10, ""},
+		{"64Kb", 64 << 10, ""},
+		{"512mb", 512 << 20, ""},
+		{"1 GB", 1 << 30, ""},
+		{"1   gb", 1 << 30, ""},
+		{" 2gb ", 2 << 30, ""},
+		{"8589934591gb", 8589934591 << 30, ""},
+		{"9223372036854775807", 9223372036854775807, ""},
+		{"9223372036854775808", 0, "too large"},
+		{"8589934592gb", 0, "too large"},
+		{"99999999999999999999999kb", 0, "too large"},
+		{"-1", 0, "negative"},
+		{"-1kb", 0, "negative"},
+		{"", 0, "invalid size"},
+		{"kb", 0, "invalid size"},
+		{"1.5mb", 0, "unknown unit"},
+		{"1k", 0, "unknown unit"},
+		{"1tb", 0, "unknown unit \"tb\""},
+		{"1 kb extra", 0, "unknown unit"},
+		{"0x10", 0, "unknown unit"},
+	} {
+		got, err := ParseByteSize(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseByteSize(%q) = %v, %v; want error containing %q", tc.in, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got.Bytes() != tc.want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestByteSizeYAML(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want int64
+		err  string
+	}{
+		{"s: 4096", 4096, ""},
+		{"s: 512mb", 512 << 20, ""},
+		{"s: \"1 GB\"", 1 << 30, ""},
+		{"s: 64KB", 64 << 10, ""},
+		{"s: -5", 0, "line 1, column 4: invalid size \"-5\": must not be negative"},
+		{"s: 1.5", 0, "invalid size"},
+		{"s: {a: 1}", 0, "expected a size"},
+	} {
+		var v struct{ S ByteSize }
+		err := yaml.Unmarshal([]byte(tc.src), &v)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err = %v, want %q", tc.src, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || v.S.Bytes() != tc.want {
+			t.Errorf("%q: got %d, %v; want %d", tc.src, v.S, err, tc.want)
+		}
+	}
+	for b, want := range map[ByteSize]string{
+		0:               "0",
+		1000:            "1000",
+		1024:            "1kb",
+		1536:            "1536",
+		512 * Megabyte:  "512mb",
+		Gigabyte:        "1gb",
+		3 * Gigabyte:    "3gb",
+		Gigabyte + 1024: "1048577kb",
+	} {
+		out, err := yaml.Marshal(b)
+		if err != nil || string(out) != want+"\n" {
+			t.Errorf("Marshal(%d) = %q, %v; want %q", b, out, err, want)
+		}
+		back, err := ParseByteSize(want)
+		if err != nil || back != b {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", want, back, err, b)
+		}
+	}
+}

@@ -1,0 +1,240 @@
+package command
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Flags are the command flags from COMMAND, as bits.
+type Flags uint32
+
+// The flags the proxy acts on. Names follow COMMAND's flag strings.
+const (
+	Write Flags = 1 << iota
+	ReadOnly
+	Blocking
+	PubSub
+	Admin
+	NoScript
+	Fast
+	MovableKeys
+	Loading
+	Stale
+	NoAuth
+)
+
+var flagNames = map[string]Flags{
+	"write":       Write,
+	"readonly":    ReadOnly,
+	"blocking":    Blocking,
+	"pubsub":      PubSub,
+	"admin":       Admin,
+	"noscript":    NoScript,
+	"fast":        Fast,
+	"movablekeys": MovableKeys,
+	"loading":     Loading,
+	"stale":       Stale,
+	"no_auth":     NoAuth,
+}
+
+// ParseFlags turns COMMAND's flag strings into Flags; unknown flags are ignored
+// because newer servers add flags the proxy does not act on.
+func ParseFlags(names []string) Flags {
+	var f Flags
+	for _, n := range names {
+		f |= flagNames[strings.ToLower(n)]
+	}
+	return f
+}
+
+// Handling says what the proxy does with a command.
+type Handling uint8
+
+const (
+	// Forward sends the command on a shared upstream connection as it came.
+	Forward Handling = iota
+	// Hello switches the session's protocol (answered with the upstream's HELLO reply).
+	Hello
+	// Client is CLIENT: some subcommands are answered per session, some forwarded, some refused.
+	Client
+	// Select is SELECT: db 0 is forwarded (shared connections sit in db 0), others refused for now.
+	Select
+	// Quit answers +OK and closes the client connection.
+	Quit
+	// Reset returns the session to its initial state.
+	Reset
+	// Unsupported commands need connection state the shared connections cannot hold.
+	Unsupported
+	// Blocking commands block their connection; refused until sessions can pin one.
+	BlockingCmd
+)
+
+// Info describes one command (or one subcommand, named "parent|sub").
+type Info struct {
+	Name     string // lower case, as COMMAND names it
+	Arity    int    // COMMAND's arity: N exact, -N at least N (counting the name)
+	Flags    Flags
+	FirstKey int // COMMAND's key positions (0 when the command has no keys)
+	LastKey  int
+	Step     int
+	Handling Handling
+	// Subcommands by lower-case subcommand name, nil when there are none.
+	Subcommands map[string]*Info
+}
+
+// Has reports whether all of f's bits are set.
+func (i *Info) Has(f Flags) bool { return i.Flags&f == f }
+
+// row is one entry of the built-in table.
+type row struct {
+	name                  string
+	arity                 int
+	flags                 string
+	firstKey, lastKey, st int
+}
+
+// Table maps command names to Info. A Table is immutable once built, so it is
+// shared by all sessions without locks and swapped whole when reloaded.
+type Table struct {
+	cmds   map[string]*Info
+	source string
+}
+
+// Source says where the table came from ("builtin" or "upstream").
+func (t *Table) Source() string { return t.source }
+
+// Len is the number of top-level commands.
+func (t *Table) Len() int { return len(t.cmds) }
+
+// maxName bounds the stack buffer used to lower-case names; longer names are
+// not Redis commands and take the slow path.
+const maxName = 32
+
+// Lookup finds a command by name, case-insensitively, without allocating.
+// It returns nil for unknown commands.
+func (t *Table) Lookup(name []byte) *Info {
+	if len(name) > maxName {
+		return t.cmds[strings.ToLower(string(name))]
+	}
+	var buf [maxName]byte
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return t.cmds[string(buf[:len(name)])]
+}
+
+// LookupArgs finds the Info for a command line: the subcommand's when the
+// command has subcommands and args names a known one, else the command's.
+func (t *Table) LookupArgs(args [][]byte) *Info {
+	if len(args) == 0 {
+		return nil
+	}
+	info := t.Lookup(args[0])
+	if info == nil || info.Subcommands == nil || len(args) < 2 {
+		return info
+	}
+	if sub := lookupIn(info.Subcommands, args[1]); sub != nil {
+		return sub
+	}
+	return info
+}
+
+func lookupIn(m map[string]*Info, name []byte) *Info {
+	if len(name) > maxName {
+		return m[strings.ToLower(string(name))]
+	}
+	var buf [maxName]byte
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return m[string(buf[:len(name)])]
+}
+
+// Builtin returns the table generated from Redis 7.0's COMMAND reply.
+func Builtin() *Table {
+	t, err := fromRows(builtinRows, "builtin")
+	if err != nil {
+		// The rows are generated and tested; this cannot happen at run time.
+		return &Table{cmds: map[string]*Info{}, source: "builtin"}
+	}
+	return t
+}
+
+func fromRows(rows []row, source string) (*Table, error) {
+	t := &Table{cmds: make(map[string]*Info, len(rows)), source: source}
+	for _, r := range rows {
+		info := &Info{
+			Name:     r.name,
+			Arity:    r.arity,
+			Flags:    ParseFlags(strings.Fields(r.flags)),
+			FirstKey: r.firstKey,
+			LastKey:  r.lastKey,
+			Step:     r.st,
+		}
+		if err := t.add(info); err != nil {
+			return nil, err
+		}
+	}
+	t.classify()
+	return t, nil
+}
+
+// add inserts a command, or a subcommand named "parent|sub" under its parent.
+func (t *Table) add(info *Info) error {
+	parent, sub, isSub := strings.Cut(info.Name, "|")
+	if !isSub {
+		if old, ok := t.cmds[info.Name]; ok && old.Subcommands != nil {
+			info.Subcommands = old.Subcommands
+		}
+		t.cmds[info.Name] = info
+		return nil
+	}
+	p, ok := t.cmds[parent]
+	if !ok {
+		return fmt.Errorf("command table: subcommand %q before its parent", info.Name)
+	}
+	if p.Subcommands == nil {
+		p.Subcommands = make(map[string]*Info)
+	}
+	p.Subcommands[sub] = info
+	return nil
+}
+
+// classify sets each command's Handling from its name and flags. Keeping this
+// in one place means a new server version's blocking or pub/sub command is
+// refused by its flags even before the proxy knows its name.
+func (t *Table) classify() {
+	special := map[string]Handling{
+		"hello":  Hello,
+		"client": Client,
+		"select": Select,
+		"quit":   Quit,
+		"reset":  Reset,
+		// State the shared connections cannot hold (the sessions issue pins a
+		// dedicated connection for these).
+		"multi": Unsupported, "exec": Unsupported, "discard": Unsupported,
+		"watch": Unsupported, "unwatch": Unsupported,
+		"auth": Unsupported, "monitor": Unsupported,
+		"subscribe": Unsupported, "unsubscribe": Unsupported,
+		"psubscribe": Unsupported, "punsubscribe": Unsupported,
+		"ssubscribe": Unsupported, "sunsubscribe": Unsupported,
+		"sync": Unsupported, "psync": Unsupported, "replconf": Unsupported,
+		// WAIT and WAITAOF block their connection but are not flagged blocking.
+		"wait": BlockingCmd, "waitaof": BlockingCmd,
+	}
+	for name, info := range t.cmds {
+		if h, ok := special[name]; ok {
+			info.Handling = h
+			continue
+		}
+		if info.Has(Blocking) {
+			info.Handling = BlockingCmd
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// Config configures a Server.
+type Config struct {
+	Listen string // client listen address, host:port
+
+	// Upstream configures the shared connections; Protocol is ignored (the
+	// server keeps one pool per protocol, RESP2 and RESP3).
+	Upstream upstream.Config
+
+	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
+	MaxBulkLen     int64         // a client's declared bulk length above this closes it
+	MaxQueryBuffer int64         // a client's incomplete command above this many bytes closes it
+	IdleTimeout    time.Duration // close clients idle this long; 0 = never
+	ShutdownDrain  time.Duration // how long Shutdown lets in-flight replies reach clients
+
+	// TableRetry is how often the command table is requested from the
+	// upstream until it answers; 0 means one second.
+	TableRetry time.Duration
+}
+
+// Validate reports every problem with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("proxy: listen address is empty"))
+	}
+	up := c.Upstream
+	up.Protocol = 2
+	if err := up.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxClients < 1 {
+		errs = append(errs, fmt.Errorf("proxy: max clients must be at least 1, got %d", c.MaxClients))
+	}
+	if c.MaxBulkLen < 1 || c.MaxQueryBuffer < 1 {
+		errs = append(errs, fmt.Errorf("proxy: max bulk length and query buffer must be positive (got %d, %d)", c.MaxBulkLen, c.MaxQueryBuffer))
+	}
+	if c.IdleTimeout < 0 || c.ShutdownDrain < 0 {
+		errs = append(errs, errors.New("proxy: idle timeout and shutdown drain must not be negative"))
+	}
+	return errors.Join(errs...)
+}

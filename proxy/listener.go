@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// drainListener lets Shutdown stop accepting without ending redcon's serve
+// loop, which closes every client connection as soon as Accept fails: after
+// stopAccepting the port is closed, but Accept only returns net.ErrClosed
+// once release is called, after the drain.
+type drainListener struct {
+	net.Listener
+	wrap func(net.Conn) net.Conn
+
+	once     sync.Once
+	stopped  chan struct{}
+	released chan struct{}
+	rOnce    sync.Once
+}
+
+func newDrainListener(ln net.Listener, wrap func(net.Conn) net.Conn) *drainListener {
+	return &drainListener{Listener: ln, wrap: wrap, stopped: make(chan struct{}), released: make(chan struct{})}
+}
+
+func (l *drainListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		return l.wrap(c), nil
+	}
+	select {
+	case <-l.stopped:
+		<-l.released
+		return nil, net.ErrClosed
+	default:
+	}
+	if !errors.Is(err, net.ErrClosed) {
+		// redcon retries at once; out of file descriptors that would spin.
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil, err
+}
+
+func (l *drainListener) stopAccepting() {
+	l.once.Do(func() {
+		close(l.stopped)
+		l.Listener.Close()
+	})
+}
+
+func (l *drainListener) release() {
+	l.stopAccepting()
+	l.rOnce.Do(func() { close(l.released) })
+}
+
+// limitedConn enforces the client input limits redcon does not: it watches
+// the bytes redcon reads and, when a declared bulk or an incomplete command
+// grows past its limit, answers like Redis and fails the read, which closes
+// the client before anything unbounded is buffered.
+type limitedConn struct {
+	net.Conn
+	limiter resp.RequestLimiter
+}
+
+// limitError is returned from Read when a limit closes the client; the
+// server's close callback logs its reason.
+type limitError struct{ reason string }
+
+func (e *limitError) Error() string { return "client input limit: " + e.reason }
+
+func (c *limitedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		if lerr := c.limiter.Feed(p[:n]); lerr != nil {
+			var le *resp.LimitError
+			reason := lerr.Error()
+			if errors.As(lerr, &le) {
+				reason = le.Reason
+				if le.Reply != "" {
+					// redcon has flushed every reply before it reads again,
+					// so writing here cannot interleave with a reply.
+					c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+					c.Conn.Write([]byte(le.Reply))
+				}
+			}
+			return 0, &limitError{reason: reason}
+		}
+	}
+	return n, err
+}

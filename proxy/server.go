@@ -1,0 +1,258 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/redcon"
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// Server is the proxy: a RESP listener for clients and the upstream pools
+// their commands ride on.
+type Server struct {
+	cfg     Config
+	log     *zap.Logger
+	metrics *metrics
+
+	// pools[2] and pools[3] are the shared connections of each protocol.
+	pools [4]*upstream.Pool
+
+	table       atomic.Pointer[command.Table]
+	tableLoaded atomic.Bool
+	stopTable   context.CancelFunc
+	tableDone   chan struct{}
+
+	rs       *redcon.Server
+	ln       *drainListener
+	nextID   atomic.Int64
+	clients  atomic.Int64
+	draining atomic.Bool
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	served   chan struct{} // closed when serve returns
+}
+
+// New validates cfg, starts the upstream pools (connecting in the
+// background) and returns a Server ready to Serve.
+func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if cfg.TableRetry <= 0 {
+		cfg.TableRetry = time.Second
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      log,
+		metrics:  newMetrics(reg),
+		sessions: make(map[*session]struct{}),
+		served:   make(chan struct{}),
+	}
+	s.table.Store(command.Builtin())
+	um := upstream.NewMetrics(reg)
+	for _, proto := range []int{2, 3} {
+		ucfg := cfg.Upstream
+		ucfg.Protocol = proto
+		p, err := upstream.NewPool(ucfg, um, log.Named("upstream"))
+		if err != nil {
+			s.closePools()
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+		s.pools[proto] = p
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopTable, s.tableDone = cancel, make(chan struct{})
+	go s.loadTable(ctx)
+	return s, nil
+}
+
+// Serve accepts clients on ln until Shutdown. It returns nil after a Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.ln = newDrainListener(ln, func(c net.Conn) net.Conn {
+		return &limitedConn{Conn: c, limiter: resp.RequestLimiter{
+			MaxBulkLen:     s.cfg.MaxBulkLen,
+			MaxQueryBuffer: s.cfg.MaxQueryBuffer,
+		}}
+	})
+	s.rs = redcon.NewServerNetwork("tcp", ln.Addr().String(), s.handle, s.accept, s.closed)
+	s.rs.SetIdleClose(s.cfg.IdleTimeout)
+	s.rs.AcceptError = func(err error) { s.log.Warn("accept failed", zap.Error(err)) }
+	s.log.Info("listening", zap.String("addr", ln.Addr().String()))
+	defer close(s.served)
+	return s.rs.Serve(s.ln)
+}
+
+// ListenAndServe listens on Config.Listen and serves.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy: listen: %w", err)
+	}
+	return s.Serve(ln)
+}
+
+// Ready reports whether the upstream is reachable and the command table has
+// been loaded from it.
+func (s *Server) Ready() bool {
+	return s.tableLoaded.Load() && s.pools[2].Ready()
+}
+
+// Shutdown stops accepting, lets every in-flight batch's replies reach its
+// client (closing each client once its batch is written), waits up to
+// Config.ShutdownDrain (or ctx), then closes what is left and the upstream.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	if s.ln != nil {
+		s.ln.stopAccepting()
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownDrain)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	var err error
+	for {
+		// Idle sessions are closed now; busy ones close themselves after
+		// writing their replies.
+		s.mu.Lock()
+		left := len(s.sessions)
+		for ss := range s.sessions {
+			ss.closeIfIdle()
+		}
+		s.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("proxy: shutdown drain: %d clients still busy: %w", left, ctx.Err())
+		case <-t.C:
+			continue
+		}
+		break
+	}
+	if s.ln != nil {
+		s.ln.release()
+		<-s.served
+	}
+	s.stopTable()
+	<-s.tableDone
+	s.closePools()
+	return err
+}
+
+func (s *Server) closePools() {
+	for _, p := range s.pools {
+		if p != nil {
+			p.Close()
+		}
+	}
+}
+
+func (s *Server) accept(c redcon.Conn) bool {
+	if s.draining.Load() {
+		return false
+	}
+	if s.clients.Add(1) > int64(s.cfg.MaxClients) {
+		s.clients.Add(-1)
+		s.metrics.rejected.WithLabelValues("max_clients").Inc()
+		s.log.Warn("client refused: max clients reached", zap.String("client", c.RemoteAddr()), zap.Int("max_clients", s.cfg.MaxClients))
+		nc := c.NetConn()
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
+		nc.Write([]byte("-ERR max number of clients reached\r\n"))
+		return false
+	}
+	ss := newSession(s.nextID.Add(1), c)
+	c.SetContext(ss)
+	s.mu.Lock()
+	s.sessions[ss] = struct{}{}
+	s.mu.Unlock()
+	s.metrics.clients.Inc()
+	s.metrics.accepted.Inc()
+	s.log.Info("client connected", zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id))
+	return true
+}
+
+func (s *Server) closed(c redcon.Conn, err error) {
+	ss, ok := c.Context().(*session)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	delete(s.sessions, ss)
+	s.mu.Unlock()
+	s.clients.Add(-1)
+	s.metrics.clients.Dec()
+	fields := []zap.Field{zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)}
+	var le *limitError
+	switch {
+	case errors.As(err, &le):
+		s.metrics.rejected.WithLabelValues("input_limit").Inc()
+		s.log.Warn("client closed: "+le.reason, fields...)
+	case err != nil && !errors.Is(err, net.ErrClosed):
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && s.cfg.IdleTimeout > 0 {
+			s.metrics.rejected.WithLabelValues("idle").Inc()
+			s.log.Info("client closed: idle timeout", fields...)
+			return
+		}
+		s.log.Info("client disconnected", append(fields, zap.Error(err))...)
+	default:
+		s.log.Info("client disconnected", fields...)
+	}
+}
+
+// loadTable replaces the built-in command table with the upstream's own
+// COMMAND reply, retrying until the upstream answers.
+func (s *Server) loadTable(ctx context.Context) {
+	defer close(s.tableDone)
+	b := upstream.NewBatch()
+	for {
+		b.Reset()
+		b.Add(resp.AppendCommandString(nil, "COMMAND"))
+		s.pools[2].Do(b)
+		reply := b.Reply(0)
+		switch {
+		case bytesHasPrefix(reply, "-ERR upstream unavailable"):
+			// not connected yet: retry
+		case len(reply) > 0 && reply[0] == '-':
+			// The server does not answer COMMAND: keep the built-in table.
+			s.log.Warn("upstream does not answer COMMAND; using the built-in command table", zap.ByteString("reply", reply))
+			s.tableLoaded.Store(true)
+			return
+		default:
+			t, err := command.FromReply(reply)
+			if err != nil {
+				s.log.Warn("cannot read the upstream's COMMAND reply; using the built-in command table", zap.Error(err))
+			} else {
+				s.table.Store(t)
+				s.metrics.tableFromServer.Set(1)
+				s.log.Info("command table loaded from upstream", zap.Int("commands", t.Len()))
+			}
+			s.tableLoaded.Store(true)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.TableRetry):
+		}
+	}
+}
+
+func bytesHasPrefix(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
+}

@@ -1,0 +1,381 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/tidwall/redcon"
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// directWriteMin is the reply size above which a reply skips redcon's write
+// buffer and goes straight to the socket, so a 100 MB value is not copied
+// twice.
+const directWriteMin = 64 << 10
+
+// Session states, for draining on shutdown.
+const (
+	stateIdle int32 = iota
+	stateBusy
+	stateClosing
+)
+
+// session is one client connection's state.
+type session struct {
+	id    int64
+	conn  redcon.Conn
+	state atomic.Int32
+
+	proto   int    // 2 or 3, as set by HELLO
+	name    []byte // CLIENT SETNAME
+	libName []byte // CLIENT SETINFO LIB-NAME
+	libVer  []byte // CLIENT SETINFO LIB-VER
+
+	// The batch being built from one read of pipelined commands: commands for
+	// the upstream go into batch; replies made here go into local; order says,
+	// for each command in client order, where its reply is (-1: the next
+	// upstream reply; i >= 0: local reply i).
+	batch     *upstream.Batch
+	local     []byte
+	localEnds []int
+	order     []int
+	quit      bool
+}
+
+func newSession(id int64, c redcon.Conn) *session {
+	return &session{id: id, conn: c, proto: 2, batch: upstream.NewBatch()}
+}
+
+// closeIfIdle closes the connection unless a batch is being served; a busy
+// session closes itself when its replies are written (see handle).
+func (ss *session) closeIfIdle() {
+	if ss.state.CompareAndSwap(stateIdle, stateClosing) {
+		ss.conn.NetConn().Close()
+	}
+}
+
+// handle is redcon's handler: it receives the first command of a read batch
+// and takes the rest of the batch itself, so the whole client pipeline goes
+// upstream together and its replies are flushed in one write.
+func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
+	ss := c.Context().(*session)
+	if !ss.state.CompareAndSwap(stateIdle, stateBusy) {
+		return // closing for shutdown
+	}
+	s.exec(ss, cmd)
+	rest := c.ReadPipeline()
+	for i := 0; i < len(rest) && !ss.quit; i++ {
+		s.exec(ss, rest[i])
+	}
+	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
+	s.flush(ss)
+	if ss.quit || s.draining.Load() {
+		ss.state.Store(stateClosing)
+		c.Close()
+		return
+	}
+	ss.state.Store(stateIdle)
+}
+
+// exec classifies one command and either queues it for the upstream or
+// answers it in place. Commands that change how later commands are routed
+// (HELLO, RESET, QUIT) first flush what is queued, so order is kept.
+func (s *Server) exec(ss *session, cmd redcon.Command) {
+	args := cmd.Args
+	info := s.table.Load().Lookup(args[0])
+	if info == nil {
+		// Unknown here; Redis answers it (usually "unknown command").
+		s.forward(ss, cmd.Raw)
+		return
+	}
+	switch info.Handling {
+	case command.Forward:
+		s.forward(ss, cmd.Raw)
+	case command.BlockingCmd:
+		if isNonBlockingRead(info, args) {
+			s.forward(ss, cmd.Raw)
+			return
+		}
+		s.refuse(ss, args[0], "blocking commands need a dedicated upstream connection")
+	case command.Unsupported:
+		s.refuse(ss, args[0], "it needs a dedicated upstream connection")
+	case command.Select:
+		s.selectDB(ss, cmd)
+	case command.Client:
+		s.client(ss, cmd)
+	case command.Hello:
+		s.flush(ss)
+		s.hello(ss, cmd)
+	case command.Reset:
+		s.flush(ss)
+		ss.proto, ss.name, ss.libName, ss.libVer = 2, nil, nil, nil
+		s.reply(ss, []byte("+RESET\r\n"))
+	case command.Quit:
+		ss.quit = true
+		s.reply(ss, []byte("+OK\r\n"))
+	default:
+		s.forward(ss, cmd.Raw)
+	}
+}
+
+// isNonBlockingRead reports whether an XREAD/XREADGROUP has no BLOCK option,
+// so it returns at once and can share a connection.
+func isNonBlockingRead(info *command.Info, args [][]byte) bool {
+	if info.Name != "xread" && info.Name != "xreadgroup" {
+		return false
+	}
+	for _, a := range args[1:] {
+		if bytes.EqualFold(a, []byte("block")) {
+			return false
+		}
+		if bytes.EqualFold(a, []byte("streams")) {
+			return true
+		}
+	}
+	return true
+}
+
+func (s *Server) forward(ss *session, raw []byte) {
+	s.metrics.forwarded.Inc()
+	ss.batch.Add(raw)
+	ss.order = append(ss.order, -1)
+}
+
+// reply queues a reply made by the proxy, in order with the upstream ones.
+func (s *Server) reply(ss *session, r []byte) {
+	s.metrics.local.Inc()
+	ss.local = append(ss.local, r...)
+	ss.localEnds = append(ss.localEnds, len(ss.local))
+	ss.order = append(ss.order, len(ss.localEnds)-1)
+}
+
+func (s *Server) refuse(ss *session, name []byte, why string) {
+	s.metrics.refused.Inc()
+	ss.local = resp.AppendError(ss.local, "ERR rproxy: "+string(bytes.ToUpper(name))+" is not supported yet: "+why)
+	ss.localEnds = append(ss.localEnds, len(ss.local))
+	ss.order = append(ss.order, len(ss.localEnds)-1)
+}
+
+// flush sends the queued upstream commands, waits for their replies and
+// writes every queued reply to the client in order.
+func (s *Server) flush(ss *session) {
+	if len(ss.order) == 0 {
+		return
+	}
+	if ss.batch.Len() > 0 {
+		s.pools[ss.proto].Do(ss.batch)
+	}
+	up := 0
+	for _, o := range ss.order {
+		var r []byte
+		if o < 0 {
+			r = ss.batch.Reply(up)
+			up++
+		} else {
+			start := 0
+			if o > 0 {
+				start = ss.localEnds[o-1]
+			}
+			r = ss.local[start:ss.localEnds[o]]
+		}
+		s.write(ss, r)
+	}
+	ss.batch.Reset()
+	ss.local, ss.localEnds, ss.order = ss.local[:0], ss.localEnds[:0], ss.order[:0]
+}
+
+// write hands a reply to the client connection. Large replies bypass
+// redcon's buffer: what is buffered is flushed first, so order holds.
+func (s *Server) write(ss *session, r []byte) {
+	if len(r) < directWriteMin {
+		ss.conn.WriteRaw(r)
+		return
+	}
+	w := redcon.BaseWriter(ss.conn)
+	if err := w.Flush(); err != nil {
+		return // redcon closes the connection on its next flush
+	}
+	if _, err := ss.conn.NetConn().Write(r); err != nil {
+		s.log.Info("client write failed", zap.Int64("id", ss.id), zap.Error(err))
+		ss.conn.NetConn().Close()
+	}
+}
+
+// selectDB forwards SELECT 0 (every shared connection is in db 0) and any
+// SELECT Redis itself rejects; switching to another db is refused for now.
+func (s *Server) selectDB(ss *session, cmd redcon.Command) {
+	if len(cmd.Args) == 2 {
+		db := cmd.Args[1]
+		if _, err := strconv.ParseInt(string(db), 10, 64); err == nil && string(db) != "0" {
+			s.refuse(ss, cmd.Args[0], "SELECT of a database other than 0 needs a dedicated upstream connection")
+			return
+		}
+	}
+	s.forward(ss, cmd.Raw)
+}
+
+// client answers the CLIENT subcommands that describe this connection from
+// the session, forwards the ones that are safe on a shared connection, and
+// refuses the ones that would change a shared connection's state.
+func (s *Server) client(ss *session, cmd redcon.Command) {
+	args := cmd.Args
+	if len(args) < 2 {
+		s.forward(ss, cmd.Raw) // Redis's own arity error
+		return
+	}
+	sub := bytes.ToLower(args[1])
+	switch string(sub) {
+	case "id":
+		if len(args) != 2 {
+			s.forward(ss, cmd.Raw)
+			return
+		}
+		s.reply(ss, resp.AppendInt(nil, ss.id))
+	case "getname":
+		if len(args) != 2 {
+			s.forward(ss, cmd.Raw)
+			return
+		}
+		if len(ss.name) == 0 {
+			s.reply(ss, resp.AppendNullBulk(nil, ss.proto))
+		} else {
+			s.reply(ss, resp.AppendBulk(nil, ss.name))
+		}
+	case "setname":
+		if len(args) != 3 {
+			s.forward(ss, cmd.Raw)
+			return
+		}
+		if !validClientName(args[2]) {
+			s.reply(ss, []byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
+			return
+		}
+		ss.name = append(ss.name[:0], args[2]...)
+		s.reply(ss, []byte("+OK\r\n"))
+	case "setinfo":
+		if !s.upstreamKnows("client", "setinfo") || len(args) != 4 {
+			// A server without CLIENT SETINFO answers with its own error.
+			s.forward(ss, cmd.Raw)
+			return
+		}
+		s.clientSetInfo(ss, args)
+	case "list", "kill", "pause", "unpause", "unblock", "help", "getredir", "trackinginfo", "info":
+		// Read-only or server-wide: safe on a shared connection. (LIST and
+		// INFO describe the shared connection, not this client.)
+		s.forward(ss, cmd.Raw)
+	case "reply", "tracking", "caching", "no-evict", "no-touch":
+		s.refuse(ss, []byte("CLIENT "+string(bytes.ToUpper(args[1]))), "it changes connection state")
+	default:
+		s.forward(ss, cmd.Raw) // Redis's "unknown subcommand"
+	}
+}
+
+func (s *Server) clientSetInfo(ss *session, args [][]byte) {
+	attr, val := bytes.ToLower(args[2]), args[3]
+	if !validClientName(val) && len(val) > 0 {
+		s.reply(ss, resp.AppendError(nil, "ERR "+string(args[2])+" cannot contain spaces, newlines or special characters."))
+		return
+	}
+	switch string(attr) {
+	case "lib-name":
+		ss.libName = append(ss.libName[:0], val...)
+	case "lib-ver":
+		ss.libVer = append(ss.libVer[:0], val...)
+	default:
+		s.reply(ss, resp.AppendError(nil, "ERR Unrecognized option '"+string(args[2])+"'"))
+		return
+	}
+	s.reply(ss, []byte("+OK\r\n"))
+}
+
+// upstreamKnows reports whether the loaded command table has the subcommand.
+func (s *Server) upstreamKnows(cmd, sub string) bool {
+	info := s.table.Load().Lookup([]byte(cmd))
+	if info == nil || info.Subcommands == nil {
+		return false
+	}
+	_, ok := info.Subcommands[sub]
+	return ok
+}
+
+// validClientName applies Redis's rule: printable ASCII without spaces.
+func validClientName(name []byte) bool {
+	for _, c := range name {
+		if c < '!' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// hello switches the session's protocol. The reply is the upstream's own
+// HELLO reply, from a shared connection of the target protocol, so it is
+// encoded exactly as Redis encodes it; SETNAME is applied to the session and
+// AUTH is refused for now.
+func (s *Server) hello(ss *session, cmd redcon.Command) {
+	args := cmd.Args
+	target := ss.proto
+	var name []byte
+	setName := false
+	if len(args) >= 2 {
+		v, err := strconv.Atoi(string(args[1]))
+		if err != nil || (v != 2 && v != 3) {
+			// Redis rejects the version with its own error, changing nothing.
+			s.helloUpstream(ss, cmd.Raw, ss.proto, false, nil)
+			return
+		}
+		target = v
+		for i := 2; i < len(args); i++ {
+			switch string(bytes.ToLower(args[i])) {
+			case "auth":
+				if i+2 < len(args) {
+					s.refuse(ss, []byte("HELLO AUTH"), "authentication is the next issue's work")
+					s.flush(ss)
+					return
+				}
+			case "setname":
+				if i+1 < len(args) {
+					name, setName = args[i+1], true
+					i++
+					continue
+				}
+			}
+			// An unknown or incomplete option: Redis rejects the whole
+			// command before applying anything, so forwarding it is safe.
+			s.helloUpstream(ss, cmd.Raw, ss.proto, false, nil)
+			return
+		}
+	}
+	if setName && !validClientName(name) {
+		s.reply(ss, []byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
+		s.flush(ss)
+		return
+	}
+	hello := resp.AppendCommandString(nil, "HELLO")
+	if len(args) >= 2 {
+		hello = resp.AppendCommandString(nil, "HELLO", strconv.Itoa(target))
+	}
+	s.helloUpstream(ss, hello, target, setName, name)
+}
+
+// helloUpstream sends a HELLO on a shared connection of protocol proto and,
+// if Redis accepts it, makes proto the session's protocol.
+func (s *Server) helloUpstream(ss *session, raw []byte, proto int, setName bool, name []byte) {
+	s.metrics.local.Inc()
+	ss.batch.Add(raw)
+	s.pools[proto].Do(ss.batch)
+	r := ss.batch.Reply(0)
+	if len(r) > 0 && r[0] != '-' && r[0] != '!' {
+		ss.proto = proto
+		if setName {
+			ss.name = append(ss.name[:0], name...)
+		}
+	}
+	s.write(ss, r)
+	ss.batch.Reset()
+}

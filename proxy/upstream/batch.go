@@ -1,0 +1,82 @@
+package upstream
+
+import "github.com/rproxy/rproxy/proxy/resp"
+
+// maxRetained bounds the buffers a Batch keeps between uses, so one huge
+// request or reply does not pin its memory for the life of the session.
+const maxRetained = 1 << 20
+
+// Batch is the unit of work a session sends upstream: a group of commands that
+// go to one connection back to back, and their replies, in order.
+//
+// A Batch is owned by one session and reused; between Send and the return of
+// Wait it belongs to the connection's reader and must not be touched.
+type Batch struct {
+	cmds  []byte // the commands' raw RESP bytes, back to back
+	count int    // how many commands cmds holds
+
+	replies   []byte // replies, back to back, exactly as Redis sent them
+	replyEnds []int  // replyEnds[i] is the end offset of reply i in replies
+
+	done chan struct{}
+}
+
+// NewBatch returns an empty batch.
+func NewBatch() *Batch {
+	return &Batch{done: make(chan struct{}, 1)}
+}
+
+// Reset empties the batch for reuse.
+func (b *Batch) Reset() {
+	if cap(b.cmds) > maxRetained {
+		b.cmds = nil
+	}
+	if cap(b.replies) > maxRetained {
+		b.replies = nil
+	}
+	b.cmds = b.cmds[:0]
+	b.replies = b.replies[:0]
+	b.replyEnds = b.replyEnds[:0]
+	b.count = 0
+}
+
+// Add appends one command, already encoded as RESP.
+func (b *Batch) Add(raw []byte) {
+	b.cmds = append(b.cmds, raw...)
+	b.count++
+}
+
+// Len is the number of commands in the batch.
+func (b *Batch) Len() int { return b.count }
+
+// Reply returns reply i. Valid after Wait returns, until Reset.
+func (b *Batch) Reply(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = b.replyEnds[i-1]
+	}
+	return b.replies[start:b.replyEnds[i]]
+}
+
+// Wait blocks until every command has a reply (from Redis, or the error that
+// failed its connection). It always returns: connections fail their waiting
+// batches within the configured timeout.
+func (b *Batch) Wait() { <-b.done }
+
+// complete reports whether every command has its reply.
+func (b *Batch) complete() bool { return len(b.replyEnds) == b.count }
+
+// fail gives every command still without a reply the error line, then
+// signals completion. Only the batch's current owner may call it.
+func (b *Batch) fail(errLine []byte) {
+	for !b.complete() {
+		b.replies = append(b.replies, errLine...)
+		b.replyEnds = append(b.replyEnds, len(b.replies))
+	}
+	b.done <- struct{}{}
+}
+
+// unavailable renders the error every failed command receives.
+func unavailable(reason string) []byte {
+	return resp.AppendError(nil, "ERR upstream unavailable: "+reason)
+}

@@ -1,0 +1,397 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// readBufSize is the reader's buffer: large enough that a burst of pipelined
+// replies is framed from one read.
+const readBufSize = 64 << 10
+
+// conn is one shared upstream connection and the goroutine that keeps it up.
+type conn struct {
+	pool *Pool
+	id   int
+
+	mu          sync.Mutex
+	nc          net.Conn // nil while down
+	downReason  string   // why the connection is down (for the clients' error)
+	closeReason string   // set by whoever closes nc, read by run
+	inflight    []*Batch // batches sent or queued, oldest first
+	head        int      // inflight[head] is the oldest
+	wbuf        []byte   // bytes queued for the next write
+	wcount      int      // commands in wbuf
+	spare       []byte   // the previous write buffer, reused
+	wake        chan struct{}
+
+	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
+}
+
+func newConn(p *Pool, id int) *conn {
+	return &conn{pool: p, id: id, downReason: "connecting", wake: make(chan struct{}, 1)}
+}
+
+func (c *conn) up() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nc != nil
+}
+
+// send queues b on this connection and wakes its writer. It returns false,
+// with the reason, when the connection is down.
+func (c *conn) send(b *Batch) (string, bool) {
+	c.mu.Lock()
+	if c.nc == nil {
+		r := c.downReason
+		c.mu.Unlock()
+		return r, false
+	}
+	if c.head == len(c.inflight) {
+		c.lastProgress.Store(c.pool.cfg.Now().UnixNano())
+	}
+	c.inflight = append(c.inflight, b)
+	c.wbuf = append(c.wbuf, b.cmds...)
+	c.wcount += b.count
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default: // the writer is already due to run
+	}
+	return "", true
+}
+
+// writeLoop writes whatever is queued, as one write, each time it is woken,
+// until the connection fails. The time it takes to wake up is what lets
+// commands from many clients gather into one write: this is where upstream
+// pipelining happens.
+func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c.wake:
+		}
+		c.mu.Lock()
+		if c.nc != nc {
+			c.mu.Unlock()
+			return
+		}
+		buf, count := c.wbuf, c.wcount
+		c.wbuf, c.wcount = c.spare[:0], 0
+		c.mu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		_, err := nc.Write(buf)
+		c.pool.metrics.observeWrite(count, len(buf))
+		c.mu.Lock()
+		c.spare = nil
+		if cap(buf) <= maxRetained {
+			c.spare = buf[:0]
+		}
+		if err != nil {
+			c.pool.metrics.errors.WithLabelValues("write").Inc()
+			c.closeLocked("write: " + err.Error())
+			c.mu.Unlock()
+			return // run fails everything queued, written or not
+		}
+		c.mu.Unlock()
+	}
+}
+
+// closeWith closes the live connection, if any, recording why.
+func (c *conn) closeWith(reason string) {
+	c.mu.Lock()
+	c.closeLocked(reason)
+	c.mu.Unlock()
+}
+
+func (c *conn) closeLocked(reason string) {
+	if c.nc == nil {
+		return
+	}
+	if c.closeReason == "" {
+		c.closeReason = reason
+	}
+	c.nc.Close()
+}
+
+// stalledSince returns how long requests have waited with no reply progress,
+// or 0 when nothing waits.
+func (c *conn) stalledSince(now int64) time.Duration {
+	c.mu.Lock()
+	waiting := c.nc != nil && c.head < len(c.inflight)
+	c.mu.Unlock()
+	if !waiting {
+		return 0
+	}
+	return time.Duration(now - c.lastProgress.Load())
+}
+
+// front returns the oldest waiting batch, or nil.
+func (c *conn) front() *Batch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.head == len(c.inflight) {
+		return nil
+	}
+	return c.inflight[c.head]
+}
+
+// popFront removes the oldest batch once all its replies are in.
+func (c *conn) popFront() {
+	c.mu.Lock()
+	c.inflight[c.head] = nil
+	c.head++
+	if c.head == len(c.inflight) {
+		c.inflight, c.head = c.inflight[:0], 0
+	}
+	c.mu.Unlock()
+}
+
+// run dials, serves and redials the connection until ctx ends.
+func (c *conn) run(ctx context.Context) {
+	cfg := c.pool.cfg
+	log := c.pool.log.With(zap.Int("conn", c.id))
+	backoff := cfg.BackoffMin
+	wasUp := true // log the first failure
+	buf := make([]byte, readBufSize)
+	for ctx.Err() == nil {
+		nc, err := c.dial(ctx)
+		if err != nil {
+			c.mu.Lock()
+			c.downReason = err.Error()
+			c.mu.Unlock()
+			c.pool.metrics.errors.WithLabelValues("dial").Inc()
+			if wasUp {
+				log.Warn("upstream connect failed", zap.Error(err))
+				wasUp = false
+			} else {
+				log.Debug("upstream connect failed", zap.Error(err), zap.Duration("backoff", backoff))
+			}
+			if !sleep(ctx, backoff) {
+				break
+			}
+			backoff = min(backoff*2, cfg.BackoffMax)
+			continue
+		}
+		c.mu.Lock()
+		c.nc, c.closeReason = nc, ""
+		c.mu.Unlock()
+		c.pool.metrics.connected.Inc()
+		c.pool.metrics.connects.Inc()
+		log.Info("upstream connected", zap.String("local", nc.LocalAddr().String()))
+		upSince := cfg.Now()
+		stopWriter := make(chan struct{})
+		writerDone := make(chan struct{})
+		go func() {
+			defer close(writerDone)
+			c.writeLoop(nc, stopWriter)
+		}()
+
+		err = c.readLoop(nc, buf)
+		nc.Close()
+		close(stopWriter)
+		<-writerDone
+
+		c.mu.Lock()
+		reason := c.closeReason
+		if reason == "" {
+			reason = readErrorReason(err)
+			c.pool.metrics.errors.WithLabelValues("read").Inc()
+		}
+		nc.Close()
+		c.nc, c.downReason = nil, reason
+		failed := c.inflight[c.head:]
+		c.inflight, c.head = nil, 0
+		c.wbuf, c.wcount = c.wbuf[:0], 0
+		c.mu.Unlock()
+		c.pool.metrics.connected.Dec()
+		lost := log.Warn
+		if ctx.Err() != nil {
+			lost = log.Info // shutting down: expected
+		}
+		lost("upstream connection lost", zap.String("reason", reason), zap.Int("failed_batches", len(failed)))
+
+		line := unavailable(reason)
+		for _, b := range failed {
+			b.truncateToComplete()
+			b.fail(line)
+		}
+		wasUp = true
+		if cfg.Now().Sub(upSince) > cfg.BackoffMax {
+			backoff = cfg.BackoffMin
+		}
+		if !sleep(ctx, backoff) {
+			break
+		}
+		backoff = min(backoff*2, cfg.BackoffMax)
+	}
+	c.mu.Lock()
+	c.downReason = "proxy shutting down"
+	c.mu.Unlock()
+}
+
+func readErrorReason(err error) string {
+	switch {
+	case err == nil:
+		return "connection closed"
+	case errors.Is(err, errUnexpectedReply):
+		return err.Error()
+	default:
+		return "read: " + err.Error()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// dial connects and performs the handshake (HELLO 3 for RESP3 pools).
+func (c *conn) dial(ctx context.Context) (net.Conn, error) {
+	cfg := c.pool.cfg
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	nc, err := cfg.Dial(dctx, "tcp", cfg.Address)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Protocol == 3 {
+		if err := handshake(nc, cfg.Now().Add(cfg.DialTimeout), resp.AppendCommandString(nil, "HELLO", "3")); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("HELLO 3: %w", err)
+		}
+	}
+	return nc, nil
+}
+
+// handshake sends one command and requires a non-error reply.
+func handshake(nc net.Conn, deadline time.Time, cmd []byte) error {
+	if err := nc.SetDeadline(deadline); err != nil {
+		return err
+	}
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Write(cmd); err != nil {
+		return err
+	}
+	var fr resp.Framer
+	var reply []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := nc.Read(buf)
+		if n > 0 {
+			k, done, ferr := fr.Next(buf[:n])
+			if ferr != nil {
+				return ferr
+			}
+			reply = append(reply, buf[:k]...)
+			if done {
+				if k != n {
+					return errors.New("unexpected data after the reply")
+				}
+				if reply[0] == '-' || reply[0] == '!' {
+					return fmt.Errorf("server replied %q", string(reply))
+				}
+				return nil
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+var errUnexpectedReply = errors.New("reply with no request waiting")
+
+// readLoop frames replies and hands each to the oldest waiting batch, until
+// the connection fails. Replies are appended to the batch byte for byte.
+func (c *conn) readLoop(nc net.Conn, buf []byte) error {
+	var (
+		fr      resp.Framer
+		cur     *Batch // batch receiving the current reply
+		start   int    // where the current reply starts in cur.replies
+		discard Batch  // receives out-of-band pushes when nothing waits
+	)
+	now := c.pool.cfg.Now
+	for {
+		n, err := nc.Read(buf)
+		if n > 0 {
+			c.lastProgress.Store(now().UnixNano())
+			p := buf[:n]
+			for len(p) > 0 {
+				if cur == nil {
+					if cur = c.front(); cur == nil {
+						cur = &discard
+						discard.replies = discard.replies[:0]
+					}
+					start = len(cur.replies)
+				}
+				k, done, ferr := fr.Next(p)
+				if ferr != nil {
+					return fmt.Errorf("%w: bad reply from upstream: %v", errUnexpectedReply, ferr)
+				}
+				cur.replies = append(cur.replies, p[:k]...)
+				p = p[k:]
+				if !done {
+					continue
+				}
+				if fr.Kind() == '>' {
+					// A push (RESP3 out-of-band data) belongs to no request.
+					// Shared connections never subscribe or track, so this is
+					// only dropped, not routed.
+					cur.replies = cur.replies[:start]
+					if cur == &discard {
+						cur = nil
+					}
+					continue
+				}
+				if cur == &discard {
+					return fmt.Errorf("%w: %q", errUnexpectedReply, truncate(cur.replies, 64))
+				}
+				cur.replyEnds = append(cur.replyEnds, len(cur.replies))
+				start = len(cur.replies)
+				if cur.complete() {
+					c.popFront()
+					cur.done <- struct{}{}
+					cur = nil
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// truncateToComplete drops a partially received reply before the batch is failed.
+func (b *Batch) truncateToComplete() {
+	end := 0
+	if len(b.replyEnds) > 0 {
+		end = b.replyEnds[len(b.replyEnds)-1]
+	}
+	b.replies = b.replies[:end]
+}

@@ -1,0 +1,17 @@
+// Package upstream owns rproxy's connections to Redis: a small set of
+// long-lived connections shared by every client session, pipelined.
+//
+// A session hands a Batch (one or more raw RESP commands) to a Pool. The pool
+// picks a connection and appends the batch's bytes to that connection's write
+// buffer. Writes are combined: whichever sender finds no write in progress
+// becomes the writer and keeps writing until the buffer runs dry, so commands
+// queued by many clients meanwhile leave in one write, without a writer
+// goroutine hand-off per request. One reader goroutine per connection frames
+// replies with resp.Framer and appends them, byte for byte, to the waiting
+// batches in the order their commands were written.
+//
+// A connection that fails (read or write error, or no reply progress for
+// Config.Timeout while requests wait) fails every waiting command with
+// "-ERR upstream unavailable: <reason>" and is redialled with backoff; while it
+// is down, new commands fail at once with the same error.
+package upstream

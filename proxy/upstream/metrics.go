@@ -1,0 +1,78 @@
+package upstream
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the upstream connections' Prometheus metrics, shared by the
+// pools of every protocol (labelled by protocol).
+type Metrics struct {
+	connected     *prometheus.GaugeVec
+	connects      *prometheus.CounterVec
+	errors        *prometheus.CounterVec
+	writes        *prometheus.CounterVec
+	commands      *prometheus.CounterVec
+	bytesOut      *prometheus.CounterVec
+	batchCommands *prometheus.HistogramVec
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const ns, sub = "rproxy", "upstream"
+	proto := []string{"protocol"}
+	m := &Metrics{
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "connections", Help: "Shared upstream connections currently up."}, proto),
+		connects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "connects_total", Help: "Successful upstream connects, including reconnects."}, proto),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "errors_total", Help: "Upstream connection failures by kind (dial, read, write, timeout)."}, []string{"protocol", "kind"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "writes_total", Help: "Write calls on upstream connections."}, proto),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "commands_total", Help: "Commands written to upstream connections."}, proto),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "written_bytes_total", Help: "Bytes written to upstream connections."}, proto),
+		batchCommands: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "write_batch_commands", Help: "Commands per upstream write (how well pipelining batches).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}}, proto),
+	}
+	if reg != nil {
+		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands)
+	}
+	return m
+}
+
+// poolMetrics are Metrics curried for one protocol, so the hot path does no
+// label lookups.
+type poolMetrics struct {
+	connected     prometheus.Gauge
+	connects      prometheus.Counter
+	errors        *prometheus.CounterVec
+	writes        prometheus.Counter
+	commands      prometheus.Counter
+	bytesOut      prometheus.Counter
+	batchCommands prometheus.Observer
+}
+
+func (m *Metrics) forProtocol(protocol int) *poolMetrics {
+	p := strconv.Itoa(protocol)
+	return &poolMetrics{
+		connected:     m.connected.WithLabelValues(p),
+		connects:      m.connects.WithLabelValues(p),
+		errors:        m.errors.MustCurryWith(prometheus.Labels{"protocol": p}),
+		writes:        m.writes.WithLabelValues(p),
+		commands:      m.commands.WithLabelValues(p),
+		bytesOut:      m.bytesOut.WithLabelValues(p),
+		batchCommands: m.batchCommands.WithLabelValues(p),
+	}
+}
+
+func (m *poolMetrics) observeWrite(commands, bytes int) {
+	m.writes.Inc()
+	m.commands.Add(float64(commands))
+	m.bytesOut.Add(float64(bytes))
+	m.batchCommands.Observe(float64(commands))
+}

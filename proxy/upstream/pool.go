@@ -1,0 +1,168 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Config configures one Pool: the shared connections of one protocol.
+type Config struct {
+	Address     string        // host:port of the Redis server
+	Connections int           // how many shared connections
+	Protocol    int           // 2 or 3: RESP version the connections speak (3 sends HELLO 3 on connect)
+	DialTimeout time.Duration // bound on dial plus handshake
+	// Timeout bounds how long a request waits with no reply progress: after it,
+	// the connection is reset and everything waiting on it fails.
+	Timeout    time.Duration
+	BackoffMin time.Duration // first reconnect delay, doubled per failure
+	BackoffMax time.Duration // reconnect delay cap
+
+	Now  func() time.Time                                                     // injected clock; nil means time.Now
+	Dial func(ctx context.Context, network, address string) (net.Conn, error) // nil means a net.Dialer
+}
+
+// Validate reports every problem with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Address == "" {
+		errs = append(errs, errors.New("upstream: address is empty"))
+	}
+	if c.Connections < 1 {
+		errs = append(errs, fmt.Errorf("upstream: connections must be at least 1, got %d", c.Connections))
+	}
+	if c.Protocol != 2 && c.Protocol != 3 {
+		errs = append(errs, fmt.Errorf("upstream: protocol must be 2 or 3, got %d", c.Protocol))
+	}
+	if c.DialTimeout <= 0 || c.Timeout <= 0 || c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin {
+		errs = append(errs, fmt.Errorf("upstream: timeouts must be positive and backoff max >= min (dial %v, timeout %v, backoff %v..%v)",
+			c.DialTimeout, c.Timeout, c.BackoffMin, c.BackoffMax))
+	}
+	return errors.Join(errs...)
+}
+
+// Pool is a fixed set of shared, pipelined connections to one Redis server,
+// all speaking one protocol version.
+type Pool struct {
+	cfg     Config
+	log     *zap.Logger
+	metrics *poolMetrics
+	conns   []*conn
+	next    atomic.Uint32
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewPool validates cfg and starts connecting in the background; it does not
+// wait for the server. Use Ready to see whether any connection is up.
+func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{}
+		cfg.Dial = d.DialContext
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{
+		cfg:     cfg,
+		log:     log.With(zap.String("upstream", cfg.Address), zap.Int("protocol", cfg.Protocol)),
+		metrics: m.forProtocol(cfg.Protocol),
+		cancel:  cancel,
+	}
+	for i := 0; i < cfg.Connections; i++ {
+		c := newConn(p, i)
+		p.conns = append(p.conns, c)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			c.run(ctx)
+		}()
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.watch(ctx)
+	}()
+	return p, nil
+}
+
+// Do sends the batch on one of the pool's connections and waits for every
+// reply. When no connection is up, every command gets the
+// "upstream unavailable" error at once.
+func (p *Pool) Do(b *Batch) {
+	b.replies = b.replies[:0]
+	b.replyEnds = b.replyEnds[:0]
+	n := uint32(len(p.conns))
+	start := p.next.Add(1)
+	var reason string
+	for i := uint32(0); i < n; i++ {
+		c := p.conns[(start+i)%n]
+		if r, ok := c.send(b); ok {
+			b.Wait()
+			return
+		} else if reason == "" {
+			reason = r
+		}
+	}
+	b.fail(unavailable(reason))
+	b.Wait()
+}
+
+// Ready reports whether at least one connection is up.
+func (p *Pool) Ready() bool {
+	for _, c := range p.conns {
+		if c.up() {
+			return true
+		}
+	}
+	return false
+}
+
+// Close stops reconnecting, closes every connection and fails what waits on them.
+func (p *Pool) Close() {
+	p.cancel()
+	for _, c := range p.conns {
+		c.closeWith("proxy shutting down")
+	}
+	p.wg.Wait()
+}
+
+// watch resets connections whose oldest waiting request has seen no reply
+// progress for Config.Timeout, so a stopped or stuck server cannot hang clients.
+func (p *Pool) watch(ctx context.Context) {
+	tick := p.cfg.Timeout / 10
+	tick = min(max(tick, time.Millisecond), time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := p.cfg.Now().UnixNano()
+		for _, c := range p.conns {
+			if c.stalledSince(now) > p.cfg.Timeout {
+				p.metrics.errors.WithLabelValues("timeout").Inc()
+				c.closeWith(fmt.Sprintf("no reply within %v", p.cfg.Timeout))
+			}
+		}
+	}
+}
