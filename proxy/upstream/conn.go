@@ -86,8 +86,9 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			c.mu.Unlock()
 			return
 		}
+		// Double buffering: senders fill the spare while buf is written.
 		buf, count := c.wbuf, c.wcount
-		c.wbuf, c.wcount = c.spare[:0], 0
+		c.wbuf, c.wcount, c.spare = c.spare[:0], 0, nil
 		c.mu.Unlock()
 		if len(buf) == 0 {
 			continue
@@ -95,7 +96,6 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		_, err := nc.Write(buf)
 		c.pool.metrics.observeWrite(count, len(buf))
 		c.mu.Lock()
-		c.spare = nil
 		if cap(buf) <= maxRetained {
 			c.spare = buf[:0]
 		}

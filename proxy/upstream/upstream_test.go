@@ -1,0 +1,357 @@
+package upstream
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// fakeRedis is a scripted upstream: for every command it receives it calls
+// reply and writes the result in chunks of chunk bytes (0: in one write).
+type fakeRedis struct {
+	ln    net.Listener
+	reply func(args [][]byte) string
+	chunk int
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startFake(t *testing.T, reply func(args [][]byte) string) *fakeRedis {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRedis{ln: ln, reply: reply}
+	t.Cleanup(f.close)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c)
+			f.mu.Unlock()
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *fakeRedis) serve(c net.Conn) {
+	rd := redcon.NewReader(c)
+	w := bufio.NewWriter(c)
+	for {
+		cmds, err := rd.ReadCommands()
+		if err != nil {
+			return
+		}
+		var out []byte
+		for _, cmd := range cmds {
+			if strings.EqualFold(string(cmd.Args[0]), "hello") {
+				out = append(out, "%1\r\n+proto\r\n:3\r\n"...)
+				continue
+			}
+			out = append(out, f.reply(cmd.Args)...)
+		}
+		if f.chunk <= 0 {
+			w.Write(out)
+			w.Flush()
+			continue
+		}
+		for len(out) > 0 {
+			n := min(f.chunk, len(out))
+			w.Write(out[:n])
+			w.Flush()
+			out = out[n:]
+		}
+	}
+}
+
+func (f *fakeRedis) close() {
+	f.ln.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+// killConns drops every live connection, as a server restart would.
+func (f *fakeRedis) killConns() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
+}
+
+func testPool(t *testing.T, addr string, protocol int, edit ...func(*Config)) *Pool {
+	t.Helper()
+	cfg := Config{Address: addr, Connections: 2, Protocol: protocol, DialTimeout: time.Second,
+		Timeout: time.Second, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	p, err := NewPool(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitReady(t, p)
+	return p
+}
+
+func waitReady(t *testing.T, p *Pool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !p.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("pool not ready after 5s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func do(p *Pool, cmds ...[]string) []string {
+	b := NewBatch()
+	for _, c := range cmds {
+		b.Add(resp.AppendCommandString(nil, c...))
+	}
+	p.Do(b)
+	out := make([]string, b.Len())
+	for i := range out {
+		out[i] = string(b.Reply(i))
+	}
+	return out
+}
+
+// echoReply answers ECHO x with a bulk x and anything else with its name.
+func echoReply(args [][]byte) string {
+	if strings.EqualFold(string(args[0]), "echo") {
+		return fmt.Sprintf("$%d\r\n%s\r\n", len(args[1]), args[1])
+	}
+	return "+" + string(args[0]) + "\r\n"
+}
+
+func TestRepliesSplitAtEveryByte(t *testing.T) {
+	// Every reply type, including a nested RESP3 map with an attribute.
+	replies := map[string]string{
+		"a": "+OK\r\n", "b": "-ERR bad\r\n", "c": ":42\r\n", "d": "$5\r\nhello\r\n", "e": "$-1\r\n",
+		"f": "*2\r\n$1\r\nx\r\n*1\r\n:1\r\n", "g": "%1\r\n+k\r\n~2\r\n#t\r\n,1.5\r\n",
+		"h": "|1\r\n+ttl\r\n:3\r\n=7\r\ntxt:abc\r\n", "i": "_\r\n", "j": "(123456789012345678901234567890\r\n",
+		"k": "!5\r\nERR x\r\n", "l": "*-1\r\n", "m": "$0\r\n\r\n",
+	}
+	f := startFake(t, func(args [][]byte) string { return replies[string(args[1])] })
+	f.chunk = 1
+	p := testPool(t, f.ln.Addr().String(), 3)
+	var cmds [][]string
+	var want []string
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m"} {
+		cmds = append(cmds, []string{"GET", k})
+		want = append(want, replies[k])
+	}
+	got := do(p, cmds...)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("reply %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+}
+
+func TestConcurrentBatchesGetTheirOwnReplies(t *testing.T) {
+	f := startFake(t, echoReply)
+	f.chunk = 7 // replies straddle reads
+	p := testPool(t, f.ln.Addr().String(), 2)
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := NewBatch()
+			for round := 0; round < 50; round++ {
+				b.Reset()
+				n := 1 + (g+round)%16
+				for i := 0; i < n; i++ {
+					b.Add(resp.AppendCommandString(nil, "ECHO", fmt.Sprintf("g%d-r%d-i%d", g, round, i)))
+				}
+				p.Do(b)
+				for i := 0; i < n; i++ {
+					v := fmt.Sprintf("g%d-r%d-i%d", g, round, i)
+					if want := fmt.Sprintf("$%d\r\n%s\r\n", len(v), v); string(b.Reply(i)) != want {
+						errs <- fmt.Sprintf("got %q want %q", b.Reply(i), want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}
+
+func TestPushFramesAreDropped(t *testing.T) {
+	f := startFake(t, func(args [][]byte) string {
+		return ">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n" + "+OK\r\n"
+	})
+	p := testPool(t, f.ln.Addr().String(), 3)
+	if got := do(p, []string{"SET", "k", "v"}); got[0] != "+OK\r\n" {
+		t.Fatalf("reply = %q", got[0])
+	}
+}
+
+func TestUnexpectedReplyResetsConnection(t *testing.T) {
+	f := startFake(t, func(args [][]byte) string {
+		if string(args[0]) == "TWO" {
+			return "+ONE\r\n+EXTRA\r\n" // a reply nobody asked for
+		}
+		return "+PONG\r\n"
+	})
+	p := testPool(t, f.ln.Addr().String(), 2, func(c *Config) { c.Connections = 1 })
+	if got := do(p, []string{"TWO"}); got[0] != "+ONE\r\n" {
+		t.Fatalf("reply = %q", got[0])
+	}
+	// The stray reply must not be handed to the next request: the connection
+	// is reset, and the next request gets an error or a true reply.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := do(p, []string{"PING"})[0]
+		if got == "+PONG\r\n" {
+			break
+		}
+		if got == "+EXTRA\r\n" {
+			t.Fatal("a stray reply was handed to a later request")
+		}
+		if !strings.HasPrefix(got, "-ERR upstream unavailable") || time.Now().After(deadline) {
+			t.Fatalf("reply = %q", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestStalledUpstreamFailsWithinTimeout(t *testing.T) {
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	f := startFake(t, func(args [][]byte) string {
+		if string(args[0]) == "STALL" {
+			<-block
+		}
+		return "+OK\r\n"
+	})
+	p := testPool(t, f.ln.Addr().String(), 2, func(c *Config) { c.Timeout = 200 * time.Millisecond; c.Connections = 1 })
+	start := time.Now()
+	got := do(p, []string{"STALL"}, []string{"GET", "x"})
+	took := time.Since(start)
+	for _, r := range got {
+		if r != "-ERR upstream unavailable: no reply within 200ms\r\n" {
+			t.Fatalf("reply = %q", r)
+		}
+	}
+	if took < 150*time.Millisecond || took > time.Second {
+		t.Fatalf("failed after %v, want about 200ms", took)
+	}
+}
+
+func TestReconnectsAfterServerDrop(t *testing.T) {
+	f := startFake(t, echoReply)
+	p := testPool(t, f.ln.Addr().String(), 2)
+	if got := do(p, []string{"PING"}); got[0] != "+PING\r\n" {
+		t.Fatalf("reply = %q", got[0])
+	}
+	f.killConns()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := do(p, []string{"PING"})[0]
+		if got == "+PING\r\n" {
+			break
+		}
+		if !strings.HasPrefix(got, "-ERR upstream unavailable: ") || time.Now().After(deadline) {
+			t.Fatalf("reply = %q", got)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestDownPoolFailsAtOnce(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	p, err := NewPool(Config{Address: addr, Connections: 1, Protocol: 2, DialTimeout: time.Second,
+		Timeout: time.Second, BackoffMin: time.Second, BackoffMax: time.Second}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	got := do(p, []string{"GET", "a"}, []string{"GET", "b"})
+	if time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("took %v with the upstream down", time.Since(start))
+	}
+	for _, r := range got {
+		if !strings.HasPrefix(r, "-ERR upstream unavailable: dial tcp") || !strings.Contains(r, "refused") {
+			t.Fatalf("reply = %q", r)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err == nil {
+		t.Fatal("empty config accepted")
+	}
+	err := Config{Address: "x:1", Connections: 0, Protocol: 4}.Validate()
+	for _, want := range []string{"connections", "protocol", "timeouts"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %s", err, want)
+		}
+	}
+}
+
+// BenchmarkPoolDo measures the upstream path per batch against an
+// in-process fake server: framing, matching and the writer/reader hand-offs.
+func BenchmarkPoolDo(b *testing.B) {
+	for _, size := range []int{1, 16} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			t := &testing.T{}
+			f := startFake(t, func([][]byte) string { return "$5\r\nvalue\r\n" })
+			defer f.close()
+			p, err := NewPool(Config{Address: f.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
+				Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond}, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			for !p.Ready() {
+				time.Sleep(time.Millisecond)
+			}
+			cmd := resp.AppendCommandString(nil, "GET", "key:000001")
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				batch := NewBatch()
+				for pb.Next() {
+					batch.Reset()
+					for i := 0; i < size; i++ {
+						batch.Add(cmd)
+					}
+					p.Do(batch)
+				}
+			})
+		})
+	}
+}
