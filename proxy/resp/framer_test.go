@@ -104,7 +104,7 @@ func TestFramerStreams(t *testing.T) {
 		{"|1\r\n+a\r\n+b\r\n$1\r\nx\r\n", "%1\r\n+k\r\n|0\r\n*1\r\n_\r\n", "#t\r\n"},
 		{"*3\r\n*0\r\n%0\r\n~1\r\n,1.5\r\n", "(12345678901234567890\r\n", "!3\r\nERR\r\n", "=7\r\ntxt:abc\r\n"},
 	}
-	for _, parts := range streams {
+	for i, parts := range streams {
 		var raw []byte
 		var ends []int
 		var kinds []byte
@@ -117,7 +117,7 @@ func TestFramerStreams(t *testing.T) {
 			}
 			kinds = append(kinds, k)
 		}
-		t.Run(strings.Join(parts, "")[:10], func(t *testing.T) {
+		t.Run("stream"+strconv.Itoa(i), func(t *testing.T) {
 			if msg := checkStream(t, raw, ends, kinds); msg != "" {
 				t.Fatal(msg)
 			}
