@@ -33,8 +33,7 @@ type Server struct {
 	stopTable   context.CancelFunc
 	tableDone   chan struct{}
 
-	rs       *redcon.Server
-	ln       *drainListener
+	ln       *drainListener // set by Serve, under mu
 	nextID   atomic.Int64
 	clients  atomic.Int64
 	draining atomic.Bool
@@ -83,18 +82,26 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 
 // Serve accepts clients on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	s.ln = newDrainListener(ln, func(c net.Conn) net.Conn {
+	dl := newDrainListener(ln, func(c net.Conn) net.Conn {
 		return &limitedConn{Conn: c, limiter: resp.RequestLimiter{
 			MaxBulkLen:     s.cfg.MaxBulkLen,
 			MaxQueryBuffer: s.cfg.MaxQueryBuffer,
 		}}
 	})
-	s.rs = redcon.NewServerNetwork("tcp", ln.Addr().String(), s.handle, s.accept, s.closed)
-	s.rs.SetIdleClose(s.cfg.IdleTimeout)
-	s.rs.AcceptError = func(err error) { s.log.Warn("accept failed", zap.Error(err)) }
+	rs := redcon.NewServerNetwork("tcp", ln.Addr().String(), s.handle, s.accept, s.closed)
+	rs.SetIdleClose(s.cfg.IdleTimeout)
+	rs.AcceptError = func(err error) { s.log.Warn("accept failed", zap.Error(err)) }
+	s.mu.Lock()
+	if s.draining.Load() || s.ln != nil {
+		s.mu.Unlock()
+		ln.Close()
+		return errors.New("proxy: Serve after Shutdown or a second Serve")
+	}
+	s.ln = dl
+	s.mu.Unlock()
 	s.log.Info("listening", zap.String("addr", ln.Addr().String()))
 	defer close(s.served)
-	return s.rs.Serve(s.ln)
+	return rs.Serve(dl)
 }
 
 // ListenAndServe listens on Config.Listen and serves.
@@ -116,9 +123,12 @@ func (s *Server) Ready() bool {
 // client (closing each client once its batch is written), waits up to
 // Config.ShutdownDrain (or ctx), then closes what is left and the upstream.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
 	s.draining.Store(true)
-	if s.ln != nil {
-		s.ln.stopAccepting()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		ln.stopAccepting()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownDrain)
 	defer cancel()
@@ -145,8 +155,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		break
 	}
-	if s.ln != nil {
-		s.ln.release()
+	if ln != nil {
+		ln.release()
 		<-s.served
 	}
 	s.stopTable()

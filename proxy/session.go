@@ -45,6 +45,11 @@ type session struct {
 	localEnds []int
 	order     []int
 	quit      bool
+
+	// Outcome counts of the batch, added to the metrics once per batch:
+	// per-command atomic adds on shared counters cost more than the rest of
+	// the bookkeeping.
+	localCount, refusedCount int
 }
 
 func newSession(id int64, c redcon.Conn) *session {
@@ -141,21 +146,20 @@ func isNonBlockingRead(info *command.Info, args [][]byte) bool {
 }
 
 func (s *Server) forward(ss *session, raw []byte) {
-	s.metrics.forwarded.Inc()
 	ss.batch.Add(raw)
 	ss.order = append(ss.order, -1)
 }
 
 // reply queues a reply made by the proxy, in order with the upstream ones.
 func (s *Server) reply(ss *session, r []byte) {
-	s.metrics.local.Inc()
+	ss.localCount++
 	ss.local = append(ss.local, r...)
 	ss.localEnds = append(ss.localEnds, len(ss.local))
 	ss.order = append(ss.order, len(ss.localEnds)-1)
 }
 
 func (s *Server) refuse(ss *session, name []byte, why string) {
-	s.metrics.refused.Inc()
+	ss.refusedCount++
 	ss.local = resp.AppendError(ss.local, "ERR rproxy: "+string(bytes.ToUpper(name))+" is not supported yet: "+why)
 	ss.localEnds = append(ss.localEnds, len(ss.local))
 	ss.order = append(ss.order, len(ss.localEnds)-1)
@@ -167,8 +171,17 @@ func (s *Server) flush(ss *session) {
 	if len(ss.order) == 0 {
 		return
 	}
-	if ss.batch.Len() > 0 {
+	if n := ss.batch.Len(); n > 0 {
+		s.metrics.forwarded.Add(float64(n))
 		s.pools[ss.proto].Do(ss.batch)
+	}
+	if ss.localCount > 0 {
+		s.metrics.local.Add(float64(ss.localCount))
+		ss.localCount = 0
+	}
+	if ss.refusedCount > 0 {
+		s.metrics.refused.Add(float64(ss.refusedCount))
+		ss.refusedCount = 0
 	}
 	up := 0
 	for _, o := range ss.order {

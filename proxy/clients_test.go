@@ -1,0 +1,580 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// Real clients against rproxy: go-redis, redis-cli and redis-benchmark, each
+// compared with the same client against Redis directly where the output is
+// deterministic.
+
+// directAndProxied starts two identical servers, A (direct) and B behind
+// rproxy, and returns A's address and the proxy's.
+func directAndProxied(t *testing.T) (direct, proxied string) {
+	t.Helper()
+	a := redistest.Start(t)
+	b := redistest.Start(t)
+	p := proxytest.Start(t, b.Addr)
+	return a.Addr, p.Addr
+}
+
+func newGoRedis(t *testing.T, addr string, protocol int) *redis.Client {
+	t.Helper()
+	opt := &redis.Options{Addr: addr, DialTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	if protocol != 0 {
+		opt.Protocol = protocol
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// goRedisStep is one result of the go-redis scenario: what was done and what
+// came back, rendered with %#v so values and their Go types are compared.
+type goRedisStep struct {
+	what   string
+	result string
+}
+
+// goRedisScenario runs the same operations on any client and records the
+// results. It also checks the results it can predict, so a scenario that
+// fails the same way on both sides does not pass unnoticed.
+func goRedisScenario(t *testing.T, side string, rdb *redis.Client, prefix string) []goRedisStep {
+	t.Helper()
+	ctx := context.Background()
+	var steps []goRedisStep
+	rec := func(what string, val any, err error) {
+		steps = append(steps, goRedisStep{what, fmt.Sprintf("%#v err=%v", val, err)})
+	}
+	must := func(what string, got, want any, err error) {
+		t.Helper()
+		rec(what, got, err)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %s = %#v, %v; want %#v", side, what, got, err, want)
+		}
+	}
+	k := func(s string) string { return prefix + s }
+
+	s, err := rdb.Set(ctx, k("str"), "value", 0).Result()
+	must("SET", s, "OK", err)
+	s, err = rdb.Get(ctx, k("str")).Result()
+	must("GET", s, "value", err)
+	_, err = rdb.Get(ctx, k("missing")).Result()
+	rec("GET missing", nil, err)
+	if !errors.Is(err, redis.Nil) {
+		t.Errorf("%s: GET of a missing key: err = %v, want redis.Nil", side, err)
+	}
+	for i := int64(1); i <= 3; i++ {
+		n, err := rdb.Incr(ctx, k("ctr")).Result()
+		must("INCR", n, i, err)
+	}
+	f, err := rdb.IncrByFloat(ctx, k("flt"), 1.5).Result()
+	must("INCRBYFLOAT", f, 1.5, err)
+
+	n, err := rdb.HSet(ctx, k("hash"), "a", "1", "b", "2", "c", "3").Result()
+	must("HSET", n, int64(3), err)
+	m, err := rdb.HGetAll(ctx, k("hash")).Result()
+	must("HGETALL", m, map[string]string{"a": "1", "b": "2", "c": "3"}, err)
+
+	// A pipeline of 100 commands.
+	pipe := rdb.Pipeline()
+	for i := 0; i < 100; i++ {
+		key := k("pipe:" + strconv.Itoa(i/4))
+		switch i % 4 {
+		case 0:
+			pipe.Set(ctx, key, "v"+strconv.Itoa(i), 0)
+		case 1:
+			pipe.Get(ctx, key)
+		case 2:
+			pipe.Append(ctx, key, "+")
+		case 3:
+			pipe.StrLen(ctx, key)
+		}
+	}
+	cmds, err := pipe.Exec(ctx)
+	rec("pipeline exec", len(cmds), err)
+	if err != nil || len(cmds) != 100 {
+		t.Errorf("%s: pipeline of 100: %d results, err %v", side, len(cmds), err)
+	}
+	for i, c := range cmds {
+		steps = append(steps, goRedisStep{"pipeline " + strconv.Itoa(i), c.String()})
+		if i%4 == 1 {
+			want := "v" + strconv.Itoa(i-1)
+			if got := c.(*redis.StringCmd).Val(); got != want {
+				t.Errorf("%s: pipeline command %d (GET) = %q, want %q", side, i, got, want)
+			}
+		}
+	}
+
+	n, err = rdb.ZAdd(ctx, k("zset"), redis.Z{Score: 1.5, Member: "one"}, redis.Z{Score: 2.25, Member: "two"}, redis.Z{Score: -3, Member: "neg"}).Result()
+	must("ZADD", n, int64(3), err)
+	zs, err := rdb.ZRangeWithScores(ctx, k("zset"), 0, -1).Result()
+	must("ZRANGE WITHSCORES", zs, []redis.Z{{Score: -3, Member: "neg"}, {Score: 1.5, Member: "one"}, {Score: 2.25, Member: "two"}}, err)
+
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k("stream"), ID: "5-1", Values: []any{"field", "val"}}).Result()
+	must("XADD", id, "5-1", err)
+	xs, err := rdb.XRange(ctx, k("stream"), "-", "+").Result()
+	must("XRANGE", xs, []redis.XMessage{{ID: "5-1", Values: map[string]any{"field": "val"}}}, err)
+
+	v, err := rdb.Eval(ctx, "return {KEYS[1], ARGV[1], 3, {4, 'five'}}", []string{k("ek")}, "arg").Result()
+	must("EVAL", v, []any{k("ek"), "arg", int64(3), []any{int64(4), "five"}}, err)
+	v, err = rdb.Eval(ctx, "return redis.call('GET', KEYS[1])", []string{k("str")}).Result()
+	must("EVAL GET", v, "value", err)
+
+	// CLIENT SETNAME / GETNAME on one connection of the pool.
+	conn := rdb.Conn()
+	defer conn.Close()
+	v, err = conn.Do(ctx, "CLIENT", "SETNAME", "scenario-"+side[:1]).Result()
+	rec("CLIENT SETNAME", v, err)
+	if err != nil || v != "OK" {
+		t.Errorf("%s: CLIENT SETNAME = %#v, %v; want OK", side, v, err)
+	}
+	name, err := conn.ClientGetName(ctx).Result()
+	rec("CLIENT GETNAME", name != "", err)
+	if err != nil || name != "scenario-"+side[:1] {
+		t.Errorf("%s: CLIENT GETNAME = %q, %v; want %q", side, name, err, "scenario-"+side[:1])
+	}
+	return steps
+}
+
+func compareSteps(t *testing.T, direct, proxied []goRedisStep) {
+	t.Helper()
+	if len(direct) != len(proxied) {
+		t.Fatalf("go-redis scenario: %d results direct, %d through rproxy", len(direct), len(proxied))
+	}
+	for i := range direct {
+		if direct[i] != proxied[i] {
+			t.Errorf("go-redis %s:\n  direct redis: %s\n  via rproxy:   %s", direct[i].what, direct[i].result, proxied[i].result)
+		}
+	}
+}
+
+// TestGoRedisClient runs a go-redis scenario with default options (RESP3,
+// HELLO 3 and CLIENT SETINFO on connect) and with Protocol 2, directly and
+// through rproxy, and requires the same results.
+func TestGoRedisClient(t *testing.T) {
+	directAddr, proxyAddr := directAndProxied(t)
+	for _, proto := range []int{0, 2} {
+		t.Run(fmt.Sprintf("protocol=%d", proto), func(t *testing.T) {
+			prefix := fmt.Sprintf("p%d:", proto)
+			d := goRedisScenario(t, "direct redis", newGoRedis(t, directAddr, proto), prefix)
+			p := goRedisScenario(t, "rproxy", newGoRedis(t, proxyAddr, proto), prefix)
+			compareSteps(t, d, p)
+		})
+	}
+}
+
+// TestGoRedisConcurrent: 50 goroutines × 200 operations on one go-redis
+// client through rproxy; each goroutine uses its own keys and checks every
+// reply, so a reply delivered to the wrong caller is caught.
+func TestGoRedisConcurrent(t *testing.T) {
+	_, proxyAddr := directAndProxied(t)
+	rdb := newGoRedis(t, proxyAddr, 0)
+	ctx := context.Background()
+	const goroutines, ops = 50, 200
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		errs   []string
+		nWrong int
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		nWrong++
+		if len(errs) < 20 {
+			errs = append(errs, fmt.Sprintf(format, args...))
+		}
+	}
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctr := fmt.Sprintf("conc:%d:ctr", g)
+			list := fmt.Sprintf("conc:%d:list", g)
+			var counter, listLen int64
+			for i := 0; i < ops; i++ {
+				key := fmt.Sprintf("conc:%d:%d", g, i/2)
+				val := fmt.Sprintf("value-%d-%d-%s", g, i/2, strings.Repeat("x", i%50))
+				switch i % 8 {
+				case 0, 4: // SET then (next op) GET of the same key
+					if s, err := rdb.Set(ctx, key, val, 0).Result(); err != nil || s != "OK" {
+						fail("g%d op%d SET %s = %q, %v", g, i, key, s, err)
+					}
+				case 1, 5:
+					want := fmt.Sprintf("value-%d-%d-%s", g, i/2, strings.Repeat("x", (i-1)%50))
+					if s, err := rdb.Get(ctx, key).Result(); err != nil || s != want {
+						fail("g%d op%d GET %s = %q, %v; want %q", g, i, key, s, err, want)
+					}
+				case 2, 6:
+					counter++
+					if n, err := rdb.Incr(ctx, ctr).Result(); err != nil || n != counter {
+						fail("g%d op%d INCR %s = %d, %v; want %d", g, i, ctr, n, err, counter)
+					}
+				case 3:
+					listLen++
+					if n, err := rdb.RPush(ctx, list, i).Result(); err != nil || n != listLen {
+						fail("g%d op%d RPUSH %s = %d, %v; want %d", g, i, list, n, err, listLen)
+					}
+				case 7:
+					want := strconv.Itoa(i - 4)
+					if s, err := rdb.LIndex(ctx, list, -1).Result(); err != nil || s != want {
+						fail("g%d op%d LINDEX %s -1 = %q, %v; want %q", g, i, list, s, err, want)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if nWrong > 0 {
+		t.Fatalf("%d of %d operations through rproxy got a wrong reply; first ones:\n%s", nWrong, goroutines*ops, strings.Join(errs, "\n"))
+	}
+	// Every goroutine's writes landed.
+	n, err := rdb.DBSize(ctx).Result()
+	if want := int64(goroutines * (ops/4 + 2)); err != nil || n != want {
+		t.Fatalf("DBSIZE after the concurrent run = %d, %v; want %d", n, err, want)
+	}
+}
+
+// runCLI runs redis-cli against addr and returns its standard output.
+func runCLI(t *testing.T, addr string, stdin []byte, args ...string) string {
+	t.Helper()
+	bin := redistest.RequireBinary(t, "redis-cli")
+	host, port := splitAddr(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-h", host, "-p", port}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("redis-cli %v against %s: %v\nstdout: %s\nstderr: %s", args, addr, err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+func splitAddr(t *testing.T, addr string) (host, port string) {
+	t.Helper()
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		t.Fatalf("bad address %q", addr)
+	}
+	return addr[:i], addr[i+1:]
+}
+
+// helloID matches the id field of a HELLO reply in redis-cli output, raw
+// ("id 5") or formatted ("4# \"id\" => (integer) 5"): the id differs
+// through rproxy (its HELLO reply comes from a shared connection).
+var helloID = regexp.MustCompile(`(?m)(^id[ \n]\d+$|"id" => \(integer\) \d+$)`)
+
+// TestRedisCLI runs the same redis-cli invocations against Redis and through
+// rproxy and requires the same output.
+func TestRedisCLI(t *testing.T) {
+	directAddr, proxyAddr := directAndProxied(t)
+	cases := []struct {
+		args  []string
+		hello bool   // a HELLO reply: the id field is masked
+		want  string // the direct output must be this, when set
+	}{
+		{args: []string{"ping"}, want: "PONG\n"},
+		{args: []string{"set", "k", "v"}, want: "OK\n"},
+		{args: []string{"get", "k"}, want: "v\n"},
+		{args: []string{"get", "missing"}, want: "\n"},
+		{args: []string{"--no-raw", "get", "missing"}, want: "(nil)\n"},
+		{args: []string{"rpush", "l", "a", "b c", "d"}, want: "3\n"},
+		{args: []string{"--no-raw", "lrange", "l", "0", "-1"}, want: "1) \"a\"\n2) \"b c\"\n3) \"d\"\n"},
+		{args: []string{"lrange", "l", "0", "-1"}, want: "a\nb c\nd\n"},
+		{args: []string{"hset", "h", "f1", "1", "f2", "2"}, want: "2\n"},
+		{args: []string{"zadd", "z", "1.5", "m"}, want: "1\n"},
+		{args: []string{"--no-raw", "incr", "k"}},
+		{args: []string{"-3", "hello", "3"}, hello: true},
+		{args: []string{"-3", "--no-raw", "hello", "3"}, hello: true},
+		{args: []string{"-3", "--no-raw", "hgetall", "h"}, want: "1# \"f1\" => \"1\"\n2# \"f2\" => \"2\"\n"},
+		{args: []string{"-3", "--no-raw", "zscore", "z", "m"}, want: "(double) 1.5\n"},
+		{args: []string{"-3", "--no-raw", "get", "missing"}, want: "(nil)\n"},
+		{args: []string{"--no-raw", "client", "getname"}, want: "(nil)\n"},
+		{args: []string{"--no-raw", "nosuchcommand", "x"}},
+	}
+	for _, c := range cases {
+		d := runCLI(t, directAddr, nil, c.args...)
+		p := runCLI(t, proxyAddr, nil, c.args...)
+		if c.want != "" && d != c.want {
+			t.Errorf("redis-cli %q against Redis printed %q, want %q (test expectation wrong?)", c.args, d, c.want)
+		}
+		if c.hello {
+			if !helloID.MatchString(d) || !helloID.MatchString(p) {
+				t.Errorf("redis-cli %q: no id field in the HELLO output\n  direct redis: %q\n  via rproxy:   %q", c.args, d, p)
+			}
+			d = helloID.ReplaceAllString(d, "id <masked>")
+			p = helloID.ReplaceAllString(p, "id <masked>")
+			if !strings.Contains(d, "proto") || !strings.Contains(d, "3") {
+				t.Errorf("redis-cli %q against Redis printed %q: not a RESP3 HELLO reply", c.args, d)
+			}
+		}
+		if d != p {
+			t.Errorf("redis-cli %q output differs\n  direct redis: %q\n  via rproxy:   %q", c.args, d, p)
+		}
+	}
+}
+
+// TestRedisCLIPipe: redis-cli --pipe mass insertion of 10,000 SETs through
+// rproxy.
+func TestRedisCLIPipe(t *testing.T) {
+	_, proxyAddr := directAndProxied(t)
+	const n = 10000
+	var in []byte
+	for i := 0; i < n; i++ {
+		in = resp.AppendCommandString(in, "SET", "pipe:"+strconv.Itoa(i), "value:"+strconv.Itoa(i))
+	}
+	out := runCLI(t, proxyAddr, in, "--pipe")
+	if !strings.Contains(out, "errors: 0, replies: 10000") {
+		t.Fatalf("redis-cli --pipe through rproxy: want \"errors: 0, replies: 10000\" in the output, got:\n%s", out)
+	}
+	if got := runCLI(t, proxyAddr, nil, "dbsize"); got != "10000\n" {
+		t.Errorf("DBSIZE after --pipe = %q, want 10000", got)
+	}
+	if got := runCLI(t, proxyAddr, nil, "get", "pipe:9999"); got != "value:9999\n" {
+		t.Errorf("GET pipe:9999 after --pipe = %q, want value:9999", got)
+	}
+}
+
+// benchmarkTests are the tests redis-benchmark 7.0 runs by default, as it
+// names them in -q output.
+var benchmarkTests = []string{
+	"PING_INLINE", "PING_MBULK", "SET", "GET", "INCR", "LPUSH", "RPUSH",
+	"LPOP", "RPOP", "SADD", "HSET", "SPOP", "ZADD", "ZPOPMIN",
+	"LPUSH (needed to benchmark LRANGE)", "LRANGE_100 (first 100 elements)",
+	"LRANGE_300 (first 300 elements)", "LRANGE_500 (first 500 elements)",
+	"LRANGE_600 (first 600 elements)", "MSET (10 keys)",
+}
+
+// TestRedisBenchmark runs redis-benchmark's full default test list through
+// rproxy and requires every test to complete without errors.
+func TestRedisBenchmark(t *testing.T) {
+	_, proxyAddr := directAndProxied(t)
+	bin := redistest.RequireBinary(t, "redis-benchmark")
+	host, port := splitAddr(t, proxyAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-h", host, "-p", port, "-c", "50", "-n", "2000", "-q")
+	out, err := cmd.CombinedOutput()
+	text := string(out)
+	if err != nil {
+		t.Fatalf("redis-benchmark through rproxy: %v\n%s", err, text)
+	}
+	// -q output: progress lines end in \r, results in \n.
+	results := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(text, "\r", "\n")))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if name, rest, ok := strings.Cut(line, ": "); ok && strings.Contains(rest, "requests per second") {
+			results[name] = rest
+		}
+	}
+	for _, name := range benchmarkTests {
+		if _, ok := results[name]; !ok {
+			t.Errorf("redis-benchmark through rproxy: no result line for %q", name)
+		}
+	}
+	if len(results) != len(benchmarkTests) {
+		t.Errorf("redis-benchmark printed %d results, want %d: %v", len(results), len(benchmarkTests), results)
+	}
+	for _, bad := range []string{"Could not fetch server CONFIG", "ERR", "Error", "error"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("redis-benchmark output contains %q", bad)
+		}
+	}
+	if t.Failed() {
+		t.Logf("redis-benchmark output:\n%s", strings.ReplaceAll(text, "\r", "\n"))
+	}
+}
+
+// proxyConn is a raw connection to rproxy.
+func proxyConn(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	return dialRaw(t, "rproxy", addr)
+}
+
+// TestRefusedCommands: commands that need a dedicated upstream connection are
+// refused with "ERR rproxy: <CMD> ..." and the connection stays usable.
+func TestRefusedCommands(t *testing.T) {
+	_, proxyAddr := directAndProxied(t)
+	refused := []struct {
+		args []string
+		name string // the command name the error must contain
+	}{
+		{[]string{"MULTI"}, "MULTI"},
+		{[]string{"EXEC"}, "EXEC"},
+		{[]string{"DISCARD"}, "DISCARD"},
+		{[]string{"WATCH", "k"}, "WATCH"},
+		{[]string{"UNWATCH"}, "UNWATCH"},
+		{[]string{"BLPOP", "k", "1"}, "BLPOP"},
+		{[]string{"brpop", "k", "0"}, "BRPOP"},
+		{[]string{"BLMOVE", "a", "b", "LEFT", "RIGHT", "0"}, "BLMOVE"},
+		{[]string{"BZPOPMIN", "z", "0"}, "BZPOPMIN"},
+		{[]string{"XREAD", "BLOCK", "0", "STREAMS", "x", "$"}, "XREAD"},
+		{[]string{"XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "x", ">"}, "XREADGROUP"},
+		{[]string{"WAIT", "0", "0"}, "WAIT"},
+		{[]string{"SUBSCRIBE", "c"}, "SUBSCRIBE"},
+		{[]string{"PSUBSCRIBE", "c*"}, "PSUBSCRIBE"},
+		{[]string{"SSUBSCRIBE", "c"}, "SSUBSCRIBE"},
+		{[]string{"SELECT", "1"}, "SELECT"},
+		{[]string{"MONITOR"}, "MONITOR"},
+		{[]string{"AUTH", "x"}, "AUTH"},
+		{[]string{"AUTH", "user", "pass"}, "AUTH"},
+		{[]string{"CLIENT", "TRACKING", "on"}, "CLIENT TRACKING"},
+		{[]string{"CLIENT", "REPLY", "OFF"}, "CLIENT REPLY"},
+	}
+	check := func(t *testing.T, args []string, name string, r []byte) {
+		t.Helper()
+		s := string(r)
+		if !strings.HasPrefix(s, "-ERR rproxy: ") || !strings.Contains(s, name) {
+			t.Errorf("%q: got %q, want an error starting with \"ERR rproxy: \" that names %s", args, s, name)
+		}
+	}
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
+			c := proxyConn(t, proxyAddr)
+			if proto == 3 {
+				if r := c.do(t, "HELLO", "3"); r[0] != '%' {
+					t.Fatalf("HELLO 3: got %q", r)
+				}
+			}
+			for _, rc := range refused {
+				check(t, rc.args, rc.name, c.do(t, rc.args...))
+				if r := c.do(t, "PING"); string(r) != "+PONG\r\n" {
+					t.Fatalf("PING after %q: got %q, want +PONG (connection unusable after the refusal)", rc.args, r)
+				}
+			}
+			if r := c.do(t, "SELECT", "0"); string(r) != "+OK\r\n" {
+				t.Errorf("SELECT 0: got %q, want +OK", r)
+			}
+			if r := c.do(t, "SET", "after", "refusals"); string(r) != "+OK\r\n" {
+				t.Errorf("SET after the refusals: got %q", r)
+			}
+			if r := c.do(t, "GET", "after"); string(r) != "$8\r\nrefusals\r\n" {
+				t.Errorf("GET after the refusals: got %q", r)
+			}
+		})
+	}
+	t.Run("Pipelined", func(t *testing.T) {
+		// Refusals interleaved with forwarded commands in one write: every
+		// reply in order.
+		c := proxyConn(t, proxyAddr)
+		var cmds [][]string
+		for i, rc := range refused {
+			cmds = append(cmds, rc.args, []string{"ECHO", "after-" + strconv.Itoa(i)})
+		}
+		replies := pipelineAll(t, c, cmds)
+		for i, rc := range refused {
+			check(t, rc.args, rc.name, replies[2*i])
+			want := fmt.Sprintf("$%d\r\nafter-%d\r\n", len("after-"+strconv.Itoa(i)), i)
+			if string(replies[2*i+1]) != want {
+				t.Errorf("pipelined ECHO after %q: got %q, want %q", rc.args, replies[2*i+1], want)
+			}
+		}
+	})
+}
+
+// TestClientNamePerSession: CLIENT SETNAME/GETNAME/ID answer per client
+// connection, not per shared upstream connection.
+func TestClientNamePerSession(t *testing.T) {
+	directAddr, proxyAddr := directAndProxied(t)
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
+			c1 := proxyConn(t, proxyAddr)
+			c2 := proxyConn(t, proxyAddr)
+			null := "$-1\r\n"
+			if proto == 3 {
+				null = "_\r\n"
+				for _, c := range []*rawConn{c1, c2} {
+					if r := c.do(t, "HELLO", "3"); r[0] != '%' {
+						t.Fatalf("HELLO 3: got %q", r)
+					}
+				}
+			}
+			for i, c := range []*rawConn{c1, c2} {
+				if r := c.do(t, "CLIENT", "GETNAME"); string(r) != null {
+					t.Errorf("conn %d: CLIENT GETNAME before SETNAME = %q, want %q", i+1, r, null)
+				}
+			}
+			if r := c1.do(t, "CLIENT", "SETNAME", "alpha"); string(r) != "+OK\r\n" {
+				t.Fatalf("conn 1: CLIENT SETNAME alpha = %q", r)
+			}
+			if r := c2.do(t, "CLIENT", "GETNAME"); string(r) != null {
+				t.Errorf("conn 2: CLIENT GETNAME after conn 1 set its name = %q, want %q", r, null)
+			}
+			if r := c2.do(t, "CLIENT", "SETNAME", "beta"); string(r) != "+OK\r\n" {
+				t.Fatalf("conn 2: CLIENT SETNAME beta = %q", r)
+			}
+			// Interleave with forwarded commands, which use shared connections.
+			for round := 0; round < 3; round++ {
+				c1.do(t, "SET", "x", "1")
+				c2.do(t, "GET", "x")
+				if r := c1.do(t, "CLIENT", "GETNAME"); string(r) != "$5\r\nalpha\r\n" {
+					t.Errorf("conn 1: CLIENT GETNAME = %q, want alpha", r)
+				}
+				if r := c2.do(t, "CLIENT", "GETNAME"); string(r) != "$4\r\nbeta\r\n" {
+					t.Errorf("conn 2: CLIENT GETNAME = %q, want beta", r)
+				}
+			}
+			if r := c1.do(t, "CLIENT", "SETNAME", "has space"); !strings.HasPrefix(string(r), "-ERR") {
+				t.Errorf("CLIENT SETNAME with a space = %q, want an error", r)
+			}
+			if r := c1.do(t, "CLIENT", "GETNAME"); string(r) != "$5\r\nalpha\r\n" {
+				t.Errorf("conn 1: CLIENT GETNAME after a rejected SETNAME = %q, want alpha", r)
+			}
+			id1a, id1b, id2 := c1.do(t, "CLIENT", "ID"), c1.do(t, "CLIENT", "ID"), c2.do(t, "CLIENT", "ID")
+			for _, r := range [][]byte{id1a, id2} {
+				if len(r) < 4 || r[0] != ':' {
+					t.Fatalf("CLIENT ID = %q, want an integer", r)
+				}
+			}
+			if !bytes.Equal(id1a, id1b) {
+				t.Errorf("CLIENT ID of one connection changed: %q then %q", id1a, id1b)
+			}
+			if bytes.Equal(id1a, id2) {
+				t.Errorf("two connections got the same CLIENT ID %q", id1a)
+			}
+			// CLIENT SETINFO: answered per session by a server that has it
+			// (7.2+), else that server's own error; either way what Redis
+			// itself answers.
+			direct := dialRaw(t, "direct redis", directAddr)
+			if proto == 3 {
+				direct.do(t, "HELLO", "3")
+			}
+			for _, args := range [][]string{{"CLIENT", "SETINFO", "LIB-NAME", "mylib"}, {"CLIENT", "SETINFO", "LIB-VER", "1.0"}} {
+				if d, p := direct.do(t, args...), c1.do(t, args...); !bytes.Equal(d, p) {
+					t.Errorf("%q:\n  direct redis: %q\n  via rproxy:   %q", args, d, p)
+				}
+			}
+			// An empty name clears it.
+			if r := c1.do(t, "CLIENT", "SETNAME", ""); string(r) != "+OK\r\n" {
+				t.Errorf("CLIENT SETNAME \"\" = %q, want +OK", r)
+			}
+			if r := c1.do(t, "CLIENT", "GETNAME"); string(r) != null {
+				t.Errorf("CLIENT GETNAME after clearing = %q, want %q", r, null)
+			}
+		})
+	}
+}
