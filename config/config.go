@@ -30,11 +30,15 @@ type Config struct {
 // Upstream configures the connections to the Redis server.
 type Upstream struct {
 	Address     string   `yaml:"address"`               // host:port of the Redis server; default "127.0.0.1:6379"
-	Connections int      `yaml:"connections"`           // shared upstream connections per protocol (RESP2, RESP3); default 2; 1..64
+	Connections int      `yaml:"connections"`           // shared upstream connections per protocol (RESP2, RESP3); default 1 (measured fastest); 1..64
 	DialTimeout Duration `yaml:"dial_timeout"`          // default 1s; > 0
 	Timeout     Duration `yaml:"timeout"`               // a request with no reply progress for this long fails with "upstream unavailable" and the connection is reset; default 5s; > 0
 	BackoffMin  Duration `yaml:"reconnect_backoff_min"` // default 50ms; > 0
 	BackoffMax  Duration `yaml:"reconnect_backoff_max"` // default 2s; >= BackoffMin
+	// GatherYields is how many times an upstream writer yields, while its
+	// queue keeps growing, to gather more clients' commands into one write;
+	// default 4; 0..64 (0 writes at once: more syscalls, more upstream wakeups).
+	GatherYields int `yaml:"gather_yields"`
 }
 
 // Limits bounds the resources clients may use.
@@ -64,12 +68,13 @@ func Default() Config {
 		Listen: "127.0.0.1:6380",
 		Admin:  "",
 		Upstream: Upstream{
-			Address:     "127.0.0.1:6379",
-			Connections: 2,
-			DialTimeout: Duration(time.Second),
-			Timeout:     Duration(5 * time.Second),
-			BackoffMin:  Duration(50 * time.Millisecond),
-			BackoffMax:  Duration(2 * time.Second),
+			Address:      "127.0.0.1:6379",
+			Connections:  1,
+			DialTimeout:  Duration(time.Second),
+			Timeout:      Duration(5 * time.Second),
+			BackoffMin:   Duration(50 * time.Millisecond),
+			BackoffMax:   Duration(2 * time.Second),
+			GatherYields: 4,
 		},
 		Limits: Limits{
 			MaxClients:     10000,
@@ -354,6 +359,9 @@ func (c Config) Validate() error {
 	}
 	if u.Connections < 1 || u.Connections > 64 {
 		add("upstream.connections must be between 1 and 64, got %d", u.Connections)
+	}
+	if u.GatherYields < 0 || u.GatherYields > 64 {
+		add("upstream.gather_yields must be between 0 and 64, got %d", u.GatherYields)
 	}
 	positive := func(path string, d Duration) {
 		if d <= 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,7 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			return
 		case <-c.wake:
 		}
+		c.gather()
 		c.mu.Lock()
 		if c.nc != nc {
 			c.mu.Unlock()
@@ -394,4 +396,27 @@ func (b *Batch) truncateToComplete() {
 		end = b.replyEnds[len(b.replyEnds)-1]
 	}
 	b.replies = b.replies[:end]
+}
+
+// gather yields so that client goroutines made runnable in the same network
+// poll queue their commands before this write, as twemproxy's event loop
+// batches what one epoll cycle delivered. It keeps yielding while the queue
+// grows, a few times at most.
+func (c *conn) gather() {
+	if c.pool.cfg.GatherYields <= 0 {
+		return
+	}
+	c.mu.Lock()
+	n := len(c.wbuf)
+	c.mu.Unlock()
+	for i := 0; i < c.pool.cfg.GatherYields; i++ {
+		runtime.Gosched()
+		c.mu.Lock()
+		m := len(c.wbuf)
+		c.mu.Unlock()
+		if m == n {
+			return
+		}
+		n = m
+	}
 }

@@ -24,6 +24,10 @@ type Config struct {
 	BackoffMin time.Duration // first reconnect delay, doubled per failure
 	BackoffMax time.Duration // reconnect delay cap
 
+	// GatherYields is how many times the writer may yield, while the queue
+	// keeps growing, to gather more commands into one write (0: none).
+	GatherYields int
+
 	Now  func() time.Time                                                     // injected clock; nil means time.Now
 	Dial func(ctx context.Context, network, address string) (net.Conn, error) // nil means a net.Dialer
 }
