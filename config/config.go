@@ -20,8 +20,11 @@ import (
 // Config is the content of rproxy.yaml. See rproxy.example.yaml and
 // README.md for every key with its default.
 type Config struct {
-	Listen   string   `yaml:"listen"`   // client listen address; default "127.0.0.1:6380"
-	Admin    string   `yaml:"admin"`    // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
+	Listen string `yaml:"listen"` // client listen address; default "127.0.0.1:6380"
+	Admin  string `yaml:"admin"`
+	// Procs is how many OS threads run Go code (GOMAXPROCS); default 1,
+	// 0 = Go's default (the GOMAXPROCS variable, else the CPU count); 0..1024.
+	Procs    int      `yaml:"procs"`    // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
 	Upstream Upstream `yaml:"upstream"` // the Redis server
 	Limits   Limits   `yaml:"limits"`   // resource limits
 	Log      Log      `yaml:"log"`      // logging
@@ -67,6 +70,7 @@ func Default() Config {
 	return Config{
 		Listen: "127.0.0.1:6380",
 		Admin:  "",
+		Procs:  1,
 		Upstream: Upstream{
 			Address:      "127.0.0.1:6379",
 			Connections:  1,
@@ -359,6 +363,9 @@ func (c Config) Validate() error {
 	}
 	if u.Connections < 1 || u.Connections > 64 {
 		add("upstream.connections must be between 1 and 64, got %d", u.Connections)
+	}
+	if c.Procs < 0 || c.Procs > 1024 {
+		add("procs must be between 0 and 1024, got %d", c.Procs)
 	}
 	if u.GatherYields < 0 || u.GatherYields > 64 {
 		add("upstream.gather_yields must be between 0 and 64, got %d", u.GatherYields)

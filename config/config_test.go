@@ -99,8 +99,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 19 {
-		t.Errorf("Config has %d yaml keys, test expects 19: %v", len(want), want)
+	if len(want) != 20 {
+		t.Errorf("Config has %d yaml keys, test expects 20: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -88,6 +89,9 @@ func run(args []string) error {
 		return err
 	}
 
+	if cfg.Procs > 0 {
+		runtime.GOMAXPROCS(cfg.Procs)
+	}
 	log, err := newLogger(cfg.Log)
 	if err != nil {
 		return err
@@ -107,7 +111,7 @@ func run(args []string) error {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	log.Info("rproxy starting", zap.String("version", version), zap.String("listen", ln.Addr().String()),
-		zap.String("upstream", cfg.Upstream.Address))
+		zap.String("upstream", cfg.Upstream.Address), zap.Int("procs", runtime.GOMAXPROCS(0)))
 
 	var adminSrv *http.Server
 	if cfg.Admin != "" {
