@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -27,6 +28,9 @@ import (
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
+
+// defaultGCPercent applies unless the GOGC environment variable is set.
+const defaultGCPercent = 400
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -91,6 +95,12 @@ func run(args []string) error {
 
 	if cfg.Procs > 0 {
 		runtime.GOMAXPROCS(cfg.Procs)
+	}
+	if os.Getenv("GOGC") == "" {
+		// The live heap is a few MB, so the default GOGC=100 collects very
+		// often; GC assists cost 7% of throughput at -P 16 (measured: GET
+		// -c 50 -P 16, 543k -> 584k rps with 400, medians of 5 rounds).
+		debug.SetGCPercent(defaultGCPercent)
 	}
 	log, err := newLogger(cfg.Log)
 	if err != nil {
