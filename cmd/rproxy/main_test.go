@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// buildBinary builds rproxy once per test run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rproxy")
+	out, err := exec.Command("go", "build", "-ldflags", "-X main.version=test-1.2.3", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	bin := buildBinary(t)
+	out, err := exec.Command(bin, "-version").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "rproxy test-1.2.3" {
+		t.Fatalf("-version: %q %v", out, err)
+	}
+	out, err = exec.Command(bin, "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, flag := range []string{"-listen", "-upstream", "-config", "-admin", "-log-level", "-version"} {
+		if !strings.Contains(string(out), flag) {
+			t.Errorf("-h does not document %s:\n%s", flag, out)
+		}
+	}
+}
+
+func TestBadConfigIsRejected(t *testing.T) {
+	bin := buildBinary(t)
+	path := filepath.Join(t.TempDir(), "rproxy.yaml")
+	os.WriteFile(path, []byte("listen: 127.0.0.1:0\nupstream:\n  adress: x\n"), 0o644)
+	out, err := exec.Command(bin, "-config", path).CombinedOutput()
+	if err == nil {
+		t.Fatal("started with an unknown config key")
+	}
+	if !strings.Contains(string(out), "line 3") || !strings.Contains(string(out), "adress") {
+		t.Fatalf("error does not name the key and line: %s", out)
+	}
+	out, err = exec.Command(bin, "stray-argument").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "unexpected arguments") {
+		t.Fatalf("stray argument accepted: %q %v", out, err)
+	}
+}
+
+// TestServesAndDrainsOnSIGTERM runs the real binary: flags override the
+// config file, clients are served, the admin endpoints answer, and SIGTERM
+// lets an in-flight reply reach its client before the process exits 0.
+func TestServesAndDrainsOnSIGTERM(t *testing.T) {
+	bin := buildBinary(t)
+	rs := redistest.Start(t, "--enable-debug-command", "yes")
+	listen := freeAddr(t)
+	admin := freeAddr(t)
+	path := filepath.Join(t.TempDir(), "rproxy.yaml")
+	// The file names a wrong upstream; the flag must win.
+	os.WriteFile(path, []byte("upstream:\n  address: 127.0.0.1:1\nlog:\n  format: json\n"), 0o644)
+	cmd := exec.Command(bin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	logs := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(stderr); logs <- string(b) }()
+
+	waitHTTP(t, "http://"+admin+"/readyz", 200)
+	if code := httpStatus(t, "http://"+admin+"/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d", code)
+	}
+	body := httpBody(t, "http://"+admin+"/metrics")
+	if !strings.Contains(body, "rproxy_upstream_connections") || !strings.Contains(body, "rproxy_proxy_commands_total") {
+		t.Fatalf("/metrics lacks rproxy metrics:\n%.500s", body)
+	}
+
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	c.Write(resp.AppendCommandString(nil, "SET", "k", "v"))
+	if r, _ := resp.ReadReply(rd, nil); string(r) != "+OK\r\n" {
+		t.Fatalf("SET = %q", r)
+	}
+	c.Write(resp.AppendCommandString(nil, "DEBUG", "SLEEP", "0.3"))
+	time.Sleep(50 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if r, err := resp.ReadReply(rd, nil); string(r) != "+OK\r\n" {
+		t.Fatalf("in-flight reply across SIGTERM = %q %v", r, err)
+	}
+	out := <-logs // read to EOF before Wait, which closes the pipe
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, out)
+	}
+	for _, want := range []string{`"msg":"shutting down"`, `"msg":"stopped"`, `"msg":"client connected"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `"GET"`) || strings.Contains(out, `"SET"`) {
+		t.Errorf("info log mentions commands:\n%s", out)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func httpBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func waitHTTP(t *testing.T, url string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for httpStatus(t, url) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never answered %d", url, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
