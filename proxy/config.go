@@ -22,8 +22,8 @@ type Config struct {
 	IdleTimeout    time.Duration // close clients idle this long; 0 = never
 	ShutdownDrain  time.Duration // how long Shutdown lets in-flight replies reach clients
 
-	// TableRetry is how often the command table is requested from the
-	// upstream until it answers; 0 means one second.
+	// TableRetry is the longest wait between requests for the command
+	// table while the upstream does not answer; 0 means one second.
 	TableRetry time.Duration
 }
 

@@ -230,6 +230,8 @@ func (s *Server) closed(c redcon.Conn, err error) {
 func (s *Server) loadTable(ctx context.Context) {
 	defer close(s.tableDone)
 	b := upstream.NewBatch()
+	// Start fast: at start-up the first try usually races the first connect.
+	retry := min(10*time.Millisecond, s.cfg.TableRetry)
 	for {
 		b.Reset()
 		b.Add(resp.AppendCommandString(nil, "COMMAND"))
@@ -258,8 +260,9 @@ func (s *Server) loadTable(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(s.cfg.TableRetry):
+		case <-time.After(retry):
 		}
+		retry = min(retry*2, s.cfg.TableRetry)
 	}
 }
 
