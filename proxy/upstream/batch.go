@@ -12,8 +12,9 @@ const maxRetained = 1 << 20
 // A Batch is owned by one session and reused; between Send and the return of
 // Wait it belongs to the connection's reader and must not be touched.
 type Batch struct {
-	cmds  []byte // the commands' raw RESP bytes, back to back
-	count int    // how many commands cmds holds
+	// cmds are the commands' raw RESP bytes, referenced, not copied: they
+	// are copied once, into the connection's write buffer, inside Pool.Do.
+	cmds [][]byte
 
 	replies   []byte // replies, back to back, exactly as Redis sent them
 	replyEnds []int  // replyEnds[i] is the end offset of reply i in replies
@@ -28,26 +29,23 @@ func NewBatch() *Batch {
 
 // Reset empties the batch for reuse.
 func (b *Batch) Reset() {
-	if cap(b.cmds) > maxRetained {
-		b.cmds = nil
-	}
+	clear(b.cmds) // drop the references so the commands can be collected
 	if cap(b.replies) > maxRetained {
 		b.replies = nil
 	}
-	b.cmds = b.cmds[:0]
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
-	b.count = 0
+	b.cmds = b.cmds[:0]
 }
 
-// Add appends one command, already encoded as RESP.
+// Add appends one command, already encoded as RESP. raw must stay unchanged
+// until Pool.Do returns.
 func (b *Batch) Add(raw []byte) {
-	b.cmds = append(b.cmds, raw...)
-	b.count++
+	b.cmds = append(b.cmds, raw)
 }
 
 // Len is the number of commands in the batch.
-func (b *Batch) Len() int { return b.count }
+func (b *Batch) Len() int { return len(b.cmds) }
 
 // Reply returns reply i. Valid after Wait returns, until Reset.
 func (b *Batch) Reply(i int) []byte {
@@ -64,7 +62,7 @@ func (b *Batch) Reply(i int) []byte {
 func (b *Batch) Wait() { <-b.done }
 
 // complete reports whether every command has its reply.
-func (b *Batch) complete() bool { return len(b.replyEnds) == b.count }
+func (b *Batch) complete() bool { return len(b.replyEnds) == len(b.cmds) }
 
 // fail gives every command still without a reply the error line, then
 // signals completion. Only the batch's current owner may call it.

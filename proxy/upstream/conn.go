@@ -61,8 +61,10 @@ func (c *conn) send(b *Batch) (string, bool) {
 		c.lastProgress.Store(c.pool.cfg.Now().UnixNano())
 	}
 	c.inflight = append(c.inflight, b)
-	c.wbuf = append(c.wbuf, b.cmds...)
-	c.wcount += b.count
+	for _, cmd := range b.cmds {
+		c.wbuf = append(c.wbuf, cmd...)
+	}
+	c.wcount += len(b.cmds)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
