@@ -112,19 +112,7 @@ const maxName = 32
 
 // Lookup finds a command by name, case-insensitively, without allocating.
 // It returns nil for unknown commands.
-func (t *Table) Lookup(name []byte) *Info {
-	if len(name) > maxName {
-		return t.cmds[strings.ToLower(string(name))]
-	}
-	var buf [maxName]byte
-	for i, c := range name {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	return t.cmds[string(buf[:len(name)])]
-}
+func (t *Table) Lookup(name []byte) *Info { return lookupIn(t.cmds, name) }
 
 // LookupArgs finds the Info for a command line: the subcommand's when the
 // command has subcommands and args names a known one, else the command's.
@@ -142,6 +130,8 @@ func (t *Table) LookupArgs(args [][]byte) *Info {
 	return info
 }
 
+// lookupIn lower-cases name into a stack buffer; the map lookup with
+// string(buf) does not allocate.
 func lookupIn(m map[string]*Info, name []byte) *Info {
 	if len(name) > maxName {
 		return m[strings.ToLower(string(name))]
