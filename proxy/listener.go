@@ -64,6 +64,59 @@ func (l *drainListener) release() {
 type limitedConn struct {
 	net.Conn
 	limiter resp.RequestLimiter
+
+	// While the session waits on a blocking command, a watcher reads the
+	// client so that a client that leaves is noticed (Redis unblocks it);
+	// what it reads is kept in pending and returned to redcon first.
+	mu       sync.Mutex
+	pending  []byte
+	watchErr error
+}
+
+// watch starts reading the client in the background and calls gone if the
+// client closes or fails. The returned stop ends the watch and must be
+// called before redcon reads again.
+func (c *limitedConn) watch(gone func()) (stop func()) {
+	done := make(chan struct{})
+	interrupted := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Conn.Read(buf)
+			if n > 0 {
+				c.mu.Lock()
+				c.pending = append(c.pending, buf[:n]...)
+				lerr := c.limiter.Feed(buf[:n])
+				if lerr != nil {
+					c.watchErr = lerr
+				}
+				c.mu.Unlock()
+				if lerr != nil {
+					gone()
+					return
+				}
+			}
+			if err != nil {
+				select {
+				case <-interrupted:
+					return // stop's deadline, not the client
+				default:
+				}
+				c.mu.Lock()
+				c.watchErr = err
+				c.mu.Unlock()
+				gone()
+				return
+			}
+		}
+	}()
+	return func() {
+		close(interrupted)
+		c.Conn.SetReadDeadline(time.Now())
+		<-done
+		c.Conn.SetReadDeadline(time.Time{})
+	}
 }
 
 // limitError is returned from Read when a limit closes the client; the
@@ -73,6 +126,22 @@ type limitError struct{ reason string }
 func (e *limitError) Error() string { return "client input limit: " + e.reason }
 
 func (c *limitedConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	if err := c.watchErr; err != nil {
+		c.mu.Unlock()
+		var le *resp.LimitError
+		if errors.As(err, &le) {
+			return 0, &limitError{reason: le.Reason}
+		}
+		return 0, err
+	}
+	c.mu.Unlock()
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		if lerr := c.limiter.Feed(p[:n]); lerr != nil {

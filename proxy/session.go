@@ -46,6 +46,18 @@ type session struct {
 	order     []int
 	quit      bool
 
+	// Pinning: while the session holds connection state, its commands run on
+	// a dedicated upstream connection. track holds, for each command in
+	// batch while pinned, the state it may change; the replies decide.
+	pin       *upstream.Dedicated
+	pinProto  int // the pool the pin came from
+	inMulti   bool
+	watching  bool
+	db        int  // database selected on the pin
+	dbUnknown bool // a SELECT ran inside a transaction: keep the pin
+	blocking  bool // batch holds a blocking command: no timeout, watch the client
+	track     []track
+
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
 	// the bookkeeping.
@@ -106,9 +118,18 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 			s.forward(ss, cmd.Raw)
 			return
 		}
-		s.refuse(ss, args[0], "blocking commands need a dedicated upstream connection")
+		if ss.pin == nil && !s.pinSession(ss) {
+			return
+		}
+		ss.blocking = true
+		s.forward(ss, cmd.Raw)
+	case command.Transaction:
+		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss) {
+			return
+		}
+		s.forwardTracked(ss, cmd.Raw, transactionTrack(info.Name))
 	case command.Unsupported:
-		s.refuse(ss, args[0], "it needs a dedicated upstream connection")
+		s.refuse(ss, args[0], "it needs session state rproxy does not keep")
 	case command.Select:
 		s.selectDB(ss, cmd)
 	case command.Client:
@@ -118,6 +139,7 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		s.hello(ss, cmd)
 	case command.Reset:
 		s.flush(ss)
+		s.unpin(ss)
 		ss.proto, ss.name, ss.libName, ss.libVer = 2, nil, nil, nil
 		s.reply(ss, []byte("+RESET\r\n"))
 	case command.Quit:
@@ -146,8 +168,15 @@ func isNonBlockingRead(info *command.Info, args [][]byte) bool {
 }
 
 func (s *Server) forward(ss *session, raw []byte) {
+	s.forwardTracked(ss, raw, track{})
+}
+
+func (s *Server) forwardTracked(ss *session, raw []byte, t track) {
 	ss.batch.Add(raw)
 	ss.order = append(ss.order, -1)
+	if ss.pin != nil {
+		ss.track = append(ss.track, t)
+	}
 }
 
 // reply queues a reply made by the proxy, in order with the upstream ones.
@@ -173,7 +202,11 @@ func (s *Server) flush(ss *session) {
 	}
 	if n := ss.batch.Len(); n > 0 {
 		s.metrics.forwarded.Add(float64(n))
-		s.pools[ss.proto].Do(ss.batch)
+		if ss.pin != nil {
+			s.doPinned(ss)
+		} else {
+			s.pools[ss.proto].Do(ss.batch)
+		}
 	}
 	if ss.localCount > 0 {
 		s.metrics.local.Add(float64(ss.localCount))
@@ -200,6 +233,11 @@ func (s *Server) flush(ss *session) {
 	}
 	ss.batch.Reset()
 	ss.local, ss.localEnds, ss.order = ss.local[:0], ss.localEnds[:0], ss.order[:0]
+	if ss.pin != nil && ss.pinNoLongerNeeded() {
+		// Let the replies go before the reset round trip of Release.
+		redcon.BaseWriter(ss.conn).Flush()
+		s.unpin(ss)
+	}
 }
 
 // write hands a reply to the client connection. Large replies bypass
@@ -223,13 +261,16 @@ func (s *Server) write(ss *session, r []byte) {
 // SELECT Redis itself rejects; switching to another db is refused for now.
 func (s *Server) selectDB(ss *session, cmd redcon.Command) {
 	if len(cmd.Args) == 2 {
-		db := cmd.Args[1]
-		if _, err := strconv.ParseInt(string(db), 10, 64); err == nil && string(db) != "0" {
-			s.refuse(ss, cmd.Args[0], "SELECT of a database other than 0 needs a dedicated upstream connection")
+		n, err := strconv.Atoi(string(cmd.Args[1]))
+		if err == nil && (ss.pin != nil || string(cmd.Args[1]) != "0") {
+			if ss.pin == nil && !s.pinSession(ss) {
+				return
+			}
+			s.forwardTracked(ss, cmd.Raw, track{kind: trackSelect, db: n})
 			return
 		}
 	}
-	s.forward(ss, cmd.Raw)
+	s.forward(ss, cmd.Raw) // SELECT 0 unpinned, or one Redis rejects
 }
 
 // client answers the CLIENT subcommands that describe this connection from
@@ -381,7 +422,13 @@ func (s *Server) hello(ss *session, cmd redcon.Command) {
 func (s *Server) helloUpstream(ss *session, raw []byte, proto int, setName bool, name []byte) {
 	s.metrics.local.Inc()
 	ss.batch.Add(raw)
-	s.pools[proto].Do(ss.batch)
+	if ss.pin != nil {
+		// The pinned connection itself switches, so later replies on it
+		// use the session's new protocol.
+		ss.pin.Do(ss.batch, s.cfg.Upstream.Timeout)
+	} else {
+		s.pools[proto].Do(ss.batch)
+	}
 	r := ss.batch.Reply(0)
 	if len(r) > 0 && r[0] != '-' && r[0] != '!' {
 		ss.proto = proto

@@ -63,10 +63,15 @@ const (
 	Quit
 	// Reset returns the session to its initial state.
 	Reset
-	// Unsupported commands need connection state the shared connections cannot hold.
+	// Unsupported commands need state rproxy does not keep yet (pub/sub,
+	// AUTH, MONITOR, replication).
 	Unsupported
-	// Blocking commands block their connection; refused until sessions can pin one.
+	// BlockingCmd commands block their connection: they run on a connection
+	// pinned to the session for the call.
 	BlockingCmd
+	// Transaction is MULTI, EXEC, DISCARD, WATCH and UNWATCH: MULTI and WATCH
+	// pin a connection to the session until the transaction or watch ends.
+	Transaction
 )
 
 // Info describes one command (or one subcommand, named "parent|sub").
@@ -208,8 +213,8 @@ func (t *Table) classify() {
 		"reset":  Reset,
 		// State the shared connections cannot hold (the sessions issue pins a
 		// dedicated connection for these).
-		"multi": Unsupported, "exec": Unsupported, "discard": Unsupported,
-		"watch": Unsupported, "unwatch": Unsupported,
+		"multi": Transaction, "exec": Transaction, "discard": Transaction,
+		"watch": Transaction, "unwatch": Transaction,
 		"auth": Unsupported, "monitor": Unsupported,
 		"subscribe": Unsupported, "unsubscribe": Unsupported,
 		"psubscribe": Unsupported, "punsubscribe": Unsupported,

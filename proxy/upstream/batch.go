@@ -67,11 +67,17 @@ func (b *Batch) complete() bool { return len(b.replyEnds) == len(b.cmds) }
 // fail gives every command still without a reply the error line, then
 // signals completion. Only the batch's current owner may call it.
 func (b *Batch) fail(errLine []byte) {
+	b.fillErrors(errLine)
+	b.done <- struct{}{}
+}
+
+// fillErrors gives every command still without a reply the error line.
+func (b *Batch) fillErrors(errLine []byte) {
+	b.truncateToComplete()
 	for !b.complete() {
 		b.replies = append(b.replies, errLine...)
 		b.replyEnds = append(b.replyEnds, len(b.replies))
 	}
-	b.done <- struct{}{}
 }
 
 // unavailable renders the error every failed command receives.

@@ -269,22 +269,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // dial connects and performs the handshake (HELLO 3 for RESP3 pools).
-func (c *conn) dial(ctx context.Context) (net.Conn, error) {
-	cfg := c.pool.cfg
-	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	defer cancel()
-	nc, err := cfg.Dial(dctx, "tcp", cfg.Address)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Protocol == 3 {
-		if err := handshake(nc, cfg.Now().Add(cfg.DialTimeout), resp.AppendCommandString(nil, "HELLO", "3")); err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("HELLO 3: %w", err)
-		}
-	}
-	return nc, nil
-}
+func (c *conn) dial(ctx context.Context) (net.Conn, error) { return c.pool.dial(ctx) }
 
 // handshake sends one command and requires a non-error reply.
 func handshake(nc net.Conn, deadline time.Time, cmd []byte) error {

@@ -16,6 +16,7 @@ type Metrics struct {
 	commands      *prometheus.CounterVec
 	bytesOut      *prometheus.CounterVec
 	batchCommands *prometheus.HistogramVec
+	pinned        *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -38,9 +39,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		batchCommands: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "write_batch_commands", Help: "Commands per upstream write (how well pipelining batches).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}}, proto),
+		pinned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "pinned_connections", Help: "Dedicated upstream connections currently lent to sessions holding state."}, proto),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands)
+		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned)
 	}
 	return m
 }
@@ -55,6 +58,7 @@ type poolMetrics struct {
 	commands      prometheus.Counter
 	bytesOut      prometheus.Counter
 	batchCommands prometheus.Observer
+	pinned        prometheus.Gauge
 }
 
 func (m *Metrics) forProtocol(protocol int) *poolMetrics {
@@ -67,6 +71,7 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 		commands:      m.commands.WithLabelValues(p),
 		bytesOut:      m.bytesOut.WithLabelValues(p),
 		batchCommands: m.batchCommands.WithLabelValues(p),
+		pinned:        m.pinned.WithLabelValues(p),
 	}
 }
 

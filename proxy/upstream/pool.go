@@ -62,6 +62,8 @@ type Pool struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	dedicatedState
 }
 
 // NewPool validates cfg and starts connecting in the background; it does not
@@ -90,6 +92,7 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 		metrics: m.forProtocol(cfg.Protocol),
 		cancel:  cancel,
 	}
+	p.lent = make(map[*Dedicated]struct{})
 	for i := 0; i < cfg.Connections; i++ {
 		c := newConn(p, i)
 		p.conns = append(p.conns, c)
@@ -142,6 +145,7 @@ func (p *Pool) Ready() bool {
 // Close stops reconnecting, closes every connection and fails what waits on them.
 func (p *Pool) Close() {
 	p.cancel()
+	p.closeDedicated()
 	for _, c := range p.conns {
 		c.closeWith("proxy shutting down")
 	}

@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// trackKind is the connection state a command may change, judged from its
+// reply once the batch has run on the pinned connection.
+type trackKind uint8
+
+const (
+	trackNone trackKind = iota
+	trackMulti
+	trackExec // EXEC and DISCARD: end the transaction and the watch
+	trackWatch
+	trackUnwatch
+	trackSelect
+)
+
+type track struct {
+	kind trackKind
+	db   int // for trackSelect
+}
+
+func transactionTrack(name string) track {
+	switch name {
+	case "multi":
+		return track{kind: trackMulti}
+	case "exec", "discard":
+		return track{kind: trackExec}
+	case "watch":
+		return track{kind: trackWatch}
+	case "unwatch":
+		return track{kind: trackUnwatch}
+	}
+	return track{}
+}
+
+// pinSession sends what is queued on the shared connections, then lends the
+// session a dedicated connection. If none can be had, the command that asked
+// gets the upstream error and false is returned.
+func (s *Server) pinSession(ss *session) bool {
+	s.flush(ss)
+	d, err := s.pools[ss.proto].Acquire(context.Background())
+	if err != nil {
+		s.reply(ss, resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()))
+		return false
+	}
+	ss.pin, ss.pinProto = d, ss.proto
+	ss.inMulti, ss.watching, ss.db, ss.dbUnknown = false, false, 0, false
+	return true
+}
+
+// doPinned runs the batch on the pinned connection, then updates the
+// session's state from the replies, in order.
+func (s *Server) doPinned(ss *session) {
+	timeout := s.cfg.Upstream.Timeout
+	var stop func()
+	if ss.blocking {
+		// A blocking command waits as long as the client asked (Redis times
+		// it out). Meanwhile a client that leaves must release the
+		// connection, as Redis unblocks a client that disconnects.
+		timeout = 0
+		if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
+			stop = lc.watch(ss.pin.Interrupt)
+		}
+	}
+	ss.pin.Do(ss.batch, timeout)
+	if stop != nil {
+		stop()
+	}
+	ss.blocking = false
+	for i, t := range ss.track {
+		r := string(ss.batch.Reply(i))
+		switch t.kind {
+		case trackMulti:
+			if r == "+OK\r\n" {
+				ss.inMulti = true
+			}
+		case trackExec:
+			if ss.inMulti {
+				ss.inMulti, ss.watching = false, false
+			}
+		case trackWatch:
+			if !ss.inMulti && r == "+OK\r\n" {
+				ss.watching = true
+			}
+		case trackUnwatch:
+			if !ss.inMulti {
+				ss.watching = false
+			}
+		case trackSelect:
+			if !ss.inMulti && r == "+OK\r\n" {
+				ss.db = t.db
+			} else if ss.inMulti && r == "+QUEUED\r\n" {
+				ss.dbUnknown = true
+			}
+		}
+	}
+	ss.track = ss.track[:0]
+	if ss.pin.Broken() {
+		// The connection and its state are gone, as for a direct client
+		// whose connection dropped; later commands use a fresh start.
+		s.log.Info("pinned upstream connection lost", zap.Int64("id", ss.id))
+		s.unpin(ss)
+	}
+}
+
+// pinNoLongerNeeded reports whether the session holds no connection state.
+func (ss *session) pinNoLongerNeeded() bool {
+	return !ss.inMulti && !ss.watching && ss.db == 0 && !ss.dbUnknown && !ss.blocking
+}
+
+// unpin returns the dedicated connection (reset for reuse, or closed).
+func (s *Server) unpin(ss *session) {
+	if ss.pin == nil {
+		return
+	}
+	s.pools[ss.pinProto].Release(ss.pin)
+	ss.pin = nil
+	ss.inMulti, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, 0, false, false
+	ss.track = ss.track[:0]
+}

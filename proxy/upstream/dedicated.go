@@ -1,0 +1,216 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// maxIdleDedicated bounds the reset connections a pool keeps for reuse.
+const maxIdleDedicated = 16
+
+// Dedicated is an upstream connection lent to one session while that session
+// holds connection state (a transaction, WATCH, a database other than 0, a
+// blocking command). Only the session uses it, one batch at a time, so it
+// needs no writer or reader goroutine: Do writes and reads in place.
+type Dedicated struct {
+	pool   *Pool
+	nc     net.Conn
+	buf    []byte // read buffer; buf[r:w] is read but not yet framed
+	r, w   int
+	fr     resp.Framer
+	broken atomic.Bool // set on any failure: the connection is closed, not reused
+}
+
+// dial connects and performs the handshake (HELLO 3 for RESP3 pools).
+func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
+	nc, err := p.cfg.Dial(dctx, "tcp", p.cfg.Address)
+	if err != nil {
+		return nil, err
+	}
+	if p.cfg.Protocol == 3 {
+		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), resp.AppendCommandString(nil, "HELLO", "3")); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("HELLO 3: %w", err)
+		}
+	}
+	return nc, nil
+}
+
+// Acquire lends a dedicated connection: a reset idle one, or a new one.
+func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
+	p.dmu.Lock()
+	if p.closed {
+		p.dmu.Unlock()
+		return nil, errors.New("proxy shutting down")
+	}
+	if n := len(p.idle); n > 0 {
+		d := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.dmu.Unlock()
+		p.metrics.pinned.Inc()
+		return d, nil
+	}
+	p.dmu.Unlock()
+	nc, err := p.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dedicated{pool: p, nc: nc, buf: make([]byte, 16<<10)}
+	p.dmu.Lock()
+	if p.closed {
+		p.dmu.Unlock()
+		nc.Close()
+		return nil, errors.New("proxy shutting down")
+	}
+	p.lent[d] = struct{}{}
+	p.dmu.Unlock()
+	p.metrics.pinned.Inc()
+	return d, nil
+}
+
+// Release takes back a lent connection. A healthy one is reset (RESET, and
+// HELLO 3 again on RESP3 pools, since RESET returns to RESP2) and kept for
+// reuse; anything else is closed, so no state leaks to the next session.
+func (p *Pool) Release(d *Dedicated) {
+	p.metrics.pinned.Dec()
+	if !d.broken.Load() && d.reset() {
+		p.dmu.Lock()
+		if !p.closed && len(p.idle) < maxIdleDedicated {
+			p.idle = append(p.idle, d)
+			p.dmu.Unlock()
+			return
+		}
+		p.dmu.Unlock()
+	}
+	d.close()
+}
+
+func (d *Dedicated) reset() bool {
+	b := NewBatch()
+	b.Add(resp.AppendCommandString(nil, "RESET"))
+	if d.pool.cfg.Protocol == 3 {
+		b.Add(resp.AppendCommandString(nil, "HELLO", "3"))
+	}
+	d.Do(b, d.pool.cfg.Timeout)
+	if d.broken.Load() || string(b.Reply(0)) != "+RESET\r\n" {
+		return false
+	}
+	return b.Len() == 1 || (b.Reply(1)[0] != '-' && b.Reply(1)[0] != '!')
+}
+
+// Broken reports whether the connection failed (it is closed on Release).
+func (d *Dedicated) Broken() bool { return d.broken.Load() }
+
+// Interrupt closes the connection from another goroutine, ending a Do that
+// waits on it (a client that left during a blocking command).
+func (d *Dedicated) Interrupt() {
+	d.broken.Store(true)
+	d.nc.Close()
+}
+
+func (d *Dedicated) close() {
+	d.broken.Store(true)
+	d.nc.Close()
+	d.pool.dmu.Lock()
+	delete(d.pool.lent, d)
+	d.pool.dmu.Unlock()
+}
+
+// Do writes the batch and reads one reply per command into it. timeout
+// bounds the wait for reply progress; 0 means no bound (a blocking command
+// may wait as long as the client asked). On failure the remaining commands
+// get "-ERR upstream unavailable: <reason>" and the connection is broken.
+func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
+	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
+	if d.broken.Load() {
+		b.fillErrors(unavailable("connection lost"))
+		return
+	}
+	deadline := time.Time{}
+	if timeout > 0 {
+		deadline = d.pool.cfg.Now().Add(timeout)
+	}
+	d.nc.SetDeadline(deadline)
+	bufs := net.Buffers(append(make([][]byte, 0, len(b.cmds)), b.cmds...))
+	if _, err := bufs.WriteTo(d.nc); err != nil {
+		d.fail(b, "write: "+err.Error())
+		return
+	}
+	d.pool.metrics.observeWrite(len(b.cmds), 0)
+	start := len(b.replies)
+	for !b.complete() {
+		if d.r == d.w {
+			if timeout > 0 {
+				d.nc.SetReadDeadline(d.pool.cfg.Now().Add(timeout))
+			}
+			n, err := d.nc.Read(d.buf)
+			if err != nil {
+				reason := "read: " + err.Error()
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					reason = fmt.Sprintf("no reply within %v", timeout)
+				}
+				d.fail(b, reason)
+				return
+			}
+			d.r, d.w = 0, n
+		}
+		k, done, err := d.fr.Next(d.buf[d.r:d.w])
+		if err != nil {
+			d.fail(b, "bad reply from upstream: "+err.Error())
+			return
+		}
+		b.replies = append(b.replies, d.buf[d.r:d.r+k]...)
+		d.r += k
+		if !done {
+			continue
+		}
+		if d.fr.Kind() == '>' {
+			// Out-of-band push: pub/sub on pinned connections is not
+			// supported yet, so nothing asks for these; drop them.
+			b.replies = b.replies[:start]
+			continue
+		}
+		b.replyEnds = append(b.replyEnds, len(b.replies))
+		start = len(b.replies)
+	}
+}
+
+func (d *Dedicated) fail(b *Batch, reason string) {
+	d.broken.Store(true)
+	d.nc.Close()
+	b.fillErrors(unavailable(reason))
+}
+
+// closeDedicated closes every lent and idle dedicated connection (shutdown),
+// which ends any Do waiting on them.
+func (p *Pool) closeDedicated() {
+	p.dmu.Lock()
+	p.closed = true
+	lent := make([]*Dedicated, 0, len(p.lent))
+	for d := range p.lent {
+		lent = append(lent, d)
+	}
+	p.idle = nil
+	p.dmu.Unlock()
+	for _, d := range lent {
+		d.Interrupt()
+	}
+}
+
+// dedicatedState is the Pool's bookkeeping of lent connections.
+type dedicatedState struct {
+	dmu    sync.Mutex
+	lent   map[*Dedicated]struct{}
+	idle   []*Dedicated
+	closed bool
+}
