@@ -287,3 +287,52 @@ func TestGoRedisTransactionsAndBlocking(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionEconomy: 1,000 idle clients and 1,000 clients doing GET/SET
+// use only the shared connections (one per protocol by default) plus the
+// dedicated connections of pinned sessions.
+func TestConnectionEconomy(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	shared := redisClients(t, rs) // the proxy's shared connections, after start
+	if shared != 2 {
+		t.Fatalf("Redis sees %d connections from an idle proxy, want 2 (RESP2 and RESP3 shared)", shared)
+	}
+	for i := 0; i < 1000; i++ {
+		dialClient(t, p.Addr) // idle
+	}
+	errs := make(chan string, 1000)
+	done := make(chan struct{})
+	for i := 0; i < 1000; i++ {
+		c := dialClient(t, p.Addr)
+		go func() {
+			k := fmt.Sprintf("econ:%d", i)
+			if got := c.doErr("SET", k, "v"); got != "+OK\r\n" {
+				errs <- "SET " + got
+			} else if got := c.doErr("GET", k); got != "$1\r\nv\r\n" {
+				errs <- "GET " + got
+			}
+			done <- struct{}{}
+		}()
+	}
+	for i := 0; i < 1000; i++ {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	if n := counterValue(t, p.Registry, "rproxy_proxy_client_connections", nil); n != 2000 {
+		t.Fatalf("proxy counts %v clients, want 2000", n)
+	}
+	if got := redisClients(t, rs); got != shared {
+		t.Fatalf("with 2,000 clients Redis sees %d connections, want the %d shared ones", got, shared)
+	}
+	// One pinned session adds exactly one.
+	m := dialClient(t, p.Addr)
+	m.do("MULTI")
+	if got := redisClients(t, rs); got != shared+1 {
+		t.Fatalf("with one client in MULTI Redis sees %d connections, want %d", got, shared+1)
+	}
+	m.do("DISCARD")
+}

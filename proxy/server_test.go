@@ -60,6 +60,20 @@ func (c *rawClient) do(args ...string) string {
 	return string(c.read())
 }
 
+// doErr is do for other goroutines: it returns failures as text instead of
+// failing the test.
+func (c *rawClient) doErr(args ...string) string {
+	c.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.nc.Write(resp.AppendCommandString(nil, args...)); err != nil {
+		return "write: " + err.Error()
+	}
+	r, err := resp.ReadReply(c.rd, nil)
+	if err != nil {
+		return "read: " + err.Error()
+	}
+	return string(r)
+}
+
 // expectClosed requires the server to close the connection (after any
 // replies already sent, which are returned).
 func (c *rawClient) expectClosed() string {
