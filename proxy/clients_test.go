@@ -416,7 +416,7 @@ func proxyConn(t *testing.T, addr string) *rawConn {
 }
 
 // TestRefusedCommands: commands that need state rproxy does not keep yet
-// (pub/sub, AUTH, MONITOR, CLIENT TRACKING/REPLY) are refused with
+// (AUTH, MONITOR, CLIENT TRACKING/REPLY) are refused with
 // "ERR rproxy: <CMD> ..." and the connection stays usable.
 func TestRefusedCommands(t *testing.T) {
 	_, proxyAddr := directAndProxied(t)
@@ -424,9 +424,6 @@ func TestRefusedCommands(t *testing.T) {
 		args []string
 		name string // the command name the error must contain
 	}{
-		{[]string{"SUBSCRIBE", "c"}, "SUBSCRIBE"},
-		{[]string{"PSUBSCRIBE", "c*"}, "PSUBSCRIBE"},
-		{[]string{"SSUBSCRIBE", "c"}, "SSUBSCRIBE"},
 		{[]string{"MONITOR"}, "MONITOR"},
 		{[]string{"AUTH", "x"}, "AUTH"},
 		{[]string{"AUTH", "user", "pass"}, "AUTH"},

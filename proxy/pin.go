@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 
+	"github.com/tidwall/redcon"
+
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -120,8 +122,48 @@ func (s *Server) unpin(ss *session) {
 	if ss.pin == nil {
 		return
 	}
+	if ss.stream {
+		ss.pin.Interrupt() // ends the stream goroutine; never reused
+	}
 	s.pools[ss.pinProto].Release(ss.pin)
 	ss.pin = nil
 	ss.inMulti, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, 0, false, false
 	ss.track = ss.track[:0]
+}
+
+// startStream puts the session in stream mode (pub/sub) on its pinned
+// connection: replies so far are written, then a goroutine copies what Redis
+// sends to the client, and raw is the first command sent.
+func (s *Server) startStream(ss *session, raw []byte) {
+	if ss.pin == nil && !s.pinSession(ss) {
+		return
+	}
+	s.flush(ss)
+	if ss.pin == nil { // the flush lost the pinned connection
+		s.reply(ss, resp.AppendError(nil, "ERR upstream unavailable: pinned connection lost"))
+		return
+	}
+	if err := redcon.BaseWriter(ss.conn).Flush(); err != nil {
+		return
+	}
+	ss.stream = true
+	pin, nc, id := ss.pin, ss.conn.NetConn(), ss.id
+	go func() {
+		err := pin.StreamTo(nc)
+		s.log.Debug("pub/sub stream ended", zap.Int64("id", id), zap.Error(err))
+		// Redis closed (QUIT, or an output buffer limit) or the client left.
+		nc.Close()
+	}()
+	ss.streamCmds = append(ss.streamCmds, raw)
+}
+
+// sendStream writes the batch's commands to the pinned connection.
+func (s *Server) sendStream(ss *session) {
+	s.metrics.forwarded.Add(float64(len(ss.streamCmds)))
+	if err := ss.pin.Send(ss.streamCmds); err != nil {
+		s.log.Info("pub/sub upstream write failed", zap.Int64("id", ss.id), zap.Error(err))
+		ss.conn.NetConn().Close()
+	}
+	clear(ss.streamCmds)
+	ss.streamCmds = ss.streamCmds[:0]
 }

@@ -57,6 +57,11 @@ type session struct {
 	dbUnknown bool // a SELECT ran inside a transaction: keep the pin
 	blocking  bool // batch holds a blocking command: no timeout, watch the client
 	track     []track
+	// stream: after a (un)subscribe the session is in stream mode for good:
+	// commands go to the pin as they come, and a goroutine copies everything
+	// Redis sends back to the client. redcon's writer is not used any more.
+	stream     bool
+	streamCmds [][]byte
 
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
@@ -90,6 +95,11 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		s.exec(ss, rest[i])
 	}
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
+	if ss.stream {
+		s.sendStream(ss)
+		ss.state.Store(stateIdle)
+		return
+	}
 	s.flush(ss)
 	if ss.quit || s.draining.Load() {
 		ss.state.Store(stateClosing)
@@ -103,6 +113,12 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 // answers it in place. Commands that change how later commands are routed
 // (HELLO, RESET, QUIT) first flush what is queued, so order is kept.
 func (s *Server) exec(ss *session, cmd redcon.Command) {
+	if ss.stream {
+		// Everything goes to the pinned connection in order; Redis answers
+		// (and enforces RESP2's subscribed-mode command rules).
+		ss.streamCmds = append(ss.streamCmds, cmd.Raw)
+		return
+	}
 	args := cmd.Args
 	info := s.table.Load().Lookup(args[0])
 	if info == nil {
@@ -128,6 +144,8 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 			return
 		}
 		s.forwardTracked(ss, cmd.Raw, transactionTrack(info.Name))
+	case command.Subscribe:
+		s.startStream(ss, cmd.Raw)
 	case command.Unsupported:
 		s.refuse(ss, args[0], "it needs session state rproxy does not keep")
 	case command.Select:

@@ -72,6 +72,9 @@ const (
 	// Transaction is MULTI, EXEC, DISCARD, WATCH and UNWATCH: MULTI and WATCH
 	// pin a connection to the session until the transaction or watch ends.
 	Transaction
+	// Subscribe is SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and their unsubscribes:
+	// the session streams from a pinned connection from then on.
+	Subscribe
 )
 
 // Info describes one command (or one subcommand, named "parent|sub").
@@ -216,9 +219,9 @@ func (t *Table) classify() {
 		"multi": Transaction, "exec": Transaction, "discard": Transaction,
 		"watch": Transaction, "unwatch": Transaction,
 		"auth": Unsupported, "monitor": Unsupported,
-		"subscribe": Unsupported, "unsubscribe": Unsupported,
-		"psubscribe": Unsupported, "punsubscribe": Unsupported,
-		"ssubscribe": Unsupported, "sunsubscribe": Unsupported,
+		"subscribe": Subscribe, "unsubscribe": Subscribe,
+		"psubscribe": Subscribe, "punsubscribe": Subscribe,
+		"ssubscribe": Subscribe, "sunsubscribe": Subscribe,
 		"sync": Unsupported, "psync": Unsupported, "replconf": Unsupported,
 		// WAIT and WAITAOF block their connection but are not flagged blocking.
 		"wait": BlockingCmd, "waitaof": BlockingCmd,

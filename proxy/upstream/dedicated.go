@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -183,6 +184,36 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 		b.replyEnds = append(b.replyEnds, len(b.replies))
 		start = len(b.replies)
 	}
+}
+
+// Send writes raw commands without waiting for replies (stream mode, where
+// StreamTo delivers whatever Redis sends).
+func (d *Dedicated) Send(cmds [][]byte) error {
+	d.nc.SetWriteDeadline(d.pool.cfg.Now().Add(d.pool.cfg.Timeout))
+	bufs := net.Buffers(append(make([][]byte, 0, len(cmds)), cmds...))
+	if _, err := bufs.WriteTo(d.nc); err != nil {
+		d.broken.Store(true)
+		d.nc.Close()
+		return err
+	}
+	d.pool.metrics.observeWrite(len(cmds), 0)
+	return nil
+}
+
+// StreamTo copies everything the server sends, from now on, to w, byte for
+// byte, until the connection ends. It is for pub/sub, where replies and
+// messages arrive in the server's order and must reach the client unchanged.
+func (d *Dedicated) StreamTo(w io.Writer) error {
+	d.nc.SetReadDeadline(time.Time{})
+	if d.r < d.w {
+		if _, err := w.Write(d.buf[d.r:d.w]); err != nil {
+			return err
+		}
+		d.r = d.w
+	}
+	_, err := io.Copy(w, d.nc)
+	d.broken.Store(true) // never reused: its state is unknown
+	return err
 }
 
 func (d *Dedicated) fail(b *Batch, reason string) {

@@ -1,0 +1,124 @@
+package proxy_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// TestPubSubMatchesRedis runs one subscriber script against Redis directly
+// and through rproxy, with messages published in between, and requires the
+// same bytes: subscribe confirmations, messages in order, PING in
+// subscribed mode, RESP2's refusal of other commands, RESP3's normal
+// commands interleaved with pushes, and unsubscribing.
+func TestPubSubMatchesRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	for _, proto := range []string{"2", "3"} {
+		t.Run("RESP"+proto, func(t *testing.T) {
+			var got [2]string
+			for i, addr := range []string{rs.Addr, p.Addr} {
+				c := dialClient(t, addr)
+				c.do("HELLO", proto)
+				c.do("SET", "k", "v")
+				var script []byte
+				script = resp.AppendCommandString(script, "SUBSCRIBE", "news", "sport")
+				script = resp.AppendCommandString(script, "PSUBSCRIBE", "n*")
+				c.send(script)
+				var out strings.Builder
+				for j := 0; j < 3; j++ { // three confirmations
+					out.Write(c.read())
+				}
+				for _, m := range []string{"m1", "m2", "m3"} {
+					rs.Do(t, "PUBLISH", "news", m) // direct, so both runs see the same
+				}
+				for j := 0; j < 6; j++ { // each message as message and pmessage
+					out.Write(c.read())
+				}
+				script = resp.AppendCommandString(nil, "PING")
+				script = resp.AppendCommandString(script, "GET", "k") // RESP2: refused by Redis; RESP3: answered
+				script = resp.AppendCommandString(script, "UNSUBSCRIBE", "news")
+				script = resp.AppendCommandString(script, "PUNSUBSCRIBE")
+				script = resp.AppendCommandString(script, "UNSUBSCRIBE")
+				script = resp.AppendCommandString(script, "PING")
+				c.send(script)
+				for j := 0; j < 6; j++ {
+					out.Write(c.read())
+				}
+				got[i] = out.String()
+			}
+			if got[0] != got[1] {
+				t.Fatalf("pub/sub bytes differ\n  direct: %q\n  rproxy: %q", got[0], got[1])
+			}
+			if !strings.Contains(got[1], "m3") {
+				t.Fatalf("messages missing: %q", got[1])
+			}
+		})
+	}
+}
+
+// TestSubscriberDisconnectReleases: a subscriber that leaves ends its
+// upstream subscription and connection.
+func TestSubscriberDisconnectReleases(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	baseline := redisClients(t, rs)
+	for i := 0; i < 3; i++ {
+		c := dialClient(t, p.Addr)
+		c.do("SUBSCRIBE", "gone")
+		if got := string(rs.Do(t, "PUBSUB", "NUMSUB", "gone")); got != "*2\r\n$4\r\ngone\r\n:1\r\n" {
+			t.Fatalf("NUMSUB while subscribed = %q", got)
+		}
+		c.nc.Close()
+		waitFor(t, "the subscription to end", func() bool {
+			return string(rs.Do(t, "PUBSUB", "NUMSUB", "gone")) == "*2\r\n$4\r\ngone\r\n:0\r\n"
+		})
+	}
+	assertNoPins(t, p)
+	waitFor(t, "Redis connections back to baseline", func() bool { return redisClients(t, rs) == baseline })
+}
+
+// TestGoRedisPubSub: go-redis's PubSub (RESP3 default and RESP2) receives
+// every message in order through rproxy, and a QUIT-less Close cleans up.
+func TestGoRedisPubSub(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	ctx := context.Background()
+	for _, proto := range []int{3, 2} {
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr, Protocol: proto})
+		sub := rdb.Subscribe(ctx, "events")
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatalf("RESP%d: subscribe: %v", proto, err)
+		}
+		ch := sub.Channel()
+		for i := 0; i < 100; i++ {
+			if err := rdb.Publish(ctx, "events", i).Err(); err != nil {
+				t.Fatalf("RESP%d: publish: %v", proto, err)
+			}
+		}
+		for i := 0; i < 100; i++ {
+			select {
+			case m := <-ch:
+				if want := strconv.Itoa(i); m.Payload != want {
+					t.Fatalf("RESP%d: message %d = %q", proto, i, m.Payload)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("RESP%d: message %d not delivered", proto, i)
+			}
+		}
+		if err := sub.Ping(ctx); err != nil {
+			t.Fatalf("RESP%d: PING while subscribed: %v", proto, err)
+		}
+		sub.Close()
+		rdb.Close()
+	}
+	assertNoPins(t, p)
+}
