@@ -122,3 +122,37 @@ func TestGoRedisPubSub(t *testing.T) {
 	}
 	assertNoPins(t, p)
 }
+
+// TestMonitorAndTracking: MONITOR and RESP3 CLIENT TRACKING give the session
+// its own connection, so they behave as on Redis: MONITOR sees other
+// clients' commands, and tracking delivers an invalidation push when
+// another client writes a key this client read.
+func TestMonitorAndTracking(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+
+	m := dialClient(t, p.Addr)
+	if got := m.do("MONITOR"); got != "+OK\r\n" {
+		t.Fatalf("MONITOR = %q", got)
+	}
+	dialClient(t, p.Addr).do("SET", "mk", "1")
+	if got := string(m.read()); !strings.Contains(got, `"SET" "mk" "1"`) {
+		t.Fatalf("MONITOR line = %q", got)
+	}
+
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if got := c.do("CLIENT", "TRACKING", "on"); got != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on = %q", got)
+	}
+	if got := c.do("GET", "tk"); got != "_\r\n" {
+		t.Fatalf("GET = %q", got)
+	}
+	dialClient(t, p.Addr).do("SET", "tk", "x")
+	if got := string(c.read()); got != ">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\ntk\r\n" {
+		t.Fatalf("invalidation = %q", got)
+	}
+	if got := c.do("GET", "tk"); got != "$1\r\nx\r\n" {
+		t.Fatalf("GET after invalidation = %q", got)
+	}
+}

@@ -340,8 +340,20 @@ func (s *Server) client(ss *session, cmd redcon.Command) {
 		// Read-only or server-wide: safe on a shared connection. (LIST and
 		// INFO describe the shared connection, not this client.)
 		s.forward(ss, cmd.Raw)
-	case "reply", "tracking", "caching", "no-evict", "no-touch":
-		s.refuse(ss, []byte("CLIENT "+string(bytes.ToUpper(args[1]))), "it changes connection state")
+	case "tracking":
+		for _, a := range args[2:] {
+			if bytes.EqualFold(a, []byte("redirect")) {
+				// REDIRECT names a connection id: the proxy's ids are not
+				// Redis's, so the invalidations could not be routed.
+				s.refuse(ss, []byte("CLIENT TRACKING REDIRECT"), "use RESP3 (HELLO 3) tracking, whose invalidations arrive on the same connection")
+				return
+			}
+		}
+		s.startStream(ss, cmd.Raw)
+	case "reply", "caching", "no-evict", "no-touch":
+		// Connection state for this client alone: from now on the session
+		// has its own connection (stream mode).
+		s.startStream(ss, cmd.Raw)
 	default:
 		s.forward(ss, cmd.Raw) // Redis's "unknown subcommand"
 	}

@@ -72,8 +72,8 @@ const (
 	// Transaction is MULTI, EXEC, DISCARD, WATCH and UNWATCH: MULTI and WATCH
 	// pin a connection to the session until the transaction or watch ends.
 	Transaction
-	// Subscribe is SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and their unsubscribes:
-	// the session streams from a pinned connection from then on.
+	// Subscribe is SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, their unsubscribes and
+	// MONITOR: the session streams from a pinned connection from then on.
 	Subscribe
 )
 
@@ -218,7 +218,7 @@ func (t *Table) classify() {
 		// dedicated connection for these).
 		"multi": Transaction, "exec": Transaction, "discard": Transaction,
 		"watch": Transaction, "unwatch": Transaction,
-		"auth": Unsupported, "monitor": Unsupported,
+		"auth": Unsupported, "monitor": Subscribe,
 		"subscribe": Subscribe, "unsubscribe": Subscribe,
 		"psubscribe": Subscribe, "punsubscribe": Subscribe,
 		"ssubscribe": Subscribe, "sunsubscribe": Subscribe,
