@@ -336,7 +336,9 @@ func (s *Server) client(ss *session, cmd redcon.Command) {
 			return
 		}
 		s.clientSetInfo(ss, args)
-	case "list", "kill", "pause", "unpause", "unblock", "help", "getredir", "trackinginfo", "info":
+	case "kill":
+		s.clientKill(ss, cmd)
+	case "list", "pause", "unpause", "unblock", "help", "getredir", "trackinginfo", "info":
 		// Read-only or server-wide: safe on a shared connection. (LIST and
 		// INFO describe the shared connection, not this client.)
 		s.forward(ss, cmd.Raw)
@@ -357,6 +359,28 @@ func (s *Server) client(ss *session, cmd redcon.Command) {
 	default:
 		s.forward(ss, cmd.Raw) // Redis's "unknown subcommand"
 	}
+}
+
+// clientKill handles CLIENT KILL ID: clients know rproxy's session ids, not
+// Redis's, so an id is never forwarded (Redis would kill whichever of its
+// connections has that id, possibly a shared one). Killing the session's own
+// id closes it after the reply, as on Redis; other ids are refused. Filters
+// other than ID (ADDR, USER, ...) are forwarded.
+func (s *Server) clientKill(ss *session, cmd redcon.Command) {
+	args := cmd.Args
+	for i := 2; i+1 < len(args); i += 2 {
+		if !bytes.EqualFold(args[i], []byte("id")) {
+			continue
+		}
+		if id, err := strconv.ParseInt(string(args[i+1]), 10, 64); err == nil && id == ss.id && len(args) == 4 {
+			s.reply(ss, []byte(":1\r\n"))
+			ss.quit = true
+			return
+		}
+		s.refuse(ss, []byte("CLIENT KILL ID"), "only a session's own id can be killed through rproxy")
+		return
+	}
+	s.forward(ss, cmd.Raw)
 }
 
 func (s *Server) clientSetInfo(ss *session, args [][]byte) {
