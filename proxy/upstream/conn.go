@@ -190,6 +190,12 @@ func (c *conn) run(ctx context.Context) {
 			continue
 		}
 		c.mu.Lock()
+		if ctx.Err() != nil {
+			// Close ran while this dial was finishing: it could not see nc.
+			c.mu.Unlock()
+			nc.Close()
+			break
+		}
 		c.nc, c.closeReason = nc, ""
 		c.mu.Unlock()
 		c.pool.metrics.connected.Inc()
