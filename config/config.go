@@ -42,6 +42,37 @@ type Upstream struct {
 	// queue keeps growing, to gather more clients' commands into one write;
 	// default 4; 0..64 (0 writes at once: more syscalls, more upstream wakeups).
 	GatherYields int `yaml:"gather_yields"`
+	// Username and a password from a file or an environment variable (never
+	// the config itself, never a flag) authenticate every upstream
+	// connection; no password means none.
+	Username     string `yaml:"username"`      // default "" (Redis's "default" user)
+	PasswordFile string `yaml:"password_file"` // path of a file holding the password (trailing newline ignored)
+	PasswordEnv  string `yaml:"password_env"`  // name of an environment variable holding the password
+}
+
+// Password reads the upstream password from PasswordFile or PasswordEnv;
+// "" when neither is set. The readers are injected so tests need no files
+// or environment.
+func (u Upstream) Password(readFile func(string) ([]byte, error), getenv func(string) string) (string, error) {
+	switch {
+	case u.PasswordFile != "":
+		b, err := readFile(u.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("upstream.password_file: %w", err)
+		}
+		p := strings.TrimRight(string(b), "\r\n")
+		if p == "" {
+			return "", fmt.Errorf("upstream.password_file: %s is empty", u.PasswordFile)
+		}
+		return p, nil
+	case u.PasswordEnv != "":
+		p := getenv(u.PasswordEnv)
+		if p == "" {
+			return "", fmt.Errorf("upstream.password_env: $%s is empty or unset", u.PasswordEnv)
+		}
+		return p, nil
+	}
+	return "", nil
 }
 
 // Limits bounds the resources clients may use.
@@ -366,6 +397,9 @@ func (c Config) Validate() error {
 	}
 	if c.Procs < 0 || c.Procs > 1024 {
 		add("procs must be between 0 and 1024, got %d", c.Procs)
+	}
+	if u.PasswordFile != "" && u.PasswordEnv != "" {
+		add("upstream.password_file and upstream.password_env are both set; use one")
 	}
 	if u.GatherYields < 0 || u.GatherYields > 64 {
 		add("upstream.gather_yields must be between 0 and 64, got %d", u.GatherYields)

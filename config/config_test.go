@@ -99,8 +99,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 20 {
-		t.Errorf("Config has %d yaml keys, test expects 20: %v", len(want), want)
+	if len(want) != 23 {
+		t.Errorf("Config has %d yaml keys, test expects 23: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -578,5 +578,44 @@ func TestByteSizeYAML(t *testing.T) {
 		if err != nil || back != b {
 			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", want, back, err, b)
 		}
+	}
+}
+
+func TestUpstreamPassword(t *testing.T) {
+	files := map[string]string{"/run/pw": "s3cret\n", "/run/empty": "\n"}
+	readFile := func(p string) ([]byte, error) {
+		if v, ok := files[p]; ok {
+			return []byte(v), nil
+		}
+		return nil, os.ErrNotExist
+	}
+	env := map[string]string{"RP_PW": "fromenv"}
+	getenv := func(k string) string { return env[k] }
+	cases := []struct {
+		u       Upstream
+		want    string
+		wantErr string
+	}{
+		{Upstream{}, "", ""},
+		{Upstream{PasswordFile: "/run/pw"}, "s3cret", ""},
+		{Upstream{PasswordEnv: "RP_PW"}, "fromenv", ""},
+		{Upstream{PasswordFile: "/run/empty"}, "", "is empty"},
+		{Upstream{PasswordFile: "/nope"}, "", "password_file"},
+		{Upstream{PasswordEnv: "UNSET"}, "", "empty or unset"},
+	}
+	for _, c := range cases {
+		got, err := c.u.Password(readFile, getenv)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%+v: err %v, want %q", c.u, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%+v: got %q, %v; want %q", c.u, got, err, c.want)
+		}
+	}
+	if _, err := Parse([]byte("upstream:\n  password_file: /a\n  password_env: B\n"), "x.yaml"); err == nil || !strings.Contains(err.Error(), "both set") {
+		t.Errorf("file and env both set: %v", err)
 	}
 }

@@ -111,7 +111,11 @@ func run(args []string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	srv, err := proxy.New(proxyConfig(cfg), reg, log.Named("proxy"))
+	pcfg := proxyConfig(cfg)
+	if pcfg.Upstream.Password, err = cfg.Upstream.Password(os.ReadFile, os.Getenv); err != nil {
+		return err
+	}
+	srv, err := proxy.New(pcfg, reg, log.Named("proxy"))
 	if err != nil {
 		return err
 	}
@@ -184,6 +188,7 @@ func proxyConfig(c config.Config) proxy.Config {
 			BackoffMin:   c.Upstream.BackoffMin.D(),
 			BackoffMax:   c.Upstream.BackoffMax.D(),
 			GatherYields: c.Upstream.GatherYields,
+			Username:     c.Upstream.Username,
 		},
 		MaxClients:     c.Limits.MaxClients,
 		MaxBulkLen:     c.Limits.MaxBulkLen.Bytes(),

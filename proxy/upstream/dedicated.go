@@ -37,13 +37,32 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.cfg.Protocol == 3 {
-		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), resp.AppendCommandString(nil, "HELLO", "3")); err != nil {
+	if cmd, name := p.handshakeCommand(); cmd != nil {
+		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), cmd); err != nil {
 			nc.Close()
-			return nil, fmt.Errorf("HELLO 3: %w", err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return nc, nil
+}
+
+// handshakeCommand is what a new (or reset) connection sends first: HELLO 3
+// for RESP3, with AUTH when a password is set; AUTH alone for RESP2. nil when
+// there is nothing to send. The name is for errors and never holds the secret.
+func (p *Pool) handshakeCommand() ([]byte, string) {
+	user := p.cfg.Username
+	if user == "" {
+		user = "default"
+	}
+	switch {
+	case p.cfg.Protocol == 3 && p.cfg.Password != "":
+		return resp.AppendCommandString(nil, "HELLO", "3", "AUTH", user, p.cfg.Password), "HELLO 3 AUTH"
+	case p.cfg.Protocol == 3:
+		return resp.AppendCommandString(nil, "HELLO", "3"), "HELLO 3"
+	case p.cfg.Password != "":
+		return resp.AppendCommandString(nil, "AUTH", user, p.cfg.Password), "AUTH"
+	}
+	return nil, ""
 }
 
 // Acquire lends a dedicated connection: a reset idle one, or a new one.
@@ -78,9 +97,10 @@ func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
 	return d, nil
 }
 
-// Release takes back a lent connection. A healthy one is reset (RESET, and
-// HELLO 3 again on RESP3 pools, since RESET returns to RESP2) and kept for
-// reuse; anything else is closed, so no state leaks to the next session.
+// Release takes back a lent connection. A healthy one is reset (RESET, then
+// the handshake again, since RESET returns to RESP2 and deauthenticates) and
+// kept for reuse; anything else is closed, so no state leaks to the next
+// session.
 func (p *Pool) Release(d *Dedicated) {
 	p.metrics.pinned.Dec()
 	if !d.broken.Load() && d.reset() {
@@ -98,8 +118,9 @@ func (p *Pool) Release(d *Dedicated) {
 func (d *Dedicated) reset() bool {
 	b := NewBatch()
 	b.Add(resp.AppendCommandString(nil, "RESET"))
-	if d.pool.cfg.Protocol == 3 {
-		b.Add(resp.AppendCommandString(nil, "HELLO", "3"))
+	// RESET returns to RESP2 and deauthenticates: redo the handshake.
+	if cmd, _ := d.pool.handshakeCommand(); cmd != nil {
+		b.Add(cmd)
 	}
 	d.Do(b, d.pool.cfg.Timeout)
 	if d.broken.Load() || string(b.Reply(0)) != "+RESET\r\n" {
