@@ -2,6 +2,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -24,10 +26,11 @@ type Config struct {
 	Admin  string `yaml:"admin"`
 	// Procs is how many OS threads run Go code (GOMAXPROCS); default 1,
 	// 0 = Go's default (the GOMAXPROCS variable, else the CPU count); 0..1024.
-	Procs    int      `yaml:"procs"`    // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
-	Upstream Upstream `yaml:"upstream"` // the Redis server
-	Limits   Limits   `yaml:"limits"`   // resource limits
-	Log      Log      `yaml:"log"`      // logging
+	Procs    int      `yaml:"procs"` // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
+	Upstream Upstream `yaml:"upstream"`
+	Auth     Auth     `yaml:"auth"`   // the Redis server
+	Limits   Limits   `yaml:"limits"` // resource limits
+	Log      Log      `yaml:"log"`    // logging
 }
 
 // Upstream configures the connections to the Redis server.
@@ -75,6 +78,18 @@ func (u Upstream) Password(readFile func(string) ([]byte, error), getenv func(st
 	return "", nil
 }
 
+// Auth says how clients authenticate to rproxy.
+type Auth struct {
+	// Mode is "none" (default: clients do not authenticate; AUTH is
+	// refused) or "proxy" (clients AUTH as one of Users; until then every
+	// command gets -NOAUTH, as on Redis).
+	Mode string `yaml:"mode"`
+	// Users maps user names to the SHA-256 of their password, as 64 hex
+	// digits (`printf %s "$PASSWORD" | sha256sum`). AUTH <password> alone is
+	// user "default".
+	Users map[string]string `yaml:"users"`
+}
+
 // Limits bounds the resources clients may use.
 type Limits struct {
 	MaxClients     int      `yaml:"max_clients"`      // default 10000; >= 1
@@ -111,6 +126,7 @@ func Default() Config {
 			BackoffMax:   Duration(2 * time.Second),
 			GatherYields: 4,
 		},
+		Auth: Auth{Mode: "none"},
 		Limits: Limits{
 			MaxClients:     10000,
 			MaxBulkLen:     512 * Megabyte,
@@ -183,6 +199,9 @@ func Parse(data []byte, name string) (Config, error) {
 			errs[i] = wrap(p.msg)
 		}
 		return Config{}, errors.Join(errs...)
+	}
+	if len(c.Auth.Users) == 0 {
+		c.Auth.Users = nil // "users: {}" and no key at all mean the same
 	}
 	if err := c.Validate(); err != nil {
 		var errs []error
@@ -397,6 +416,23 @@ func (c Config) Validate() error {
 	}
 	if c.Procs < 0 || c.Procs > 1024 {
 		add("procs must be between 0 and 1024, got %d", c.Procs)
+	}
+	switch c.Auth.Mode {
+	case "none":
+		if len(c.Auth.Users) > 0 {
+			add("auth.users is set but auth.mode is none: set auth.mode: proxy, or remove the users")
+		}
+	case "proxy":
+		if len(c.Auth.Users) == 0 {
+			add("auth.mode proxy needs at least one user in auth.users")
+		}
+		for name, h := range c.Auth.Users {
+			if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
+				add("auth.users.%s must be the SHA-256 of the password as 64 hex digits", name)
+			}
+		}
+	default:
+		add("auth.mode must be none or proxy, got %q", c.Auth.Mode)
 	}
 	if u.PasswordFile != "" && u.PasswordEnv != "" {
 		add("upstream.password_file and upstream.password_env are both set; use one")

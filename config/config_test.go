@@ -51,7 +51,7 @@ func TestExampleEqualsDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != Default() {
+	if !reflect.DeepEqual(c, Default()) {
 		t.Errorf("%s differs from Default():\nexample:\n%s\ndefault:\n%s", exampleFile, c, Default())
 	}
 }
@@ -99,8 +99,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 23 {
-		t.Errorf("Config has %d yaml keys, test expects 23: %v", len(want), want)
+	if len(want) != 26 {
+		t.Errorf("Config has %d yaml keys, test expects 26: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -137,7 +137,7 @@ func TestREADMEHasEveryKey(t *testing.T) {
 
 func TestEmpty(t *testing.T) {
 	for _, src := range []string{"", "\n\n", "# only a comment\n", "---\n", "---\n...\n", "~\n"} {
-		if c := mustParse(t, src); c != Default() {
+		if c := mustParse(t, src); !reflect.DeepEqual(c, Default()) {
 			t.Errorf("Parse(%q) = %+v, want Default()", src, c)
 		}
 	}
@@ -145,7 +145,7 @@ func TestEmpty(t *testing.T) {
 
 func TestNullSectionKeepsDefaults(t *testing.T) {
 	c := mustParse(t, "upstream:\n  # address: x\nlimits: ~\nlisten:\n")
-	if c != Default() {
+	if !reflect.DeepEqual(c, Default()) {
 		t.Errorf("got %+v, want Default()", c)
 	}
 }
@@ -173,7 +173,7 @@ log:
 	want.Limits.MaxQueryBuffer = 4 * Kilobyte
 	want.Limits.IdleTimeout = Duration(5 * time.Minute)
 	want.Log.Format = "json"
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got\n%s\nwant\n%s", c, want)
 	}
 }
@@ -393,7 +393,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, data)
 	}
-	if got != c {
+	if !reflect.DeepEqual(got, c) {
 		t.Errorf("round trip: got\n%s\nwant\n%s", got, c)
 	}
 	if c.String() != string(data) {
@@ -617,5 +617,22 @@ func TestUpstreamPassword(t *testing.T) {
 	}
 	if _, err := Parse([]byte("upstream:\n  password_file: /a\n  password_env: B\n"), "x.yaml"); err == nil || !strings.Contains(err.Error(), "both set") {
 		t.Errorf("file and env both set: %v", err)
+	}
+}
+
+func TestAuthValidation(t *testing.T) {
+	good := "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8" // sha256("password")
+	if c, err := Parse([]byte("auth:\n  mode: proxy\n  users:\n    alice: "+good+"\n"), "x.yaml"); err != nil || c.Auth.Users["alice"] != good {
+		t.Fatalf("valid proxy auth: %+v, %v", c.Auth, err)
+	}
+	for src, want := range map[string]string{
+		"auth:\n  mode: proxy\n":                                "needs at least one user",
+		"auth:\n  mode: proxy\n  users:\n    bob: abc\n":         "auth.users.bob must be the SHA-256",
+		"auth:\n  mode: none\n  users:\n    bob: " + good + "\n": "auth.mode is none",
+		"auth:\n  mode: passthrough\n":                          "auth.mode must be none or proxy",
+	} {
+		if _, err := Parse([]byte(src), "x.yaml"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want %q", src, err, want)
+		}
 	}
 }

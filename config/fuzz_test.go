@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"reflect"
 	"testing"
 )
 
@@ -48,7 +49,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-Parse of Marshal output: %v\ninput: %q\nmarshalled:\n%s", err, data, out)
 		}
-		if back != c {
+		if !reflect.DeepEqual(back, c) {
 			t.Fatalf("round trip changed the config:\n%+v\n%+v", c, back)
 		}
 	})

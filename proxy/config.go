@@ -22,6 +22,10 @@ type Config struct {
 	IdleTimeout    time.Duration // close clients idle this long; 0 = never
 	ShutdownDrain  time.Duration // how long Shutdown lets in-flight replies reach clients
 
+	// Users, when not nil, are the credentials clients must AUTH with
+	// (auth mode "proxy"); until then they get -NOAUTH.
+	Users Users
+
 	// TableRetry is the longest wait between requests for the command
 	// table while the upstream does not answer; 0 means one second.
 	TableRetry time.Duration

@@ -186,7 +186,7 @@ func (s *Server) accept(c redcon.Conn) bool {
 		nc.Write([]byte("-ERR max number of clients reached\r\n"))
 		return false
 	}
-	ss := newSession(s.nextID.Add(1), c)
+	ss := newSession(s.nextID.Add(1), c, s.cfg.Users == nil)
 	c.SetContext(ss)
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}

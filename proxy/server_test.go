@@ -141,14 +141,14 @@ func TestForwardsAndKeepsPipelineOrder(t *testing.T) {
 	batch = resp.AppendCommandString(batch, "SET", "k", "v")
 	batch = resp.AppendCommandString(batch, "CLIENT", "SETNAME", "me")
 	batch = resp.AppendCommandString(batch, "GET", "k")
-	batch = resp.AppendCommandString(batch, "AUTH", "x")
+	batch = resp.AppendCommandString(batch, "PSYNC", "?", "-1")
 	batch = resp.AppendCommandString(batch, "CLIENT", "GETNAME")
 	batch = resp.AppendCommandString(batch, "INCR", "k")
 	batch = append(batch, "PING\r\n"...) // inline
 	c.send(batch)
 	want := []string{
 		"+OK\r\n", "+OK\r\n", "$1\r\nv\r\n",
-		"-ERR rproxy: AUTH is not supported yet: it needs session state rproxy does not keep\r\n",
+		"-ERR rproxy: PSYNC is not supported yet: it needs session state rproxy does not keep\r\n",
 		"$2\r\nme\r\n", "-ERR value is not an integer or out of range\r\n", "+PONG\r\n",
 	}
 	for i, w := range want {
@@ -423,7 +423,7 @@ func TestHelloSwitchesProtocol(t *testing.T) {
 	if got := c.do("HELLO", "4"); got != "-NOPROTO unsupported protocol version\r\n" {
 		t.Fatalf("HELLO 4 = %q", got)
 	}
-	if got := c.do("HELLO", "3", "AUTH", "u", "p"); !strings.HasPrefix(got, "-ERR rproxy: HELLO AUTH is not supported yet") {
+	if got := c.do("HELLO", "3", "AUTH", "u", "p"); !strings.HasPrefix(got, "-ERR rproxy: HELLO AUTH is disabled") {
 		t.Fatalf("HELLO AUTH = %q", got)
 	}
 	if got := c.do("RESET"); got != "+RESET\r\n" {

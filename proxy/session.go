@@ -32,6 +32,8 @@ type session struct {
 	state atomic.Int32
 
 	proto   int    // 2 or 3, as set by HELLO
+	authed  bool   // true once AUTH succeeded, or when clients need not authenticate
+	user    string // the rproxy user it authenticated as
 	name    []byte // CLIENT SETNAME
 	libName []byte // CLIENT SETINFO LIB-NAME
 	libVer  []byte // CLIENT SETINFO LIB-VER
@@ -69,8 +71,8 @@ type session struct {
 	localCount, refusedCount int
 }
 
-func newSession(id int64, c redcon.Conn) *session {
-	return &session{id: id, conn: c, proto: 2, batch: upstream.NewBatch()}
+func newSession(id int64, c redcon.Conn, authed bool) *session {
+	return &session{id: id, conn: c, proto: 2, authed: authed, batch: upstream.NewBatch()}
 }
 
 // closeIfIdle closes the connection unless a batch is being served; a busy
@@ -121,6 +123,13 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	}
 	args := cmd.Args
 	info := s.table.Load().Lookup(args[0])
+	if isAuth(args[0]) {
+		s.auth(ss, cmd)
+		return
+	}
+	if !s.gateAuth(ss, info) {
+		return
+	}
 	if info == nil {
 		// Unknown here; Redis answers it (usually "unknown command").
 		s.forward(ss, cmd.Raw)
@@ -159,6 +168,9 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		s.flush(ss)
 		s.unpin(ss)
 		ss.proto, ss.name, ss.libName, ss.libVer = 2, nil, nil, nil
+		if s.cfg.Users != nil {
+			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
+		}
 		s.reply(ss, []byte("+RESET\r\n"))
 	case command.Quit:
 		ss.quit = true
@@ -206,8 +218,13 @@ func (s *Server) reply(ss *session, r []byte) {
 }
 
 func (s *Server) refuse(ss *session, name []byte, why string) {
+	s.refuseMsg(ss, string(bytes.ToUpper(name))+" is not supported yet: "+why)
+}
+
+// refuseMsg queues "-ERR rproxy: msg" in order with the other replies.
+func (s *Server) refuseMsg(ss *session, msg string) {
 	ss.refusedCount++
-	ss.local = resp.AppendError(ss.local, "ERR rproxy: "+string(bytes.ToUpper(name))+" is not supported yet: "+why)
+	ss.local = resp.AppendError(ss.local, "ERR rproxy: "+msg)
 	ss.localEnds = append(ss.localEnds, len(ss.local))
 	ss.order = append(ss.order, len(ss.localEnds)-1)
 }
@@ -428,8 +445,8 @@ func validClientName(name []byte) bool {
 func (s *Server) hello(ss *session, cmd redcon.Command) {
 	args := cmd.Args
 	target := ss.proto
-	var name []byte
-	setName := false
+	var name, authUser, authPass []byte
+	setName, hasAuth := false, false
 	if len(args) >= 2 {
 		v, err := strconv.Atoi(string(args[1]))
 		if err != nil || (v != 2 && v != 3) {
@@ -442,9 +459,9 @@ func (s *Server) hello(ss *session, cmd redcon.Command) {
 			switch string(bytes.ToLower(args[i])) {
 			case "auth":
 				if i+2 < len(args) {
-					s.refuse(ss, []byte("HELLO AUTH"), "authentication is the next issue's work")
-					s.flush(ss)
-					return
+					authUser, authPass, hasAuth = args[i+1], args[i+2], true
+					i += 2
+					continue
 				}
 			case "setname":
 				if i+1 < len(args) {
@@ -458,6 +475,10 @@ func (s *Server) hello(ss *session, cmd redcon.Command) {
 			s.helloUpstream(ss, cmd.Raw, ss.proto, false, nil)
 			return
 		}
+	}
+	if (hasAuth || !ss.authed) && !s.helloAuth(ss, authUser, authPass, hasAuth) {
+		s.flush(ss)
+		return
 	}
 	if setName && !validClientName(name) {
 		s.reply(ss, []byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -195,7 +196,22 @@ func proxyConfig(c config.Config) proxy.Config {
 		MaxQueryBuffer: c.Limits.MaxQueryBuffer.Bytes(),
 		IdleTimeout:    c.Limits.IdleTimeout.D(),
 		ShutdownDrain:  c.Limits.ShutdownDrain.D(),
+		Users:          proxyUsers(c.Auth),
 	}
+}
+
+// proxyUsers decodes the users' password hashes; Validate has checked them.
+func proxyUsers(a config.Auth) proxy.Users {
+	if a.Mode != "proxy" {
+		return nil
+	}
+	users := make(proxy.Users, len(a.Users))
+	for name, h := range a.Users {
+		var sum [32]byte
+		hex.Decode(sum[:], []byte(h))
+		users[name] = sum
+	}
+	return users
 }
 
 // newLogger builds the zap logger: JSON by default, console when stderr is

@@ -14,13 +14,13 @@ import (
 
 // Config configures one Pool: the shared connections of one protocol.
 type Config struct {
-	Address     string        // host:port of the Redis server
-	Connections int           // how many shared connections
-	Protocol    int           // 2 or 3: RESP version the connections speak (3 sends HELLO 3 on connect)
+	Address     string // host:port of the Redis server
+	Connections int    // how many shared connections
+	Protocol    int    // 2 or 3: RESP version the connections speak (3 sends HELLO 3 on connect)
 	// Username and Password authenticate every connection (AUTH, or HELLO 3
 	// AUTH); empty Password means none. An empty Username is "default".
-	Username string
-	Password string
+	Username    string
+	Password    string
 	DialTimeout time.Duration // bound on dial plus handshake
 	// Timeout bounds how long a request waits with no reply progress: after it,
 	// the connection is reset and everything waiting on it fails.
