@@ -81,8 +81,10 @@ func (u Upstream) Password(readFile func(string) ([]byte, error), getenv func(st
 // Auth says how clients authenticate to rproxy.
 type Auth struct {
 	// Mode is "none" (default: clients do not authenticate; AUTH is
-	// refused) or "proxy" (clients AUTH as one of Users; until then every
-	// command gets -NOAUTH, as on Redis).
+	// refused), "proxy" (clients AUTH as one of Users; until then every
+	// command gets -NOAUTH, as on Redis) or "passthrough" (clients' AUTH is
+	// checked by Redis, and each upstream user gets its own shared
+	// connections, so ACL rules apply as on Redis).
 	Mode string `yaml:"mode"`
 	// Users maps user names to the SHA-256 of their password, as 64 hex
 	// digits (`printf %s "$PASSWORD" | sha256sum`). AUTH <password> alone is
@@ -431,8 +433,12 @@ func (c Config) Validate() error {
 				add("auth.users.%s must be the SHA-256 of the password as 64 hex digits", name)
 			}
 		}
+	case "passthrough":
+		if len(c.Auth.Users) > 0 {
+			add("auth.users is set but auth.mode is passthrough: Redis checks the passwords")
+		}
 	default:
-		add("auth.mode must be none or proxy, got %q", c.Auth.Mode)
+		add("auth.mode must be none, proxy or passthrough, got %q", c.Auth.Mode)
 	}
 	if u.PasswordFile != "" && u.PasswordEnv != "" {
 		add("upstream.password_file and upstream.password_env are both set; use one")

@@ -626,10 +626,11 @@ func TestAuthValidation(t *testing.T) {
 		t.Fatalf("valid proxy auth: %+v, %v", c.Auth, err)
 	}
 	for src, want := range map[string]string{
-		"auth:\n  mode: proxy\n":                                "needs at least one user",
-		"auth:\n  mode: proxy\n  users:\n    bob: abc\n":         "auth.users.bob must be the SHA-256",
-		"auth:\n  mode: none\n  users:\n    bob: " + good + "\n": "auth.mode is none",
-		"auth:\n  mode: passthrough\n":                          "auth.mode must be none or proxy",
+		"auth:\n  mode: proxy\n":                                      "needs at least one user",
+		"auth:\n  mode: proxy\n  users:\n    bob: abc\n":              "auth.users.bob must be the SHA-256",
+		"auth:\n  mode: none\n  users:\n    bob: " + good + "\n":      "auth.mode is none",
+		"auth:\n  mode: sideways\n":                                   "auth.mode must be none, proxy or passthrough",
+		"auth:\n  mode: passthrough\n  users:\n    b: " + good + "\n": "Redis checks the passwords",
 	} {
 		if _, err := Parse([]byte(src), "x.yaml"); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err %v, want %q", src, err, want)

@@ -144,3 +144,61 @@ func TestAuthRefusedWithoutUsers(t *testing.T) {
 		t.Fatalf("PING = %q", got)
 	}
 }
+
+// TestAuthPassthrough: Redis checks each client's AUTH; the session then runs
+// on connections authenticated as that user, so ACL rules apply exactly as on
+// Redis (compared byte for byte with a direct connection).
+func TestAuthPassthrough(t *testing.T) {
+	rs := redistest.Start(t)
+	admin := dialClient(t, rs.Addr)
+	for _, u := range [][]string{
+		{"ACL", "SETUSER", "alice", "on", ">alicepw", "~a:*", "+@all"},
+		{"ACL", "SETUSER", "bob", "on", ">bobpw", "~*", "+@read", "+acl", "+hello", "+ping", "+multi", "+exec"},
+	} {
+		if got := admin.do(u...); got != "+OK\r\n" {
+			t.Fatalf("%q = %q", u, got)
+		}
+	}
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.AuthPassthrough = true })
+
+	// Each step runs on a direct connection and through rproxy; replies must match.
+	direct, proxied := dialClient(t, rs.Addr), dialClient(t, p.Addr)
+	steps := [][]string{
+		{"ACL", "WHOAMI"},
+		{"AUTH", "alice", "wrong"},
+		{"AUTH", "nobody", "x"},
+		{"AUTH", "alice", "alicepw"},
+		{"ACL", "WHOAMI"},
+		{"SET", "a:1", "x"},
+		{"SET", "b:1", "x"}, // NOPERM: alice may only touch a:*
+		{"GET", "a:1"},
+		{"MULTI"}, {"ACL", "WHOAMI"}, {"SET", "a:2", "y"}, {"EXEC"}, // pinned, still alice
+		{"AUTH", "bob", "bobpw"},
+		{"ACL", "WHOAMI"},
+		{"GET", "a:1"},
+		{"SET", "a:3", "z"}, // NOPERM: bob cannot write
+		{"RESET"},
+		{"ACL", "WHOAMI"},
+	}
+	for i, st := range steps {
+		d, pr := direct.do(st...), proxied.do(st...)
+		if d != pr {
+			t.Fatalf("step %d %q differs\n  direct: %q\n  rproxy: %q", i, st, d, pr)
+		}
+	}
+	// HELLO 3 AUTH switches protocol and user in one command.
+	c := dialClient(t, p.Addr)
+	if got := c.do("HELLO", "3", "AUTH", "alice", "wrong"); got != "-WRONGPASS invalid username-password pair or user is disabled.\r\n" {
+		t.Fatalf("HELLO 3 AUTH wrong = %q", got)
+	}
+	if got := c.do("HELLO", "3", "AUTH", "alice", "alicepw"); got[0] != '%' {
+		t.Fatalf("HELLO 3 AUTH = %q", got)
+	}
+	if got := c.do("ACL", "WHOAMI"); got != "$5\r\nalice\r\n" && got != "+alice\r\n" {
+		t.Fatalf("WHOAMI after HELLO AUTH = %q", got)
+	}
+	if got := c.do("GET", "a:nothing"); got != "_\r\n" {
+		t.Fatalf("GET after HELLO 3 AUTH = %q (want RESP3 null)", got)
+	}
+	assertNoPins(t, p)
+}

@@ -25,6 +25,9 @@ type Config struct {
 	// Users, when not nil, are the credentials clients must AUTH with
 	// (auth mode "proxy"); until then they get -NOAUTH.
 	Users Users
+	// AuthPassthrough checks clients' AUTH against Redis and gives each
+	// upstream user its own shared connections (auth mode "passthrough").
+	AuthPassthrough bool
 
 	// TableRetry is the longest wait between requests for the command
 	// table while the upstream does not answer; 0 means one second.
@@ -47,6 +50,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBulkLen < 1 || c.MaxQueryBuffer < 1 {
 		errs = append(errs, fmt.Errorf("proxy: max bulk length and query buffer must be positive (got %d, %d)", c.MaxBulkLen, c.MaxQueryBuffer))
+	}
+	if c.Users != nil && c.AuthPassthrough {
+		errs = append(errs, errors.New("proxy: users and auth passthrough exclude each other"))
 	}
 	if c.IdleTimeout < 0 || c.ShutdownDrain < 0 {
 		errs = append(errs, errors.New("proxy: idle timeout and shutdown drain must not be negative"))

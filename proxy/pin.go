@@ -47,12 +47,12 @@ func transactionTrack(name string) track {
 // gets the upstream error and false is returned.
 func (s *Server) pinSession(ss *session) bool {
 	s.flush(ss)
-	d, err := s.pools[ss.proto].Acquire(context.Background())
+	d, err := ss.pools[ss.proto].Acquire(context.Background())
 	if err != nil {
 		s.reply(ss, resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()))
 		return false
 	}
-	ss.pin, ss.pinProto = d, ss.proto
+	ss.pin, ss.pinPool = d, ss.pools[ss.proto]
 	ss.inMulti, ss.watching, ss.db, ss.dbUnknown = false, false, 0, false
 	return true
 }
@@ -125,7 +125,7 @@ func (s *Server) unpin(ss *session) {
 	if ss.stream {
 		ss.pin.Interrupt() // ends the stream goroutine; never reused
 	}
-	s.pools[ss.pinProto].Release(ss.pin)
+	ss.pinPool.Release(ss.pin)
 	ss.pin = nil
 	ss.inMulti, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, 0, false, false
 	ss.track = ss.track[:0]

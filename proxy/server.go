@@ -26,7 +26,12 @@ type Server struct {
 	metrics *metrics
 
 	// pools[2] and pools[3] are the shared connections of each protocol.
-	pools [4]*upstream.Pool
+	pools poolSet
+	// userPools are pools authenticated as the upstream users clients
+	// AUTHed as (auth mode passthrough), by user and password hash.
+	umu       sync.Mutex
+	userPools map[string]*poolSet
+	metricsUp *upstream.Metrics
 
 	table       atomic.Pointer[command.Table]
 	tableLoaded atomic.Bool
@@ -63,16 +68,10 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		served:   make(chan struct{}),
 	}
 	s.table.Store(command.Builtin())
-	um := upstream.NewMetrics(reg)
-	for _, proto := range []int{2, 3} {
-		ucfg := cfg.Upstream
-		ucfg.Protocol = proto
-		p, err := upstream.NewPool(ucfg, um, log.Named("upstream"))
-		if err != nil {
-			s.closePools()
-			return nil, fmt.Errorf("proxy: %w", err)
-		}
-		s.pools[proto] = p
+	s.metricsUp = upstream.NewMetrics(reg)
+	if err := s.newPoolSet(&s.pools, cfg.Upstream); err != nil {
+		s.closePools()
+		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTable, s.tableDone = cancel, make(chan struct{})
@@ -165,10 +164,34 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// poolSet holds the shared pools of each protocol: [2] and [3].
+type poolSet [4]*upstream.Pool
+
+func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
+	for _, proto := range []int{2, 3} {
+		ucfg.Protocol = proto
+		p, err := upstream.NewPool(ucfg, s.metricsUp, s.log.Named("upstream"))
+		if err != nil {
+			return err
+		}
+		ps[proto] = p
+	}
+	return nil
+}
+
 func (s *Server) closePools() {
-	for _, p := range s.pools {
-		if p != nil {
-			p.Close()
+	sets := []*poolSet{&s.pools}
+	s.umu.Lock()
+	for _, ps := range s.userPools {
+		sets = append(sets, ps)
+	}
+	s.userPools = nil
+	s.umu.Unlock()
+	for _, ps := range sets {
+		for _, p := range ps {
+			if p != nil {
+				p.Close()
+			}
 		}
 	}
 }
@@ -186,7 +209,7 @@ func (s *Server) accept(c redcon.Conn) bool {
 		nc.Write([]byte("-ERR max number of clients reached\r\n"))
 		return false
 	}
-	ss := newSession(s.nextID.Add(1), c, s.cfg.Users == nil)
+	ss := newSession(s.nextID.Add(1), c, &s.pools, s.cfg.Users == nil)
 	c.SetContext(ss)
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}

@@ -31,12 +31,13 @@ type session struct {
 	conn  redcon.Conn
 	state atomic.Int32
 
-	proto   int    // 2 or 3, as set by HELLO
-	authed  bool   // true once AUTH succeeded, or when clients need not authenticate
-	user    string // the rproxy user it authenticated as
-	name    []byte // CLIENT SETNAME
-	libName []byte // CLIENT SETINFO LIB-NAME
-	libVer  []byte // CLIENT SETINFO LIB-VER
+	proto   int      // 2 or 3, as set by HELLO
+	pools   *poolSet // shared connections: the server's, or those of the upstream user it AUTHed as
+	authed  bool     // true once AUTH succeeded, or when clients need not authenticate
+	user    string   // the rproxy user it authenticated as
+	name    []byte   // CLIENT SETNAME
+	libName []byte   // CLIENT SETINFO LIB-NAME
+	libVer  []byte   // CLIENT SETINFO LIB-VER
 
 	// The batch being built from one read of pipelined commands: commands for
 	// the upstream go into batch; replies made here go into local; order says,
@@ -52,7 +53,7 @@ type session struct {
 	// a dedicated upstream connection. track holds, for each command in
 	// batch while pinned, the state it may change; the replies decide.
 	pin       *upstream.Dedicated
-	pinProto  int // the pool the pin came from
+	pinPool   *upstream.Pool // the pool the pin came from
 	inMulti   bool
 	watching  bool
 	db        int  // database selected on the pin
@@ -71,8 +72,8 @@ type session struct {
 	localCount, refusedCount int
 }
 
-func newSession(id int64, c redcon.Conn, authed bool) *session {
-	return &session{id: id, conn: c, proto: 2, authed: authed, batch: upstream.NewBatch()}
+func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
+	return &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch()}
 }
 
 // closeIfIdle closes the connection unless a batch is being served; a busy
@@ -171,6 +172,9 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		if s.cfg.Users != nil {
 			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
 		}
+		if s.cfg.AuthPassthrough {
+			ss.pools, ss.user = &s.pools, ""
+		}
 		s.reply(ss, []byte("+RESET\r\n"))
 	case command.Quit:
 		ss.quit = true
@@ -240,7 +244,7 @@ func (s *Server) flush(ss *session) {
 		if ss.pin != nil {
 			s.doPinned(ss)
 		} else {
-			s.pools[ss.proto].Do(ss.batch)
+			ss.pools[ss.proto].Do(ss.batch)
 		}
 	}
 	if ss.localCount > 0 {
@@ -502,7 +506,7 @@ func (s *Server) helloUpstream(ss *session, raw []byte, proto int, setName bool,
 		// use the session's new protocol.
 		ss.pin.Do(ss.batch, s.cfg.Upstream.Timeout)
 	} else {
-		s.pools[proto].Do(ss.batch)
+		ss.pools[proto].Do(ss.batch)
 	}
 	r := ss.batch.Reply(0)
 	if len(r) > 0 && r[0] != '-' && r[0] != '!' {
