@@ -43,6 +43,12 @@ func statefulCorpus() []compatCase {
 		cmd("XADD", "st", "1-1", "f", "v"), cmd("XREAD", "BLOCK", "100", "STREAMS", "st", "$"),
 		cmd("XREAD", "BLOCK", "100", "STREAMS", "st", "0"), cmd("WAIT", "0", "0"),
 		cmd("MULTI"), cmd("BLPOP", "empty", "0"), cmd("EXEC"),
+		// Scripts run blocking commands without blocking, and a SELECT inside
+		// a script does not change the caller's database (Redis 7).
+		cmd("EVAL", "return redis.call('BLPOP', KEYS[1], 0)", "1", "empty"),
+		cmd("EVAL", "return redis.pcall('BRPOPLPUSH', KEYS[1], KEYS[2], 0)", "2", "empty", "dst"),
+		cmd("EVAL", "redis.call('SELECT', 5); redis.call('SET', 'in5', 'x'); return redis.call('DBSIZE')", "0"),
+		cmd("EXISTS", "in5"), cmd("SELECT", "5"), cmd("GET", "in5"), cmd("SELECT", "0"),
 		cmd("PING"),
 	}
 }
