@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
 
@@ -25,6 +26,11 @@ type Config struct {
 	// Users, when not nil, are the credentials clients must AUTH with
 	// (auth mode "proxy"); until then they get -NOAUTH.
 	Users Users
+	// Coalesce lists the read commands whose concurrent identical calls
+	// share one upstream call (lower case; empty: coalescing off). Each must
+	// be read-only, non-blocking and single-key.
+	Coalesce []string
+
 	// AuthPassthrough checks clients' AUTH against Redis and gives each
 	// upstream user its own shared connections (auth mode "passthrough").
 	AuthPassthrough bool
@@ -53,6 +59,13 @@ func (c Config) Validate() error {
 	}
 	if c.Users != nil && c.AuthPassthrough {
 		errs = append(errs, errors.New("proxy: users and auth passthrough exclude each other"))
+	}
+	builtin := command.Builtin()
+	for _, name := range c.Coalesce {
+		info := builtin.Lookup([]byte(name))
+		if info == nil || !info.Has(command.ReadOnly) || info.Handling != command.Forward || info.FirstKey != 1 || info.LastKey != 1 || info.Has(command.MovableKeys) {
+			errs = append(errs, fmt.Errorf("proxy: %q cannot be coalesced: only read-only, non-blocking, single-key commands can", name))
+		}
 	}
 	if c.IdleTimeout < 0 || c.ShutdownDrain < 0 {
 		errs = append(errs, errors.New("proxy: idle timeout and shutdown drain must not be negative"))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 
+	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
 	"github.com/rproxy/rproxy/proxy/upstream"
@@ -32,6 +34,9 @@ type Server struct {
 	umu       sync.Mutex
 	userPools map[string]*poolSet
 	metricsUp *upstream.Metrics
+
+	coalesce     *coalesce.Group // nil: off
+	coalesceCmds map[string]bool
 
 	table       atomic.Pointer[command.Table]
 	tableLoaded atomic.Bool
@@ -68,6 +73,13 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		served:   make(chan struct{}),
 	}
 	s.table.Store(command.Builtin())
+	if len(cfg.Coalesce) > 0 {
+		s.coalesce = coalesce.New(reg)
+		s.coalesceCmds = make(map[string]bool)
+		for _, name := range cfg.Coalesce {
+			s.coalesceCmds[strings.ToLower(name)] = true
+		}
+	}
 	s.metricsUp = upstream.NewMetrics(reg)
 	if err := s.newPoolSet(&s.pools, cfg.Upstream); err != nil {
 		s.closePools()

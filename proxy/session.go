@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 
+	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
 	"github.com/rproxy/rproxy/proxy/upstream"
@@ -66,6 +67,15 @@ type session struct {
 	stream     bool
 	streamCmds [][]byte
 
+	// Coalescing, per read batch: flights this session leads (published
+	// right after its upstream call), flights it joined (order entries
+	// -2-i), whether the batch wrote (no joins after a write), and a scratch
+	// buffer for flight keys.
+	leads  []lead
+	joined []*coalesce.Flight
+	wrote  bool
+	key    []byte
+
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
 	// the bookkeeping.
@@ -98,6 +108,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		s.exec(ss, rest[i])
 	}
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
+	ss.wrote = false
 	if ss.stream {
 		s.sendStream(ss)
 		ss.state.Store(stateIdle)
@@ -138,7 +149,7 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	}
 	switch info.Handling {
 	case command.Forward:
-		s.forward(ss, cmd.Raw)
+		s.forwardRead(ss, info, cmd.Raw)
 	case command.BlockingCmd:
 		if isNonBlockingRead(info, args) {
 			s.forward(ss, cmd.Raw)
@@ -201,6 +212,39 @@ func isNonBlockingRead(info *command.Info, args [][]byte) bool {
 	return true
 }
 
+// lead is a flight this session leads: the reply of batch command idx.
+type lead struct {
+	f   *coalesce.Flight
+	idx int
+}
+
+// forwardRead forwards a command, letting an eligible read join an identical
+// one in flight. A session joins only while unpinned (db 0, no transaction,
+// no stream) and only before any write in the same batch, so it always reads
+// its own writes; the group lets it join only flights not yet written
+// upstream, so the value was current during its own call.
+func (s *Server) forwardRead(ss *session, info *command.Info, raw []byte) {
+	if info.Has(command.Write) {
+		ss.wrote = true
+	}
+	if s.coalesce == nil || ss.pin != nil || ss.wrote || !s.coalesceCmds[info.Name] {
+		s.forward(ss, raw)
+		return
+	}
+	// Identity: protocol, upstream user, and the command as sent.
+	ss.key = append(ss.key[:0], byte(ss.proto), byte(len(ss.user)))
+	ss.key = append(ss.key, ss.user...)
+	ss.key = append(ss.key, raw...)
+	f, leader := s.coalesce.Join(ss.key, ss.batch)
+	if leader {
+		s.forward(ss, raw)
+		ss.leads = append(ss.leads, lead{f: f, idx: ss.batch.Len() - 1})
+		return
+	}
+	ss.joined = append(ss.joined, f)
+	ss.order = append(ss.order, -2-(len(ss.joined)-1))
+}
+
 func (s *Server) forward(ss *session, raw []byte) {
 	s.forwardTracked(ss, raw, track{})
 }
@@ -247,6 +291,12 @@ func (s *Server) flush(ss *session) {
 			ss.pools[ss.proto].Do(ss.batch)
 		}
 	}
+	for i, l := range ss.leads {
+		// Before waiting on any flight we joined: no cycle can form.
+		l.f.Publish(ss.batch.Reply(l.idx))
+		ss.leads[i] = lead{}
+	}
+	ss.leads = ss.leads[:0]
 	if ss.localCount > 0 {
 		s.metrics.local.Add(float64(ss.localCount))
 		ss.localCount = 0
@@ -258,7 +308,9 @@ func (s *Server) flush(ss *session) {
 	up := 0
 	for _, o := range ss.order {
 		var r []byte
-		if o < 0 {
+		if o <= -2 {
+			r = ss.joined[-2-o].Wait()
+		} else if o < 0 {
 			r = ss.batch.Reply(up)
 			up++
 		} else {
@@ -272,6 +324,8 @@ func (s *Server) flush(ss *session) {
 	}
 	ss.batch.Reset()
 	ss.local, ss.localEnds, ss.order = ss.local[:0], ss.localEnds[:0], ss.order[:0]
+	clear(ss.joined)
+	ss.joined = ss.joined[:0]
 	if ss.pin != nil && ss.pinNoLongerNeeded() {
 		// Let the replies go before the reset round trip of Release.
 		redcon.BaseWriter(ss.conn).Flush()

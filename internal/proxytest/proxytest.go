@@ -42,6 +42,7 @@ func Config(upstreamAddr string) proxy.Config {
 		MaxQueryBuffer: 1 << 30,
 		ShutdownDrain:  5 * time.Second,
 		TableRetry:     20 * time.Millisecond,
+		Coalesce:       []string{"get"},
 	}
 }
 

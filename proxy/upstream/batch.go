@@ -1,6 +1,10 @@
 package upstream
 
-import "github.com/rproxy/rproxy/proxy/resp"
+import (
+	"sync/atomic"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
 
 // maxRetained bounds the buffers a Batch keeps between uses, so one huge
 // request or reply does not pin its memory for the life of the session.
@@ -20,7 +24,14 @@ type Batch struct {
 	replyEnds []int  // replyEnds[i] is the end offset of reply i in replies
 
 	done chan struct{}
+
+	// sent is set when the batch's bytes are handed to the socket (shared
+	// connections); coalescing stops taking joiners for it then.
+	sent atomic.Bool
 }
+
+// Sent reports whether the batch's commands have been written upstream.
+func (b *Batch) Sent() bool { return b.sent.Load() }
 
 // NewBatch returns an empty batch.
 func NewBatch() *Batch {
@@ -29,6 +40,7 @@ func NewBatch() *Batch {
 
 // Reset empties the batch for reuse.
 func (b *Batch) Reset() {
+	b.sent.Store(false)
 	clear(b.cmds) // drop the references so the commands can be collected
 	if cap(b.replies) > maxRetained {
 		b.replies = nil

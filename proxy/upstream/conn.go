@@ -34,6 +34,7 @@ type conn struct {
 	wcount      int      // commands in wbuf
 	spare       []byte   // the previous write buffer, reused
 	wake        chan struct{}
+	unsent      []*Batch // batches whose bytes are in wbuf, not yet taken by the writer
 
 	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
 }
@@ -61,6 +62,7 @@ func (c *conn) send(b *Batch) (string, bool) {
 		c.lastProgress.Store(c.pool.cfg.Now().UnixNano())
 	}
 	c.inflight = append(c.inflight, b)
+	c.unsent = append(c.unsent, b)
 	for _, cmd := range b.cmds {
 		c.wbuf = append(c.wbuf, cmd...)
 	}
@@ -93,6 +95,11 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		// Double buffering: senders fill the spare while buf is written.
 		buf, count := c.wbuf, c.wcount
 		c.wbuf, c.wcount, c.spare = c.spare[:0], 0, nil
+		for i, b := range c.unsent {
+			b.sent.Store(true) // its bytes are in buf, about to be written
+			c.unsent[i] = nil
+		}
+		c.unsent = c.unsent[:0]
 		c.mu.Unlock()
 		if len(buf) == 0 {
 			continue
@@ -225,6 +232,10 @@ func (c *conn) run(ctx context.Context) {
 		failed := c.inflight[c.head:]
 		c.inflight, c.head = nil, 0
 		c.wbuf, c.wcount = c.wbuf[:0], 0
+		for _, b := range c.unsent {
+			b.sent.Store(true) // never written now; no one may join it
+		}
+		c.unsent = nil
 		c.mu.Unlock()
 		c.pool.metrics.connected.Dec()
 		lost := log.Warn

@@ -1,0 +1,154 @@
+package coalesce
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// sender is a fake leader batch whose "written" moment the test controls.
+type sender struct{ sent atomic.Bool }
+
+func (s *sender) Sent() bool { return s.sent.Load() }
+
+func TestJoinWhileUnsentOnly(t *testing.T) {
+	g := New(nil)
+	s := &sender{}
+	lead, leader := g.Join([]byte("GET k"), s)
+	if !leader {
+		t.Fatal("first reader does not lead")
+	}
+	j1, leader := g.Join([]byte("GET k"), &sender{})
+	if leader || j1 != lead {
+		t.Fatal("a reader arriving before the send did not join")
+	}
+	s.sent.Store(true) // the leader's command is on the wire now
+	late, leader := g.Join([]byte("GET k"), &sender{})
+	if !leader || late == lead {
+		t.Fatal("a reader arriving after the send joined: it could get a value older than its own call")
+	}
+	other, leader := g.Join([]byte("GET other"), &sender{})
+	if !leader || other == lead {
+		t.Fatal("different keys share a flight")
+	}
+
+	// Joiners get the leader's bytes, even after the leader reuses its buffer.
+	buf := []byte("$1\r\nv\r\n")
+	lead.Publish(buf)
+	copy(buf, "XXXXXXX")
+	if got := string(j1.Wait()); got != "$1\r\nv\r\n" {
+		t.Fatalf("joiner got %q", got)
+	}
+	// The late flight is still open for joiners until it is sent.
+	if j, leader := g.Join([]byte("GET k"), &sender{}); leader || j != late {
+		t.Fatal("the newer flight did not take joiners")
+	}
+	late.Publish([]byte("+late\r\n"))
+	other.Publish(nil)
+	if g.Open() != 0 {
+		t.Fatalf("%d flights left open", g.Open())
+	}
+}
+
+// TestErrorsFanOut: an error reply reaches every joiner unchanged.
+func TestErrorsFanOut(t *testing.T) {
+	g := New(nil)
+	lead, _ := g.Join([]byte("k"), &sender{})
+	var joiners []*Flight
+	for i := 0; i < 5; i++ {
+		f, _ := g.Join([]byte("k"), &sender{})
+		joiners = append(joiners, f)
+	}
+	lead.Publish([]byte("-ERR upstream unavailable: read: EOF\r\n"))
+	for _, f := range joiners {
+		if got := string(f.Wait()); got != "-ERR upstream unavailable: read: EOF\r\n" {
+			t.Fatalf("joiner got %q", got)
+		}
+	}
+}
+
+// TestJoinersWaitForThePublish is staged with channels: every joiner is
+// known to be waiting before the leader publishes, and none returns early.
+func TestJoinersWaitForThePublish(t *testing.T) {
+	g := New(nil)
+	lead, _ := g.Join([]byte("k"), &sender{})
+	const n = 50
+	waiting := make(chan struct{}, n)
+	got := make(chan string, n)
+	for i := 0; i < n; i++ {
+		f, leader := g.Join([]byte("k"), &sender{})
+		if leader {
+			t.Fatal("joiner leads")
+		}
+		go func() {
+			waiting <- struct{}{}
+			got <- string(f.Wait())
+		}()
+	}
+	for i := 0; i < n; i++ {
+		<-waiting
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("a joiner returned %q before the publish", r)
+	default:
+	}
+	lead.Publish([]byte(":1\r\n"))
+	for i := 0; i < n; i++ {
+		if r := <-got; r != ":1\r\n" {
+			t.Fatalf("joiner %d got %q", i, r)
+		}
+	}
+}
+
+// TestAbandonedJoinerDoesNotDisturb: a joiner that never waits (its client
+// left) changes nothing for the others.
+func TestAbandonedJoinerDoesNotDisturb(t *testing.T) {
+	g := New(nil)
+	lead, _ := g.Join([]byte("k"), &sender{})
+	g.Join([]byte("k"), &sender{}) // never waits
+	f, _ := g.Join([]byte("k"), &sender{})
+	lead.Publish([]byte("+OK\r\n"))
+	if got := string(f.Wait()); got != "+OK\r\n" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	g := New(nil)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				key := []byte(fmt.Sprintf("k%d", i%7))
+				s := &sender{}
+				f, leader := g.Join(key, s)
+				if leader {
+					s.sent.Store(true)
+					f.Publish(key)
+				} else if got := string(f.Wait()); got != string(key) {
+					t.Errorf("joiner of %s got %q", key, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if g.Open() != 0 {
+		t.Fatalf("%d flights left open", g.Open())
+	}
+}
+
+func BenchmarkLeadAndPublish(b *testing.B) {
+	g := New(nil)
+	key := []byte("*2\r\n$3\r\nGET\r\n$10\r\nkey:000001\r\n")
+	s := &sender{}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		f, _ := g.Join(key, s)
+		f.Publish(nil)
+	}
+}

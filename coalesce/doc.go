@@ -1,0 +1,15 @@
+// Package coalesce lets concurrent identical reads share one upstream call.
+//
+// A Group holds the flights in progress, by key (the caller's identity of a
+// read: protocol, upstream user and the command's bytes). The first reader
+// of a key leads a flight and sends the command upstream; a reader that
+// arrives while the flight is still open joins it instead, and gets the
+// leader's reply bytes. A flight is open only until its command has been
+// written to the upstream socket (the leader says when, through Sent): so
+// Redis executes the shared read after every joiner arrived, and the value a
+// joiner gets was current at some moment during its own call.
+//
+// The package knows nothing about sessions or connections; the proxy decides
+// which commands are eligible and when a session may join at all (never when
+// pinned, in a transaction, or after its own write in the same batch).
+package coalesce

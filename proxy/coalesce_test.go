@@ -1,0 +1,153 @@
+package proxy_test
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+var cmdstatGet = regexp.MustCompile(`cmdstat_get:calls=(\d+)`)
+
+// upstreamGets is how many GETs reached Redis since the last CONFIG RESETSTAT.
+func upstreamGets(t *testing.T, rs *redistest.Server) int {
+	t.Helper()
+	m := cmdstatGet.FindSubmatch(rs.Do(t, "INFO", "commandstats"))
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// TestCoalescedPipelineOneUpstreamCall: ten identical GETs in one client
+// batch lead one flight; Redis sees one GET and every reply is its bytes.
+func TestCoalescedPipelineOneUpstreamCall(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	rs.Do(t, "SET", "hot", "value")
+	rs.Do(t, "CONFIG", "RESETSTAT")
+	c := dialClient(t, p.Addr)
+	var b []byte
+	for i := 0; i < 10; i++ {
+		b = resp.AppendCommandString(b, "GET", "hot")
+	}
+	c.send(b)
+	for i := 0; i < 10; i++ {
+		if got := string(c.read()); got != "$5\r\nvalue\r\n" {
+			t.Fatalf("reply %d = %q", i, got)
+		}
+	}
+	if n := upstreamGets(t, rs); n != 1 {
+		t.Fatalf("Redis saw %d GETs for 10 identical pipelined GETs, want 1", n)
+	}
+	if j := counterValue(t, p.Registry, "rproxy_coalesce_joins_total", nil); j != 9 {
+		t.Fatalf("joins = %v, want 9", j)
+	}
+}
+
+// TestCoalesceReadYourWrites: a GET after a write in the same batch never
+// joins the flight of a GET sent before that write.
+func TestCoalesceReadYourWrites(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	rs.Do(t, "SET", "k", "old")
+	c := dialClient(t, p.Addr)
+	var b []byte
+	b = resp.AppendCommandString(b, "GET", "k") // leads a flight
+	b = resp.AppendCommandString(b, "SET", "k", "new")
+	b = resp.AppendCommandString(b, "GET", "k") // must not join it
+	c.send(b)
+	for i, want := range []string{"$3\r\nold\r\n", "+OK\r\n", "$3\r\nnew\r\n"} {
+		if got := string(c.read()); got != want {
+			t.Fatalf("reply %d = %q, want %q (read-your-writes broken)", i, got, want)
+		}
+	}
+}
+
+// TestCoalescedErrorsFanOut: when the upstream is down, the leader's error
+// reaches every joiner unchanged.
+func TestCoalescedErrorsFanOut(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	rs.Kill()
+	c := dialClient(t, p.Addr)
+	var b []byte
+	for i := 0; i < 5; i++ {
+		b = resp.AppendCommandString(b, "GET", "k")
+	}
+	c.send(b)
+	first := string(c.read())
+	if !strings.HasPrefix(first, "-ERR upstream unavailable") {
+		t.Fatalf("leader reply = %q", first)
+	}
+	for i := 1; i < 5; i++ {
+		if got := string(c.read()); got != first {
+			t.Fatalf("joiner %d = %q, want the leader's %q", i, got, first)
+		}
+	}
+}
+
+// TestCoalescingAcrossClients: 200 clients GET one key at once; fewer GETs
+// reach Redis than clients sent, and every client gets the right bytes.
+func TestCoalescingAcrossClients(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	rs.Do(t, "SET", "hot", "v")
+	var clients []*rawClient
+	for i := 0; i < 200; i++ {
+		clients = append(clients, dialClient(t, p.Addr))
+	}
+	rs.Do(t, "CONFIG", "RESETSTAT")
+	const rounds = 20
+	var wg sync.WaitGroup
+	errs := make(chan string, len(clients))
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				if got := c.doErr("GET", "hot"); got != "$1\r\nv\r\n" {
+					errs <- got
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatalf("client got %q", e)
+	}
+	n := upstreamGets(t, rs)
+	total := len(clients) * rounds
+	t.Logf("%d client GETs, %d reached Redis", total, n)
+	if n >= total {
+		t.Fatalf("%d client GETs, %d reached Redis: nothing was coalesced", total, n)
+	}
+}
+
+// TestCoalesceOffWithoutConfig: with no eligible commands, every GET goes up.
+func TestCoalesceOffWithoutConfig(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Coalesce = nil })
+	rs.Do(t, "CONFIG", "RESETSTAT")
+	c := dialClient(t, p.Addr)
+	var b []byte
+	for i := 0; i < 10; i++ {
+		b = resp.AppendCommandString(b, "GET", "k")
+	}
+	c.send(b)
+	for i := 0; i < 10; i++ {
+		c.read()
+	}
+	if n := upstreamGets(t, rs); n != 10 {
+		t.Fatalf("Redis saw %d GETs with coalescing off, want 10", n)
+	}
+}
