@@ -1,8 +1,10 @@
 package coalesce
 
 import (
+	"bytes"
 	"sync"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -10,62 +12,84 @@ import (
 // that, the flight takes no more joiners.
 type Sender interface{ Sent() bool }
 
+// slotCount is the size of the flight table. A key maps to one slot; when
+// two keys with open flights share a slot, the newer flight is simply not
+// joinable, which costs a saving, never correctness.
+const slotCount = 1024
+
 // Flight is one upstream read shared by its leader and joiners.
 type Flight struct {
 	group  *Group
-	key    string
+	slot   *slot
+	key    []byte
 	sender Sender
 	done   chan struct{}
 	reply  []byte
-	joins  int // joiners, under group.mu
+	joins  int // joiners, under slot.mu
 }
 
-// Group is the set of open flights.
+type slot struct {
+	mu sync.Mutex
+	f  *Flight // the open flight registered here, if any
+	_  [48]byte
+}
+
+// Group is the table of open flights. The common case on a spread keyspace,
+// a flight nobody joins, allocates nothing: such flights are recycled.
 type Group struct {
-	mu      sync.Mutex
-	flights map[string]*Flight
+	slots   [slotCount]slot
+	free    sync.Pool
 	metrics *metrics
 }
 
 // New returns an empty group with metrics on reg (nil: unregistered).
 func New(reg prometheus.Registerer) *Group {
-	return &Group{flights: make(map[string]*Flight), metrics: newMetrics(reg)}
+	g := &Group{metrics: newMetrics(reg)}
+	g.free.New = func() any { return &Flight{done: make(chan struct{})} }
+	return g
 }
 
 // Join returns the open flight for key, or, if there is none, a new flight
-// that the caller leads (leader true), whose command is sent by sender. The
-// key is copied only when a flight is created.
+// that the caller leads (leader true), whose command is sent by sender.
 func (g *Group) Join(key []byte, sender Sender) (f *Flight, leader bool) {
-	g.mu.Lock()
-	if f, ok := g.flights[string(key)]; ok && !f.sender.Sent() {
+	s := &g.slots[xxhash.Sum64(key)%slotCount]
+	s.mu.Lock()
+	if f := s.f; f != nil && !f.sender.Sent() && bytes.Equal(f.key, key) {
 		f.joins++
-		g.mu.Unlock()
+		s.mu.Unlock()
 		g.metrics.joins.Inc()
 		return f, false
 	}
-	f = &Flight{group: g, key: string(key), sender: sender, done: make(chan struct{})}
-	// A flight already sent stays until its leader publishes; the new one
-	// replaces it for later joiners.
-	g.flights[f.key] = f
-	g.mu.Unlock()
+	f = g.free.Get().(*Flight)
+	f.group, f.slot, f.sender, f.joins, f.reply = g, s, sender, 0, nil
+	f.key = append(f.key[:0], key...)
+	if s.f == nil || s.f.sender.Sent() {
+		s.f = f // a sent flight takes no joiners: the new one replaces it
+	}
+	s.mu.Unlock()
 	g.metrics.flights.Inc()
 	return f, true
 }
 
 // Publish gives the reply to every joiner; only the leader calls it, once,
-// whatever the reply (an error reply fans out like any other). The bytes are
-// copied when there are joiners, since the leader's buffer is reused.
+// whatever the reply (an error reply fans out like any other). The leader
+// must not use f afterwards.
 func (f *Flight) Publish(reply []byte) {
-	g := f.group
-	g.mu.Lock()
-	if g.flights[f.key] == f {
-		delete(g.flights, f.key)
+	s := f.slot
+	s.mu.Lock()
+	if s.f == f {
+		s.f = nil
 	}
 	joins := f.joins
-	g.mu.Unlock()
-	if joins > 0 {
-		f.reply = append([]byte(nil), reply...)
+	s.mu.Unlock()
+	if joins == 0 {
+		// Unregistered and never joined: no one else holds f.
+		f.sender = nil
+		f.group.free.Put(f)
+		return
 	}
+	// The leader's buffer is reused, so joiners get a copy.
+	f.reply = append([]byte(nil), reply...)
 	close(f.done)
 }
 
@@ -75,11 +99,17 @@ func (f *Flight) Wait() []byte {
 	return f.reply
 }
 
-// Open is how many flights are in progress (for tests and metrics).
+// Open is how many flights are registered (for tests).
 func (g *Group) Open() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.flights)
+	n := 0
+	for i := range g.slots {
+		g.slots[i].mu.Lock()
+		if g.slots[i].f != nil {
+			n++
+		}
+		g.slots[i].mu.Unlock()
+	}
+	return n
 }
 
 type metrics struct {

@@ -28,9 +28,10 @@ type Config struct {
 	// 0 = Go's default (the GOMAXPROCS variable, else the CPU count); 0..1024.
 	Procs    int      `yaml:"procs"` // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
 	Upstream Upstream `yaml:"upstream"`
-	Auth     Auth     `yaml:"auth"`   // the Redis server
-	Limits   Limits   `yaml:"limits"` // resource limits
-	Log      Log      `yaml:"log"`    // logging
+	Auth     Auth     `yaml:"auth"`
+	Coalesce Coalesce `yaml:"coalesce"` // the Redis server
+	Limits   Limits   `yaml:"limits"`   // resource limits
+	Log      Log      `yaml:"log"`      // logging
 }
 
 // Upstream configures the connections to the Redis server.
@@ -92,6 +93,14 @@ type Auth struct {
 	Users map[string]string `yaml:"users"`
 }
 
+// Coalesce configures read coalescing: concurrent identical reads share one
+// upstream call.
+type Coalesce struct {
+	// Commands lists the eligible commands (read-only, non-blocking,
+	// single-key); default [get]; [] turns coalescing off.
+	Commands []string `yaml:"commands"`
+}
+
 // Limits bounds the resources clients may use.
 type Limits struct {
 	MaxClients     int      `yaml:"max_clients"`      // default 10000; >= 1
@@ -128,7 +137,8 @@ func Default() Config {
 			BackoffMax:   Duration(2 * time.Second),
 			GatherYields: 4,
 		},
-		Auth: Auth{Mode: "none"},
+		Auth:     Auth{Mode: "none"},
+		Coalesce: Coalesce{Commands: []string{"get"}},
 		Limits: Limits{
 			MaxClients:     10000,
 			MaxBulkLen:     512 * Megabyte,

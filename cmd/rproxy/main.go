@@ -198,6 +198,7 @@ func proxyConfig(c config.Config) proxy.Config {
 		ShutdownDrain:   c.Limits.ShutdownDrain.D(),
 		Users:           proxyUsers(c.Auth),
 		AuthPassthrough: c.Auth.Mode == "passthrough",
+		Coalesce:        c.Coalesce.Commands,
 	}
 }
 
