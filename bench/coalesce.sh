@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Coalescing benchmark: rproxy with GET coalescing on vs off, interleaved.
+# Coalescing benchmark: rproxy with GET coalescing on (window unsent, the
+# default), on with window inflight, and off; interleaved rounds.
 #  1. hot key: redis-benchmark -c 200 GET on one key; Redis's INFO commandstats
 #     counts the GETs that reached it (target: <= 1 per 10 client GETs, with
 #     throughput not below coalescing off).
@@ -21,9 +22,11 @@ go build -o "$tmp/rproxy" ./cmd/rproxy
 rport=$(freeport); redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$tmp/redis.log" 2>&1 &
 pids+=($!); waitping "$rport"
 printf 'coalesce:\n  commands: []\n' >"$tmp/off.yaml"
+printf 'coalesce:\n  window: inflight\n' >"$tmp/inflight.yaml"
 on=$(freeport); "$tmp/rproxy" -listen 127.0.0.1:$on -upstream 127.0.0.1:$rport 2>"$tmp/on.log" & pids+=($!)
 off=$(freeport); "$tmp/rproxy" -listen 127.0.0.1:$off -upstream 127.0.0.1:$rport -config "$tmp/off.yaml" 2>"$tmp/off.log" & pids+=($!)
-waitping "$on"; waitping "$off"
+infl=$(freeport); "$tmp/rproxy" -listen 127.0.0.1:$infl -upstream 127.0.0.1:$rport -config "$tmp/inflight.yaml" 2>"$tmp/inflight.log" & pids+=($!)
+waitping "$on"; waitping "$off"; waitping "$infl"
 redis-cli -p "$rport" set key:__rand_int__ value >/dev/null # the key redis-benchmark GETs without -r
 
 rps() { redis-benchmark -p "$1" "${@:2}" -t get --csv 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
@@ -33,9 +36,9 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A r
 n=200000
 for round in $(seq "$rounds"); do
-	order=(on off); [ $((round % 2)) -eq 0 ] && order=(off on)
+	order=(on inflight off); [ $((round % 2)) -eq 0 ] && order=(off inflight on)
 	for mode in "${order[@]}"; do
-		port=$on; [ "$mode" = off ] && port=$off
+		case $mode in on) port=$on ;; off) port=$off ;; inflight) port=$infl ;; esac
 		redis-cli -p "$rport" config resetstat >/dev/null
 		r[hot_rps_$mode]+="$(rps "$port" -c 200 -n $n) "
 		r[hot_up_$mode]+="$(gets) "
@@ -48,12 +51,12 @@ done
 m() { echo ${r[$1]} | tr ' ' '\n' | median; }
 echo "## coalescing: $(date -u +%F), $(nproc) cores, $rounds interleaved rounds, medians"
 echo
-echo "| scenario | coalescing on | coalescing off | on/off |"
-echo "|---|---:|---:|---:|"
+echo "| scenario | on (window unsent) | on (window inflight) | off | unsent/off | inflight/off |"
+echo "|---|---:|---:|---:|---:|---:|"
 for k in hot_rps uni1 uni16; do
-	a=$(m ${k}_on); b=$(m ${k}_off)
+	a=$(m ${k}_on); i=$(m ${k}_inflight); b=$(m ${k}_off)
 	case $k in hot_rps) name="200 clients GET one key (rps)";; uni1) name="uniform keyspace GET -P 1 (rps)";; uni16) name="uniform keyspace GET -P 16 (rps)";; esac
-	echo "| $name | $a | $b | $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}') |"
+	echo "| $name | $a | $i | $b | $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}') | $(awk -v a="$i" -v b="$b" 'BEGIN{printf "%.3f", a/b}') |"
 done
-a=$(m hot_up_on); b=$(m hot_up_off)
-echo "| 200 clients GET one key: GETs reaching Redis per $n client GETs | $a | $b | 1 per $(awk -v a="$a" -v n=$n 'BEGIN{printf "%.1f", n/a}') client GETs |"
+a=$(m hot_up_on); i=$(m hot_up_inflight); b=$(m hot_up_off)
+echo "| 200 clients GET one key: GETs reaching Redis per $n client GETs | $a (1 per $(awk -v a="$a" -v n=$n 'BEGIN{printf "%.1f", n/a}')) | $i (1 per $(awk -v a="$i" -v n=$n 'BEGIN{printf "%.1f", n/a}')) | $b | | |"

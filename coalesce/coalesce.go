@@ -8,9 +8,27 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Sender reports whether a flight's command has left for the upstream; after
-// that, the flight takes no more joiners.
-type Sender interface{ Sent() bool }
+// Sender is the leader's batch: whether its command has left for the
+// upstream, and the send sequence number it left with (valid once sent).
+type Sender interface {
+	Sent() bool
+	SentSeq() uint64
+}
+
+// Window says which flights a reader may join.
+type Window uint8
+
+const (
+	// Unsent: only flights whose command is not yet written upstream. Redis
+	// runs the read after every joiner arrived, so each joiner gets a value
+	// current during its own call.
+	Unsent Window = iota
+	// InFlight: also flights already written whose reply has not arrived,
+	// if they were sent after the joiner's last acknowledged write (so it
+	// still reads its own writes). More joins; the value may be up to one
+	// round trip older than the joiner's call.
+	InFlight
+)
 
 // slotCount is the size of the flight table. A key maps to one slot; when
 // two keys with open flights share a slot, the newer flight is simply not
@@ -37,24 +55,27 @@ type slot struct {
 // Group is the table of open flights. The common case on a spread keyspace,
 // a flight nobody joins, allocates nothing: such flights are recycled.
 type Group struct {
+	window  Window
 	slots   [slotCount]slot
 	free    sync.Pool
 	metrics *metrics
 }
 
 // New returns an empty group with metrics on reg (nil: unregistered).
-func New(reg prometheus.Registerer) *Group {
-	g := &Group{metrics: newMetrics(reg)}
+func New(window Window, reg prometheus.Registerer) *Group {
+	g := &Group{window: window, metrics: newMetrics(reg)}
 	g.free.New = func() any { return &Flight{done: make(chan struct{})} }
 	return g
 }
 
-// Join returns the open flight for key, or, if there is none, a new flight
-// that the caller leads (leader true), whose command is sent by sender.
-func (g *Group) Join(key []byte, sender Sender) (f *Flight, leader bool) {
+// Join returns an open flight for key that the caller may join, or a new
+// flight that the caller leads (leader true), whose command sender sends.
+// lastWrite is the send sequence at the caller's last acknowledged write
+// (used by the InFlight window).
+func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, leader bool) {
 	s := &g.slots[xxhash.Sum64(key)%slotCount]
 	s.mu.Lock()
-	if f := s.f; f != nil && !f.sender.Sent() && bytes.Equal(f.key, key) {
+	if f := s.f; f != nil && g.joinable(f, lastWrite) && bytes.Equal(f.key, key) {
 		f.joins++
 		s.mu.Unlock()
 		g.metrics.joins.Inc()
@@ -64,11 +85,18 @@ func (g *Group) Join(key []byte, sender Sender) (f *Flight, leader bool) {
 	f.group, f.slot, f.sender, f.joins, f.reply = g, s, sender, 0, nil
 	f.key = append(f.key[:0], key...)
 	if s.f == nil || s.f.sender.Sent() {
-		s.f = f // a sent flight takes no joiners: the new one replaces it
+		s.f = f // the newer flight is the better one to join
 	}
 	s.mu.Unlock()
 	g.metrics.flights.Inc()
 	return f, true
+}
+
+func (g *Group) joinable(f *Flight, lastWrite uint64) bool {
+	if !f.sender.Sent() {
+		return true
+	}
+	return g.window == InFlight && f.sender.SentSeq() > lastWrite
 }
 
 // Publish gives the reply to every joiner; only the leader calls it, once,

@@ -8,27 +8,31 @@ import (
 )
 
 // sender is a fake leader batch whose "written" moment the test controls.
-type sender struct{ sent atomic.Bool }
+type sender struct {
+	sent atomic.Bool
+	seq  uint64
+}
 
-func (s *sender) Sent() bool { return s.sent.Load() }
+func (s *sender) Sent() bool      { return s.sent.Load() }
+func (s *sender) SentSeq() uint64 { return s.seq }
 
 func TestJoinWhileUnsentOnly(t *testing.T) {
-	g := New(nil)
+	g := New(Unsent, nil)
 	s := &sender{}
-	lead, leader := g.Join([]byte("GET k"), s)
+	lead, leader := g.Join([]byte("GET k"), s, 0)
 	if !leader {
 		t.Fatal("first reader does not lead")
 	}
-	j1, leader := g.Join([]byte("GET k"), &sender{})
+	j1, leader := g.Join([]byte("GET k"), &sender{}, 0)
 	if leader || j1 != lead {
 		t.Fatal("a reader arriving before the send did not join")
 	}
 	s.sent.Store(true) // the leader's command is on the wire now
-	late, leader := g.Join([]byte("GET k"), &sender{})
+	late, leader := g.Join([]byte("GET k"), &sender{}, 0)
 	if !leader || late == lead {
 		t.Fatal("a reader arriving after the send joined: it could get a value older than its own call")
 	}
-	other, leader := g.Join([]byte("GET other"), &sender{})
+	other, leader := g.Join([]byte("GET other"), &sender{}, 0)
 	if !leader || other == lead {
 		t.Fatal("different keys share a flight")
 	}
@@ -41,7 +45,7 @@ func TestJoinWhileUnsentOnly(t *testing.T) {
 		t.Fatalf("joiner got %q", got)
 	}
 	// The late flight is still open for joiners until it is sent.
-	if j, leader := g.Join([]byte("GET k"), &sender{}); leader || j != late {
+	if j, leader := g.Join([]byte("GET k"), &sender{}, 0); leader || j != late {
 		t.Fatal("the newer flight did not take joiners")
 	}
 	late.Publish([]byte("+late\r\n"))
@@ -53,11 +57,11 @@ func TestJoinWhileUnsentOnly(t *testing.T) {
 
 // TestErrorsFanOut: an error reply reaches every joiner unchanged.
 func TestErrorsFanOut(t *testing.T) {
-	g := New(nil)
-	lead, _ := g.Join([]byte("k"), &sender{})
+	g := New(Unsent, nil)
+	lead, _ := g.Join([]byte("k"), &sender{}, 0)
 	var joiners []*Flight
 	for i := 0; i < 5; i++ {
-		f, _ := g.Join([]byte("k"), &sender{})
+		f, _ := g.Join([]byte("k"), &sender{}, 0)
 		joiners = append(joiners, f)
 	}
 	lead.Publish([]byte("-ERR upstream unavailable: read: EOF\r\n"))
@@ -71,13 +75,13 @@ func TestErrorsFanOut(t *testing.T) {
 // TestJoinersWaitForThePublish is staged with channels: every joiner is
 // known to be waiting before the leader publishes, and none returns early.
 func TestJoinersWaitForThePublish(t *testing.T) {
-	g := New(nil)
-	lead, _ := g.Join([]byte("k"), &sender{})
+	g := New(Unsent, nil)
+	lead, _ := g.Join([]byte("k"), &sender{}, 0)
 	const n = 50
 	waiting := make(chan struct{}, n)
 	got := make(chan string, n)
 	for i := 0; i < n; i++ {
-		f, leader := g.Join([]byte("k"), &sender{})
+		f, leader := g.Join([]byte("k"), &sender{}, 0)
 		if leader {
 			t.Fatal("joiner leads")
 		}
@@ -105,10 +109,10 @@ func TestJoinersWaitForThePublish(t *testing.T) {
 // TestAbandonedJoinerDoesNotDisturb: a joiner that never waits (its client
 // left) changes nothing for the others.
 func TestAbandonedJoinerDoesNotDisturb(t *testing.T) {
-	g := New(nil)
-	lead, _ := g.Join([]byte("k"), &sender{})
-	g.Join([]byte("k"), &sender{}) // never waits
-	f, _ := g.Join([]byte("k"), &sender{})
+	g := New(Unsent, nil)
+	lead, _ := g.Join([]byte("k"), &sender{}, 0)
+	g.Join([]byte("k"), &sender{}, 0) // never waits
+	f, _ := g.Join([]byte("k"), &sender{}, 0)
 	lead.Publish([]byte("+OK\r\n"))
 	if got := string(f.Wait()); got != "+OK\r\n" {
 		t.Fatalf("got %q", got)
@@ -116,7 +120,7 @@ func TestAbandonedJoinerDoesNotDisturb(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	g := New(nil)
+	g := New(Unsent, nil)
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -125,7 +129,7 @@ func TestConcurrentUse(t *testing.T) {
 			for i := 0; i < 2000; i++ {
 				key := []byte(fmt.Sprintf("k%d", i%7))
 				s := &sender{}
-				f, leader := g.Join(key, s)
+				f, leader := g.Join(key, s, 0)
 				if leader {
 					s.sent.Store(true)
 					f.Publish(key)
@@ -143,12 +147,35 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func BenchmarkLeadAndPublish(b *testing.B) {
-	g := New(nil)
+	g := New(Unsent, nil)
 	key := []byte("*2\r\n$3\r\nGET\r\n$10\r\nkey:000001\r\n")
 	s := &sender{}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		f, _ := g.Join(key, s)
+		f, _ := g.Join(key, s, 0)
 		f.Publish(nil)
+	}
+}
+
+// TestInFlightWindow: with InFlight, a reader may join a flight already on
+// the wire, but only if it was sent after the reader's last write was
+// acknowledged; Unsent never does.
+func TestInFlightWindow(t *testing.T) {
+	g := New(InFlight, nil)
+	s := &sender{seq: 10}
+	lead, _ := g.Join([]byte("k"), s, 0)
+	s.sent.Store(true) // on the wire with send sequence 10
+	if f, leader := g.Join([]byte("k"), &sender{}, 9); leader || f != lead {
+		t.Fatal("a reader whose last write was acknowledged before the send (9 < 10) did not join")
+	}
+	if f, leader := g.Join([]byte("k"), &sender{}, 10); !leader || f == lead {
+		t.Fatal("a reader whose write was acknowledged after the send joined: it would miss its own write")
+	}
+	strict := New(Unsent, nil)
+	s2 := &sender{seq: 10}
+	l2, _ := strict.Join([]byte("k"), s2, 0)
+	s2.sent.Store(true)
+	if f, leader := strict.Join([]byte("k"), &sender{}, 0); !leader || f == l2 {
+		t.Fatal("Unsent window joined a sent flight")
 	}
 }

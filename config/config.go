@@ -99,6 +99,12 @@ type Coalesce struct {
 	// Commands lists the eligible commands (read-only, non-blocking,
 	// single-key); default [get]; [] turns coalescing off.
 	Commands []string `yaml:"commands"`
+	// Window is which flights a read may join: "unsent" (default: only
+	// flights not yet written upstream, so the value is current during the
+	// reader's own call) or "inflight" (also flights awaiting their reply,
+	// sent after the reader's last acknowledged write: more joins, values up
+	// to one round trip older than the call).
+	Window string `yaml:"window"`
 }
 
 // Limits bounds the resources clients may use.
@@ -138,7 +144,7 @@ func Default() Config {
 			GatherYields: 4,
 		},
 		Auth:     Auth{Mode: "none"},
-		Coalesce: Coalesce{Commands: []string{"get"}},
+		Coalesce: Coalesce{Commands: []string{"get"}, Window: "unsent"},
 		Limits: Limits{
 			MaxClients:     10000,
 			MaxBulkLen:     512 * Megabyte,
@@ -449,6 +455,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		add("auth.mode must be none, proxy or passthrough, got %q", c.Auth.Mode)
+	}
+	if c.Coalesce.Window != "unsent" && c.Coalesce.Window != "inflight" {
+		add("coalesce.window must be unsent or inflight, got %q", c.Coalesce.Window)
 	}
 	if u.PasswordFile != "" && u.PasswordEnv != "" {
 		add("upstream.password_file and upstream.password_env are both set; use one")

@@ -99,8 +99,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 28 {
-		t.Errorf("Config has %d yaml keys, test expects 28: %v", len(want), want)
+	if len(want) != 29 {
+		t.Errorf("Config has %d yaml keys, test expects 29: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {

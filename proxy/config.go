@@ -30,6 +30,9 @@ type Config struct {
 	// share one upstream call (lower case; empty: coalescing off). Each must
 	// be read-only, non-blocking and single-key.
 	Coalesce []string
+	// CoalesceInFlight widens the join window from flights not yet written
+	// upstream to flights whose reply has not arrived (see package coalesce).
+	CoalesceInFlight bool
 
 	// AuthPassthrough checks clients' AUTH against Redis and gives each
 	// upstream user its own shared connections (auth mode "passthrough").

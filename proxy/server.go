@@ -36,6 +36,7 @@ type Server struct {
 	metricsUp *upstream.Metrics
 
 	coalesce     *coalesce.Group // nil: off
+	sendSeq      *atomic.Uint64  // numbers upstream writes, shared by all pools
 	coalesceCmds map[string]bool
 
 	table       atomic.Pointer[command.Table]
@@ -73,8 +74,15 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		served:   make(chan struct{}),
 	}
 	s.table.Store(command.Builtin())
+	s.sendSeq = new(atomic.Uint64)
+	s.cfg.Upstream.SendSeq = s.sendSeq
+	cfg.Upstream.SendSeq = s.sendSeq
 	if len(cfg.Coalesce) > 0 {
-		s.coalesce = coalesce.New(reg)
+		window := coalesce.Unsent
+		if cfg.CoalesceInFlight {
+			window = coalesce.InFlight
+		}
+		s.coalesce = coalesce.New(window, reg)
 		s.coalesceCmds = make(map[string]bool)
 		for _, name := range cfg.Coalesce {
 			s.coalesceCmds[strings.ToLower(name)] = true

@@ -71,10 +71,12 @@ type session struct {
 	// right after its upstream call), flights it joined (order entries
 	// -2-i), whether the batch wrote (no joins after a write), and a scratch
 	// buffer for flight keys.
-	leads  []lead
-	joined []*coalesce.Flight
-	wrote  bool
-	key    []byte
+	leads      []lead
+	joined     []*coalesce.Flight
+	wrote      bool   // this read batch has a write so far
+	batchWrote bool   // the batch being sent has a write
+	lastWrite  uint64 // send sequence when the session's last write was acknowledged
+	key        []byte
 
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
@@ -225,7 +227,7 @@ type lead struct {
 // upstream, so the value was current during its own call.
 func (s *Server) forwardRead(ss *session, info *command.Info, raw []byte) {
 	if info.Has(command.Write) {
-		ss.wrote = true
+		ss.wrote, ss.batchWrote = true, true
 	}
 	if s.coalesce == nil || ss.pin != nil || ss.wrote || !s.coalesceCmds[info.Name] {
 		s.forward(ss, raw)
@@ -235,7 +237,7 @@ func (s *Server) forwardRead(ss *session, info *command.Info, raw []byte) {
 	ss.key = append(ss.key[:0], byte(ss.proto), byte(len(ss.user)))
 	ss.key = append(ss.key, ss.user...)
 	ss.key = append(ss.key, raw...)
-	f, leader := s.coalesce.Join(ss.key, ss.batch)
+	f, leader := s.coalesce.Join(ss.key, ss.batch, ss.lastWrite)
 	if leader {
 		s.forward(ss, raw)
 		ss.leads = append(ss.leads, lead{f: f, idx: ss.batch.Len() - 1})
@@ -286,9 +288,15 @@ func (s *Server) flush(ss *session) {
 	if n := ss.batch.Len(); n > 0 {
 		s.metrics.forwarded.Add(float64(n))
 		if ss.pin != nil {
+			ss.batchWrote = true // pinned batches may write in ways not flagged here
 			s.doPinned(ss)
 		} else {
 			ss.pools[ss.proto].Do(ss.batch)
+		}
+		if ss.batchWrote {
+			// Every send numbered after this moment left after the write
+			// was acknowledged: such flights are safe to join.
+			ss.lastWrite, ss.batchWrote = s.sendSeq.Load(), false
 		}
 	}
 	for i, l := range ss.leads {

@@ -191,14 +191,15 @@ func proxyConfig(c config.Config) proxy.Config {
 			GatherYields: c.Upstream.GatherYields,
 			Username:     c.Upstream.Username,
 		},
-		MaxClients:      c.Limits.MaxClients,
-		MaxBulkLen:      c.Limits.MaxBulkLen.Bytes(),
-		MaxQueryBuffer:  c.Limits.MaxQueryBuffer.Bytes(),
-		IdleTimeout:     c.Limits.IdleTimeout.D(),
-		ShutdownDrain:   c.Limits.ShutdownDrain.D(),
-		Users:           proxyUsers(c.Auth),
-		AuthPassthrough: c.Auth.Mode == "passthrough",
-		Coalesce:        c.Coalesce.Commands,
+		MaxClients:       c.Limits.MaxClients,
+		MaxBulkLen:       c.Limits.MaxBulkLen.Bytes(),
+		MaxQueryBuffer:   c.Limits.MaxQueryBuffer.Bytes(),
+		IdleTimeout:      c.Limits.IdleTimeout.D(),
+		ShutdownDrain:    c.Limits.ShutdownDrain.D(),
+		Users:            proxyUsers(c.Auth),
+		AuthPassthrough:  c.Auth.Mode == "passthrough",
+		Coalesce:         c.Coalesce.Commands,
+		CoalesceInFlight: c.Coalesce.Window == "inflight",
 	}
 }
 

@@ -27,8 +27,14 @@ type Batch struct {
 
 	// sent is set when the batch's bytes are handed to the socket (shared
 	// connections); coalescing stops taking joiners for it then.
-	sent atomic.Bool
+	sent    atomic.Bool
+	sentSeq atomic.Uint64 // the send sequence it left with
 }
+
+// SentSeq is the send sequence number the batch's bytes left with (valid
+// once Sent): sends are numbered in order across all pools sharing
+// Config.SendSeq.
+func (b *Batch) SentSeq() uint64 { return b.sentSeq.Load() }
 
 // Sent reports whether the batch's commands have been written upstream.
 func (b *Batch) Sent() bool { return b.sent.Load() }

@@ -95,7 +95,9 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		// Double buffering: senders fill the spare while buf is written.
 		buf, count := c.wbuf, c.wcount
 		c.wbuf, c.wcount, c.spare = c.spare[:0], 0, nil
+		seq := c.pool.cfg.SendSeq.Add(1)
 		for i, b := range c.unsent {
+			b.sentSeq.Store(seq)
 			b.sent.Store(true) // its bytes are in buf, about to be written
 			c.unsent[i] = nil
 		}

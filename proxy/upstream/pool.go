@@ -31,6 +31,10 @@ type Config struct {
 	// GatherYields is how many times the writer may yield, while the queue
 	// keeps growing, to gather more commands into one write (0: none).
 	GatherYields int
+	// SendSeq numbers writes to the upstream, shared by every pool of a
+	// proxy so that sends and acknowledgements can be ordered (coalescing);
+	// nil gives the pool its own.
+	SendSeq *atomic.Uint64
 
 	Now  func() time.Time                                                     // injected clock; nil means time.Now
 	Dial func(ctx context.Context, network, address string) (net.Conn, error) // nil means a net.Dialer
@@ -78,6 +82,9 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.SendSeq == nil {
+		cfg.SendSeq = new(atomic.Uint64)
 	}
 	if cfg.Dial == nil {
 		d := &net.Dialer{}
