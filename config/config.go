@@ -221,6 +221,11 @@ func Parse(data []byte, name string) (Config, error) {
 	if len(c.Auth.Users) == 0 {
 		c.Auth.Users = nil // "users: {}" and no key at all mean the same
 	}
+	if c.Coalesce.Commands == nil {
+		// "commands:" with no value keeps the default, like every empty
+		// value; "commands: []" (empty, not nil) turns coalescing off.
+		c.Coalesce.Commands = Default().Coalesce.Commands
+	}
 	if err := c.Validate(); err != nil {
 		var errs []error
 		for _, e := range unjoin(err) {

@@ -637,3 +637,14 @@ func TestAuthValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestCoalesceCommandsEmptyValue(t *testing.T) {
+	c := mustParse(t, "coalesce:\n  commands:\n")
+	if !reflect.DeepEqual(c.Coalesce.Commands, []string{"get"}) {
+		t.Fatalf("empty value: %q, want the default [get]", c.Coalesce.Commands)
+	}
+	c = mustParse(t, "coalesce:\n  commands: []\n")
+	if c.Coalesce.Commands == nil || len(c.Coalesce.Commands) != 0 {
+		t.Fatalf("[]: %q, want empty (coalescing off)", c.Coalesce.Commands)
+	}
+}
