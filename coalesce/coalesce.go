@@ -3,6 +3,7 @@ package coalesce
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,25 +56,46 @@ type slot struct {
 // Group is the table of open flights. The common case on a spread keyspace,
 // a flight nobody joins, allocates nothing: such flights are recycled.
 type Group struct {
-	window  Window
-	slots   [slotCount]slot
+	window Window
+	// seen, when not nil, is a filter of recently read key hashes: a key's
+	// first read in an epoch does not start a flight (a flight costs a lock,
+	// a table slot and a publish, and on a spread keyspace nobody joins).
+	seen  []atomic.Uint64
+	reads atomic.Uint64
+	slots [slotCount]slot
 	free    sync.Pool
 	metrics *metrics
 }
 
-// New returns an empty group with metrics on reg (nil: unregistered).
-func New(window Window, reg prometheus.Registerer) *Group {
+// Filter sizes: 2^20 bits (128 KB), cleared every 2^16 reads, so at most ~6%
+// of the bits are set when it clears and a cold key rarely passes.
+const (
+	seenBits  = 1 << 20
+	seenEpoch = 1 << 16
+)
+
+// New returns an empty group with metrics on reg (nil: unregistered). With
+// filter, only keys read at least twice in a recent epoch start flights.
+func New(window Window, filter bool, reg prometheus.Registerer) *Group {
 	g := &Group{window: window, metrics: newMetrics(reg)}
+	if filter {
+		g.seen = make([]atomic.Uint64, seenBits/64)
+	}
 	g.free.New = func() any { return &Flight{done: make(chan struct{})} }
 	return g
 }
 
 // Join returns an open flight for key that the caller may join, or a new
 // flight that the caller leads (leader true), whose command sender sends.
-// lastWrite is the send sequence at the caller's last acknowledged write
-// (used by the InFlight window).
+// With the filter, a key not read recently gets (nil, true): send it, with
+// no flight. lastWrite is the send sequence at the caller's last
+// acknowledged write (used by the InFlight window).
 func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, leader bool) {
-	s := &g.slots[xxhash.Sum64(key)%slotCount]
+	h := xxhash.Sum64(key)
+	if g.seen != nil && !g.seenBefore(h) {
+		return nil, true
+	}
+	s := &g.slots[h%slotCount]
 	s.mu.Lock()
 	if f := s.f; f != nil && g.joinable(f, lastWrite) && bytes.Equal(f.key, key) {
 		f.joins++
@@ -90,6 +112,20 @@ func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, le
 	s.mu.Unlock()
 	g.metrics.flights.Inc()
 	return f, true
+}
+
+// seenBefore marks h as read and reports whether it was already marked in
+// this epoch. Clearing races with marking only by losing a mark: a missed
+// saving, never a wrong reply.
+func (g *Group) seenBefore(h uint64) bool {
+	if g.reads.Add(1)%seenEpoch == 0 {
+		for i := range g.seen {
+			g.seen[i].Store(0)
+		}
+	}
+	bit := (h >> 20) % seenBits // high bits: the slot index uses the low ones
+	w, m := &g.seen[bit/64], uint64(1)<<(bit%64)
+	return w.Or(m)&m != 0
 }
 
 func (g *Group) joinable(f *Flight, lastWrite uint64) bool {

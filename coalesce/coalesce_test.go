@@ -17,7 +17,7 @@ func (s *sender) Sent() bool      { return s.sent.Load() }
 func (s *sender) SentSeq() uint64 { return s.seq }
 
 func TestJoinWhileUnsentOnly(t *testing.T) {
-	g := New(Unsent, nil)
+	g := New(Unsent, false, nil)
 	s := &sender{}
 	lead, leader := g.Join([]byte("GET k"), s, 0)
 	if !leader {
@@ -57,7 +57,7 @@ func TestJoinWhileUnsentOnly(t *testing.T) {
 
 // TestErrorsFanOut: an error reply reaches every joiner unchanged.
 func TestErrorsFanOut(t *testing.T) {
-	g := New(Unsent, nil)
+	g := New(Unsent, false, nil)
 	lead, _ := g.Join([]byte("k"), &sender{}, 0)
 	var joiners []*Flight
 	for i := 0; i < 5; i++ {
@@ -75,7 +75,7 @@ func TestErrorsFanOut(t *testing.T) {
 // TestJoinersWaitForThePublish is staged with channels: every joiner is
 // known to be waiting before the leader publishes, and none returns early.
 func TestJoinersWaitForThePublish(t *testing.T) {
-	g := New(Unsent, nil)
+	g := New(Unsent, false, nil)
 	lead, _ := g.Join([]byte("k"), &sender{}, 0)
 	const n = 50
 	waiting := make(chan struct{}, n)
@@ -109,7 +109,7 @@ func TestJoinersWaitForThePublish(t *testing.T) {
 // TestAbandonedJoinerDoesNotDisturb: a joiner that never waits (its client
 // left) changes nothing for the others.
 func TestAbandonedJoinerDoesNotDisturb(t *testing.T) {
-	g := New(Unsent, nil)
+	g := New(Unsent, false, nil)
 	lead, _ := g.Join([]byte("k"), &sender{}, 0)
 	g.Join([]byte("k"), &sender{}, 0) // never waits
 	f, _ := g.Join([]byte("k"), &sender{}, 0)
@@ -120,7 +120,7 @@ func TestAbandonedJoinerDoesNotDisturb(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	g := New(Unsent, nil)
+	g := New(Unsent, false, nil)
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -147,7 +147,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func BenchmarkLeadAndPublish(b *testing.B) {
-	g := New(Unsent, nil)
+	g := New(Unsent, false, nil)
 	key := []byte("*2\r\n$3\r\nGET\r\n$10\r\nkey:000001\r\n")
 	s := &sender{}
 	b.ReportAllocs()
@@ -161,7 +161,7 @@ func BenchmarkLeadAndPublish(b *testing.B) {
 // the wire, but only if it was sent after the reader's last write was
 // acknowledged; Unsent never does.
 func TestInFlightWindow(t *testing.T) {
-	g := New(InFlight, nil)
+	g := New(InFlight, false, nil)
 	s := &sender{seq: 10}
 	lead, _ := g.Join([]byte("k"), s, 0)
 	s.sent.Store(true) // on the wire with send sequence 10
@@ -171,11 +171,57 @@ func TestInFlightWindow(t *testing.T) {
 	if f, leader := g.Join([]byte("k"), &sender{}, 10); !leader || f == lead {
 		t.Fatal("a reader whose write was acknowledged after the send joined: it would miss its own write")
 	}
-	strict := New(Unsent, nil)
+	strict := New(Unsent, false, nil)
 	s2 := &sender{seq: 10}
 	l2, _ := strict.Join([]byte("k"), s2, 0)
 	s2.sent.Store(true)
 	if f, leader := strict.Join([]byte("k"), &sender{}, 0); !leader || f == l2 {
 		t.Fatal("Unsent window joined a sent flight")
+	}
+}
+
+// TestFilterSkipsColdKeys: with the filter, a key's first read starts no
+// flight; the second read of it (still in the epoch) does, and a third joins.
+func TestFilterSkipsColdKeys(t *testing.T) {
+	g := New(Unsent, true, nil)
+	if f, leader := g.Join([]byte("cold"), &sender{}, 0); f != nil || !leader {
+		t.Fatal("first read of a key started a flight")
+	}
+	lead, leader := g.Join([]byte("cold"), &sender{}, 0)
+	if lead == nil || !leader {
+		t.Fatal("second read did not lead a flight")
+	}
+	if f, leader := g.Join([]byte("cold"), &sender{}, 0); leader || f != lead {
+		t.Fatal("third read did not join")
+	}
+	lead.Publish([]byte("+x\r\n"))
+}
+
+func BenchmarkFilteredColdReads(b *testing.B) {
+	g := New(Unsent, true, nil)
+	s := &sender{}
+	keys := make([][]byte, 1<<17)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("*2\r\n$3\r\nGET\r\n$10\r\nkey:%06d\r\n", i))
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if f, _ := g.Join(keys[i%len(keys)], s, 0); f != nil {
+			f.Publish(nil)
+		}
+	}
+}
+
+func BenchmarkUnfilteredColdReads(b *testing.B) {
+	g := New(Unsent, false, nil)
+	s := &sender{}
+	keys := make([][]byte, 1<<17)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("*2\r\n$3\r\nGET\r\n$10\r\nkey:%06d\r\n", i))
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		f, _ := g.Join(keys[i%len(keys)], s, 0)
+		f.Publish(nil)
 	}
 }

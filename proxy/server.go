@@ -82,7 +82,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		if cfg.CoalesceInFlight {
 			window = coalesce.InFlight
 		}
-		s.coalesce = coalesce.New(window, reg)
+		s.coalesce = coalesce.New(window, true, reg)
 		s.coalesceCmds = make(map[string]bool)
 		for _, name := range cfg.Coalesce {
 			s.coalesceCmds[strings.ToLower(name)] = true

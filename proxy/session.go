@@ -240,7 +240,9 @@ func (s *Server) forwardRead(ss *session, info *command.Info, raw []byte) {
 	f, leader := s.coalesce.Join(ss.key, ss.batch, ss.lastWrite)
 	if leader {
 		s.forward(ss, raw)
-		ss.leads = append(ss.leads, lead{f: f, idx: ss.batch.Len() - 1})
+		if f != nil { // nil: a key not read recently starts no flight
+			ss.leads = append(ss.leads, lead{f: f, idx: ss.batch.Len() - 1})
+		}
 		return
 	}
 	ss.joined = append(ss.joined, f)
