@@ -60,9 +60,9 @@ type Group struct {
 	// seen, when not nil, is a filter of recently read key hashes: a key's
 	// first read in an epoch does not start a flight (a flight costs a lock,
 	// a table slot and a publish, and on a spread keyspace nobody joins).
-	seen  []atomic.Uint64
-	reads atomic.Uint64
-	slots [slotCount]slot
+	seen    []atomic.Uint64
+	reads   atomic.Uint64
+	slots   [slotCount]slot
 	free    sync.Pool
 	metrics *metrics
 }
