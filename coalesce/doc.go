@@ -9,6 +9,10 @@
 // Redis executes the shared read after every joiner arrived, and the value a
 // joiner gets was current at some moment during its own call.
 //
+// Flights live in a fixed table of slots by key hash, and a flight nobody
+// joined is recycled. With the filter on, a key read for the first time in
+// an epoch starts no flight at all: on a spread keyspace nobody would join.
+//
 // The package knows nothing about sessions or connections; the proxy decides
 // which commands are eligible and when a session may join at all (never when
 // pinned, in a transaction, or after its own write in the same batch).
