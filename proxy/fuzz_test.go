@@ -1,9 +1,11 @@
 package proxy_test
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -82,7 +84,12 @@ func FuzzClientInput(f *testing.F) {
 		c.Write(resp.AppendCommandString(nil, "PING"))
 		got := make([]byte, 7)
 		if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, []byte("+PONG\r\n")) {
-			t.Fatalf("PING after input %q: %q %v", truncateFuzz(data), got, err)
+			rest, _ := bufio.NewReader(c).ReadString('\n')
+			log, _ := os.ReadFile(rs.LogFile)
+			if len(log) > 3000 {
+				log = log[len(log)-3000:]
+			}
+			t.Fatalf("PING after input %q: %q%q %v\nRedis log tail:\n%s", truncateFuzz(data), got, rest, err, log)
 		}
 	})
 }

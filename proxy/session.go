@@ -129,6 +129,11 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 // answers it in place. Commands that change how later commands are routed
 // (HELLO, RESET, QUIT) first flush what is queued, so order is kept.
 func (s *Server) exec(ss *session, cmd redcon.Command) {
+	if !resp.IsCanonicalCommand(cmd.Raw) {
+		// redcon accepts framings Redis rejects ("$04"); forwarded, they
+		// would make Redis close a shared connection under every client.
+		cmd.Raw = resp.AppendCommand(nil, cmd.Args...)
+	}
 	if ss.stream {
 		// Everything goes to the pinned connection in order; Redis answers
 		// (and enforces RESP2's subscribed-mode command rules).
