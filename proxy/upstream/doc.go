@@ -10,6 +10,9 @@
 // replies with resp.Framer and appends them, byte for byte, to the waiting
 // batches in the order their commands were written.
 //
+// Sessions that hold connection state borrow a Dedicated connection
+// (Pool.Acquire), used by one session at a time and reset before reuse.
+//
 // A connection that fails (read or write error, or no reply progress for
 // Config.Timeout while requests wait) fails every waiting command with
 // "-ERR upstream unavailable: <reason>" and is redialled with backoff; while it
