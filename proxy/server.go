@@ -66,6 +66,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if cfg.TableRetry <= 0 {
 		cfg.TableRetry = time.Second
 	}
+	// One send sequence for every pool, user pools included, so sends and
+	// acknowledgements can be ordered (coalescing's inflight window).
+	cfg.Upstream.SendSeq = new(atomic.Uint64)
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
@@ -74,9 +77,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		served:   make(chan struct{}),
 	}
 	s.table.Store(command.Builtin())
-	s.sendSeq = new(atomic.Uint64)
-	s.cfg.Upstream.SendSeq = s.sendSeq
-	cfg.Upstream.SendSeq = s.sendSeq
+	s.sendSeq = cfg.Upstream.SendSeq
 	if len(cfg.Coalesce) > 0 {
 		window := coalesce.Unsent
 		if cfg.CoalesceInFlight {

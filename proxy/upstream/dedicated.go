@@ -162,12 +162,10 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 		deadline = d.pool.cfg.Now().Add(timeout)
 	}
 	d.nc.SetDeadline(deadline)
-	bufs := net.Buffers(append(make([][]byte, 0, len(b.cmds)), b.cmds...))
-	if _, err := bufs.WriteTo(d.nc); err != nil {
+	if err := d.write(b.cmds); err != nil {
 		d.fail(b, "write: "+err.Error())
 		return
 	}
-	d.pool.metrics.observeWrite(len(b.cmds), 0)
 	start := len(b.replies)
 	for !b.complete() {
 		if d.r == d.w {
@@ -211,14 +209,20 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 // StreamTo delivers whatever Redis sends).
 func (d *Dedicated) Send(cmds [][]byte) error {
 	d.nc.SetWriteDeadline(d.pool.cfg.Now().Add(d.pool.cfg.Timeout))
-	bufs := net.Buffers(append(make([][]byte, 0, len(cmds)), cmds...))
-	if _, err := bufs.WriteTo(d.nc); err != nil {
+	if err := d.write(cmds); err != nil {
 		d.broken.Store(true)
 		d.nc.Close()
 		return err
 	}
-	d.pool.metrics.observeWrite(len(cmds), 0)
 	return nil
+}
+
+// write sends the commands in one writev and counts them.
+func (d *Dedicated) write(cmds [][]byte) error {
+	bufs := net.Buffers(append(make([][]byte, 0, len(cmds)), cmds...))
+	n, err := bufs.WriteTo(d.nc)
+	d.pool.metrics.observeWrite(len(cmds), int(n))
+	return err
 }
 
 // StreamTo copies everything the server sends, from now on, to w, byte for
