@@ -4,10 +4,13 @@
 // read: protocol, upstream user and the command's bytes). The first reader
 // of a key leads a flight and sends the command upstream; a reader that
 // arrives while the flight is still open joins it instead, and gets the
-// leader's reply bytes. A flight is open only until its command has been
-// written to the upstream socket (the leader says when, through Sent): so
-// Redis executes the shared read after every joiner arrived, and the value a
-// joiner gets was current at some moment during its own call.
+// leader's reply bytes. Which flights are open is the Window: with Unsent
+// (the default) only flights whose command has not been written to the
+// upstream socket yet (the leader's batch says when, through Sent), so Redis
+// executes the shared read after every joiner arrived and the value a joiner
+// gets was current at some moment during its own call; with InFlight also
+// flights awaiting their reply that were sent after the joiner's last
+// acknowledged write.
 //
 // Flights live in a fixed table of slots by key hash, and a flight nobody
 // joined is recycled. With the filter on, a key read for the first time in

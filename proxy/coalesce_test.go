@@ -26,6 +26,20 @@ func upstreamGets(t *testing.T, rs *redistest.Server) int {
 	return n
 }
 
+// pipelinedGets sends n GETs of key in one write and returns the replies.
+func pipelinedGets(c *rawClient, key string, n int) []string {
+	var b []byte
+	for i := 0; i < n; i++ {
+		b = resp.AppendCommandString(b, "GET", key)
+	}
+	c.send(b)
+	replies := make([]string, n)
+	for i := range replies {
+		replies[i] = string(c.read())
+	}
+	return replies
+}
+
 // TestCoalescedPipelineOneUpstreamCall: ten identical GETs in one client
 // batch: the key's first read goes alone (the recently-read filter starts no
 // flight for a key not read before), the second leads a flight and the other
@@ -35,14 +49,8 @@ func TestCoalescedPipelineOneUpstreamCall(t *testing.T) {
 	p := proxytest.Start(t, rs.Addr)
 	rs.Do(t, "SET", "hot", "value")
 	rs.Do(t, "CONFIG", "RESETSTAT")
-	c := dialClient(t, p.Addr)
-	var b []byte
-	for i := 0; i < 10; i++ {
-		b = resp.AppendCommandString(b, "GET", "hot")
-	}
-	c.send(b)
-	for i := 0; i < 10; i++ {
-		if got := string(c.read()); got != "$5\r\nvalue\r\n" {
+	for i, got := range pipelinedGets(dialClient(t, p.Addr), "hot", 10) {
+		if got != "$5\r\nvalue\r\n" {
 			t.Fatalf("reply %d = %q", i, got)
 		}
 	}
@@ -79,19 +87,13 @@ func TestCoalescedErrorsFanOut(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
 	rs.Kill()
-	c := dialClient(t, p.Addr)
-	var b []byte
-	for i := 0; i < 5; i++ {
-		b = resp.AppendCommandString(b, "GET", "k")
+	replies := pipelinedGets(dialClient(t, p.Addr), "k", 5)
+	if !strings.HasPrefix(replies[0], "-ERR upstream unavailable") {
+		t.Fatalf("first reply = %q", replies[0])
 	}
-	c.send(b)
-	first := string(c.read())
-	if !strings.HasPrefix(first, "-ERR upstream unavailable") {
-		t.Fatalf("leader reply = %q", first)
-	}
-	for i := 1; i < 5; i++ {
-		if got := string(c.read()); got != first {
-			t.Fatalf("joiner %d = %q, want the leader's %q", i, got, first)
+	for i, got := range replies[1:] {
+		if got != replies[0] {
+			t.Fatalf("reply %d = %q, want the same as the first, %q", i+1, got, replies[0])
 		}
 	}
 }
@@ -140,15 +142,7 @@ func TestCoalesceOffWithoutConfig(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Coalesce = nil })
 	rs.Do(t, "CONFIG", "RESETSTAT")
-	c := dialClient(t, p.Addr)
-	var b []byte
-	for i := 0; i < 10; i++ {
-		b = resp.AppendCommandString(b, "GET", "k")
-	}
-	c.send(b)
-	for i := 0; i < 10; i++ {
-		c.read()
-	}
+	pipelinedGets(dialClient(t, p.Addr), "k", 10)
 	if n := upstreamGets(t, rs); n != 10 {
 		t.Fatalf("Redis saw %d GETs with coalescing off, want 10", n)
 	}

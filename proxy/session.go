@@ -228,8 +228,8 @@ type lead struct {
 // forwardRead forwards a command, letting an eligible read join an identical
 // one in flight. A session joins only while unpinned (db 0, no transaction,
 // no stream) and only before any write in the same batch, so it always reads
-// its own writes; the group lets it join only flights not yet written
-// upstream, so the value was current during its own call.
+// its own writes; which flights are joinable (not yet written, or also in
+// flight since its last acknowledged write) is coalesce.window.
 func (s *Server) forwardRead(ss *session, info *command.Info, raw []byte) {
 	if info.Has(command.Write) {
 		ss.wrote, ss.batchWrote = true, true

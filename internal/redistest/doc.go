@@ -17,6 +17,6 @@
 // Start fails the test with an installation hint if redis-server is not on
 // PATH; `make test` installs it via scripts/ensure-redis.sh.
 //
-// The package is test-only infrastructure: it has no dependency outside the
-// standard library and talks to Redis with a tiny raw RESP reader.
+// The package is test-only infrastructure: it talks to Redis over raw RESP
+// with the project's own proxy/resp reader, no client library.
 package redistest

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rproxy/rproxy/proxy/resp"
 )
 
 // InstallHint is the command that installs the Redis binaries this package
@@ -257,74 +259,10 @@ func execRaw(addr string, timeout time.Duration, args ...string) ([]byte, error)
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return nil, err
 	}
-	if _, err := conn.Write(encodeCommand(args...)); err != nil {
+	if _, err := conn.Write(resp.AppendCommandString(nil, args...)); err != nil {
 		return nil, err
 	}
-	return readReply(bufio.NewReader(conn), nil)
-}
-
-// encodeCommand encodes args as a RESP array of bulk strings.
-func encodeCommand(args ...string) []byte {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b.Bytes()
-}
-
-// readReply reads one complete RESP reply from r and appends its raw bytes
-// to out. It understands RESP2 (simple string, error, integer, bulk string,
-// array, nested) and, for robustness, the RESP3 types.
-func readReply(r *bufio.Reader, out []byte) ([]byte, error) {
-	line, err := r.ReadBytes('\n')
-	if err != nil {
-		return out, err
-	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return out, fmt.Errorf("redistest: malformed RESP line %q", line)
-	}
-	out = append(out, line...)
-	body := string(line[1 : len(line)-2])
-	switch line[0] {
-	case '+', '-', ':', '_', ',', '#', '(': // one-line types
-		return out, nil
-	case '$', '=', '!': // bulk string, verbatim string, bulk error
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return out, fmt.Errorf("redistest: bad bulk length %q", body)
-		}
-		if n < 0 {
-			return out, nil // null bulk
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return out, err
-		}
-		if buf[n] != '\r' || buf[n+1] != '\n' {
-			return out, fmt.Errorf("redistest: bulk string of %d bytes not followed by CRLF", n)
-		}
-		return append(out, buf...), nil
-	case '*', '~', '>', '%', '|': // array, set, push, map, attribute
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return out, fmt.Errorf("redistest: bad aggregate length %q", body)
-		}
-		if line[0] == '%' || line[0] == '|' {
-			n *= 2
-		}
-		for i := 0; i < n; i++ {
-			if out, err = readReply(r, out); err != nil {
-				return out, err
-			}
-		}
-		if line[0] == '|' { // attributes precede the actual reply
-			return readReply(r, out)
-		}
-		return out, nil
-	default:
-		return out, fmt.Errorf("redistest: unknown RESP type %q", line[0])
-	}
+	return resp.ReadReply(bufio.NewReader(conn), nil)
 }
 
 // args returns the redis-server command line for port.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rproxy/rproxy/proxy/resp"
 )
 
 func TestStartDo(t *testing.T) {
@@ -93,7 +95,7 @@ func TestPauseResume(t *testing.T) {
 	r := bufio.NewReader(conn)
 
 	s.Pause()
-	if _, err := conn.Write(encodeCommand("PING")); err != nil {
+	if _, err := conn.Write(resp.AppendCommandString(nil, "PING")); err != nil {
 		t.Fatal(err)
 	}
 	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
@@ -105,7 +107,7 @@ func TestPauseResume(t *testing.T) {
 
 	s.Resume()
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	reply, err := readReply(r, nil)
+	reply, err := resp.ReadReply(r, nil)
 	if err != nil {
 		t.Fatalf("after Resume: %v", err)
 	}
@@ -251,18 +253,18 @@ func TestReadReply(t *testing.T) {
 	for _, c := range cases {
 		const trailer = "+NEXT\r\n"
 		r := bufio.NewReader(strings.NewReader(c + trailer))
-		got, err := readReply(r, nil)
+		got, err := resp.ReadReply(r, nil)
 		if err != nil || string(got) != c {
-			t.Errorf("readReply(%q) = %q, %v", c, got, err)
+			t.Errorf("resp.ReadReply(%q) = %q, %v", c, got, err)
 			continue
 		}
-		if next, err := readReply(r, nil); err != nil || string(next) != trailer {
+		if next, err := resp.ReadReply(r, nil); err != nil || string(next) != trailer {
 			t.Errorf("after %q: next reply %q, %v", c, next, err)
 		}
 	}
 	for _, bad := range []string{"", "+OK\n", "?x\r\n", "$3\r\nab\r\n", "$2\r\nabcd", "*2\r\n:1\r\n", "$x\r\n"} {
-		if got, err := readReply(bufio.NewReader(strings.NewReader(bad)), nil); err == nil {
-			t.Errorf("readReply(%q) = %q, want an error", bad, got)
+		if got, err := resp.ReadReply(bufio.NewReader(strings.NewReader(bad)), nil); err == nil {
+			t.Errorf("resp.ReadReply(%q) = %q, want an error", bad, got)
 		}
 	}
 }
