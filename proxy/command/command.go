@@ -77,6 +77,21 @@ const (
 	Subscribe
 )
 
+// Invalidation says which keys a command may change, for caches of replies.
+type Invalidation uint8
+
+const (
+	// InvalidatesNone: the command does not write keys.
+	InvalidatesNone Invalidation = iota
+	// InvalidatesKeys: a write to the command's key arguments (see Keys).
+	InvalidatesKeys
+	// InvalidatesUnknown: may write keys it does not declare (scripts,
+	// functions, EXEC of a transaction).
+	InvalidatesUnknown
+	// InvalidatesAll: empties a whole database (FLUSHALL, FLUSHDB, SWAPDB).
+	InvalidatesAll
+)
+
 // Info describes one command (or one subcommand, named "parent|sub").
 type Info struct {
 	Name     string // lower case, as COMMAND names it
@@ -86,6 +101,8 @@ type Info struct {
 	LastKey  int
 	Step     int
 	Handling Handling
+	// Invalidates says which cached keys a call may change.
+	Invalidates Invalidation
 	// Subcommands by lower-case subcommand name, nil when there are none.
 	Subcommands map[string]*Info
 }
@@ -227,6 +244,7 @@ func (t *Table) classify() {
 		"wait": BlockingCmd, "waitaof": BlockingCmd,
 	}
 	for name, info := range t.cmds {
+		info.Invalidates = invalidation(info)
 		if h, ok := special[name]; ok {
 			info.Handling = h
 			continue
@@ -235,4 +253,19 @@ func (t *Table) classify() {
 			info.Handling = BlockingCmd
 		}
 	}
+}
+
+// invalidation classifies what a command may change. Scripts and functions
+// are not flagged write by COMMAND (EVAL_RO and FCALL_RO are read-only).
+func invalidation(info *Info) Invalidation {
+	switch info.Name {
+	case "flushall", "flushdb", "swapdb":
+		return InvalidatesAll
+	case "eval", "evalsha", "fcall", "exec":
+		return InvalidatesUnknown
+	}
+	if info.Has(Write) {
+		return InvalidatesKeys
+	}
+	return InvalidatesNone
 }

@@ -210,6 +210,9 @@ func (c *conn) run(ctx context.Context) {
 		c.pool.metrics.connected.Inc()
 		c.pool.metrics.connects.Inc()
 		log.Info("upstream connected", zap.String("local", nc.LocalAddr().String()))
+		if cfg.OnState != nil {
+			cfg.OnState(true)
+		}
 		upSince := cfg.Now()
 		stopWriter := make(chan struct{})
 		writerDone := make(chan struct{})
@@ -240,6 +243,9 @@ func (c *conn) run(ctx context.Context) {
 		c.unsent = nil
 		c.mu.Unlock()
 		c.pool.metrics.connected.Dec()
+		if cfg.OnState != nil {
+			cfg.OnState(false)
+		}
 		lost := log.Warn
 		if ctx.Err() != nil {
 			lost = log.Info // shutting down: expected
@@ -288,7 +294,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // dial connects and performs the handshake (HELLO 3 for RESP3 pools).
-func (c *conn) dial(ctx context.Context) (net.Conn, error) { return c.pool.dial(ctx) }
+func (c *conn) dial(ctx context.Context) (net.Conn, error) {
+	nc, err := c.pool.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.pool.setup(nc); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
 
 // handshake sends one command and requires a non-error reply.
 func handshake(nc net.Conn, deadline time.Time, cmd []byte) error {
@@ -362,8 +378,9 @@ func (c *conn) readLoop(nc net.Conn, buf []byte) error {
 				}
 				if fr.Kind() == '>' {
 					// A push (RESP3 out-of-band data) belongs to no request.
-					// Shared connections never subscribe or track, so this is
-					// only dropped, not routed.
+					if onPush := c.pool.cfg.OnPush; onPush != nil {
+						onPush(cur.replies[start:])
+					}
 					cur.replies = cur.replies[:start]
 					if cur == &discard {
 						cur = nil

@@ -46,6 +46,16 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 	return nc, nil
 }
 
+// setup sends Config.Setup on a new shared connection.
+func (p *Pool) setup(nc net.Conn) error {
+	for _, cmd := range p.cfg.Setup {
+		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), cmd); err != nil {
+			return fmt.Errorf("setup %q: %w", truncate(cmd, 40), err)
+		}
+	}
+	return nil
+}
+
 // handshakeCommand is what a new (or reset) connection sends first: HELLO 3
 // for RESP3, with AUTH when a password is set; AUTH alone for RESP2. nil when
 // there is nothing to send. The name is for errors and never holds the secret.

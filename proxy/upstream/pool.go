@@ -36,6 +36,18 @@ type Config struct {
 	// nil gives the pool its own.
 	SendSeq *atomic.Uint64
 
+	// Setup holds commands sent after the handshake on every new shared
+	// connection, each of which must not fail (e.g. CLIENT TRACKING ON).
+	Setup [][]byte
+	// OnPush, if set, receives every RESP3 push frame a shared connection
+	// reads, in stream order with the replies, on the reader goroutine. The
+	// bytes are valid only during the call.
+	OnPush func(push []byte)
+	// OnState, if set, is called with true when a shared connection is up
+	// (after Setup) and with false when it is lost, before the requests
+	// waiting on it are failed.
+	OnState func(up bool)
+
 	Now  func() time.Time                                                     // injected clock; nil means time.Now
 	Dial func(ctx context.Context, network, address string) (net.Conn, error) // nil means a net.Dialer
 }

@@ -1,0 +1,83 @@
+package command
+
+import (
+	"bytes"
+	"strconv"
+)
+
+// Keys appends to dst the key arguments of args (args[0] is the command
+// name) for the command info describes, and reports whether the list is
+// complete. Fixed positions come from COMMAND's first/last/step; commands
+// with movable keys are parsed for the ones the proxy needs (scripts,
+// functions, *STORE forms, the multi-pop family). ok is false when a
+// movable-key command is not parsed here or args are malformed: callers
+// that need every key (invalidation) must then assume any key.
+func Keys(info *Info, args [][]byte, dst [][]byte) (keys [][]byte, ok bool) {
+	if info.Has(MovableKeys) {
+		return movableKeys(info.Name, args, dst)
+	}
+	return rangeKeys(info.FirstKey, info.LastKey, info.Step, args, dst)
+}
+
+func rangeKeys(first, last, step int, args [][]byte, dst [][]byte) ([][]byte, bool) {
+	if first <= 0 {
+		return dst, true
+	}
+	if last < 0 {
+		last = len(args) + last
+	}
+	if step <= 0 {
+		step = 1
+	}
+	if first >= len(args) {
+		return dst, false
+	}
+	for i := first; i <= last && i < len(args); i += step {
+		dst = append(dst, args[i])
+	}
+	return dst, true
+}
+
+// movableKeys handles the commands whose keys move with their arguments.
+func movableKeys(name string, args [][]byte, dst [][]byte) ([][]byte, bool) {
+	switch name {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
+		return numKeys(args, 2, dst)
+	case "zunionstore", "zinterstore", "zdiffstore":
+		if len(args) < 2 {
+			return dst, false
+		}
+		return numKeys(args, 2, append(dst, args[1]))
+	case "zunion", "zinter", "zdiff", "sintercard", "zintercard", "lmpop", "zmpop":
+		return numKeys(args, 1, dst)
+	case "blmpop", "bzmpop":
+		return numKeys(args, 2, dst)
+	case "sort", "sort_ro", "georadius", "georadiusbymember":
+		if len(args) < 2 {
+			return dst, false
+		}
+		dst = append(dst, args[1])
+		for i := 2; i+1 < len(args); i++ {
+			if eqFold(args[i], "store") || eqFold(args[i], "storedist") {
+				dst = append(dst, args[i+1])
+				i++
+			}
+		}
+		return dst, true
+	}
+	return dst, false
+}
+
+// numKeys reads a key count at args[at] followed by that many keys.
+func numKeys(args [][]byte, at int, dst [][]byte) ([][]byte, bool) {
+	if at >= len(args) {
+		return dst, false
+	}
+	n, err := strconv.Atoi(string(args[at]))
+	if err != nil || n < 0 || at+1+n > len(args) {
+		return dst, false
+	}
+	return append(dst, args[at+1:at+1+n]...), true
+}
+
+func eqFold(b []byte, s string) bool { return bytes.EqualFold(b, []byte(s)) }
