@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/pprof"
 
@@ -8,21 +9,53 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler returns the admin endpoints. ready reports nil when the proxy can
-// serve, or why it cannot.
-func Handler(ready func() error, gatherer prometheus.Gatherer) http.Handler {
+// Endpoints are what the admin handler serves. Nil funcs leave their
+// endpoint out.
+type Endpoints struct {
+	// Ready reports nil when the proxy can serve, or why it cannot.
+	Ready func() error
+	// Gatherer is scraped by /metrics.
+	Gatherer prometheus.Gatherer
+	// Reload re-reads the configuration and applies what can change at run
+	// time; an error leaves the running configuration in place.
+	Reload func() error
+	// HotKeys returns the current hot keys (any JSON-encodable value).
+	HotKeys func() any
+}
+
+// Handler returns the admin endpoints.
+func Handler(e Endpoints) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	if e.Ready != nil {
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if err := e.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			w.Write([]byte("ready\n"))
+		})
+	}
+	if e.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(e.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if e.Reload != nil {
+		mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
+			if err := e.Reload(); err != nil {
+				http.Error(w, "reload rejected, configuration unchanged: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			w.Write([]byte("reloaded\n"))
+		})
+	}
+	if e.HotKeys != nil {
+		mux.HandleFunc("GET /hotkeys", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(e.HotKeys())
+		})
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -1,4 +1,5 @@
 // Package admin serves rproxy's operator HTTP endpoints: /healthz (the
-// process is up), /readyz (the upstream is reachable and the command table is
-// loaded) and /metrics (Prometheus) and /debug/pprof. The operations issue adds more.
+// process is up), /readyz (the upstream is reachable and the command table
+// is loaded), /metrics (Prometheus), POST /reload (re-read the config file
+// and apply policy, jitter and log level), /hotkeys (JSON) and /debug/pprof.
 package admin

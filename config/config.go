@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/rproxy/rproxy/policy"
 )
 
 // Config is the content of rproxy.yaml. See rproxy.example.yaml and
@@ -30,8 +32,11 @@ type Config struct {
 	Upstream Upstream `yaml:"upstream"`
 	Auth     Auth     `yaml:"auth"`
 	Coalesce Coalesce `yaml:"coalesce"` // the Redis server
-	Limits   Limits   `yaml:"limits"`   // resource limits
-	Log      Log      `yaml:"log"`      // logging
+	HotKeys  HotKeys  `yaml:"hotkeys"`
+	Policy   Policy   `yaml:"policy"`
+	Jitter   Jitter   `yaml:"jitter"`
+	Limits   Limits   `yaml:"limits"` // resource limits
+	Log      Log      `yaml:"log"`    // logging
 }
 
 // Upstream configures the connections to the Redis server.
@@ -107,6 +112,95 @@ type Coalesce struct {
 	Window string `yaml:"window"`
 }
 
+// HotKeys configures hot-key detection and the local tier that serves hot
+// keys' GETs from memory, kept coherent with Redis by client tracking.
+type HotKeys struct {
+	Tier      bool     `yaml:"tier"`      // serve hot keys from the local tier; default true; false = detection only
+	Threshold float64  `yaml:"threshold"` // reads per second from which a key is hot; default 500; > 0
+	Window    Duration `yaml:"window"`    // rates are measured over this sliding window; default 1s; 10ms..1m
+	TopK      int      `yaml:"top_k"`     // most keys tracked as hot at once; default 64; 1..10000
+	MaxBytes  ByteSize `yaml:"max_bytes"` // tier memory budget (keys, replies and overhead); default 64mb; >= 1kb
+	TTLCap    Duration `yaml:"ttl_cap"`   // longest an entry is served before Redis is read again; default 10s; > 0
+	// MaxLag bounds the invalidation lag: when the tracking connection does
+	// not answer a probe within it, the tier empties and stops serving.
+	MaxLag   Duration `yaml:"max_lag"`  // default 1s; >= 1ms
+	Prefixes []string `yaml:"prefixes"` // also cache every key under these prefixes, hot or not; default []
+}
+
+// Policy refuses, rewrites or logs commands by rule (see policy/ and the
+// README's policy section). Reloaded on SIGHUP.
+type Policy struct {
+	// Defaults appends the built-in rules after Rules: KEYS, FLUSHALL,
+	// FLUSHDB, DEBUG, SHUTDOWN, CONFIG SET, MONITOR, REPLICAOF and cluster
+	// topology changes are denied; default true.
+	Defaults bool    `yaml:"defaults"`
+	Rules    []Rule  `yaml:"rules"` // checked in order before the defaults; first match wins; default []
+	BigKeys  BigKeys `yaml:"big_keys"`
+}
+
+// Rule is one policy rule; see policy.Rule.
+type Rule struct {
+	Name      string   `yaml:"name"`
+	Commands  []string `yaml:"commands"`
+	Args      []string `yaml:"args"`
+	Keys      []string `yaml:"keys"`
+	Users     []string `yaml:"users"`
+	Addrs     []string `yaml:"addrs"`
+	Action    string   `yaml:"action"`
+	Message   string   `yaml:"message"`
+	RewriteTo string   `yaml:"rewrite_to"`
+	LogAction string   `yaml:"log_action"`
+}
+
+// BigKeys guards against deletes and writes that block Redis.
+type BigKeys struct {
+	DelMaxElements int64    `yaml:"del_max_elements"` // DEL of a collection with more elements is refused or rewritten; default 10000; 0 = off
+	DelMaxBytes    ByteSize `yaml:"del_max_bytes"`    // DEL of a longer string is refused or rewritten; default 1mb; 0 = off
+	Action         string   `yaml:"action"`           // deny (default) or rewrite (to UNLINK)
+	MaxValueBytes  ByteSize `yaml:"max_value_bytes"`  // writes of a longer value are refused; default 0 = off
+}
+
+// Jitter raises the TTL of cache writes so keys written together do not
+// expire together. Reloaded on SIGHUP.
+type Jitter struct {
+	Enabled        bool     `yaml:"enabled"`          // default true
+	MaxFraction    float64  `yaml:"max_fraction"`     // TTLs are raised by a fraction in [0, max_fraction]; default 0.1; 0 < x <= 1
+	Exclude        []string `yaml:"exclude"`          // glob patterns of keys never jittered; default []
+	ExpireKeys     []string `yaml:"expire_keys"`      // EXPIRE/PEXPIRE are jittered only for keys matching these; default []
+	DefaultTTL     Duration `yaml:"default_ttl"`      // SET without a TTL on keys matching default_ttl_keys gets this TTL; default 0s = off
+	DefaultTTLKeys []string `yaml:"default_ttl_keys"` // default []
+	Seed           uint64   `yaml:"seed"`             // same seed on every rproxy of a deployment: same expiry for the same write; default 0
+}
+
+// PolicyConfig maps the policy and jitter sections onto policy.Config.
+func (c Config) PolicyConfig() policy.Config {
+	pc := policy.Config{
+		NoDefaults: !c.Policy.Defaults,
+		BigKeys: policy.BigKeyConfig{
+			DelMaxElements: c.Policy.BigKeys.DelMaxElements,
+			DelMaxBytes:    c.Policy.BigKeys.DelMaxBytes.Bytes(),
+			Action:         policy.Action(c.Policy.BigKeys.Action),
+			MaxValueBytes:  c.Policy.BigKeys.MaxValueBytes.Bytes(),
+		},
+		Jitter: policy.JitterConfig{
+			Disabled:       !c.Jitter.Enabled,
+			MaxFraction:    c.Jitter.MaxFraction,
+			Exclude:        c.Jitter.Exclude,
+			ExpireKeys:     c.Jitter.ExpireKeys,
+			DefaultTTL:     c.Jitter.DefaultTTL.D(),
+			DefaultTTLKeys: c.Jitter.DefaultTTLKeys,
+			Seed:           c.Jitter.Seed,
+		},
+	}
+	for _, r := range c.Policy.Rules {
+		pc.Rules = append(pc.Rules, policy.Rule{
+			Name: r.Name, Commands: r.Commands, Args: r.Args, Keys: r.Keys, Users: r.Users, Addrs: r.Addrs,
+			Action: policy.Action(r.Action), Message: r.Message, RewriteTo: r.RewriteTo, LogAction: policy.Action(r.LogAction),
+		})
+	}
+	return pc
+}
+
 // Limits bounds the resources clients may use.
 type Limits struct {
 	MaxClients     int      `yaml:"max_clients"`      // default 10000; >= 1
@@ -145,6 +239,28 @@ func Default() Config {
 		},
 		Auth:     Auth{Mode: "none"},
 		Coalesce: Coalesce{Commands: []string{"get"}, Window: "unsent"},
+		HotKeys: HotKeys{
+			Tier:      true,
+			Threshold: 500,
+			Window:    Duration(time.Second),
+			TopK:      64,
+			MaxBytes:  64 * Megabyte,
+			TTLCap:    Duration(10 * time.Second),
+			MaxLag:    Duration(time.Second),
+			Prefixes:  []string{},
+		},
+		Policy: Policy{
+			Defaults: true,
+			Rules:    []Rule{},
+			BigKeys:  BigKeys{DelMaxElements: 10000, DelMaxBytes: Megabyte, Action: "deny"},
+		},
+		Jitter: Jitter{
+			Enabled:        true,
+			MaxFraction:    0.1,
+			Exclude:        []string{},
+			ExpireKeys:     []string{},
+			DefaultTTLKeys: []string{},
+		},
 		Limits: Limits{
 			MaxClients:     10000,
 			MaxBulkLen:     512 * Megabyte,
@@ -220,6 +336,15 @@ func Parse(data []byte, name string) (Config, error) {
 	}
 	if len(c.Auth.Users) == 0 {
 		c.Auth.Users = nil // "users: {}" and no key at all mean the same
+	}
+	// An empty list value means the same as no key: keep the defaults' [].
+	for _, l := range []*[]string{&c.HotKeys.Prefixes, &c.Jitter.Exclude, &c.Jitter.ExpireKeys, &c.Jitter.DefaultTTLKeys} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if c.Policy.Rules == nil {
+		c.Policy.Rules = []Rule{}
 	}
 	if c.Coalesce.Commands == nil {
 		// "commands:" with no value keeps the default, like every empty
@@ -480,6 +605,38 @@ func (c Config) Validate() error {
 	positive("upstream.reconnect_backoff_min", u.BackoffMin)
 	if u.BackoffMax < u.BackoffMin {
 		add("upstream.reconnect_backoff_max must be at least upstream.reconnect_backoff_min (%s), got %s", u.BackoffMin, u.BackoffMax)
+	}
+
+	h := c.HotKeys
+	if !(h.Threshold > 0) {
+		add("hotkeys.threshold must be greater than 0 (reads per second), got %v", h.Threshold)
+	}
+	if h.Window < Duration(10*time.Millisecond) || h.Window > Duration(time.Minute) {
+		add("hotkeys.window must be between 10ms and 1m, got %s", h.Window)
+	}
+	if h.TopK < 1 || h.TopK > 10000 {
+		add("hotkeys.top_k must be between 1 and 10000, got %d", h.TopK)
+	}
+	if h.MaxBytes < Kilobyte {
+		add("hotkeys.max_bytes must be at least 1kb, got %s", h.MaxBytes)
+	}
+	positive("hotkeys.ttl_cap", h.TTLCap)
+	if h.MaxLag < Duration(time.Millisecond) {
+		add("hotkeys.max_lag must be at least 1ms, got %s", h.MaxLag)
+	}
+	for i, p := range h.Prefixes {
+		if p == "" {
+			add("hotkeys.prefixes[%d] is empty: it would cache every key", i)
+		}
+	}
+
+	if c.Jitter.Enabled && !(c.Jitter.MaxFraction > 0) {
+		add("jitter.max_fraction must be greater than 0 when jitter is enabled (set enabled: false to turn it off), got %v", c.Jitter.MaxFraction)
+	}
+	if err := c.PolicyConfig().Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			add("policy: %v", e)
+		}
 	}
 
 	l := c.Limits

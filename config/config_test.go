@@ -99,8 +99,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 29 {
-		t.Errorf("Config has %d yaml keys, test expects 29: %v", len(want), want)
+	if len(want) != 54 {
+		t.Errorf("Config has %d yaml keys, test expects 54: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -646,5 +646,43 @@ func TestCoalesceCommandsEmptyValue(t *testing.T) {
 	c = mustParse(t, "coalesce:\n  commands: []\n")
 	if c.Coalesce.Commands == nil || len(c.Coalesce.Commands) != 0 {
 		t.Fatalf("[]: %q, want empty (coalescing off)", c.Coalesce.Commands)
+	}
+}
+
+func TestPolicySection(t *testing.T) {
+	c, err := Parse([]byte(`
+policy:
+  rules:
+    - name: admins-flush
+      commands: [flushall]
+      args: [async]
+      users: [admin]
+      action: allow
+    - name: no-big-del
+      commands: [del]
+      keys: ["big:*"]
+      action: rewrite
+      rewrite_to: unlink
+jitter:
+  max_fraction: 0.05
+  exclude: ["lock:*"]
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := c.PolicyConfig()
+	if len(pc.Rules) != 2 || pc.Rules[1].RewriteTo != "unlink" || pc.Rules[0].Users[0] != "admin" || pc.NoDefaults {
+		t.Fatalf("policy config %+v", pc)
+	}
+	if pc.Jitter.MaxFraction != 0.05 || pc.Jitter.Exclude[0] != "lock:*" || pc.Jitter.Disabled {
+		t.Fatalf("jitter config %+v", pc.Jitter)
+	}
+	_, err = Parse([]byte("policy:\n  rules:\n    - name: x\n      commands: [get]\n      action: explode\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "config: t.yaml: policy: rules[0] (x)") {
+		t.Fatalf("bad action: %v", err)
+	}
+	_, err = Parse([]byte("jitter:\n  max_fraction: 0\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "jitter.max_fraction") {
+		t.Fatalf("zero fraction: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
@@ -33,6 +34,14 @@ type Config struct {
 	// CoalesceInFlight widens the join window from flights not yet written
 	// upstream to flights whose reply has not arrived (see package coalesce).
 	CoalesceInFlight bool
+
+	// HotKey, when not nil, detects hot keys and (HotKey.Tier) serves their
+	// GETs from a local tier kept coherent with Redis.
+	HotKey *HotKeyConfig
+
+	// Policy, when not nil, is the initial policy (rules, big keys, TTL
+	// jitter); SetPolicy replaces it at run time.
+	Policy *policy.Config
 
 	// AuthPassthrough checks clients' AUTH against Redis and gives each
 	// upstream user its own shared connections (auth mode "passthrough").

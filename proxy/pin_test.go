@@ -301,8 +301,8 @@ func TestConnectionEconomy(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
 	shared := redisClients(t, rs) // the proxy's shared connections, after start
-	if shared != 2 {
-		t.Fatalf("Redis sees %d connections from an idle proxy, want 2 (RESP2 and RESP3 shared)", shared)
+	if shared != 3 {
+		t.Fatalf("Redis sees %d connections from an idle proxy, want 3 (RESP2 and RESP3 shared, tier tracking)", shared)
 	}
 	for i := 0; i < 1000; i++ {
 		dialClient(t, p.Addr) // idle

@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/coalesce"
+	"github.com/rproxy/rproxy/hotkey"
+	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
 	"github.com/rproxy/rproxy/proxy/upstream"
@@ -38,6 +40,10 @@ type Server struct {
 	coalesce     *coalesce.Group // nil: off
 	sendSeq      *atomic.Uint64  // numbers upstream writes, shared by all pools
 	coalesceCmds map[string]bool
+	hot          *hotTier // nil: hot-key detection off
+
+	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
+	policyMetrics *policy.Metrics
 
 	table       atomic.Pointer[command.Table]
 	tableLoaded atomic.Bool
@@ -94,6 +100,21 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		s.closePools()
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	s.policyMetrics = policy.NewMetrics(reg)
+	if cfg.Policy != nil {
+		if err := s.SetPolicy(*cfg.Policy); err != nil {
+			s.closePools()
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+	}
+	if cfg.HotKey != nil {
+		hot, err := newHotTier(*cfg.HotKey, cfg.Upstream, s.metricsUp, reg, log.Named("hotkey"))
+		if err != nil {
+			s.closePools()
+			return nil, fmt.Errorf("proxy: hot keys: %w", err)
+		}
+		s.hot = hot
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTable, s.tableDone = cancel, make(chan struct{})
 	go s.loadTable(ctx)
@@ -131,6 +152,23 @@ func (s *Server) ListenAndServe() error {
 		return fmt.Errorf("proxy: listen: %w", err)
 	}
 	return s.Serve(ln)
+}
+
+// HotKeys returns the keys currently detected as hot, highest rate first
+// (nil when detection is off).
+func (s *Server) HotKeys() []hotkey.HotKey {
+	if s.hot == nil {
+		return nil
+	}
+	return s.hot.det.Hot()
+}
+
+// TierStats returns the local tier's figures, and false when it is off.
+func (s *Server) TierStats() (hotkey.TierStats, bool) {
+	if s.hot == nil || s.hot.tier == nil {
+		return hotkey.TierStats{}, false
+	}
+	return s.hot.tier.Stats(), true
 }
 
 // Ready reports whether the upstream is reachable and the command table has
@@ -201,6 +239,9 @@ func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
 }
 
 func (s *Server) closePools() {
+	if s.hot != nil {
+		s.hot.close()
+	}
 	sets := []*poolSet{&s.pools}
 	s.umu.Lock()
 	for _, ps := range s.userPools {

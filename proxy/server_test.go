@@ -507,8 +507,9 @@ func TestNonCanonicalFramingIsNotForwarded(t *testing.T) {
 	if got := other.do("GET", "k"); got != "$1\r\nv\r\n" {
 		t.Fatalf("other client after the non-canonical commands: %q", got)
 	}
-	// One connect per protocol at start; a lost connection would reconnect.
-	if n := counterValue(t, p.Registry, "rproxy_upstream_connects_total", nil); n != 2 {
-		t.Fatalf("upstream connects = %v, want 2: a shared connection was lost", n)
+	// One connect per protocol and the tier's tracking connection at
+	// start; a lost connection would reconnect.
+	if n := counterValue(t, p.Registry, "rproxy_upstream_connects_total", nil); n != 3 {
+		t.Fatalf("upstream connects = %v, want 3: a shared connection was lost", n)
 	}
 }

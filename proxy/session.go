@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 
@@ -9,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/coalesce"
+	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
 	"github.com/rproxy/rproxy/proxy/upstream"
@@ -30,6 +32,7 @@ const (
 type session struct {
 	id    int64
 	conn  redcon.Conn
+	addr  netip.Addr // the client's address, for policy rules
 	state atomic.Int32
 
 	proto   int      // 2 or 3, as set by HELLO
@@ -78,6 +81,19 @@ type session struct {
 	lastWrite  uint64 // send sequence when the session's last write was acknowledged
 	key        []byte
 
+	// Local tier coherence, per batch: keys written (invalidated again once
+	// acknowledged), whether a write emptied a database, and whether a write
+	// with undeclared keys needs the tracking barrier.
+	hotKeys    [][]byte
+	hotClear   bool
+	hotBarrier bool
+
+	// Policy scratch, reused per command so the check allocates nothing,
+	// and the batch used to probe key sizes before a DEL.
+	polReq  policy.Request
+	polKeys [][]byte
+	probe   *upstream.Batch
+
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
 	// the bookkeeping.
@@ -85,7 +101,11 @@ type session struct {
 }
 
 func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
-	return &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch()}
+	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch()}
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr()); err == nil {
+		ss.addr = ap.Addr().Unmap()
+	}
+	return ss
 }
 
 // closeIfIdle closes the connection unless a batch is being served; a busy
@@ -137,6 +157,12 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	if ss.stream {
 		// Everything goes to the pinned connection in order; Redis answers
 		// (and enforces RESP2's subscribed-mode command rules).
+		if pol := s.policy.Load(); pol != nil {
+			var ok bool
+			if cmd, _, ok = s.applyPolicy(ss, pol, s.table.Load().Lookup(cmd.Args[0]), cmd); !ok {
+				return
+			}
+		}
 		ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 		return
 	}
@@ -149,6 +175,16 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	if !s.gateAuth(ss, info) {
 		return
 	}
+	if pol := s.policy.Load(); pol != nil {
+		var ok bool
+		if cmd, info, ok = s.applyPolicy(ss, pol, info, cmd); !ok {
+			return
+		}
+		args = cmd.Args
+	}
+	if s.hot != nil {
+		s.beforeWrite(ss, info, args)
+	}
 	if info == nil {
 		// Unknown here; Redis answers it (usually "unknown command").
 		s.forward(ss, cmd.Raw)
@@ -156,7 +192,7 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	}
 	switch info.Handling {
 	case command.Forward:
-		s.forwardRead(ss, info, cmd.Raw)
+		s.forwardRead(ss, info, args, cmd.Raw)
 	case command.BlockingCmd:
 		if isNonBlockingRead(info, args) {
 			s.forward(ss, cmd.Raw)
@@ -230,9 +266,18 @@ type lead struct {
 // no stream) and only before any write in the same batch, so it always reads
 // its own writes; which flights are joinable (not yet written, or also in
 // flight since its last acknowledged write) is coalesce.window.
-func (s *Server) forwardRead(ss *session, info *command.Info, raw []byte) {
+func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw []byte) {
 	if info.Has(command.Write) {
 		ss.wrote, ss.batchWrote = true, true
+	}
+	if s.hot != nil && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
+		// The tier holds db 0 as the shared connections' upstream user
+		// sees it: not for pinned sessions or passthrough users' ACLs.
+		if r, ok := s.hot.lookup(args[1], ss.proto); ok {
+			s.reply(ss, r)
+			return
+		}
+		s.hot.observe(args[1])
 	}
 	if s.coalesce == nil || ss.pin != nil || ss.wrote || !s.coalesceCmds[info.Name] {
 		s.forward(ss, raw)
@@ -286,6 +331,52 @@ func (s *Server) refuseMsg(ss *session, msg string) {
 	ss.order = append(ss.order, len(ss.localEnds)-1)
 }
 
+// beforeWrite drops from the local tier what a command may change, before
+// it is sent. Writes to known keys are dropped again when acknowledged
+// (afterWrite), so that a fill which read the old value while the write was
+// on its way cannot stay; writes to undeclared keys wait for the tracking
+// barrier instead.
+func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte) {
+	if info == nil {
+		ss.hotBarrier = true // unknown here: a module command may write
+		return
+	}
+	switch info.Invalidates {
+	case command.InvalidatesNone:
+		return
+	case command.InvalidatesAll:
+		s.hot.clear()
+		ss.hotClear = true
+		return
+	}
+	n := len(ss.hotKeys)
+	keys, ok := command.Keys(info, args, ss.hotKeys)
+	for _, k := range keys[n:] {
+		s.hot.invalidate(k)
+	}
+	ss.hotKeys = keys
+	if !ok || info.Invalidates == command.InvalidatesUnknown {
+		ss.hotBarrier = true
+	}
+}
+
+// afterWrite completes beforeWrite once the batch's replies are in.
+func (s *Server) afterWrite(ss *session) {
+	for i, k := range ss.hotKeys {
+		s.hot.invalidate(k)
+		ss.hotKeys[i] = nil
+	}
+	ss.hotKeys = ss.hotKeys[:0]
+	if ss.hotClear {
+		s.hot.clear()
+		ss.hotClear = false
+	}
+	if ss.hotBarrier {
+		s.hot.barrier()
+		ss.hotBarrier = false
+	}
+}
+
 // flush sends the queued upstream commands, waits for their replies and
 // writes every queued reply to the client in order.
 func (s *Server) flush(ss *session) {
@@ -305,6 +396,9 @@ func (s *Server) flush(ss *session) {
 			// was acknowledged: such flights are safe to join.
 			ss.lastWrite, ss.batchWrote = s.sendSeq.Load(), false
 		}
+	}
+	if s.hot != nil {
+		s.afterWrite(ss)
 	}
 	for i, l := range ss.leads {
 		// Before waiting on any flight we joined: no cycle can form.

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/rproxy/rproxy/admin"
 	"github.com/rproxy/rproxy/config"
+	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
@@ -103,7 +105,7 @@ func run(args []string) error {
 		// -c 50 -P 16, 543k -> 584k rps with 400, medians of 5 rounds).
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	log, err := newLogger(cfg.Log)
+	log, level, err := newLogger(cfg.Log)
 	if err != nil {
 		return err
 	}
@@ -128,6 +130,37 @@ func run(args []string) error {
 	log.Info("rproxy starting", zap.String("version", version), zap.String("listen", ln.Addr().String()),
 		zap.String("upstream", cfg.Upstream.Address), zap.Int("procs", runtime.GOMAXPROCS(0)))
 
+	// reload re-reads the config file and applies what can change without a
+	// restart: the policy (rules, big keys, jitter) and the log level. A bad
+	// file changes nothing. Other keys need a restart; they are not compared.
+	var reloadMu sync.Mutex
+	reload := func() error {
+		reloadMu.Lock()
+		defer reloadMu.Unlock()
+		if *configPath == "" {
+			return errors.New("no -config file to reload")
+		}
+		next, err := config.Load(*configPath)
+		if err != nil {
+			log.Warn("reload rejected", zap.Error(err))
+			return err
+		}
+		lvl, err := zapcore.ParseLevel(next.Log.Level)
+		if err != nil {
+			return err
+		}
+		if flagSet(fs, "log-level") {
+			lvl = level.Level() // the flag wins over the file, as at start
+		}
+		if err := srv.SetPolicy(next.PolicyConfig()); err != nil {
+			log.Warn("reload rejected", zap.Error(err))
+			return err
+		}
+		level.SetLevel(lvl)
+		log.Info("configuration reloaded", zap.String("file", *configPath), zap.Int("policy_rules", len(next.Policy.Rules)))
+		return nil
+	}
+
 	var adminSrv *http.Server
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)
@@ -142,7 +175,12 @@ func run(args []string) error {
 			}
 			return nil
 		}
-		adminSrv = &http.Server{Handler: admin.Handler(ready, reg), ReadHeaderTimeout: 5 * time.Second}
+		adminSrv = &http.Server{Handler: admin.Handler(admin.Endpoints{
+			Ready:    ready,
+			Gatherer: reg,
+			Reload:   reload,
+			HotKeys:  func() any { return srv.HotKeys() },
+		}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", zap.Error(err))
@@ -153,14 +191,23 @@ func run(args []string) error {
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
-	case sig := <-sigs:
-		log.Info("shutting down", zap.String("signal", sig.String()), zap.Duration("drain", cfg.Limits.ShutdownDrain.D()))
+wait:
+	for {
+		select {
+		case err := <-serveErr:
+			return fmt.Errorf("serve: %w", err)
+		case <-hups:
+			reload() // logged either way
+		case sig := <-sigs:
+			log.Info("shutting down", zap.String("signal", sig.String()), zap.Duration("drain", cfg.Limits.ShutdownDrain.D()))
+			break wait
+		}
 	}
 	go func() {
 		<-sigs
@@ -179,6 +226,7 @@ func run(args []string) error {
 
 // proxyConfig maps the file schema onto the proxy's own Config.
 func proxyConfig(c config.Config) proxy.Config {
+	pc := c.PolicyConfig()
 	return proxy.Config{
 		Listen: c.Listen,
 		Upstream: upstream.Config{
@@ -200,6 +248,30 @@ func proxyConfig(c config.Config) proxy.Config {
 		AuthPassthrough:  c.Auth.Mode == "passthrough",
 		Coalesce:         c.Coalesce.Commands,
 		CoalesceInFlight: c.Coalesce.Window == "inflight",
+		HotKey:           hotKeyConfig(c.HotKeys),
+		Policy:           &pc,
+	}
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// hotKeyConfig maps the hotkeys section; sketch sizes keep their defaults.
+func hotKeyConfig(h config.HotKeys) *proxy.HotKeyConfig {
+	det := hotkey.DefaultDetectorConfig()
+	det.Threshold, det.Window, det.TopK = h.Threshold, h.Window.D(), h.TopK
+	tier := hotkey.DefaultTierConfig()
+	tier.MaxBytes, tier.TTLCap = h.MaxBytes.Bytes(), h.TTLCap.D()
+	return &proxy.HotKeyConfig{
+		Detector:   det,
+		Tier:       h.Tier,
+		TierConfig: tier,
+		Prefixes:   h.Prefixes,
+		MaxLag:     h.MaxLag.D(),
 	}
 }
 
@@ -219,10 +291,10 @@ func proxyUsers(a config.Auth) proxy.Users {
 
 // newLogger builds the zap logger: JSON by default, console when stderr is
 // a terminal and the format is auto.
-func newLogger(c config.Log) (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(c.Level)
+func newLogger(c config.Log) (*zap.Logger, zap.AtomicLevel, error) {
+	lvl, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
-		return nil, fmt.Errorf("log.level: %w", err)
+		return nil, zap.AtomicLevel{}, fmt.Errorf("log.level: %w", err)
 	}
 	format := c.Format
 	if format == "auto" || format == "" {
@@ -236,8 +308,9 @@ func newLogger(c config.Log) (*zap.Logger, error) {
 		zc = zap.NewDevelopmentConfig()
 		zc.Development = false
 	}
-	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.Level = zap.NewAtomicLevelAt(lvl)
 	zc.Sampling = nil // connection events and errors only; nothing per command at info
 	zc.DisableStacktrace = true
-	return zc.Build()
+	log, err := zc.Build()
+	return log, zc.Level, err
 }

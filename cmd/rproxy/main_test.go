@@ -72,7 +72,9 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	admin := freeAddr(t)
 	path := filepath.Join(t.TempDir(), "rproxy.yaml")
 	// The file names a wrong upstream; the flag must win.
-	os.WriteFile(path, []byte("upstream:\n  address: 127.0.0.1:1\nlog:\n  format: json\n"), 0o644)
+	// DEBUG is denied by the default policy; a rule allows it from loopback.
+	os.WriteFile(path, []byte("upstream:\n  address: 127.0.0.1:1\nlog:\n  format: json\n"+
+		"policy:\n  rules:\n    - {name: local-debug, commands: [debug], addrs: [127.0.0.0/8], action: allow}\n"), 0o644)
 	cmd := exec.Command(bin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
@@ -119,6 +121,88 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	}
 	if strings.Contains(out, `"GET"`) || strings.Contains(out, `"SET"`) {
 		t.Errorf("info log mentions commands:\n%s", out)
+	}
+}
+
+// TestReloadPolicy: SIGHUP and POST /reload swap the policy while a client
+// stays connected; a bad file is rejected and the running policy stays.
+func TestReloadPolicy(t *testing.T) {
+	bin := buildBinary(t)
+	rs := redistest.Start(t)
+	listen, admin := freeAddr(t), freeAddr(t)
+	path := filepath.Join(t.TempDir(), "rproxy.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("log:\n  format: json\n"+body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("policy:\n  rules:\n    - {name: allow-keys, commands: [keys], action: allow}\n")
+	cmd := exec.Command(bin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	logs := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(stderr); logs <- string(b) }()
+	waitHTTP(t, "http://"+admin+"/readyz", 200)
+
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	keys := func() string {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write(resp.AppendCommandString(nil, "KEYS", "nomatch*"))
+		r, err := resp.ReadReply(rd, nil)
+		if err != nil {
+			t.Fatalf("KEYS: %v (connection lost?)", err)
+		}
+		return string(r)
+	}
+	if r := keys(); r != "*0\r\n" {
+		t.Fatalf("KEYS with an allow rule = %q", r)
+	}
+	write("policy:\n  rules: []\n")
+	cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.HasPrefix(keys(), "-DENIED") {
+		if time.Now().After(deadline) {
+			t.Fatal("SIGHUP did not apply the default policy")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	write("policy:\n  rules:\n    - {name: bad, commands: [keys], action: explode}\n")
+	resp, err := http.Post("http://"+admin+"/reload", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "rules[0] (bad)") {
+		t.Fatalf("bad reload = %d %q", resp.StatusCode, body)
+	}
+	if r := keys(); !strings.HasPrefix(r, "-DENIED") {
+		t.Fatalf("policy changed by a rejected reload: KEYS = %q", r)
+	}
+	write("policy:\n  rules:\n    - {name: allow-keys-again, commands: [keys], action: allow}\n")
+	if resp, err := http.Post("http://"+admin+"/reload", "", nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("POST /reload = %v %v", resp, err)
+	}
+	if r := keys(); r != "*0\r\n" {
+		t.Fatalf("KEYS after POST /reload allowed it = %q", r)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	out := <-logs
+	cmd.Wait()
+	for _, want := range []string{`"msg":"configuration reloaded"`, `"msg":"reload rejected"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
@@ -43,6 +44,18 @@ func Config(upstreamAddr string) proxy.Config {
 		ShutdownDrain:  5 * time.Second,
 		TableRetry:     20 * time.Millisecond,
 		Coalesce:       []string{"get"},
+		HotKey:         HotKeyConfig(),
+	}
+}
+
+// HotKeyConfig returns the shipped hot-key settings: detection on, the tier
+// on, and a short probe interval so tests see the tier stop and start fast.
+func HotKeyConfig() *proxy.HotKeyConfig {
+	return &proxy.HotKeyConfig{
+		Detector:   hotkey.DefaultDetectorConfig(),
+		Tier:       true,
+		TierConfig: hotkey.DefaultTierConfig(),
+		MaxLag:     time.Second,
 	}
 }
 

@@ -1,0 +1,63 @@
+package admin
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestEndpoints(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "rproxy_test_total", Help: "t"})
+	reg.MustRegister(c)
+	c.Add(3)
+	var ready, reload error
+	srv := httptest.NewServer(Handler(Endpoints{
+		Ready:    func() error { return ready },
+		Gatherer: reg,
+		Reload:   func() error { return reload },
+		HotKeys:  func() any { return []map[string]any{{"key": "k", "rate": 12.5}} },
+	}))
+	defer srv.Close()
+	get := func(method, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	cases := []struct {
+		method, path string
+		code         int
+		body         string
+	}{
+		{"GET", "/healthz", 200, "ok"},
+		{"GET", "/readyz", 200, "ready"},
+		{"GET", "/metrics", 200, "rproxy_test_total 3"},
+		{"POST", "/reload", 200, "reloaded"},
+		{"GET", "/reload", 405, ""},
+		{"GET", "/hotkeys", 200, `[{"key":"k","rate":12.5}]`},
+	}
+	for _, tc := range cases {
+		if code, body := get(tc.method, tc.path); code != tc.code || !strings.Contains(body, tc.body) {
+			t.Errorf("%s %s = %d %q, want %d containing %q", tc.method, tc.path, code, body, tc.code, tc.body)
+		}
+	}
+	ready = errors.New("upstream down")
+	reload = errors.New("line 3: bad rule")
+	if code, body := get("GET", "/readyz"); code != 503 || !strings.Contains(body, "upstream down") {
+		t.Errorf("readyz when not ready = %d %q", code, body)
+	}
+	if code, body := get("POST", "/reload"); code != 400 || !strings.Contains(body, "line 3: bad rule") || !strings.Contains(body, "unchanged") {
+		t.Errorf("failed reload = %d %q", code, body)
+	}
+}

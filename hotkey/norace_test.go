@@ -1,0 +1,5 @@
+//go:build !race
+
+package hotkey
+
+const raceEnabled = false

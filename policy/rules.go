@@ -1,0 +1,392 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Rule matches commands and says what to do with them. Every matching
+// dimension that is set must match (and); within one dimension any listed
+// value may match (or).
+type Rule struct {
+	Name      string   // required, unique: the metrics label and in every message
+	Commands  []string // required: command names, any case; "config|set" for a subcommand (CONFIG SET in any case)
+	Args      []string // optional: the arguments after the command (after the subcommand for "x|y") start with these, case-insensitive
+	Keys      []string // optional: Redis glob patterns; any key of the command matching any of them matches. A command without keys never matches
+	Users     []string // optional: proxy user names; "" is the unauthenticated / default user
+	Addrs     []string // optional: client source IPs or CIDR prefixes
+	Action    Action   // allow, deny, rewrite or log (dry run)
+	Message   string   // deny (or log of a deny): the text after "-DENIED "; default names the rule
+	RewriteTo string   // rewrite (or log of a rewrite): the command name that replaces args[0]
+	LogAction Action   // log: what the rule would do, deny or rewrite
+}
+
+// Names reserved for the checks that are not rules but are counted like them.
+const (
+	bigKeyRule   = "bigkey-del"
+	maxValueRule = "max-value"
+)
+
+// DefaultRules are appended after the operator's rules unless NoDefaults is
+// set. Each refuses a command that one client can use to hurt every other
+// client of the same Redis; the message says what to do instead. An operator
+// allows one for some users or addresses with an allow rule, which comes
+// first and so wins.
+func DefaultRules() []Rule {
+	return []Rule{
+		{
+			// KEYS walks the whole keyspace in one call. Redis runs
+			// commands one at a time, so on millions of keys every other
+			// client waits for seconds. SCAN does the same walk in small
+			// steps between other clients' commands.
+			Name:     "deny-keys",
+			Commands: []string{"keys"},
+			Action:   Deny,
+			Message:  "KEYS scans the whole keyspace and blocks Redis while it runs; use SCAN with MATCH and COUNT instead",
+		},
+		{
+			// FLUSHALL deletes every key of every database: irreversible,
+			// easy to send to the wrong environment through a shared
+			// endpoint, and without ASYNC it blocks Redis while it frees
+			// the memory. Only an explicit operator rule lets it through.
+			Name:     "deny-flushall",
+			Commands: []string{"flushall"},
+			Action:   Deny,
+			Message:  "FLUSHALL deletes every key and is refused by default; an operator can allow it with a policy rule (e.g. commands [flushall], args [async], action allow)",
+		},
+		{
+			// FLUSHDB: the same for one database.
+			Name:     "deny-flushdb",
+			Commands: []string{"flushdb"},
+			Action:   Deny,
+			Message:  "FLUSHDB deletes every key of the database and is refused by default; an operator can allow it with a policy rule (e.g. commands [flushdb], args [async], action allow)",
+		},
+		{
+			// Server administration affects every client of the server,
+			// not just the caller: DEBUG can sleep, crash or reload Redis;
+			// SHUTDOWN stops it; CONFIG SET changes server-wide settings
+			// (maxmemory, persistence, and dir/dbfilename, a known way to
+			// write files on the host); MONITOR streams every command of
+			// every client, values and passwords included, and costs Redis
+			// a copy of each; REPLICAOF/SLAVEOF turns the server into a
+			// replica and discards its data.
+			Name:     "deny-admin",
+			Commands: []string{"debug", "shutdown", "config|set", "monitor", "replicaof", "slaveof"},
+			Action:   Deny,
+			Message:  "restricted admin command; run it on the Redis server directly, or ask the operator for a policy rule allowing it for your user or address",
+		},
+		{
+			// Cluster writes change slot ownership or membership: a wrong
+			// one loses slots (RESET, FORGET, FLUSHSLOTS) or splits the
+			// cluster, and the proxy's routing is stale until it refreshes.
+			Name: "deny-cluster-admin",
+			Commands: []string{"cluster|addslots", "cluster|addslotsrange", "cluster|delslots",
+				"cluster|delslotsrange", "cluster|flushslots", "cluster|failover", "cluster|forget",
+				"cluster|meet", "cluster|replicate", "cluster|reset", "cluster|setslot",
+				"cluster|saveconfig", "cluster|bumpepoch", "cluster|set-config-epoch"},
+			Action:  Deny,
+			Message: "cluster topology changes are restricted; run them on the Redis nodes directly (redis-cli --cluster), or ask the operator for a policy rule allowing them",
+		},
+	}
+}
+
+// problems lists what is wrong with r, without the index (the caller adds
+// it) and without checks across rules.
+func (r *Rule) problems() []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+
+	if r.Name == "" {
+		add("name is required")
+	} else if !validName(r.Name) {
+		add("name %q must be 1 to 64 letters, digits, '-', '_', '.' or ':'", r.Name)
+	}
+	if len(r.Commands) == 0 {
+		add("commands is required (e.g. [keys], or [config|set] for a subcommand)")
+	}
+	seen := make(map[string]bool, len(r.Commands))
+	for _, c := range r.Commands {
+		if !validCommand(c) {
+			add("command %q must be a name or name|subcommand, without spaces", c)
+			continue
+		}
+		if l := asciiLower(c); seen[l] {
+			add("command %q is listed twice", c)
+		} else {
+			seen[l] = true
+		}
+	}
+	for _, k := range r.Keys {
+		if k == "" {
+			add("keys: an empty pattern matches only the empty key; use * for any key")
+		}
+	}
+	for _, a := range r.Addrs {
+		if _, err := parsePrefix(a); err != nil {
+			add("addrs: %v", err)
+		}
+	}
+
+	switch r.Action {
+	case Allow, Deny, Rewrite:
+		if r.LogAction != "" {
+			add("log_action is only for action log (got action %s)", r.Action)
+		}
+	case Log:
+		if r.LogAction != Deny && r.LogAction != Rewrite {
+			add("action log needs log_action deny or rewrite, got %q", r.LogAction)
+		}
+	case "":
+		add("action is required: allow, deny, rewrite or log")
+	default:
+		add("action must be allow, deny, rewrite or log, got %q", r.Action)
+	}
+	effective := r.effective()
+	if r.Message != "" {
+		if effective != Deny {
+			add("message is only for deny rules (and log rules with log_action deny)")
+		} else if strings.ContainsFunc(r.Message, isControl) {
+			add("message must not contain control characters such as CR or LF")
+		}
+	}
+	if effective == Rewrite {
+		if r.RewriteTo == "" {
+			add("rewrite needs rewrite_to, the new command name (e.g. unlink)")
+		} else if !validWord(r.RewriteTo) {
+			add("rewrite_to %q must be a command name without spaces or '|'", r.RewriteTo)
+		}
+	} else if r.RewriteTo != "" {
+		add("rewrite_to is only for rewrite rules (and log rules with log_action rewrite)")
+	}
+	return out
+}
+
+// effective is the action the rule takes or, for a dry run, would take.
+func (r *Rule) effective() Action {
+	if r.Action == Log {
+		return r.LogAction
+	}
+	return r.Action
+}
+
+// compiledRule is a Rule ready for matching: lower-cased arguments, parsed
+// prefixes, the reply and the counter resolved once.
+type compiledRule struct {
+	name      string
+	action    Action
+	logAction Action
+	args      []string // lower-case (ASCII)
+	keys      []glob
+	users     []string
+	addrs     []netip.Prefix
+	reply     []byte
+	rewriteTo []byte
+	count     prometheus.Counter
+}
+
+// entry is one command of a rule in the index; sub is the lower-case
+// subcommand ("" when the rule names the whole command).
+type entry struct {
+	rule *compiledRule
+	sub  string
+}
+
+func compile(r *Rule, m *Metrics) (*compiledRule, error) {
+	c := &compiledRule{name: r.Name, action: r.Action, logAction: r.LogAction, users: r.Users}
+	for _, a := range r.Args {
+		c.args = append(c.args, asciiLower(a))
+	}
+	for _, k := range r.Keys {
+		c.keys = append(c.keys, glob(k))
+	}
+	for _, a := range r.Addrs {
+		pfx, err := parsePrefix(a)
+		if err != nil {
+			return nil, err
+		}
+		c.addrs = append(c.addrs, pfx)
+	}
+	switch r.effective() {
+	case Deny:
+		msg := r.Message
+		if msg == "" {
+			msg = "command refused by policy rule " + r.Name
+		}
+		c.reply = []byte("-DENIED " + msg + "\r\n")
+	case Rewrite:
+		c.rewriteTo = []byte(r.RewriteTo)
+	}
+	label := string(r.Action)
+	if r.Action == Log {
+		label = "log_" + string(r.LogAction)
+	}
+	c.count = m.decisions.WithLabelValues(r.Name, label)
+	return c, nil
+}
+
+// match reports whether r is a command this entry's rule covers. The
+// cheap tests come first; globs last.
+func (e *entry) match(r *Request) bool {
+	off := 1
+	if e.sub != "" {
+		if len(r.Args) < 2 || !equalFoldLower(r.Args[1], e.sub) {
+			return false
+		}
+		off = 2
+	}
+	c := e.rule
+	if len(c.args) > 0 {
+		if len(r.Args) < off+len(c.args) {
+			return false
+		}
+		for i, a := range c.args {
+			if !equalFoldLower(r.Args[off+i], a) {
+				return false
+			}
+		}
+	}
+	if len(c.users) > 0 && !containsString(c.users, r.User) {
+		return false
+	}
+	if len(c.addrs) > 0 && !c.addrMatch(r.Addr) {
+		return false
+	}
+	if len(c.keys) > 0 && !anyKeyMatches(c.keys, r.Keys) {
+		return false
+	}
+	return true
+}
+
+func (c *compiledRule) addrMatch(a netip.Addr) bool {
+	if !a.IsValid() {
+		return false // e.g. a unix socket client: no address to match
+	}
+	a = a.Unmap() // ::ffff:10.0.0.1 is the IPv4 client 10.0.0.1
+	for _, p := range c.addrs {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func anyKeyMatches(pats []glob, keys [][]byte) bool {
+	for _, k := range keys {
+		for _, g := range pats {
+			if g.match(k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// parsePrefix accepts an address ("10.0.0.1", "::1") or a prefix
+// ("10.0.0.0/8"); host bits in a prefix are dropped.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
+		}
+		if p.Addr().Is4In6() {
+			return netip.Prefix{}, fmt.Errorf("%q: write IPv4-mapped prefixes as plain IPv4", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q: zones are not supported", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// splitCommand turns "CONFIG|Set" into ("config", "set").
+func splitCommand(c string) (top, sub string) {
+	top, sub, _ = strings.Cut(asciiLower(c), "|")
+	return top, sub
+}
+
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+func validCommand(s string) bool {
+	top, sub, hasSub := strings.Cut(s, "|")
+	return validWord(top) && (!hasSub || validWord(sub))
+}
+
+// validWord: a command or subcommand name, printable ASCII without spaces
+// or '|' (real names are letters, digits, '-' and '_').
+func validWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '|' {
+			return false
+		}
+	}
+	return true
+}
+
+func isControl(r rune) bool { return r < ' ' || r == 0x7f }
+
+// asciiLower lower-cases A-Z only, as Redis compares command names.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// equalFoldLower compares b with lower, which is already lower-case,
+// folding A-Z in b only. No allocation: this is on the hot path.
+func equalFoldLower(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}

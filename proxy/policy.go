@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/rproxy/rproxy/policy"
+	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// SetPolicy compiles cfg and makes it the policy for every command from
+// now on; on error the current policy stays. Sessions pick the new policy
+// up at their next command, so a reload drops no connection.
+func (s *Server) SetPolicy(cfg policy.Config) error {
+	p, err := policy.New(cfg, s.policyMetrics, s.log)
+	if err != nil {
+		return err
+	}
+	s.policy.Store(p)
+	return nil
+}
+
+// applyPolicy is the policy stage: it may refuse a command (a -DENIED reply
+// queued in order), rewrite it, refuse an oversized value, raise a cache
+// write's TTL (jitter) or refuse or rewrite a DEL of a big key. It returns
+// the command to run and its info, or ok false when a reply was queued
+// instead.
+func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info, cmd redcon.Command) (redcon.Command, *command.Info, bool) {
+	req := &ss.polReq
+	*req = policy.Request{Args: cmd.Args, User: ss.user, Addr: ss.addr}
+	if info != nil {
+		req.Name = info.Name
+		ss.polKeys, _ = command.Keys(info, cmd.Args, ss.polKeys[:0])
+		req.Keys = ss.polKeys
+	} else {
+		req.Name = string(bytes.ToLower(cmd.Args[0])) // unknown commands only
+	}
+	d := pol.Check(req)
+	switch d.Action {
+	case policy.Deny:
+		s.deny(ss, d.Reply)
+		return cmd, info, false
+	case policy.Rewrite:
+		cmd = redcon.Command{Raw: resp.AppendCommand(nil, d.Args...), Args: d.Args}
+		info = s.table.Load().Lookup(d.Args[0])
+		req.Args = d.Args
+		if info != nil {
+			req.Name = info.Name
+		}
+	}
+	if reply, denied := pol.CheckValueSize(req); denied {
+		s.deny(ss, reply)
+		return cmd, info, false
+	}
+	if info == nil {
+		return cmd, info, true
+	}
+	if out, applied := pol.Jitter(info.Name, cmd.Args); applied {
+		cmd = redcon.Command{Raw: resp.AppendCommand(nil, out...), Args: out}
+	}
+	if info.Name == "del" && len(cmd.Args) > 1 && pol.BigKeyCheck() && !ss.inMulti && !ss.stream {
+		var ok bool
+		if cmd, ok = s.checkBigDel(ss, pol, cmd); !ok {
+			return cmd, info, false
+		}
+		info = s.table.Load().Lookup(cmd.Args[0])
+	}
+	return cmd, info, true
+}
+
+// deny queues a policy refusal. In stream mode replies come straight from
+// Redis, so the refusal is made by Redis, in order: a script that returns
+// the same error.
+func (s *Server) deny(ss *session, reply []byte) {
+	ss.refusedCount++
+	if ss.stream {
+		msg := bytes.TrimSuffix(bytes.TrimPrefix(reply, []byte("-")), []byte("\r\n"))
+		ss.streamCmds = append(ss.streamCmds, resp.AppendCommand(nil,
+			[]byte("EVAL"), []byte("return redis.error_reply(ARGV[1])"), []byte("0"), msg))
+		return
+	}
+	ss.local = append(ss.local, reply...)
+	ss.localEnds = append(ss.localEnds, len(ss.local))
+	ss.order = append(ss.order, len(ss.localEnds)-1)
+}
+
+// lengthCommands gives, by TYPE reply, the O(1) command that sizes a value.
+var lengthCommands = map[string]string{
+	"string": "STRLEN", "list": "LLEN", "set": "SCARD", "zset": "ZCARD", "hash": "HLEN", "stream": "XLEN",
+}
+
+// checkBigDel probes the size of each key of a DEL (TYPE, then the type's
+// length command: two O(1) round trips) and refuses the DEL, or rewrites it
+// to UNLINK, when a key is over the policy's limit. Commands queued before
+// the DEL are sent first if they may have written, so the probe sees them.
+// A probe that fails lets the DEL through: the policy is a guard, not a
+// reason to fail deletes while Redis is reachable.
+func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd redcon.Command) (redcon.Command, bool) {
+	if ss.wrote && ss.batch.Len() > 0 || ss.pin != nil {
+		s.flush(ss)
+	}
+	keys := cmd.Args[1:]
+	if ss.probe == nil {
+		ss.probe = upstream.NewBatch()
+	}
+	b := ss.probe
+	b.Reset()
+	for _, k := range keys {
+		b.Add(resp.AppendCommand(nil, []byte("TYPE"), k))
+	}
+	s.doProbe(ss, b)
+	types := make([]string, len(keys))
+	for i := range keys {
+		r := b.Reply(i)
+		if len(r) < 3 || r[0] != '+' {
+			return cmd, true
+		}
+		types[i] = string(r[1 : len(r)-2])
+	}
+	b.Reset()
+	var sized []int
+	for i, k := range keys {
+		if c, ok := lengthCommands[types[i]]; ok {
+			b.Add(resp.AppendCommand(nil, []byte(c), k))
+			sized = append(sized, i)
+		}
+	}
+	if len(sized) == 0 {
+		return cmd, true
+	}
+	s.doProbe(ss, b)
+	rewrite := false
+	for j, i := range sized {
+		r := b.Reply(j)
+		if len(r) < 4 || r[0] != ':' {
+			return cmd, true
+		}
+		n, err := strconv.ParseInt(string(r[1:len(r)-2]), 10, 64)
+		if err != nil {
+			return cmd, true
+		}
+		over, reply := pol.DelVerdict(keys[i], types[i], n)
+		if !over {
+			continue
+		}
+		if pol.BigKeyAction() != policy.Rewrite {
+			s.deny(ss, reply)
+			return cmd, false
+		}
+		rewrite = true
+	}
+	if rewrite {
+		args := append([][]byte{[]byte("UNLINK")}, keys...)
+		cmd = redcon.Command{Raw: resp.AppendCommand(nil, args...), Args: args}
+	}
+	return cmd, true
+}
+
+// doProbe runs a read-only batch where the session's commands run: its
+// pinned connection (its db), or the shared pool.
+func (s *Server) doProbe(ss *session, b *upstream.Batch) {
+	if ss.pin != nil {
+		ss.pin.Do(b, s.cfg.Upstream.Timeout)
+		return
+	}
+	ss.pools[ss.proto].Do(b)
+}

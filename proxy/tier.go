@@ -1,0 +1,423 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/hotkey"
+	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// HotKeyConfig configures hot-key detection and the local tier.
+type HotKeyConfig struct {
+	Detector hotkey.DetectorConfig
+	// Tier serves hot keys' GET replies from memory when true.
+	Tier       bool
+	TierConfig hotkey.TierConfig
+	// Prefixes: every key under one of these is admitted to the tier, hot
+	// or not ("cache these" mode).
+	Prefixes []string
+	// MaxLag bounds how stale the tier may be for writes made outside
+	// rproxy: when the tracking connection does not answer a probe within
+	// it, the tier empties and stops serving until it does.
+	MaxLag time.Duration
+	// TrackingDial, if set, dials the tracking connection instead of
+	// Upstream.Dial (tests use it to slow invalidations down).
+	TrackingDial func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Tier variants: the reply bytes for a RESP2 and a RESP3 GET.
+const (
+	variantResp2 uint8 = 2
+	variantResp3 uint8 = 3
+)
+
+// fillQueue bounds the keys waiting to be filled; beyond it requests are
+// dropped (the next read of the key asks again).
+const fillQueue = 1024
+
+// fillBatch is the most keys one fill round trip carries.
+const fillBatch = 64
+
+// hotTier glues the hotkey package to the upstream. The tier is filled
+// through one RESP3 connection with CLIENT TRACKING ON (default mode), so
+// Redis remembers only the keys rproxy cached and pushes their
+// invalidations on that same connection, in order with the fill replies:
+// an invalidation that Redis sent before a fill's reply is seen before it.
+// Writes forwarded by rproxy invalidate before they are sent and again
+// when acknowledged (see session.go), so a fill racing the write cannot
+// outlive it; writes whose keys are not known (scripts, EXEC, modules)
+// wait for a barrier: a PING on the tracking connection, whose reply
+// follows every invalidation the write caused.
+type hotTier struct {
+	det      *hotkey.Detector
+	tier     *hotkey.Tier // nil: detection only
+	track    *upstream.Pool
+	prefixes [][]byte
+	maxLag   time.Duration
+	now      func() time.Time
+	log      *zap.Logger
+	metrics  *tierMetrics
+
+	queue   chan []byte
+	filling atomic.Int64 // fills begun and not yet stored or dropped
+
+	mu      sync.Mutex
+	pending map[string]struct{} // keys queued or being filled
+	connUp  bool                // the tracking connection is up
+	lagOK   bool                // the last probe came back within MaxLag
+
+	closing bool // under mu: stopping is expected, not a warning
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type tierMetrics struct {
+	fills         prometheus.Counter
+	fillsRefused  prometheus.Counter
+	pushes        prometheus.Counter
+	barriers      prometheus.Counter
+	serving       prometheus.Gauge
+	lagStops      prometheus.Counter
+	invalidateLag prometheus.Histogram
+}
+
+func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
+	m := &tierMetrics{
+		fills: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
+			Name: "tier_fills_total", Help: "Keys read from Redis into the local tier."}),
+		fillsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
+			Name: "tier_fills_refused_total", Help: "Fills not stored because the key was invalidated while they were in flight."}),
+		pushes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
+			Name: "tracking_invalidations_total", Help: "Invalidation messages received from Redis client tracking."}),
+		barriers: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
+			Name: "tracking_barriers_total", Help: "Writes with unknown keys (scripts, EXEC) that waited for the tracking connection to catch up."}),
+		serving: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "rproxy", Subsystem: "hotkey",
+			Name: "tier_serving", Help: "1 while the tier serves (tracking connection up, within max lag), else 0."}),
+		lagStops: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
+			Name: "tier_stops_total", Help: "Times the tier emptied and stopped serving because tracking was lost or lagged."}),
+		invalidateLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "rproxy", Subsystem: "hotkey",
+			Name: "tracking_probe_seconds", Help: "Round trip of the tracking connection's probe: an upper bound of the invalidation lag.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.fills, m.fillsRefused, m.pushes, m.barriers, m.serving, m.lagStops, m.invalidateLag)
+	}
+	return m
+}
+
+func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, um *upstream.Metrics, reg prometheus.Registerer, log *zap.Logger) (*hotTier, error) {
+	now := ucfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	det, err := hotkey.NewDetector(cfg.Detector, now, reg)
+	if err != nil {
+		return nil, err
+	}
+	h := &hotTier{det: det, maxLag: cfg.MaxLag, now: now, log: log, metrics: newTierMetrics(reg)}
+	if !cfg.Tier {
+		return h, nil
+	}
+	if h.tier, err = hotkey.NewTier(cfg.TierConfig, now, reg); err != nil {
+		return nil, err
+	}
+	h.tier.SetServing(false) // until the tracking connection is up
+	for _, p := range cfg.Prefixes {
+		h.prefixes = append(h.prefixes, []byte(p))
+	}
+	h.queue = make(chan []byte, fillQueue)
+	h.pending = make(map[string]struct{})
+	ucfg.Protocol = 3
+	ucfg.Connections = 1
+	ucfg.GatherYields = 0
+	ucfg.Setup = [][]byte{resp.AppendCommandString(nil, "CLIENT", "TRACKING", "ON")}
+	ucfg.OnPush = h.onPush
+	ucfg.OnState = h.onState
+	if cfg.TrackingDial != nil {
+		ucfg.Dial = cfg.TrackingDial
+	}
+	if h.track, err = upstream.NewPool(ucfg, um, log.Named("tracking")); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.wg.Add(2)
+	go func() { defer h.wg.Done(); h.fillLoop(ctx) }()
+	go func() { defer h.wg.Done(); h.probeLoop(ctx) }()
+	return h, nil
+}
+
+func (h *hotTier) close() {
+	if h.track == nil {
+		return
+	}
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
+	h.cancel()
+	h.track.Close()
+	h.wg.Wait()
+}
+
+// lookup returns the tier's reply for GET key in protocol proto.
+func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
+	if h.tier == nil {
+		return nil, false
+	}
+	v := variantResp2
+	if proto == 3 {
+		v = variantResp3
+	}
+	return h.tier.Get(key, v)
+}
+
+// observe counts a read of key and asks for a fill when the key is hot or
+// under a cached prefix.
+func (h *hotTier) observe(key []byte) {
+	hot := h.det.Observe(key)
+	if h.tier == nil {
+		return
+	}
+	if !hot && !h.underPrefix(key) {
+		return
+	}
+	h.requestFill(key)
+}
+
+func (h *hotTier) underPrefix(key []byte) bool {
+	for _, p := range h.prefixes {
+		if bytes.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *hotTier) requestFill(key []byte) {
+	if !h.tier.Serving() {
+		return
+	}
+	h.mu.Lock()
+	if _, ok := h.pending[string(key)]; ok {
+		h.mu.Unlock()
+		return
+	}
+	k := string(key)
+	select {
+	case h.queue <- []byte(k):
+		h.pending[k] = struct{}{}
+	default: // full: a later read asks again
+	}
+	h.mu.Unlock()
+}
+
+// invalidate drops key from the tier; fills begun before fail.
+func (h *hotTier) invalidate(key []byte) {
+	if h.tier != nil {
+		h.tier.Invalidate(key)
+	}
+}
+
+func (h *hotTier) clear() {
+	if h.tier != nil {
+		h.tier.Clear()
+	}
+}
+
+// barrier returns once every invalidation Redis sent before this call has
+// been applied: the tracking connection answers in order.
+func (h *hotTier) barrier() {
+	// Nothing to wait for if nothing is cached and no fill that could have
+	// read an old value is under way. filling is read first: a fill counted
+	// there has not stored yet, and one that begins after this check reads
+	// after the write.
+	if h.tier == nil || (h.filling.Load() == 0 && h.tier.Stats().Entries == 0) {
+		return
+	}
+	h.metrics.barriers.Inc()
+	b := upstream.NewBatch()
+	b.Add(pingCmd)
+	h.track.Do(b)
+	if r := b.Reply(0); len(r) == 0 || r[0] != '+' {
+		// The connection failed: OnState(false) has emptied the tier.
+		h.clear()
+	}
+}
+
+var pingCmd = resp.AppendCommandString(nil, "PING")
+
+// fillLoop reads queued keys, up to fillBatch per round trip, and stores
+// GET's reply with the key's PTTL unless the key was invalidated meanwhile.
+func (h *hotTier) fillLoop(ctx context.Context) {
+	b := upstream.NewBatch()
+	var keys [][]byte
+	var toks []hotkey.Token
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case k := <-h.queue:
+			keys = append(keys[:0], k)
+		}
+	more:
+		for len(keys) < fillBatch {
+			select {
+			case k := <-h.queue:
+				keys = append(keys, k)
+			default:
+				break more
+			}
+		}
+		b.Reset()
+		toks = toks[:0]
+		h.filling.Add(1)
+		for _, k := range keys {
+			toks = append(toks, h.tier.Begin(k)) // before the GET leaves
+			b.Add(resp.AppendCommand(nil, []byte("GET"), k))
+			b.Add(resp.AppendCommand(nil, []byte("PTTL"), k))
+		}
+		h.track.Do(b)
+		for i, k := range keys {
+			h.store(toks[i], k, b.Reply(2*i), b.Reply(2*i+1))
+		}
+		h.filling.Add(-1)
+		h.mu.Lock()
+		for _, k := range keys {
+			delete(h.pending, string(k))
+		}
+		h.mu.Unlock()
+	}
+}
+
+var (
+	resp3Null = []byte("_\r\n")
+	resp2Null = []byte("$-1\r\n")
+)
+
+func (h *hotTier) store(tok hotkey.Token, key, get, pttl []byte) {
+	if len(get) == 0 || (get[0] != '$' && get[0] != '_') || len(pttl) < 3 || pttl[0] != ':' {
+		return // an error (WRONGTYPE, upstream down): nothing to cache
+	}
+	ms, err := strconv.ParseInt(string(pttl[1:len(pttl)-2]), 10, 64)
+	if err != nil || ms == 0 || (ms == -2 && get[0] != '_') {
+		return
+	}
+	ttl := time.Duration(0) // no TTL on Redis: the tier's cap applies
+	if ms > 0 {
+		ttl = time.Duration(ms) * time.Millisecond
+	}
+	r2 := get
+	if get[0] == '_' {
+		r2 = resp2Null
+	}
+	// RESP3 only differs from RESP2 here for a missing key.
+	if h.tier.Put(tok, key, variantResp3, get, ttl) && h.tier.Put(tok, key, variantResp2, r2, ttl) {
+		h.metrics.fills.Inc()
+		return
+	}
+	h.tier.Invalidate(key) // do not leave one variant behind
+	h.metrics.fillsRefused.Inc()
+}
+
+// onPush applies Redis's invalidation messages: [invalidate, [keys...]], or
+// [invalidate, null] after FLUSHALL/FLUSHDB.
+func (h *hotTier) onPush(push []byte) {
+	v, err := resp.Parse(push)
+	if err != nil || len(v.Elems) != 2 || !bytes.Equal(v.Elems[0].Str, []byte("invalidate")) {
+		return
+	}
+	h.metrics.pushes.Inc()
+	if v.Elems[1].Null {
+		h.tier.Clear()
+		return
+	}
+	for _, k := range v.Elems[1].Elems {
+		h.tier.Invalidate(k.Str)
+	}
+}
+
+// onState follows the tracking connection: while it is down, Redis tracks
+// nothing for rproxy, so the tier must not serve.
+func (h *hotTier) onState(up bool) {
+	h.mu.Lock()
+	h.connUp = up
+	h.applyLocked()
+	h.mu.Unlock()
+}
+
+// applyLocked serves only while the connection is up and not lagging.
+func (h *hotTier) applyLocked() {
+	on := h.connUp && h.lagOK
+	if on == h.tier.Serving() {
+		return
+	}
+	h.tier.SetServing(on)
+	if on {
+		h.metrics.serving.Set(1)
+		h.log.Info("local tier serving")
+		return
+	}
+	h.metrics.serving.Set(0)
+	if h.closing {
+		return
+	}
+	h.metrics.lagStops.Inc()
+	h.log.Warn("local tier emptied and stopped", zap.Bool("tracking_up", h.connUp), zap.Bool("within_lag", h.lagOK))
+}
+
+// probeLoop measures the tracking connection's round trip every quarter of
+// MaxLag: invalidations queue on that connection ahead of the probe, so a
+// late probe means invalidations may be late too.
+func (h *hotTier) probeLoop(ctx context.Context) {
+	interval := max(h.maxLag/4, time.Millisecond)
+	done := make(chan bool, 1)
+	for {
+		start := time.Now()
+		go func() {
+			b := upstream.NewBatch()
+			b.Add(pingCmd)
+			h.track.Do(b)
+			r := b.Reply(0)
+			done <- len(r) > 0 && r[0] == '+'
+		}()
+		timer := time.NewTimer(h.maxLag)
+		var ok, late bool
+		select {
+		case ok = <-done:
+		case <-timer.C:
+			late = true
+			h.setLag(false)
+			ok = <-done // the upstream timeout bounds this wait
+		case <-ctx.Done():
+			timer.Stop()
+			<-done
+			return
+		}
+		timer.Stop()
+		h.metrics.invalidateLag.Observe(time.Since(start).Seconds())
+		h.setLag(ok && !late)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (h *hotTier) setLag(ok bool) {
+	h.mu.Lock()
+	h.lagOK = ok
+	h.applyLocked()
+	h.mu.Unlock()
+}

@@ -1,0 +1,402 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// cacheAll admits every key under "c:" to the tier ("cache these" mode), so
+// tests need not make a key hot first.
+func cacheAll(c *proxy.Config) {
+	c.HotKey = proxytest.HotKeyConfig()
+	c.HotKey.Prefixes = []string{"c:"}
+}
+
+// waitServing waits until the tier serves (the tracking connection is up).
+func waitServing(t *testing.T, p *proxytest.Proxy) {
+	t.Helper()
+	waitFor(t, "tier serving", func() bool {
+		return counterValue(t, p.Registry, "rproxy_hotkey_tier_serving", nil) == 1
+	})
+}
+
+// cached reads key through the proxy until the tier holds it, and returns
+// the reply.
+func cached(t *testing.T, p *proxytest.Proxy, c *rawClient, key string) string {
+	t.Helper()
+	var r string
+	waitFor(t, "tier fill of "+key, func() bool {
+		r = c.do("GET", key)
+		hits := counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil)
+		c.do("GET", key)
+		return counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil) > hits
+	})
+	return r
+}
+
+// A cached key is served without reaching Redis, byte for byte what Redis
+// sends, in RESP2 and RESP3, missing keys included.
+func TestTierServesWithoutUpstream(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	rs.Do(t, "SET", "c:k", "value")
+	c := dialClient(t, p.Addr)
+	if r := cached(t, p, c, "c:k"); r != "$5\r\nvalue\r\n" {
+		t.Fatalf("GET = %q", r)
+	}
+	cached(t, p, c, "c:missing")
+	rs.Do(t, "CONFIG", "RESETSTAT")
+	for i := 0; i < 100; i++ {
+		if r := c.do("GET", "c:k"); r != "$5\r\nvalue\r\n" {
+			t.Fatalf("GET %d = %q", i, r)
+		}
+	}
+	if r := c.do("GET", "c:missing"); r != "$-1\r\n" {
+		t.Fatalf("RESP2 GET of a missing key = %q", r)
+	}
+	c3 := dialClient(t, p.Addr)
+	c3.do("HELLO", "3")
+	if r := c3.do("GET", "c:missing"); r != "_\r\n" {
+		t.Fatalf("RESP3 GET of a missing key = %q", r)
+	}
+	if r := c3.do("GET", "c:k"); r != "$5\r\nvalue\r\n" {
+		t.Fatalf("RESP3 GET = %q", r)
+	}
+	if n := upstreamGets(t, rs); n != 0 {
+		t.Fatalf("Redis saw %d GETs of cached keys", n)
+	}
+	if n, ok := p.Server.TierStats(); !ok || n.Entries != 2 {
+		t.Fatalf("tier stats %+v", n)
+	}
+}
+
+// Writes through rproxy: the writer always reads its own write, and a
+// reader that starts after a write was acknowledged never sees an older
+// value, while readers keep the key in the tier.
+func TestTierNeverStaleAfterProxiedWrite(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	w := dialClient(t, p.Addr)
+	w.do("SET", "c:n", "0")
+	var acked atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var stale atomic.Int64
+	var staleMsg atomic.Value
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialClient(t, p.Addr)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				floor := acked.Load()
+				got := c.do("GET", "c:n")
+				v, err := strconv.ParseInt(strings.Split(got, "\r\n")[1], 10, 64)
+				if err != nil || v < floor {
+					stale.Add(1)
+					staleMsg.Store(fmt.Sprintf("read %q after write %d was acknowledged", got, floor))
+				}
+			}
+		}()
+	}
+	for i := 1; i <= 1000; i++ {
+		s := strconv.Itoa(i)
+		if r := w.do("SET", "c:n", s); r != "+OK\r\n" {
+			t.Fatalf("SET = %q", r)
+		}
+		acked.Store(int64(i))
+		if r := w.do("GET", "c:n"); r != fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) {
+			t.Fatalf("writer read %q after writing %s", r, s)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if n := stale.Load(); n > 0 {
+		t.Fatalf("%d stale reads, e.g. %s", n, staleMsg.Load())
+	}
+	if hits := counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil); hits == 0 {
+		t.Fatal("the tier served nothing: the test did not exercise it")
+	}
+}
+
+// Each kind of write through rproxy empties the key from the tier: the next
+// GET returns what Redis holds.
+func TestTierProxiedWritesInvalidate(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	c := dialClient(t, p.Addr)
+	cases := []struct {
+		name  string
+		write [][]string
+	}{
+		{"DEL", [][]string{{"DEL", "c:k"}}},
+		{"UNLINK", [][]string{{"UNLINK", "c:x", "c:k"}}},
+		{"EXPIRE", [][]string{{"PEXPIRE", "c:k", "1"}}},
+		{"RENAME", [][]string{{"SET", "c:other", "renamed"}, {"RENAME", "c:other", "c:k"}}},
+		{"APPEND", [][]string{{"APPEND", "c:k", "-more"}}},
+		{"FLUSHALL", [][]string{{"FLUSHALL"}}},
+		{"FLUSHDB", [][]string{{"FLUSHDB", "ASYNC"}}},
+		{"EVAL", [][]string{{"EVAL", "redis.call('SET', 'c:k', 'by-script')", "0"}}},
+		{"FCALL", [][]string{{"FUNCTION", "LOAD", "REPLACE", "#!lua name=t\nredis.register_function('w', function() return redis.call('SET', 'c:k', 'by-function') end)"}, {"FCALL", "w", "0"}}},
+		{"MULTI", [][]string{{"MULTI"}, {"SET", "c:k", "in-multi"}, {"EXEC"}}},
+		{"MULTI-EVAL", [][]string{{"MULTI"}, {"EVAL", "redis.call('SET', 'c:k', 'multi-script')", "0"}, {"EXEC"}}},
+		{"SELECT-MOVE", [][]string{{"SELECT", "0"}, {"MOVE", "c:k", "1"}}},
+	}
+	for _, tc := range cases {
+		rs.Do(t, "SET", "c:k", "old")
+		cached(t, p, c, "c:k")
+		for _, cmd := range tc.write {
+			if r := c.do(cmd...); strings.HasPrefix(r, "-") {
+				t.Fatalf("%s: %v = %q", tc.name, cmd, r)
+			}
+		}
+		time.Sleep(2 * time.Millisecond) // let PEXPIRE 1 lapse
+		want := string(rs.Do(t, "GET", "c:k"))
+		if got := c.do("GET", "c:k"); got != want {
+			t.Errorf("%s: GET through rproxy = %q, Redis has %q", tc.name, got, want)
+		}
+	}
+}
+
+// A write made straight to Redis is no longer served once its invalidation
+// arrives; the lag is measured.
+func TestTierDirectWriteInvalidates(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	c := dialClient(t, p.Addr)
+	var lags []time.Duration
+	for i := 0; i < 50; i++ {
+		rs.Do(t, "SET", "c:d", "old")
+		cached(t, p, c, "c:d")
+		want := fmt.Sprintf("new%d", i)
+		rs.Do(t, "SET", "c:d", want)
+		start := time.Now()
+		for c.do("GET", "c:d") != fmt.Sprintf("$%d\r\n%s\r\n", len(want), want) {
+			if time.Since(start) > time.Second {
+				t.Fatalf("still served the old value 1s after a direct write")
+			}
+		}
+		lags = append(lags, time.Since(start))
+	}
+	sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
+	t.Logf("invalidation lag after a direct write (50 writes, unloaded): p50 %v, max %v", lags[len(lags)/2], lags[len(lags)-1])
+	if counterValue(t, p.Registry, "rproxy_hotkey_tracking_invalidations_total", nil) < 50 {
+		t.Fatal("fewer invalidation pushes than direct writes")
+	}
+}
+
+// Losing the tracking connection empties the tier and stops it until the
+// connection is back.
+func TestTierStopsWithoutTracking(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	c := dialClient(t, p.Addr)
+	rs.Do(t, "SET", "c:k", "v")
+	cached(t, p, c, "c:k")
+	stops := counterValue(t, p.Registry, "rproxy_hotkey_tier_stops_total", nil)
+	rs.Do(t, "CLIENT", "KILL", "ID", trackingClientID(t, rs))
+	waitFor(t, "tier stop", func() bool {
+		return counterValue(t, p.Registry, "rproxy_hotkey_tier_stops_total", nil) > stops
+	})
+	if st, _ := p.Server.TierStats(); st.Entries != 0 {
+		t.Fatalf("tier holds %d entries after losing tracking", st.Entries)
+	}
+	waitServing(t, p)
+	cached(t, p, c, "c:k")
+}
+
+// A cached entry never outlives the key's TTL on Redis.
+func TestTierHonoursKeyTTL(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	c := dialClient(t, p.Addr)
+	rs.Do(t, "SET", "c:t", "v", "PX", "300")
+	cached(t, p, c, "c:t")
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline.Add(-20 * time.Millisecond)) {
+		c.do("GET", "c:t")
+	}
+	time.Sleep(time.Until(deadline) + 5*time.Millisecond)
+	if r := c.do("GET", "c:t"); r != "$-1\r\n" {
+		t.Fatalf("GET after the key's TTL = %q", r)
+	}
+}
+
+// Detected hot keys enter the tier without any prefix configured.
+func TestTierAdmitsDetectedHotKey(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.HotKey = proxytest.HotKeyConfig()
+		c.HotKey.Detector.Threshold = 100
+	})
+	waitServing(t, p)
+	rs.Do(t, "SET", "hot", "v")
+	c := dialClient(t, p.Addr)
+	for i := 0; i < 300; i++ {
+		c.do("GET", "hot")
+	}
+	cached(t, p, c, "hot")
+	hot := p.Server.HotKeys()
+	if len(hot) == 0 || hot[0].Key != "hot" {
+		t.Fatalf("hot keys = %+v", hot)
+	}
+	// A key read a few times is not cached.
+	c.do("GET", "cold")
+	if st, _ := p.Server.TierStats(); st.Entries != 1 {
+		t.Fatalf("tier entries = %d, want only the hot key", st.Entries)
+	}
+}
+
+func trackingClientID(t *testing.T, rs *redistest.Server) string {
+	t.Helper()
+	for _, line := range strings.Split(string(rs.Do(t, "CLIENT", "LIST")), "\n") {
+		if !strings.Contains(line, "flags=t") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "id=") {
+				return f[3:]
+			}
+		}
+	}
+	t.Fatal("no tracking connection in CLIENT LIST")
+	return ""
+}
+
+// slowConn delivers what it reads in small pieces, each after a pause: on
+// the tracking connection, a fill's reply and the invalidation Redis sends
+// right after it arrive far apart, which opens the windows that the
+// post-acknowledgement invalidation and the barrier must close.
+type slowConn struct {
+	net.Conn
+	pause time.Duration
+	piece int
+}
+
+func (c *slowConn) Read(p []byte) (int, error) {
+	time.Sleep(c.pause)
+	if len(p) > c.piece {
+		p = p[:c.piece]
+	}
+	return c.Conn.Read(p)
+}
+
+func slowTracking(c *proxy.Config) {
+	cacheAll(c)
+	c.HotKey.TrackingDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &slowConn{Conn: nc, pause: 3 * time.Millisecond, piece: 4}, nil
+	}
+}
+
+// A write whose keys rproxy cannot see (a script, EXEC) is acknowledged
+// only after the tracking connection has caught up: with invalidations
+// arriving ~30ms late, the writer's next GET still reads its write.
+func TestTierBarrierForUndeclaredWrites(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, slowTracking)
+	waitServing(t, p)
+	w := dialClient(t, p.Addr)
+	r := dialClient(t, p.Addr)
+	for round := 0; round < 5; round++ {
+		val := "v" + strconv.Itoa(round)
+		want := fmt.Sprintf("$%d\r\n%s\r\n", len(val), val)
+
+		rs.Do(t, "SET", "c:s", "old")
+		cached(t, p, r, "c:s")
+		w.do("EVAL", "redis.call('SET', 'c:s', ARGV[1])", "0", val)
+		if got := w.do("GET", "c:s"); got != want {
+			t.Fatalf("round %d: GET after EVAL = %q, want %q", round, got, want)
+		}
+
+		rs.Do(t, "SET", "c:s", "old")
+		cached(t, p, r, "c:s")
+		w.do("MULTI")
+		w.do("SET", "c:s", val+"m")
+		cached(t, p, r, "c:s") // the old value is cached again before EXEC
+		w.do("EXEC")
+		if got, want := w.do("GET", "c:s"), fmt.Sprintf("$%d\r\n%sm\r\n", len(val)+1, val); got != want {
+			t.Fatalf("round %d: GET after EXEC = %q, want %q", round, got, want)
+		}
+	}
+	if counterValue(t, p.Registry, "rproxy_hotkey_tracking_barriers_total", nil) < 10 {
+		t.Fatal("writes with undeclared keys did not wait for the barrier")
+	}
+}
+
+// A fill that read the old value just before a proxied write reached Redis,
+// but whose reply arrives after the write was acknowledged, is not stored:
+// the write invalidates again on acknowledgement. Staged by slowing the
+// shared connections' writes (the SET sits 5ms between its first
+// invalidation and Redis) and the tracking connection's reads (the fill's
+// reply, then the invalidation, trickle in).
+func TestTierSecondInvalidation(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, slowTracking, func(c *proxy.Config) {
+		c.Upstream.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &slowWriter{Conn: nc, pause: 5 * time.Millisecond}, nil
+		}
+	})
+	waitServing(t, p)
+	w := dialClient(t, p.Addr)
+	r := dialClient(t, p.Addr)
+	for round := 0; round < 20; round++ {
+		val := "v" + strconv.Itoa(round)
+		rs.Do(t, "SET", "c:s", "old")
+		cached(t, p, r, "c:s")
+		w.send(resp.AppendCommandString(nil, "SET", "c:s", val))
+		time.Sleep(time.Millisecond)
+		r.do("GET", "c:s") // misses (invalidated) and starts a fill that reads "old"
+		w.read()
+		time.Sleep(15 * time.Millisecond) // the fill's reply is in, the invalidation is not
+		if got, want := w.do("GET", "c:s"), fmt.Sprintf("$%d\r\n%s\r\n", len(val), val); got != want {
+			t.Fatalf("round %d: writer read %q after its SET was acknowledged, want %q", round, got, want)
+		}
+	}
+	if counterValue(t, p.Registry, "rproxy_hotkey_tier_fills_refused_total", nil) == 0 {
+		t.Fatal("no fill raced a write: the test did not stage the race")
+	}
+}
+
+type slowWriter struct {
+	net.Conn
+	pause time.Duration
+}
+
+func (c *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(c.pause)
+	return c.Conn.Write(p)
+}
