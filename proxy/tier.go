@@ -118,18 +118,25 @@ func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
 
 func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, um *upstream.Metrics, reg prometheus.Registerer, log *zap.Logger) (*hotTier, error) {
 	now := ucfg.Now
+	ctx, cancel := context.WithCancel(context.Background())
+	detectorNow := now
 	if now == nil {
+		// time.Now costs ~45ns on this kind of VM, as much as the whole
+		// detector update; rates need a fraction of the window's accuracy.
 		now = time.Now
+		detectorNow = newCoarseClock(ctx, time.Millisecond)
 	}
-	det, err := hotkey.NewDetector(cfg.Detector, now, reg)
+	det, err := hotkey.NewDetector(cfg.Detector, detectorNow, reg)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	h := &hotTier{det: det, maxLag: cfg.MaxLag, now: now, log: log, metrics: newTierMetrics(reg)}
+	h := &hotTier{det: det, maxLag: cfg.MaxLag, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel}
 	if !cfg.Tier {
 		return h, nil
 	}
 	if h.tier, err = hotkey.NewTier(cfg.TierConfig, now, reg); err != nil {
+		cancel()
 		return nil, err
 	}
 	h.tier.SetServing(false) // until the tracking connection is up
@@ -148,10 +155,9 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, um *upstream.Metrics, re
 		ucfg.Dial = cfg.TrackingDial
 	}
 	if h.track, err = upstream.NewPool(ucfg, um, log.Named("tracking")); err != nil {
+		cancel()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
 	h.wg.Add(2)
 	go func() { defer h.wg.Done(); h.fillLoop(ctx) }()
 	go func() { defer h.wg.Done(); h.probeLoop(ctx) }()
@@ -160,6 +166,7 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, um *upstream.Metrics, re
 
 func (h *hotTier) close() {
 	if h.track == nil {
+		h.cancel()
 		return
 	}
 	h.mu.Lock()
@@ -287,9 +294,11 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 			b.Add(resp.AppendCommand(nil, []byte("GET"), k))
 			b.Add(resp.AppendCommand(nil, []byte("PTTL"), k))
 		}
+		sent := h.now()
 		h.track.Do(b)
+		rtt := h.now().Sub(sent)
 		for i, k := range keys {
-			h.store(toks[i], k, b.Reply(2*i), b.Reply(2*i+1))
+			h.store(toks[i], k, b.Reply(2*i), b.Reply(2*i+1), rtt)
 		}
 		h.filling.Add(-1)
 		h.mu.Lock()
@@ -305,7 +314,10 @@ var (
 	resp2Null = []byte("$-1\r\n")
 )
 
-func (h *hotTier) store(tok hotkey.Token, key, get, pttl []byte) {
+// store caches a fill. rtt is the fill's round trip: PTTL was measured at
+// some point within it, so the entry's life is cut by it to end no later
+// than the key on Redis.
+func (h *hotTier) store(tok hotkey.Token, key, get, pttl []byte, rtt time.Duration) {
 	if len(get) == 0 || (get[0] != '$' && get[0] != '_') || len(pttl) < 3 || pttl[0] != ':' {
 		return // an error (WRONGTYPE, upstream down): nothing to cache
 	}
@@ -315,7 +327,9 @@ func (h *hotTier) store(tok hotkey.Token, key, get, pttl []byte) {
 	}
 	ttl := time.Duration(0) // no TTL on Redis: the tier's cap applies
 	if ms > 0 {
-		ttl = time.Duration(ms) * time.Millisecond
+		if ttl = time.Duration(ms)*time.Millisecond - rtt; ttl <= 0 {
+			return
+		}
 	}
 	r2 := get
 	if get[0] == '_' {
@@ -420,4 +434,24 @@ func (h *hotTier) setLag(ok bool) {
 	h.lagOK = ok
 	h.applyLocked()
 	h.mu.Unlock()
+}
+
+// newCoarseClock returns a clock that reads a time refreshed every tick
+// until ctx ends: cheap for callers that need millisecond accuracy only.
+func newCoarseClock(ctx context.Context, tick time.Duration) func() time.Time {
+	var ns atomic.Int64
+	ns.Store(time.Now().UnixNano())
+	go func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				ns.Store(now.UnixNano())
+			}
+		}
+	}()
+	return func() time.Time { return time.Unix(0, ns.Load()) }
 }

@@ -1,0 +1,306 @@
+package proxy_test
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/policy"
+	"github.com/rproxy/rproxy/proxy"
+)
+
+// withPolicy runs the proxy with the shipped policy defaults plus rules.
+func withPolicy(edit func(*policy.Config)) func(*proxy.Config) {
+	return func(c *proxy.Config) {
+		pc := policy.DefaultConfig()
+		if edit != nil {
+			edit(&pc)
+		}
+		c.Policy = &pc
+	}
+}
+
+func TestPolicyDefaultsRefuseWithAdvice(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	cases := map[string][]string{
+		"SCAN":     {"KEYS", "*"},
+		"FLUSHALL": {"FLUSHALL"},
+		"FLUSHDB":  {"flushdb", "async"},
+		"admin":    {"CONFIG", "SET", "maxmemory", "1"},
+		"operator": {"DEBUG", "SLEEP", "0"},
+	}
+	for advice, cmd := range cases {
+		r := c.do(cmd...)
+		if !strings.HasPrefix(r, "-DENIED ") || !strings.Contains(r, advice) {
+			t.Errorf("%v = %q, want -DENIED mentioning %s", cmd, r, advice)
+		}
+	}
+	// Allowed commands in the same pipeline keep their order and replies.
+	if r := c.do("CONFIG", "GET", "maxmemory"); !strings.HasPrefix(r, "*2\r\n") {
+		t.Errorf("CONFIG GET = %q", r)
+	}
+	if got := counterValue(t, p.Registry, "rproxy_policy_decisions_total", map[string]string{"rule": "deny-keys", "action": "deny"}); got != 1 {
+		t.Errorf("deny-keys counted %v times", got)
+	}
+	if n := regexp.MustCompile(`cmdstat_keys:calls=(\d+)`).FindSubmatch(rs.Do(t, "INFO", "commandstats")); n != nil {
+		t.Errorf("KEYS reached Redis: %s", n[0])
+	}
+}
+
+// An operator rule placed first lets one address run what a default denies;
+// a dry-run rule counts and changes nothing; rewrite sends another command.
+func TestPolicyOperatorRules(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(func(pc *policy.Config) {
+		pc.Rules = []policy.Rule{
+			{Name: "local-flush", Commands: []string{"flushall"}, Args: []string{"async"}, Addrs: []string{"127.0.0.0/8"}, Action: policy.Allow},
+			{Name: "dry-secret", Commands: []string{"get"}, Keys: []string{"secret:*"}, Action: policy.Log, LogAction: policy.Deny},
+			{Name: "del-to-unlink", Commands: []string{"del"}, Keys: []string{"tmp:*"}, Action: policy.Rewrite, RewriteTo: "UNLINK"},
+		}
+	}))
+	c := dialClient(t, p.Addr)
+	if r := c.do("FLUSHALL"); !strings.HasPrefix(r, "-DENIED") {
+		t.Errorf("FLUSHALL without ASYNC = %q", r)
+	}
+	if r := c.do("FLUSHALL", "ASYNC"); r != "+OK\r\n" {
+		t.Errorf("FLUSHALL ASYNC from loopback = %q", r)
+	}
+	rs.Do(t, "SET", "secret:1", "s")
+	if r := c.do("GET", "secret:1"); r != "$1\r\ns\r\n" {
+		t.Errorf("GET under a dry-run rule = %q", r)
+	}
+	if got := counterValue(t, p.Registry, "rproxy_policy_decisions_total", map[string]string{"rule": "dry-secret", "action": "log_deny"}); got != 1 {
+		t.Errorf("dry run counted %v", got)
+	}
+	rs.Do(t, "SET", "tmp:1", "x")
+	rs.Do(t, "CONFIG", "RESETSTAT")
+	if r := c.do("DEL", "tmp:1"); r != ":1\r\n" {
+		t.Errorf("rewritten DEL = %q", r)
+	}
+	stats := string(rs.Do(t, "INFO", "commandstats"))
+	if !strings.Contains(stats, "cmdstat_unlink:calls=1") || strings.Contains(stats, "cmdstat_del:") {
+		t.Errorf("DEL tmp:1 was not sent as UNLINK:\n%s", stats)
+	}
+}
+
+// fillList makes key a list of n elements, directly on Redis.
+func fillList(t *testing.T, rs *redistest.Server, key string, n int) {
+	t.Helper()
+	for done := 0; done < n; done += 100000 {
+		rs.Do(t, "EVAL", "for i=1,tonumber(ARGV[1]) do redis.call('RPUSH', KEYS[1], i) end", "1", key, strconv.Itoa(min(100000, n-done)))
+	}
+}
+
+// DEL of a 1M-element list is refused (default) or sent as UNLINK, and other
+// clients are served meanwhile; small DELs pass.
+func TestPolicyBigKeyDel(t *testing.T) {
+	rs := redistest.Start(t)
+	deny := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	rewrite := proxytest.Start(t, rs.Addr, withPolicy(func(pc *policy.Config) { pc.BigKeys.Action = policy.Rewrite }))
+	fillList(t, rs, "big", 1_000_000)
+	fillList(t, rs, "small", 100)
+	rs.Do(t, "SET", "s", strings.Repeat("x", 2<<20))
+	c := dialClient(t, deny.Addr)
+	r := c.do("DEL", "small", "big")
+	if !strings.HasPrefix(r, "-DENIED") || !strings.Contains(r, "1000000") || !strings.Contains(r, "UNLINK") {
+		t.Fatalf("DEL of a 1M-element list = %q", r)
+	}
+	if r := string(rs.Do(t, "LLEN", "big")); r != ":1000000\r\n" {
+		t.Fatalf("big list after a refused DEL: LLEN = %q", r)
+	}
+	if r := c.do("DEL", "s"); !strings.HasPrefix(r, "-DENIED") || !strings.Contains(r, "string") {
+		t.Fatalf("DEL of a 2 MB string = %q", r)
+	}
+	if r := c.do("DEL", "small", "nosuchkey"); r != ":1\r\n" {
+		t.Fatalf("DEL of a 100-element list = %q", r)
+	}
+	// Pipelined after a write: the probe sees the write (the list grows past
+	// the limit inside the same client batch).
+	c.send([]byte("*3\r\n$5\r\nRPUSH\r\n$4\r\ngrow\r\n$1\r\n1\r\n*2\r\n$3\r\nDEL\r\n$4\r\ngrow\r\n"))
+	if r1, r2 := string(c.read()), string(c.read()); r1 != ":1\r\n" || r2 != ":1\r\n" {
+		t.Fatalf("RPUSH then DEL in one batch = %q %q", r1, r2)
+	}
+
+	// Rewrite: the DEL runs as UNLINK while another client keeps getting
+	// answers.
+	other := dialClient(t, rewrite.Addr)
+	var slowest atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			if r := other.do("PING"); r != "+PONG\r\n" {
+				t.Errorf("PING = %q", r)
+				return
+			}
+			if d := time.Since(start).Nanoseconds(); d > slowest.Load() {
+				slowest.Store(d)
+			}
+		}
+	}()
+	rs.Do(t, "CONFIG", "RESETSTAT")
+	if r := dialClient(t, rewrite.Addr).do("DEL", "big"); r != ":1\r\n" {
+		t.Fatalf("rewritten DEL = %q", r)
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	stats := string(rs.Do(t, "INFO", "commandstats"))
+	if !strings.Contains(stats, "cmdstat_unlink:calls=1") || strings.Contains(stats, "cmdstat_del:") {
+		t.Fatalf("big DEL not sent as UNLINK:\n%s", stats)
+	}
+	t.Logf("slowest PING of another client during the big UNLINK: %v", time.Duration(slowest.Load()))
+	if d := time.Duration(slowest.Load()); d > 100*time.Millisecond {
+		t.Fatalf("another client waited %v during the big delete", d)
+	}
+}
+
+var ttlReply = regexp.MustCompile(`^:(\d+)\r\n$`)
+
+func ttlOf(t *testing.T, rs *redistest.Server, key string) int {
+	t.Helper()
+	m := ttlReply.FindStringSubmatch(string(rs.Do(t, "TTL", key)))
+	if m == nil {
+		t.Fatalf("TTL %s: no integer reply", key)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// 1,000 SET EX 100 end with TTLs spread over [100, 110]; locks (NX) and
+// absolute expiries keep exactly what was asked.
+func TestPolicyJitter(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	var pipe []byte
+	for i := 0; i < 1000; i++ {
+		pipe = fmt.Appendf(pipe, "*5\r\n$3\r\nSET\r\n$%d\r\nj:%d\r\n$1\r\nv\r\n$2\r\nEX\r\n$3\r\n100\r\n", len(strconv.Itoa(i))+2, i)
+	}
+	c.send(pipe)
+	for i := 0; i < 1000; i++ {
+		if r := string(c.read()); r != "+OK\r\n" {
+			t.Fatalf("SET %d = %q", i, r)
+		}
+	}
+	seen := map[int]int{}
+	for i := 0; i < 1000; i++ {
+		ttl := ttlOf(t, rs, "j:"+strconv.Itoa(i))
+		if ttl < 99 || ttl > 110 { // 99: a second may tick between SET and TTL
+			t.Fatalf("TTL of j:%d = %d, want within [100, 110]", i, ttl)
+		}
+		seen[ttl]++
+	}
+	if len(seen) < 8 {
+		t.Fatalf("TTLs not spread: %v", seen)
+	}
+	t.Logf("TTL histogram of 1000 SET EX 100: %v", seen)
+	if r := c.do("SET", "lock", "me", "NX", "EX", "100"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	if ttl := ttlOf(t, rs, "lock"); ttl != 100 && ttl != 99 {
+		t.Fatalf("SET NX EX 100 got TTL %d", ttl)
+	}
+	at := time.Now().Unix() + 100
+	c.do("SET", "abs", "v", "EXAT", strconv.FormatInt(at, 10))
+	if ttl := ttlOf(t, rs, "abs"); ttl > 100 {
+		t.Fatalf("SET EXAT got TTL %d", ttl)
+	}
+	if got := counterValue(t, p.Registry, "rproxy_policy_jitter_applied_total", nil); got < 900 {
+		t.Fatalf("jitter applied %v times", got)
+	}
+}
+
+// In stream mode (RESP3 after SUBSCRIBE) replies come from Redis; a refusal
+// is still delivered in order.
+func TestPolicyInStreamMode(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	c.do("SUBSCRIBE", "ch")
+	c.send([]byte("*2\r\n$4\r\nKEYS\r\n$1\r\n*\r\n*1\r\n$4\r\nPING\r\n"))
+	if r := string(c.read()); !strings.HasPrefix(r, "-DENIED KEYS") {
+		t.Fatalf("KEYS in stream mode = %q", r)
+	}
+	if r := string(c.read()); r != "+PONG\r\n" {
+		t.Fatalf("PING after the refusal = %q", r)
+	}
+}
+
+// Swapping the policy under load drops no connection and takes effect.
+func TestPolicyReloadUnderLoad(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	var ops, failures atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialClient(t, p.Addr)
+			k := "load:" + strconv.Itoa(i)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if c.doErr("SET", k, "v") != "+OK\r\n" || c.doErr("GET", k) != "$1\r\nv\r\n" {
+					failures.Add(1)
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	keys := dialClient(t, p.Addr)
+	for i := 0; i < 20; i++ {
+		pc := policy.DefaultConfig()
+		allowed := i%2 == 0
+		if allowed {
+			pc.Rules = []policy.Rule{{Name: "allow-keys", Commands: []string{"keys"}, Action: policy.Allow}}
+		}
+		if err := p.Server.SetPolicy(pc); err != nil {
+			t.Fatal(err)
+		}
+		r := keys.do("KEYS", "nomatch*")
+		if allowed != (r == "*0\r\n") {
+			t.Fatalf("reload %d (KEYS allowed %v): KEYS = %q", i, allowed, r)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	bad := policy.DefaultConfig()
+	bad.Rules = []policy.Rule{{Name: "x", Commands: []string{"get"}, Action: "explode"}}
+	if err := p.Server.SetPolicy(bad); err == nil {
+		t.Fatal("a bad policy was accepted")
+	}
+	close(stop)
+	wg.Wait()
+	if failures.Load() > 0 || ops.Load() == 0 {
+		t.Fatalf("%d failures in %d operations during reloads", failures.Load(), ops.Load())
+	}
+	if got := counterValue(t, p.Registry, "rproxy_proxy_client_connections_total", nil); got != 21 {
+		t.Fatalf("%v connections accepted for 21 clients: some reconnected", got)
+	}
+	if got := counterValue(t, p.Registry, "rproxy_proxy_client_connections", nil); got != 21 {
+		t.Fatalf("%v of 21 clients still connected after the reloads", got)
+	}
+}
