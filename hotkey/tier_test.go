@@ -467,3 +467,38 @@ func BenchmarkGetMiss(b *testing.B) {
 		}
 	}
 }
+
+// TestScanStaysInBudget: filling far more distinct keys than fit (a scan in
+// "cache these" mode) keeps the tier's count within MaxBytes, and the Go
+// heap it really holds within 1.5x of it (the per-entry overhead estimate
+// is honest).
+func TestScanStaysInBudget(t *testing.T) {
+	n := 2_000_000
+	if raceEnabled {
+		n = 200_000
+	}
+	cfg := DefaultTierConfig()
+	cfg.MaxBytes = 16 << 20
+	tr := newTestTier(t, cfg, newClock())
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	key := make([]byte, 0, 32)
+	reply := []byte("$16\r\n0123456789abcdef\r\n")
+	for i := range n {
+		key = strconv.AppendInt(append(key[:0], "scan:"...), int64(i), 10)
+		tr.Put(tr.Begin(key), key, 2, reply, 0)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	st := tr.Stats()
+	if st.Bytes > cfg.MaxBytes || st.Evictions == 0 {
+		t.Fatalf("tier counts %d bytes (budget %d), %d evictions", st.Bytes, cfg.MaxBytes, st.Evictions)
+	}
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d keys filled: %d entries kept, %d bytes counted, heap grew %d bytes (budget %d)", n, st.Entries, st.Bytes, grown, cfg.MaxBytes)
+	if grown > cfg.MaxBytes*3/2 {
+		t.Fatalf("the heap grew by %d bytes for a %d-byte tier", grown, cfg.MaxBytes)
+	}
+	runtime.KeepAlive(tr)
+}
