@@ -273,11 +273,16 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 	if s.hot != nil && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
 		// The tier holds db 0 as the shared connections' upstream user
 		// sees it: not for pinned sessions or passthrough users' ACLs.
+		// Hits are counted too, so a cached key stays hot and is filled
+		// again as soon as its entry expires.
+		fill := s.hot.observe(args[1])
 		if r, ok := s.hot.lookup(args[1], ss.proto); ok {
 			s.reply(ss, r)
 			return
 		}
-		s.hot.observe(args[1])
+		if fill {
+			s.hot.requestFill(args[1])
+		}
 	}
 	if s.coalesce == nil || ss.pin != nil || ss.wrote || !s.coalesceCmds[info.Name] {
 		s.forward(ss, raw)

@@ -189,17 +189,11 @@ func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
 	return h.tier.Get(key, v)
 }
 
-// observe counts a read of key and asks for a fill when the key is hot or
-// under a cached prefix.
-func (h *hotTier) observe(key []byte) {
+// observe counts a read of key and reports whether the tier should hold
+// it: the key is hot, or under a cached prefix.
+func (h *hotTier) observe(key []byte) bool {
 	hot := h.det.Observe(key)
-	if h.tier == nil {
-		return
-	}
-	if !hot && !h.underPrefix(key) {
-		return
-	}
-	h.requestFill(key)
+	return h.tier != nil && (hot || h.underPrefix(key))
 }
 
 func (h *hotTier) underPrefix(key []byte) bool {
