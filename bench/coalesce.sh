@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Coalescing benchmark: rproxy with GET coalescing on (window unsent, the
-# default), on with window inflight, and off; interleaved rounds.
+# default), on with window inflight, and off; interleaved rounds. The local
+# tier is off in all three, so every read that is not coalesced reaches Redis.
 #  1. hot key: redis-benchmark -c 200 GET on one key; Redis's INFO commandstats
 #     counts the GETs that reached it (target: <= 1 per 10 client GETs, with
 #     throughput not below coalescing off).
@@ -21,9 +22,10 @@ waitping() { for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && r
 go build -o "$tmp/rproxy" ./cmd/rproxy
 rport=$(freeport); redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$tmp/redis.log" 2>&1 &
 pids+=($!); waitping "$rport"
-printf 'coalesce:\n  commands: []\n' >"$tmp/off.yaml"
-printf 'coalesce:\n  window: inflight\n' >"$tmp/inflight.yaml"
-on=$(freeport); "$tmp/rproxy" -listen 127.0.0.1:$on -upstream 127.0.0.1:$rport 2>"$tmp/on.log" & pids+=($!)
+printf "coalesce:\n  commands: []\nhotkeys:\n  tier: false\n" >"$tmp/off.yaml"
+printf 'coalesce:\n  window: inflight\nhotkeys:\n  tier: false\n' >"$tmp/inflight.yaml"
+printf 'hotkeys:\n  tier: false\n' >"$tmp/on.yaml"
+on=$(freeport); "$tmp/rproxy" -listen 127.0.0.1:$on -upstream 127.0.0.1:$rport -config "$tmp/on.yaml" 2>"$tmp/on.log" & pids+=($!)
 off=$(freeport); "$tmp/rproxy" -listen 127.0.0.1:$off -upstream 127.0.0.1:$rport -config "$tmp/off.yaml" 2>"$tmp/off.log" & pids+=($!)
 infl=$(freeport); "$tmp/rproxy" -listen 127.0.0.1:$infl -upstream 127.0.0.1:$rport -config "$tmp/inflight.yaml" 2>"$tmp/inflight.log" & pids+=($!)
 waitping "$on"; waitping "$off"; waitping "$infl"

@@ -62,6 +62,7 @@ type Group struct {
 	// a table slot and a publish, and on a spread keyspace nobody joins).
 	seen    []atomic.Uint64
 	reads   atomic.Uint64
+	joins   atomic.Uint64
 	slots   [slotCount]slot
 	free    sync.Pool
 	metrics *metrics
@@ -101,6 +102,7 @@ func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, le
 		f.joins++
 		s.mu.Unlock()
 		g.metrics.joins.Inc()
+		g.joins.Add(1)
 		return f, false
 	}
 	f = g.free.Get().(*Flight)
@@ -113,6 +115,11 @@ func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, le
 	g.metrics.flights.Inc()
 	return f, true
 }
+
+// Joins returns how many reads have joined a flight so far. The upstream
+// writer watches it while it gathers: a read that joins adds no bytes to
+// the write queue, yet it shows that clients are still arriving.
+func (g *Group) Joins() uint64 { return g.joins.Load() }
 
 // seenBefore marks h as read and reports whether it was already marked in
 // this epoch. Clearing races with marking only by losing a mark: a missed

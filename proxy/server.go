@@ -90,6 +90,8 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 			window = coalesce.InFlight
 		}
 		s.coalesce = coalesce.New(window, true, reg)
+		cfg.Upstream.GatherProgress = s.coalesce.Joins
+		s.cfg.Upstream.GatherProgress = s.coalesce.Joins
 		s.coalesceCmds = make(map[string]bool)
 		for _, name := range cfg.Coalesce {
 			s.coalesceCmds[strings.ToLower(name)] = true

@@ -429,17 +429,25 @@ func (c *conn) gather() {
 	if c.pool.cfg.GatherYields <= 0 {
 		return
 	}
-	c.mu.Lock()
-	n := len(c.wbuf)
-	c.mu.Unlock()
+	n := c.queued()
 	for i := 0; i < c.pool.cfg.GatherYields; i++ {
 		runtime.Gosched()
-		c.mu.Lock()
-		m := len(c.wbuf)
-		c.mu.Unlock()
+		m := c.queued()
 		if m == n {
 			return
 		}
 		n = m
 	}
+}
+
+// queued measures the activity gather watches: bytes queued, plus any
+// progress the pool's config counts (reads joining coalesced flights).
+func (c *conn) queued() uint64 {
+	c.mu.Lock()
+	n := uint64(len(c.wbuf))
+	c.mu.Unlock()
+	if p := c.pool.cfg.GatherProgress; p != nil {
+		n += p()
+	}
+	return n
 }

@@ -31,6 +31,9 @@ type Config struct {
 	// GatherYields is how many times the writer may yield, while the queue
 	// keeps growing, to gather more commands into one write (0: none).
 	GatherYields int
+	// GatherProgress, if set, counts activity that, like a growing queue,
+	// keeps the writer gathering (reads joining coalesced flights).
+	GatherProgress func() uint64
 	// SendSeq numbers writes to the upstream, shared by every pool of a
 	// proxy so that sends and acknowledgements can be ordered (coalescing);
 	// nil gives the pool its own.
