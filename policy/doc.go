@@ -30,8 +30,9 @@
 // (blocks Redis for the whole keyspace walk: use SCAN), FLUSHALL and
 // FLUSHDB (irreversible; the operator allows them, e.g. only with ASYNC),
 // server administration (DEBUG, SHUTDOWN, CONFIG SET, MONITOR, REPLICAOF,
-// SLAVEOF) and cluster topology changes (CLUSTER ADDSLOTS, SETSLOT, RESET,
-// FORGET, MEET, ...). NoDefaults drops them all.
+// SLAVEOF), cluster topology changes (CLUSTER ADDSLOTS, SETSLOT, RESET,
+// FORGET, MEET, ...) and CLIENT KILL other than by ID (behind a proxy it
+// would close a shared connection). NoDefaults drops them all.
 //
 // # Big keys
 //

@@ -263,12 +263,39 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// CLIENT KILL ID reaches the proxy's own handling; other filters are
+// refused, in any case.
+func TestDefaultClientKill(t *testing.T) {
+	p, err := New(DefaultConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(args ...string) Action {
+		r := &Request{Name: "client"}
+		for _, a := range args {
+			r.Args = append(r.Args, []byte(a))
+		}
+		return p.Check(r).Action
+	}
+	if a := check("CLIENT", "KILL", "ID", "7"); a != Allow {
+		t.Errorf("CLIENT KILL ID = %s", a)
+	}
+	for _, args := range [][]string{{"client", "kill", "addr", "1.2.3.4:5"}, {"CLIENT", "Kill", "USER", "x"}, {"client", "kill", "1.2.3.4:5"}} {
+		if a := check(args...); a != Deny {
+			t.Errorf("%v = %s, want deny", args, a)
+		}
+	}
+	if a := check("CLIENT", "LIST"); a != Allow {
+		t.Errorf("CLIENT LIST = %s", a)
+	}
+}
+
 func TestDefaultRulesValid(t *testing.T) {
 	if err := (Config{Rules: DefaultRules(), NoDefaults: true}).Validate(); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range DefaultRules() {
-		if r.Message == "" {
+		if r.Message == "" && r.Action == Deny {
 			t.Errorf("default rule %s has no message telling the user what to do", r.Name)
 		}
 	}

@@ -90,6 +90,24 @@ func DefaultRules() []Rule {
 			Action:  Deny,
 			Message: "cluster topology changes are restricted; run them on the Redis nodes directly (redis-cli --cluster), or ask the operator for a policy rule allowing them",
 		},
+		{
+			// CLIENT KILL ID is answered by the proxy for the caller's own
+			// session (ids are the proxy's); let it through to that code.
+			Name:     "allow-client-kill-id",
+			Commands: []string{"client|kill"},
+			Args:     []string{"id"},
+			Action:   Allow,
+		},
+		{
+			// Behind a proxy every client of Redis is one of the proxy's
+			// shared connections: CLIENT KILL by ADDR, USER, LADDR or
+			// the old ip:port form would close a connection that
+			// thousands of other clients' requests ride on.
+			Name:     "deny-client-kill",
+			Commands: []string{"client|kill"},
+			Action:   Deny,
+			Message:  "CLIENT KILL by address or user would close rproxy's shared connections to Redis; use CLIENT KILL ID with your own id (CLIENT ID), or QUIT",
+		},
 	}
 }
 
