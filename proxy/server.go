@@ -46,6 +46,7 @@ type Server struct {
 	policyMetrics *policy.Metrics
 
 	table       atomic.Pointer[command.Table]
+	calls       atomic.Pointer[callCounters] // for the current table
 	tableLoaded atomic.Bool
 	stopTable   context.CancelFunc
 	tableDone   chan struct{}
@@ -82,7 +83,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		sessions: make(map[*session]struct{}),
 		served:   make(chan struct{}),
 	}
-	s.table.Store(command.Builtin())
+	s.setTable(command.Builtin())
 	s.sendSeq = cfg.Upstream.SendSeq
 	if len(cfg.Coalesce) > 0 {
 		window := coalesce.Unsent
@@ -340,7 +341,7 @@ func (s *Server) loadTable(ctx context.Context) {
 			if err != nil {
 				s.log.Warn("cannot read the upstream's COMMAND reply; using the built-in command table", zap.Error(err))
 			} else {
-				s.table.Store(t)
+				s.setTable(t)
 				s.metrics.tableFromServer.Set(1)
 				s.log.Info("command table loaded from upstream", zap.Int("commands", t.Len()))
 			}
@@ -354,6 +355,13 @@ func (s *Server) loadTable(ctx context.Context) {
 		}
 		retry = min(retry*2, s.cfg.TableRetry)
 	}
+}
+
+// setTable makes t the command table, with fresh per-command counters
+// (the series of a name live on in the CounterVec across tables).
+func (s *Server) setTable(t *command.Table) {
+	s.calls.Store(newCallCounters(t))
+	s.table.Store(t)
 }
 
 func bytesHasPrefix(b []byte, prefix string) bool {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
@@ -94,6 +95,9 @@ type session struct {
 	polKeys [][]byte
 	probe   *upstream.Batch
 
+	batches uint64 // read batches served, for sampling their latency
+	timed   bool   // this batch is being timed
+
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
 	// the bookkeeping.
@@ -124,6 +128,11 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if !ss.state.CompareAndSwap(stateIdle, stateBusy) {
 		return // closing for shutdown
 	}
+	var start time.Time
+	if ss.batches++; ss.batches%latencySample == 0 {
+		start = time.Now()
+		ss.timed = true
+	}
 	s.exec(ss, cmd)
 	rest := c.ReadPipeline()
 	for i := 0; i < len(rest) && !ss.quit; i++ {
@@ -137,6 +146,10 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		return
 	}
 	s.flush(ss)
+	if ss.timed {
+		s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+		ss.timed = false
+	}
 	if ss.quit || s.draining.Load() {
 		ss.state.Store(stateClosing)
 		c.Close()
@@ -167,7 +180,11 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		return
 	}
 	args := cmd.Args
-	info := s.table.Load().Lookup(args[0])
+	table := s.table.Load()
+	info := table.Lookup(args[0])
+	if cc := s.calls.Load(); cc.table == table {
+		cc.inc(s.metrics, info)
+	}
 	if isAuth(args[0]) {
 		s.auth(ss, cmd)
 		return
@@ -390,11 +407,18 @@ func (s *Server) flush(ss *session) {
 	}
 	if n := ss.batch.Len(); n > 0 {
 		s.metrics.forwarded.Add(float64(n))
+		var start time.Time
+		if ss.timed {
+			start = time.Now()
+		}
 		if ss.pin != nil {
 			ss.batchWrote = true // pinned batches may write in ways not flagged here
 			s.doPinned(ss)
 		} else {
 			ss.pools[ss.proto].Do(ss.batch)
+		}
+		if ss.timed {
+			s.metrics.upstreamSeconds.Observe(time.Since(start).Seconds())
 		}
 		if ss.batchWrote {
 			// Every send numbered after this moment left after the write

@@ -103,6 +103,10 @@ type Info struct {
 	Handling Handling
 	// Invalidates says which cached keys a call may change.
 	Invalidates Invalidation
+	// ID numbers the table's top-level commands densely from 0 (Names), so
+	// per-command state can live in a slice; subcommands share their
+	// parent's ID.
+	ID int
 	// Subcommands by lower-case subcommand name, nil when there are none.
 	Subcommands map[string]*Info
 }
@@ -122,8 +126,12 @@ type row struct {
 // shared by all sessions without locks and swapped whole when reloaded.
 type Table struct {
 	cmds   map[string]*Info
+	names  []string // by Info.ID
 	source string
 }
+
+// Names returns the top-level command names, indexed by Info.ID.
+func (t *Table) Names() []string { return t.names }
 
 // Source says where the table came from ("builtin" or "upstream").
 func (t *Table) Source() string { return t.source }
@@ -204,8 +212,11 @@ func fromRows(rows []row, source string) (*Table, error) {
 func (t *Table) add(info *Info) error {
 	parent, sub, isSub := strings.Cut(info.Name, "|")
 	if !isSub {
-		if old, ok := t.cmds[info.Name]; ok && old.Subcommands != nil {
-			info.Subcommands = old.Subcommands
+		if old, ok := t.cmds[info.Name]; ok {
+			info.Subcommands, info.ID = old.Subcommands, old.ID
+		} else {
+			info.ID = len(t.names)
+			t.names = append(t.names, info.Name)
 		}
 		t.cmds[info.Name] = info
 		return nil
@@ -217,6 +228,7 @@ func (t *Table) add(info *Info) error {
 	if p.Subcommands == nil {
 		p.Subcommands = make(map[string]*Info)
 	}
+	info.ID = p.ID
 	p.Subcommands[sub] = info
 	return nil
 }

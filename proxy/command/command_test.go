@@ -147,3 +147,21 @@ func BenchmarkLookup(b *testing.B) {
 		}
 	}
 }
+
+func TestIDsAreDense(t *testing.T) {
+	tb := Builtin()
+	names := tb.Names()
+	if len(names) != tb.Len() {
+		t.Fatalf("%d names for %d commands", len(names), tb.Len())
+	}
+	for id, name := range names {
+		info := tb.Lookup([]byte(name))
+		if info == nil || info.ID != id {
+			t.Fatalf("names[%d] = %q, its info %+v", id, name, info)
+		}
+	}
+	sub := tb.LookupArgs([][]byte{[]byte("client"), []byte("setname")})
+	if sub.ID != tb.Lookup([]byte("client")).ID {
+		t.Fatal("a subcommand does not share its parent's ID")
+	}
+}
