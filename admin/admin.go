@@ -21,6 +21,8 @@ type Endpoints struct {
 	Reload func() error
 	// HotKeys returns the current hot keys (any JSON-encodable value).
 	HotKeys func() any
+	// Config renders the running configuration with secrets redacted.
+	Config func() string
 }
 
 // Handler returns the admin endpoints.
@@ -54,6 +56,12 @@ func Handler(e Endpoints) http.Handler {
 		mux.HandleFunc("GET /hotkeys", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(e.HotKeys())
+		})
+	}
+	if e.Config != nil {
+		mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/yaml")
+			w.Write([]byte(e.Config()))
 		})
 	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

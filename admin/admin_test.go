@@ -22,6 +22,7 @@ func TestEndpoints(t *testing.T) {
 		Gatherer: reg,
 		Reload:   func() error { return reload },
 		HotKeys:  func() any { return []map[string]any{{"key": "k", "rate": 12.5}} },
+		Config:   func() string { return "listen: x\n" },
 	}))
 	defer srv.Close()
 	get := func(method, path string) (int, string) {
@@ -46,6 +47,7 @@ func TestEndpoints(t *testing.T) {
 		{"POST", "/reload", 200, "reloaded"},
 		{"GET", "/reload", 405, ""},
 		{"GET", "/hotkeys", 200, `[{"key":"k","rate":12.5}]`},
+		{"GET", "/config", 200, "listen: x"},
 	}
 	for _, tc := range cases {
 		if code, body := get(tc.method, tc.path); code != tc.code || !strings.Contains(body, tc.body) {

@@ -679,6 +679,20 @@ func checkHostPort(addr string, minPort int) error {
 	return nil
 }
 
+// Redacted returns a copy of c safe to show (GET /config, PROXY CONFIG
+// GET): the users' password hashes are replaced. The password itself never
+// is in a Config, only the file or variable it comes from.
+func (c Config) Redacted() Config {
+	if len(c.Auth.Users) > 0 {
+		users := make(map[string]string, len(c.Auth.Users))
+		for name := range c.Auth.Users {
+			users[name] = "<redacted>"
+		}
+		c.Auth.Users = users
+	}
+	return c
+}
+
 // Marshal renders c as YAML in the format of rproxy.example.yaml (without
 // comments). Parse accepts the result and yields c again.
 func (c Config) Marshal() ([]byte, error) {

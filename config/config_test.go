@@ -686,3 +686,16 @@ jitter:
 		t.Fatalf("zero fraction: %v", err)
 	}
 }
+
+func TestRedacted(t *testing.T) {
+	c := Default()
+	c.Auth.Mode = "proxy"
+	c.Auth.Users = map[string]string{"app": "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"}
+	out := c.Redacted().String()
+	if strings.Contains(out, "5e884898") || !strings.Contains(out, "app: <redacted>") {
+		t.Fatalf("redacted config:\n%s", out)
+	}
+	if c.Auth.Users["app"] == "<redacted>" {
+		t.Fatal("Redacted changed the original")
+	}
+}

@@ -91,6 +91,21 @@ func DefaultRules() []Rule {
 			Message: "cluster topology changes are restricted; run them on the Redis nodes directly (redis-cli --cluster), or ask the operator for a policy rule allowing them",
 		},
 		{
+			// PROXY RELOAD re-reads the configuration file, changing the
+			// policy for every client: an operator action, allowed from
+			// the node itself (where rproxy runs as a per-node daemon).
+			Name:     "allow-proxy-reload-local",
+			Commands: []string{"proxy|reload"},
+			Addrs:    []string{"127.0.0.0/8", "::1/128"},
+			Action:   Allow,
+		},
+		{
+			Name:     "deny-proxy-reload",
+			Commands: []string{"proxy|reload"},
+			Action:   Deny,
+			Message:  "PROXY RELOAD is allowed from the node itself only; use 127.0.0.1, SIGHUP or POST /reload on the admin address",
+		},
+		{
 			// CLIENT KILL ID is answered by the proxy for the caller's own
 			// session (ids are the proxy's); let it through to that code.
 			Name:     "allow-client-kill-id",

@@ -43,6 +43,10 @@ type Config struct {
 	// jitter); SetPolicy replaces it at run time.
 	Policy *policy.Config
 
+	// Ops connects PROXY RELOAD, PROXY CONFIG GET and the version shown
+	// by INFO to the process.
+	Ops OpsHooks
+
 	// AuthPassthrough checks clients' AUTH against Redis and gives each
 	// upstream user its own shared connections (auth mode "passthrough").
 	AuthPassthrough bool

@@ -56,6 +56,7 @@ type Server struct {
 	clients  atomic.Int64
 	draining atomic.Bool
 
+	started  time.Time
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	served   chan struct{} // closed when serve returns
@@ -82,6 +83,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		metrics:  newMetrics(reg),
 		sessions: make(map[*session]struct{}),
 		served:   make(chan struct{}),
+		started:  time.Now(),
 	}
 	s.setTable(command.Builtin())
 	s.sendSeq = cfg.Upstream.SendSeq

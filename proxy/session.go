@@ -95,6 +95,7 @@ type session struct {
 	polKeys [][]byte
 	probe   *upstream.Batch
 
+	infoAt  []int  // batch indexes of INFO commands that get the # Proxy section
 	batches uint64 // read batches served, for sampling their latency
 	timed   bool   // this batch is being timed
 
@@ -203,12 +204,19 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		s.beforeWrite(ss, info, args)
 	}
 	if info == nil {
+		if bytes.EqualFold(args[0], []byte("proxy")) {
+			s.proxyCommand(ss, args)
+			return
+		}
 		// Unknown here; Redis answers it (usually "unknown command").
 		s.forward(ss, cmd.Raw)
 		return
 	}
 	switch info.Handling {
 	case command.Forward:
+		if info.Name == "info" && infoWantsProxy(args) {
+			ss.infoAt = append(ss.infoAt, ss.batch.Len())
+		}
 		s.forwardRead(ss, info, args, cmd.Raw)
 	case command.BlockingCmd:
 		if isNonBlockingRead(info, args) {
@@ -450,6 +458,10 @@ func (s *Server) flush(ss *session) {
 			r = ss.joined[-2-o].Wait()
 		} else if o < 0 {
 			r = ss.batch.Reply(up)
+			if len(ss.infoAt) > 0 && ss.infoAt[0] == up {
+				r = s.appendProxyInfo(nil, r) // rare: INFO gets the # Proxy section
+				ss.infoAt = ss.infoAt[1:]
+			}
 			up++
 		} else {
 			start := 0
@@ -461,6 +473,7 @@ func (s *Server) flush(ss *session) {
 		s.write(ss, r)
 	}
 	ss.batch.Reset()
+	ss.infoAt = ss.infoAt[:0]
 	ss.local, ss.localEnds, ss.order = ss.local[:0], ss.localEnds[:0], ss.order[:0]
 	clear(ss.joined)
 	ss.joined = ss.joined[:0]

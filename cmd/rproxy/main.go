@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -114,7 +115,19 @@ func run(args []string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// The running configuration (the file's, with flags applied), for
+	// GET /config and PROXY CONFIG GET; replaced by a successful reload.
+	var running atomic.Pointer[config.Config]
+	running.Store(&cfg)
+	effective := func() string { return running.Load().Redacted().String() }
+	var reload func() error // set below, once the server exists
+
 	pcfg := proxyConfig(cfg)
+	pcfg.Ops = proxy.OpsHooks{
+		Version:         version,
+		Reload:          func() error { return reload() },
+		EffectiveConfig: effective,
+	}
 	if pcfg.Upstream.Password, err = cfg.Upstream.Password(os.ReadFile, os.Getenv); err != nil {
 		return err
 	}
@@ -134,7 +147,7 @@ func run(args []string) error {
 	// restart: the policy (rules, big keys, jitter) and the log level. A bad
 	// file changes nothing. Other keys need a restart; they are not compared.
 	var reloadMu sync.Mutex
-	reload := func() error {
+	reload = func() error {
 		reloadMu.Lock()
 		defer reloadMu.Unlock()
 		if *configPath == "" {
@@ -157,6 +170,10 @@ func run(args []string) error {
 			return err
 		}
 		level.SetLevel(lvl)
+		// Keys that need a restart keep their running values in the view.
+		shown := *running.Load()
+		shown.Policy, shown.Jitter, shown.Log.Level = next.Policy, next.Jitter, lvl.String()
+		running.Store(&shown)
 		log.Info("configuration reloaded", zap.String("file", *configPath), zap.Int("policy_rules", len(next.Policy.Rules)))
 		return nil
 	}
@@ -180,6 +197,7 @@ func run(args []string) error {
 			Gatherer: reg,
 			Reload:   reload,
 			HotKeys:  func() any { return srv.HotKeys() },
+			Config:   effective,
 		}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// OpsHooks connect the in-band operator commands to the process around the
+// server (cmd/rproxy): nil hooks answer with an error saying so.
+type OpsHooks struct {
+	Version string
+	// Reload re-reads the configuration file and applies what can change
+	// at run time; an error leaves everything as it was.
+	Reload func() error
+	// EffectiveConfig renders the running configuration, secrets redacted.
+	EffectiveConfig func() string
+}
+
+// infoWantsProxy reports whether an INFO command's sections include the
+// proxy section: no argument (the default sections), "default", "all",
+// "everything" or "proxy".
+func infoWantsProxy(args [][]byte) bool {
+	if len(args) == 1 {
+		return true
+	}
+	for _, a := range args[1:] {
+		switch strings.ToLower(string(a)) {
+		case "proxy", "default", "all", "everything":
+			return true
+		}
+	}
+	return false
+}
+
+// proxyInfo renders the "# Proxy" INFO section, in INFO's field:value form.
+func (s *Server) proxyInfo() string {
+	var b strings.Builder
+	field := func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) }
+	b.WriteString("# Proxy\r\n")
+	field("rproxy_version", s.cfg.Ops.Version)
+	field("uptime_in_seconds", int64(time.Since(s.started).Seconds()))
+	field("connected_clients", s.clients.Load())
+	field("upstream_address", s.cfg.Upstream.Address)
+	field("upstream_ready", boolInt(s.pools[2].Ready()))
+	field("command_table", s.table.Load().Source())
+	field("coalesce", onOff(s.coalesce != nil))
+	field("policy", onOff(s.policy.Load() != nil))
+	if s.hot != nil {
+		field("hot_keys", len(s.hot.det.Hot()))
+		if st, ok := s.TierStats(); ok {
+			field("tier_serving", boolInt(s.hot.tier.Serving()))
+			field("tier_entries", st.Entries)
+			field("tier_bytes", st.Bytes)
+			field("tier_hits", st.Hits)
+			field("tier_misses", st.Misses)
+			field("tier_invalidations", st.Invalidations)
+			field("tier_evictions", st.Evictions)
+		}
+	}
+	return b.String()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// appendProxyInfo adds the proxy section to an INFO reply from Redis: a
+// bulk string (RESP2) or a verbatim string (RESP3). Anything else (an
+// error) is returned unchanged.
+func (s *Server) appendProxyInfo(dst, reply []byte) []byte {
+	if len(reply) < 4 || (reply[0] != '$' && reply[0] != '=') {
+		return append(dst, reply...)
+	}
+	hdrEnd := bytes.Index(reply, []byte("\r\n"))
+	n, err := strconv.Atoi(string(reply[1:hdrEnd]))
+	if err != nil || n < 0 || hdrEnd+2+n+2 != len(reply) {
+		return append(dst, reply...)
+	}
+	body := reply[hdrEnd+2 : hdrEnd+2+n]
+	extra := s.proxyInfo()
+	if len(body) > 0 && !(reply[0] == '=' && len(body) == 4) { // "txt:" alone is empty
+		extra = "\r\n" + extra
+	}
+	dst = append(dst, reply[0])
+	dst = strconv.AppendInt(dst, int64(n+len(extra)), 10)
+	dst = append(dst, "\r\n"...)
+	dst = append(dst, body...)
+	dst = append(dst, extra...)
+	return append(dst, "\r\n"...)
+}
+
+// proxyCommand answers PROXY INFO | HOTKEYS | CONFIG GET | RELOAD | HELP.
+// The policy has already checked it (PROXY RELOAD is loopback-only by
+// default).
+func (s *Server) proxyCommand(ss *session, args [][]byte) {
+	sub := ""
+	if len(args) > 1 {
+		sub = strings.ToLower(string(args[1]))
+	}
+	var r []byte
+	switch {
+	case sub == "info" && len(args) == 2:
+		r = resp.AppendBulk(nil, []byte(s.proxyInfo()))
+	case sub == "hotkeys" && len(args) == 2:
+		hot := s.HotKeys()
+		r = fmt.Appendf(nil, "*%d\r\n", len(hot))
+		for _, h := range hot {
+			r = append(r, "*2\r\n"...)
+			r = resp.AppendBulk(r, []byte(h.Key))
+			r = resp.AppendBulk(r, []byte(strconv.FormatFloat(h.Rate, 'f', 1, 64)))
+		}
+	case sub == "config" && len(args) == 3 && strings.EqualFold(string(args[2]), "get"):
+		if s.cfg.Ops.EffectiveConfig == nil {
+			r = resp.AppendError(nil, "ERR rproxy: no configuration to show")
+		} else {
+			r = resp.AppendBulk(nil, []byte(s.cfg.Ops.EffectiveConfig()))
+		}
+	case sub == "reload" && len(args) == 2:
+		switch {
+		case s.cfg.Ops.Reload == nil:
+			r = resp.AppendError(nil, "ERR rproxy: reload is not available (no -config file)")
+		default:
+			if err := s.cfg.Ops.Reload(); err != nil {
+				r = resp.AppendError(nil, "ERR rproxy: reload rejected, configuration unchanged: "+oneLine(err.Error()))
+			} else {
+				r = []byte("+OK\r\n")
+			}
+		}
+	case sub == "help" && len(args) == 2:
+		lines := []string{
+			"PROXY <subcommand>. Subcommands are:",
+			"INFO -- the proxy's own figures (also the # Proxy section of INFO).",
+			"HOTKEYS -- the keys currently detected as hot, with reads per second.",
+			"CONFIG GET -- the running configuration, secrets redacted.",
+			"RELOAD -- re-read the configuration file (policy, jitter, log level).",
+		}
+		r = fmt.Appendf(nil, "*%d\r\n", len(lines))
+		for _, l := range lines {
+			r = append(r, '+')
+			r = append(r, l...)
+			r = append(r, "\r\n"...)
+		}
+	default:
+		r = resp.AppendError(nil, "ERR rproxy: unknown PROXY subcommand or wrong number of arguments; try PROXY HELP")
+	}
+	s.reply(ss, r)
+}
+
+// oneLine keeps an error usable in a RESP error line.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r", " ", "\n", "; ").Replace(s)
+}
