@@ -207,7 +207,10 @@ type Limits struct {
 	MaxBulkLen     ByteSize `yaml:"max_bulk_len"`     // default 512mb (Redis proto-max-bulk-len); >= 1kb
 	MaxQueryBuffer ByteSize `yaml:"max_query_buffer"` // default 1gb (Redis client-query-buffer-limit); >= 1kb
 	IdleTimeout    Duration `yaml:"idle_timeout"`     // close clients idle this long; 0 = never (default); >= 0
-	ShutdownDrain  Duration `yaml:"shutdown_drain"`   // on SIGTERM, how long in-flight replies may take to reach clients; default 5s; >= 0
+	// WriteTimeout closes a client whose replies cannot be written for this
+	// long: it stopped reading (Redis's client-output-buffer-limit, in time).
+	WriteTimeout  Duration `yaml:"client_write_timeout"` // default 60s; 0 = never; >= 0
+	ShutdownDrain Duration `yaml:"shutdown_drain"`       // on SIGTERM, how long in-flight replies may take to reach clients; default 5s; >= 0
 }
 
 // Log configures logging.
@@ -266,6 +269,7 @@ func Default() Config {
 			MaxBulkLen:     512 * Megabyte,
 			MaxQueryBuffer: 1 * Gigabyte,
 			IdleTimeout:    0,
+			WriteTimeout:   Duration(time.Minute),
 			ShutdownDrain:  Duration(5 * time.Second),
 		},
 		Log: Log{
@@ -651,6 +655,9 @@ func (c Config) Validate() error {
 	}
 	if l.IdleTimeout < 0 {
 		add("limits.idle_timeout must not be negative (0 = never), got %s", l.IdleTimeout)
+	}
+	if l.WriteTimeout < 0 {
+		add("limits.client_write_timeout must not be negative (0 = never), got %s", l.WriteTimeout)
 	}
 	if l.ShutdownDrain < 0 {
 		add("limits.shutdown_drain must not be negative, got %s", l.ShutdownDrain)

@@ -99,8 +99,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 54 {
-		t.Errorf("Config has %d yaml keys, test expects 54: %v", len(want), want)
+	if len(want) != 55 {
+		t.Errorf("Config has %d yaml keys, test expects 55: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {

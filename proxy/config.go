@@ -22,7 +22,10 @@ type Config struct {
 	MaxBulkLen     int64         // a client's declared bulk length above this closes it
 	MaxQueryBuffer int64         // a client's incomplete command above this many bytes closes it
 	IdleTimeout    time.Duration // close clients idle this long; 0 = never
-	ShutdownDrain  time.Duration // how long Shutdown lets in-flight replies reach clients
+	// ClientWriteTimeout closes a client whose replies cannot be written
+	// for this long (it stopped reading); 0 = never.
+	ClientWriteTimeout time.Duration
+	ShutdownDrain      time.Duration // how long Shutdown lets in-flight replies reach clients
 
 	// Users, when not nil, are the credentials clients must AUTH with
 	// (auth mode "proxy"); until then they get -NOAUTH.
@@ -83,8 +86,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("proxy: %q cannot be coalesced: only read-only, non-blocking, single-key commands can", name))
 		}
 	}
-	if c.IdleTimeout < 0 || c.ShutdownDrain < 0 {
-		errs = append(errs, errors.New("proxy: idle timeout and shutdown drain must not be negative"))
+	if c.IdleTimeout < 0 || c.ShutdownDrain < 0 || c.ClientWriteTimeout < 0 {
+		errs = append(errs, errors.New("proxy: idle timeout, client write timeout and shutdown drain must not be negative"))
 	}
 	return errors.Join(errs...)
 }

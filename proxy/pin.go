@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"context"
+	"io"
+	"net"
+	"time"
 
 	"github.com/tidwall/redcon"
 
@@ -148,8 +151,15 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	}
 	ss.stream = true
 	pin, nc, id := ss.pin, ss.conn.NetConn(), ss.id
+	var w io.Writer = nc
+	if t := s.cfg.ClientWriteTimeout; t > 0 {
+		w = &deadlineWriter{nc: nc, timeout: t}
+	}
 	go func() {
-		err := pin.StreamTo(nc)
+		err := pin.StreamTo(w)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			ss.writeTimedOut.Store(true)
+		}
 		s.log.Debug("pub/sub stream ended", zap.Int64("id", id), zap.Error(err))
 		// Redis closed (QUIT, or an output buffer limit) or the client left.
 		nc.Close()
@@ -166,4 +176,17 @@ func (s *Server) sendStream(ss *session) {
 	}
 	clear(ss.streamCmds)
 	ss.streamCmds = ss.streamCmds[:0]
+}
+
+// deadlineWriter bounds each write to a streaming client: a subscriber that
+// stops reading is closed instead of holding its goroutine and pinned
+// connection for good.
+type deadlineWriter struct {
+	nc      net.Conn
+	timeout time.Duration
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.nc.Write(p)
 }

@@ -56,10 +56,12 @@ type Server struct {
 	clients  atomic.Int64
 	draining atomic.Bool
 
-	started  time.Time
-	mu       sync.Mutex
-	sessions map[*session]struct{}
-	served   chan struct{} // closed when serve returns
+	started   time.Time
+	clock     func() time.Time // millisecond clock, cheap to read
+	stopClock context.CancelFunc
+	mu        sync.Mutex
+	sessions  map[*session]struct{}
+	served    chan struct{} // closed when serve returns
 }
 
 // New validates cfg, starts the upstream pools (connecting in the
@@ -86,6 +88,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		started:  time.Now(),
 	}
 	s.setTable(command.Builtin())
+	var clockCtx context.Context
+	clockCtx, s.stopClock = context.WithCancel(context.Background())
+	s.clock = newCoarseClock(clockCtx, time.Millisecond)
 	s.sendSeq = cfg.Upstream.SendSeq
 	if len(cfg.Coalesce) > 0 {
 		window := coalesce.Unsent
@@ -113,7 +118,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		}
 	}
 	if cfg.HotKey != nil {
-		hot, err := newHotTier(*cfg.HotKey, cfg.Upstream, s.metricsUp, reg, log.Named("hotkey"))
+		hot, err := newHotTier(*cfg.HotKey, cfg.Upstream, s.clock, s.metricsUp, reg, log.Named("hotkey"))
 		if err != nil {
 			s.closePools()
 			return nil, fmt.Errorf("proxy: hot keys: %w", err)
@@ -247,6 +252,7 @@ func (s *Server) closePools() {
 	if s.hot != nil {
 		s.hot.close()
 	}
+	s.stopClock()
 	sets := []*poolSet{&s.pools}
 	s.umu.Lock()
 	for _, ps := range s.userPools {
@@ -302,12 +308,18 @@ func (s *Server) closed(c redcon.Conn, err error) {
 	s.metrics.clients.Dec()
 	fields := []zap.Field{zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)}
 	var le *limitError
+	var ne net.Error
 	switch {
+	case ss.writeTimedOut.Load() || (errors.As(err, &ne) && ne.Timeout() && s.cfg.IdleTimeout == 0):
+		// Without an idle timeout the only deadline is the write's.
+		s.metrics.rejected.WithLabelValues("write_timeout").Inc()
+		s.log.Warn("client closed: its replies could not be written within limits.client_write_timeout (it stopped reading)", fields...)
 	case errors.As(err, &le):
 		s.metrics.rejected.WithLabelValues("input_limit").Inc()
 		s.log.Warn("client closed: "+le.reason, fields...)
 	case err != nil && !errors.Is(err, net.ErrClosed):
-		if ne, ok := err.(net.Error); ok && ne.Timeout() && s.cfg.IdleTimeout > 0 {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && s.cfg.IdleTimeout > 0 && !ss.writeTimedOut.Load() &&
+			(s.cfg.ClientWriteTimeout == 0 || time.Now().Before(ss.writeDeadline)) {
 			s.metrics.rejected.WithLabelValues("idle").Inc()
 			s.log.Info("client closed: idle timeout", fields...)
 			return

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"net"
 	"net/netip"
 	"strconv"
 	"sync/atomic"
@@ -21,6 +22,10 @@ import (
 // buffer and goes straight to the socket, so a 100 MB value is not copied
 // twice.
 const directWriteMin = 64 << 10
+
+// directWriteChunk is the piece of a large reply written under one write
+// deadline.
+const directWriteChunk = 1 << 20
 
 // Session states, for draining on shutdown.
 const (
@@ -95,9 +100,12 @@ type session struct {
 	polKeys [][]byte
 	probe   *upstream.Batch
 
-	infoAt  []int  // batch indexes of INFO commands that get the # Proxy section
-	batches uint64 // read batches served, for sampling their latency
-	timed   bool   // this batch is being timed
+	infoAt []int // batch indexes of INFO commands that get the # Proxy section
+
+	writeDeadline time.Time // the client socket's write deadline (ClientWriteTimeout)
+	writeTimedOut atomic.Bool // a large reply's or a stream's write hit the deadline
+	batches       uint64    // read batches served, for sampling their latency
+	timed         bool      // this batch is being timed
 
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
@@ -128,6 +136,15 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	ss := c.Context().(*session)
 	if !ss.state.CompareAndSwap(stateIdle, stateBusy) {
 		return // closing for shutdown
+	}
+	if t := s.cfg.ClientWriteTimeout; t > 0 {
+		// Re-arm the write deadline when less than half of it is left, so
+		// a write blocked on a client that stopped reading ends within
+		// [t/2, t], and a deadline costs a timer update only now and then.
+		if now := s.clock(); ss.writeDeadline.Sub(now) < t/2 {
+			ss.writeDeadline = now.Add(t)
+			c.NetConn().SetWriteDeadline(ss.writeDeadline)
+		}
 	}
 	var start time.Time
 	if ss.batches++; ss.batches%latencySample == 0 {
@@ -495,9 +512,25 @@ func (s *Server) write(ss *session, r []byte) {
 	if err := w.Flush(); err != nil {
 		return // redcon closes the connection on its next flush
 	}
-	if _, err := ss.conn.NetConn().Write(r); err != nil {
-		s.log.Info("client write failed", zap.Int64("id", ss.id), zap.Error(err))
-		ss.conn.NetConn().Close()
+	nc := ss.conn.NetConn()
+	for len(r) > 0 {
+		// In pieces, each with its own deadline: a big reply to a slow
+		// but reading client is progress, not a stalled client.
+		n := min(len(r), directWriteChunk)
+		if t := s.cfg.ClientWriteTimeout; t > 0 {
+			ss.writeDeadline = time.Now().Add(t)
+			nc.SetWriteDeadline(ss.writeDeadline)
+		}
+		if _, err := nc.Write(r[:n]); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				ss.writeTimedOut.Store(true) // closed() logs and counts it
+			} else {
+				s.log.Info("client write failed", zap.Int64("id", ss.id), zap.Error(err))
+			}
+			nc.Close()
+			return
+		}
+		r = r[n:]
 	}
 }
 

@@ -116,15 +116,14 @@ func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
 	return m
 }
 
-func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, um *upstream.Metrics, reg prometheus.Registerer, log *zap.Logger) (*hotTier, error) {
+func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, coarse func() time.Time, um *upstream.Metrics, reg prometheus.Registerer, log *zap.Logger) (*hotTier, error) {
 	now := ucfg.Now
 	ctx, cancel := context.WithCancel(context.Background())
 	detectorNow := now
 	if now == nil {
 		// time.Now costs ~45ns on this kind of VM, as much as the whole
 		// detector update; rates need a fraction of the window's accuracy.
-		now = time.Now
-		detectorNow = newCoarseClock(ctx, time.Millisecond)
+		now, detectorNow = time.Now, coarse
 	}
 	det, err := hotkey.NewDetector(cfg.Detector, detectorNow, reg)
 	if err != nil {
@@ -428,24 +427,4 @@ func (h *hotTier) setLag(ok bool) {
 	h.lagOK = ok
 	h.applyLocked()
 	h.mu.Unlock()
-}
-
-// newCoarseClock returns a clock that reads a time refreshed every tick
-// until ctx ends: cheap for callers that need millisecond accuracy only.
-func newCoarseClock(ctx context.Context, tick time.Duration) func() time.Time {
-	var ns atomic.Int64
-	ns.Store(time.Now().UnixNano())
-	go func() {
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				ns.Store(now.UnixNano())
-			}
-		}
-	}()
-	return func() time.Time { return time.Unix(0, ns.Load()) }
 }

@@ -42,9 +42,11 @@ func Config(upstreamAddr string) proxy.Config {
 		MaxBulkLen:     512 << 20,
 		MaxQueryBuffer: 1 << 30,
 		ShutdownDrain:  5 * time.Second,
-		TableRetry:     20 * time.Millisecond,
-		Coalesce:       []string{"get"},
-		HotKey:         HotKeyConfig(),
+		// Short, so the deadline code runs in every test.
+		ClientWriteTimeout: 10 * time.Second,
+		TableRetry:         20 * time.Millisecond,
+		Coalesce:           []string{"get"},
+		HotKey:             HotKeyConfig(),
 	}
 }
 

@@ -1,0 +1,27 @@
+package proxy
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// newCoarseClock returns a clock that reads a time refreshed every tick
+// until ctx ends: cheap for callers that need millisecond accuracy only.
+func newCoarseClock(ctx context.Context, tick time.Duration) func() time.Time {
+	var ns atomic.Int64
+	ns.Store(time.Now().UnixNano())
+	go func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				ns.Store(now.UnixNano())
+			}
+		}
+	}()
+	return func() time.Time { return time.Unix(0, ns.Load()) }
+}
