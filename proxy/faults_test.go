@@ -52,7 +52,9 @@ func TestClientThatStopsReadingIsClosed(t *testing.T) {
 	}
 	stalledReader(t, p.Addr, gets)
 	stalledReader(t, p.Addr, resp.AppendCommandString(nil, "SUBSCRIBE", "firehose"))
-	waitFor(t, "subscription", func() bool { return string(rs.Do(t, "PUBSUB", "NUMSUB", "firehose")) != "*2\r\n$8\r\nfirehose\r\n:0\r\n" })
+	waitFor(t, "subscription", func() bool {
+		return string(rs.Do(t, "PUBSUB", "NUMSUB", "firehose")) != "*2\r\n$8\r\nfirehose\r\n:0\r\n"
+	})
 	msg := strings.Repeat("z", 256<<10)
 	for i := 0; i < 100; i++ {
 		rs.Do(t, "PUBLISH", "firehose", msg)

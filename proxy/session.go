@@ -102,10 +102,10 @@ type session struct {
 
 	infoAt []int // batch indexes of INFO commands that get the # Proxy section
 
-	writeDeadline time.Time // the client socket's write deadline (ClientWriteTimeout)
+	writeDeadline time.Time   // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool // a large reply's or a stream's write hit the deadline
-	batches       uint64    // read batches served, for sampling their latency
-	timed         bool      // this batch is being timed
+	batches       uint64      // read batches served, for sampling their latency
+	timed         bool        // this batch is being timed
 
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of

@@ -74,6 +74,13 @@ func run(args []string) error {
 		return nil
 	}
 
+	// SIGHUP is caught from the start: its default action would kill a
+	// process that a `systemctl reload` reaches while it is starting. It is
+	// acted on once the server runs.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
+
 	cfg := config.Default()
 	if *configPath != "" {
 		var err error
@@ -209,9 +216,6 @@ func run(args []string) error {
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	hups := make(chan os.Signal, 1)
-	signal.Notify(hups, syscall.SIGHUP)
-	defer signal.Stop(hups)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
