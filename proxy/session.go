@@ -188,10 +188,24 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	if ss.stream {
 		// Everything goes to the pinned connection in order; Redis answers
 		// (and enforces RESP2's subscribed-mode command rules).
+		info := s.table.Load().Lookup(cmd.Args[0])
 		if pol := s.policy.Load(); pol != nil {
 			var ok bool
-			if cmd, _, ok = s.applyPolicy(ss, pol, s.table.Load().Lookup(cmd.Args[0]), cmd); !ok {
+			if cmd, info, ok = s.applyPolicy(ss, pol, info, cmd); !ok {
 				return
+			}
+		}
+		if s.hot != nil && info != nil {
+			// No acknowledgement is seen in stream mode: invalidate before
+			// sending, and client tracking covers the rest.
+			switch info.Invalidates {
+			case command.InvalidatesAll:
+				s.hot.clear()
+			case command.InvalidatesKeys, command.InvalidatesUnknown:
+				ss.polKeys, _ = command.Keys(info, cmd.Args, ss.polKeys[:0])
+				for _, k := range ss.polKeys {
+					s.hot.invalidate(k)
+				}
 			}
 		}
 		ss.streamCmds = append(ss.streamCmds, cmd.Raw)

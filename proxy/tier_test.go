@@ -439,3 +439,23 @@ func (c *slowWriter) Write(p []byte) (int, error) {
 	time.Sleep(c.pause)
 	return c.Conn.Write(p)
 }
+
+// A write from a client in stream mode (RESP3 subscriber) drops the key from
+// the tier before it is sent.
+func TestTierStreamModeWriteInvalidates(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	r := dialClient(t, p.Addr)
+	rs.Do(t, "SET", "c:s", "old")
+	cached(t, p, r, "c:s")
+	s := dialClient(t, p.Addr)
+	s.do("HELLO", "3")
+	s.do("SUBSCRIBE", "ch")
+	if got := s.do("SET", "c:s", "new"); got != "+OK\r\n" {
+		t.Fatalf("SET in stream mode = %q", got)
+	}
+	if got := r.do("GET", "c:s"); got != "$3\r\nnew\r\n" {
+		t.Fatalf("GET after a stream-mode SET = %q", got)
+	}
+}
