@@ -3,6 +3,8 @@ package config
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,6 +31,7 @@ type Config struct {
 	// Procs is how many OS threads run Go code (GOMAXPROCS); default 1,
 	// 0 = Go's default (the GOMAXPROCS variable, else the CPU count); 0..1024.
 	Procs    int      `yaml:"procs"` // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
+	TLS      TLS      `yaml:"tls"`   // TLS on the client listener
 	Upstream Upstream `yaml:"upstream"`
 	Auth     Auth     `yaml:"auth"`
 	Coalesce Coalesce `yaml:"coalesce"` // the Redis server
@@ -57,6 +60,131 @@ type Upstream struct {
 	Username     string `yaml:"username"`      // default "" (Redis's "default" user)
 	PasswordFile string `yaml:"password_file"` // path of a file holding the password (trailing newline ignored)
 	PasswordEnv  string `yaml:"password_env"`  // name of an environment variable holding the password
+
+	TLS UpstreamTLS `yaml:"tls"` // TLS to the Redis server
+}
+
+// TLS makes the client listener speak TLS only. The files are read at
+// start (ServerConfig); changing them needs a restart.
+type TLS struct {
+	CertFile string `yaml:"cert_file"` // PEM certificate (chain) clients see; "" = plain TCP (default); set with key_file
+	KeyFile  string `yaml:"key_file"`  // PEM private key of cert_file
+	// ClientCAFile, when set, makes TLS mutual: clients must present a
+	// certificate signed by one of the PEM CAs in this file.
+	ClientCAFile string `yaml:"client_ca_file"`
+	MinVersion   string `yaml:"min_version"` // "1.2" (default) or "1.3"
+}
+
+// UpstreamTLS configures TLS on every connection to the Redis server.
+type UpstreamTLS struct {
+	Enabled bool   `yaml:"enabled"` // default false
+	CAFile  string `yaml:"ca_file"` // PEM CAs that verify the server; "" = the system's roots
+	// CertFile and KeyFile are a client certificate for Redis's
+	// tls-auth-clients; both or neither.
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"` // name verified in the server's certificate; "" = the host of upstream.address
+	// InsecureSkipVerify accepts any server certificate: for tests only.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// TLS versions accepted by TLS.MinVersion.
+var tlsVersions = map[string]uint16{"1.2": tls.VersionTLS12, "1.3": tls.VersionTLS13}
+
+// ServerConfig loads the client side's certificate, key and client CAs:
+// nil when tls.cert_file is not set. readFile is injected, as for
+// Password. Errors name the key and the file; they never quote the files.
+func (t TLS) ServerConfig(readFile func(string) ([]byte, error)) (*tls.Config, error) {
+	if t.CertFile == "" && t.KeyFile == "" {
+		return nil, nil
+	}
+	cert, err := loadKeyPair("tls", t.CertFile, t.KeyFile, readFile)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := tlsVersions[t.MinVersion]
+	if !ok {
+		return nil, fmt.Errorf("tls.min_version must be 1.2 or 1.3, got %q", t.MinVersion)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: v}
+	if t.ClientCAFile != "" {
+		if c.ClientCAs, err = loadCAs("tls.client_ca_file", t.ClientCAFile, readFile); err != nil {
+			return nil, err
+		}
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return c, nil
+}
+
+// TLSConfig loads upstream.tls: nil when it is not enabled. The server name
+// defaults to the host of upstream.address.
+func (u Upstream) TLSConfig(readFile func(string) ([]byte, error)) (*tls.Config, error) {
+	t := u.TLS
+	if !t.Enabled {
+		return nil, nil
+	}
+	c := &tls.Config{
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify,
+		MinVersion:         tls.VersionTLS12,
+		// Pinned connections are dialled often; resumption saves most of
+		// the handshake.
+		ClientSessionCache: tls.NewLRUClientSessionCache(0),
+	}
+	if c.ServerName == "" {
+		if host, _, err := net.SplitHostPort(u.Address); err == nil {
+			c.ServerName = host
+		}
+	}
+	if t.CAFile != "" {
+		var err error
+		if c.RootCAs, err = loadCAs("upstream.tls.ca_file", t.CAFile, readFile); err != nil {
+			return nil, err
+		}
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := loadKeyPair("upstream.tls", t.CertFile, t.KeyFile, readFile)
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// loadKeyPair reads a PEM certificate and its key; errors name the keys
+// section.cert_file and section.key_file and their files.
+func loadKeyPair(section, certFile, keyFile string, readFile func(string) ([]byte, error)) (tls.Certificate, error) {
+	if certFile == "" || keyFile == "" {
+		return tls.Certificate{}, fmt.Errorf("%s.cert_file and %s.key_file must be set together", section, section)
+	}
+	certPEM, err := readFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s.cert_file: %w", section, err)
+	}
+	keyPEM, err := readFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s.key_file: %w", section, err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		// crypto/tls's messages describe the problem, never the contents.
+		return tls.Certificate{}, fmt.Errorf("%s.cert_file %s with %s.key_file %s: %w", section, certFile, section, keyFile, err)
+	}
+	return cert, nil
+}
+
+// loadCAs reads a file of PEM CA certificates.
+func loadCAs(key, path string, readFile func(string) ([]byte, error)) (*x509.CertPool, error) {
+	b, err := readFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate found", key, path)
+	}
+	return pool, nil
 }
 
 // Password reads the upstream password from PasswordFile or PasswordEnv;
@@ -231,6 +359,7 @@ func Default() Config {
 		Listen: "127.0.0.1:6380",
 		Admin:  "",
 		Procs:  1,
+		TLS:    TLS{MinVersion: "1.2"},
 		Upstream: Upstream{
 			Address:      "127.0.0.1:6379",
 			Connections:  1,
@@ -596,6 +725,7 @@ func (c Config) Validate() error {
 	if u.PasswordFile != "" && u.PasswordEnv != "" {
 		add("upstream.password_file and upstream.password_env are both set; use one")
 	}
+	c.validateTLS(add)
 	if u.GatherYields < 0 || u.GatherYields > 64 {
 		add("upstream.gather_yields must be between 0 and 64, got %d", u.GatherYields)
 	}
@@ -672,6 +802,47 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateTLS checks the tls and upstream.tls sections; the files are read
+// only at start (TLS.ServerConfig, Upstream.TLSConfig).
+func (c Config) validateTLS(add func(format string, args ...any)) {
+	pair := func(section, cert, key string) {
+		switch {
+		case cert != "" && key == "":
+			add("%s.cert_file is set without %s.key_file: set both, or neither", section, section)
+		case cert == "" && key != "":
+			add("%s.key_file is set without %s.cert_file: set both, or neither", section, section)
+		}
+	}
+	t := c.TLS
+	pair("tls", t.CertFile, t.KeyFile)
+	if t.ClientCAFile != "" && t.CertFile == "" && t.KeyFile == "" {
+		add("tls.client_ca_file needs tls.cert_file and tls.key_file: client certificates are checked only on a TLS listener")
+	}
+	if _, ok := tlsVersions[t.MinVersion]; !ok {
+		add("tls.min_version must be 1.2 or 1.3, got %q", t.MinVersion)
+	}
+
+	u := c.Upstream.TLS
+	if !u.Enabled {
+		for _, f := range []struct {
+			key string
+			set bool
+		}{
+			{"ca_file", u.CAFile != ""}, {"cert_file", u.CertFile != ""}, {"key_file", u.KeyFile != ""},
+			{"server_name", u.ServerName != ""}, {"insecure_skip_verify", u.InsecureSkipVerify},
+		} {
+			if f.set {
+				add("upstream.tls.%s is set but upstream.tls.enabled is false: set enabled: true, or remove it", f.key)
+			}
+		}
+		return
+	}
+	pair("upstream.tls", u.CertFile, u.KeyFile)
+	if u.InsecureSkipVerify && u.CAFile != "" {
+		add("upstream.tls.insecure_skip_verify accepts any certificate, so upstream.tls.ca_file would be ignored: set one of them")
+	}
+}
+
 // checkHostPort checks that addr is host:port with a numeric port of at least
 // minPort. The host may be empty (all interfaces).
 func checkHostPort(addr string, minPort int) error {
@@ -687,8 +858,9 @@ func checkHostPort(addr string, minPort int) error {
 }
 
 // Redacted returns a copy of c safe to show (GET /config, PROXY CONFIG
-// GET): the users' password hashes are replaced. The password itself never
-// is in a Config, only the file or variable it comes from.
+// GET): the users' password hashes are replaced. The upstream password and
+// the TLS private keys are never in a Config, only the files or variable
+// they are read from.
 func (c Config) Redacted() Config {
 	if len(c.Auth.Users) > 0 {
 		users := make(map[string]string, len(c.Auth.Users))

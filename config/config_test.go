@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/rproxy/rproxy/internal/tlstest"
 )
 
 const exampleFile = "rproxy.example.yaml"
@@ -99,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 55 {
-		t.Errorf("Config has %d yaml keys, test expects 55: %v", len(want), want)
+	if len(want) != 67 {
+		t.Errorf("Config has %d yaml keys, test expects 67: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -697,5 +700,153 @@ func TestRedacted(t *testing.T) {
 	}
 	if c.Auth.Users["app"] == "<redacted>" {
 		t.Fatal("Redacted changed the original")
+	}
+}
+
+func TestTLSValidation(t *testing.T) {
+	c := mustParse(t, "tls:\n  cert_file: /c.pem\n  key_file: /k.pem\n  client_ca_file: /ca.pem\n  min_version: 1.3\n"+
+		"upstream:\n  tls:\n    enabled: true\n    ca_file: /ca.pem\n    cert_file: /uc.pem\n    key_file: /uk.pem\n    server_name: redis.internal\n")
+	if c.TLS.MinVersion != "1.3" || c.TLS.ClientCAFile != "/ca.pem" || !c.Upstream.TLS.Enabled || c.Upstream.TLS.ServerName != "redis.internal" {
+		t.Fatalf("parsed %+v %+v", c.TLS, c.Upstream.TLS)
+	}
+	mustParse(t, "upstream:\n  tls:\n    enabled: true\n    insecure_skip_verify: true\n")
+	for src, want := range map[string]string{
+		"tls:\n  cert_file: /c.pem\n":                                                  "tls.cert_file is set without tls.key_file",
+		"tls:\n  key_file: /k.pem\n":                                                   "tls.key_file is set without tls.cert_file",
+		"tls:\n  client_ca_file: /ca.pem\n":                                            "tls.client_ca_file needs tls.cert_file and tls.key_file",
+		"tls:\n  min_version: 1.1\n":                                                   `tls.min_version must be 1.2 or 1.3, got "1.1"`,
+		"upstream:\n  tls:\n    ca_file: /ca.pem\n":                                    "upstream.tls.ca_file is set but upstream.tls.enabled is false",
+		"upstream:\n  tls:\n    insecure_skip_verify: true\n":                          "upstream.tls.insecure_skip_verify is set but upstream.tls.enabled is false",
+		"upstream:\n  tls:\n    enabled: true\n    cert_file: /c\n":                    "upstream.tls.cert_file is set without upstream.tls.key_file",
+		"upstream:\n  tls: {enabled: true, ca_file: /c, insecure_skip_verify: true}\n": "upstream.tls.ca_file would be ignored",
+	} {
+		parseErr(t, src, want)
+	}
+}
+
+// TestTLSLoad reads real certificates: errors name the key and the file,
+// and never quote a file.
+func TestTLSLoad(t *testing.T) {
+	certs := tlstest.New(t)
+	other := tlstest.New(t)
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600)
+	missing := filepath.Join(dir, "missing.pem")
+
+	srv := TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: certs.CA, MinVersion: "1.3"}
+	sc, err := srv.ServerConfig(os.ReadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Certificates) != 1 || sc.MinVersion != tls.VersionTLS13 || sc.ClientAuth != tls.RequireAndVerifyClientCert || sc.ClientCAs == nil {
+		t.Fatalf("server config %+v", sc)
+	}
+	if sc, err := (TLS{MinVersion: "1.2"}).ServerConfig(os.ReadFile); sc != nil || err != nil {
+		t.Fatalf("no tls section: %v, %v; want nil, nil", sc, err)
+	}
+
+	up := Default().Upstream
+	up.Address = "redis.internal:6380"
+	up.TLS = UpstreamTLS{Enabled: true, CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}
+	uc, err := up.TLSConfig(os.ReadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uc.ServerName != "redis.internal" || uc.RootCAs == nil || len(uc.Certificates) != 1 || uc.InsecureSkipVerify {
+		t.Fatalf("upstream config %+v", uc)
+	}
+	up.TLS.ServerName = "other.name"
+	if uc, _ := up.TLSConfig(os.ReadFile); uc.ServerName != "other.name" {
+		t.Fatalf("server_name %q", uc.ServerName)
+	}
+	if uc, err := Default().Upstream.TLSConfig(os.ReadFile); uc != nil || err != nil {
+		t.Fatalf("upstream.tls off: %v, %v; want nil, nil", uc, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		load func() error
+		want []string
+	}{
+		{"missing cert", func() error {
+			_, err := TLS{CertFile: missing, KeyFile: certs.ServerKey, MinVersion: "1.2"}.ServerConfig(os.ReadFile)
+			return err
+		}, []string{"tls.cert_file:", missing, "no such file"}},
+		{"missing key", func() error {
+			_, err := TLS{CertFile: certs.ServerCert, KeyFile: missing, MinVersion: "1.2"}.ServerConfig(os.ReadFile)
+			return err
+		}, []string{"tls.key_file:", missing}},
+		{"key of another certificate", func() error {
+			_, err := TLS{CertFile: certs.ServerCert, KeyFile: other.ServerKey, MinVersion: "1.2"}.ServerConfig(os.ReadFile)
+			return err
+		}, []string{"tls.cert_file " + certs.ServerCert, "tls.key_file " + other.ServerKey, "private key does not match public key"}},
+		{"cert not PEM", func() error {
+			_, err := TLS{CertFile: notPEM, KeyFile: certs.ServerKey, MinVersion: "1.2"}.ServerConfig(os.ReadFile)
+			return err
+		}, []string{"tls.cert_file " + notPEM, "PEM"}},
+		{"client CA not PEM", func() error {
+			_, err := TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: notPEM, MinVersion: "1.2"}.ServerConfig(os.ReadFile)
+			return err
+		}, []string{"tls.client_ca_file " + notPEM + ": no PEM certificate found"}},
+		{"upstream CA missing", func() error {
+			u := Default().Upstream
+			u.TLS = UpstreamTLS{Enabled: true, CAFile: missing}
+			_, err := u.TLSConfig(os.ReadFile)
+			return err
+		}, []string{"upstream.tls.ca_file:", missing}},
+		{"upstream key swapped with cert", func() error {
+			u := Default().Upstream
+			u.TLS = UpstreamTLS{Enabled: true, CertFile: certs.ClientKey, KeyFile: certs.ClientCert}
+			_, err := u.TLSConfig(os.ReadFile)
+			return err
+		}, []string{"upstream.tls.cert_file " + certs.ClientKey, "upstream.tls.key_file " + certs.ClientCert}},
+	} {
+		err := tc.load()
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q lacks %q", tc.name, err, w)
+			}
+		}
+		for _, f := range []string{certs.ServerKey, certs.ClientKey, other.ServerKey} {
+			if key, _ := os.ReadFile(f); strings.Contains(err.Error(), pemBody(key)) {
+				t.Errorf("%s: error quotes the key in %s", tc.name, f)
+			}
+		}
+	}
+}
+
+// pemBody returns the first base64 line of a PEM file.
+func pemBody(pem []byte) string {
+	lines := strings.Split(string(pem), "\n")
+	if len(lines) < 2 {
+		return string(pem)
+	}
+	return lines[1]
+}
+
+// TestRedactedTLS: the TLS keys hold file names only; Redacted shows them
+// and nothing of the files.
+func TestRedactedTLS(t *testing.T) {
+	certs := tlstest.New(t)
+	c := Default()
+	c.TLS = TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: certs.CA, MinVersion: "1.2"}
+	c.Upstream.TLS = UpstreamTLS{Enabled: true, CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}
+	out := c.Redacted().String()
+	for _, f := range []string{certs.ServerKey, certs.ClientKey} {
+		key, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, pemBody(key)) || strings.Contains(out, "PRIVATE KEY") {
+			t.Fatalf("redacted config shows the key in %s:\n%s", f, out)
+		}
+		if !strings.Contains(out, f) {
+			t.Fatalf("redacted config lacks the key's file name %s:\n%s", f, out)
+		}
 	}
 }

@@ -3,12 +3,12 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
 )
 
 // Users are rproxy's own client credentials (auth mode "proxy"): user name
@@ -149,7 +150,7 @@ func (s *Server) loginUpstream(ss *session, user, pass []byte) ([]byte, bool) {
 // Redis's reply.
 func (s *Server) checkUpstreamAuth(user, pass []byte) ([]byte, error) {
 	up := s.cfg.Upstream
-	nc, err := net.DialTimeout("tcp", up.Address, up.DialTimeout)
+	nc, err := upstream.Dial(context.Background(), up) // TLS too, when configured
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -13,6 +14,13 @@ import (
 // Config configures a Server.
 type Config struct {
 	Listen string // client listen address, host:port
+
+	// TLS, when not nil, makes the client listener speak TLS only. Each
+	// connection's handshake runs in a goroutine of its own, bounded by
+	// TLSHandshakeTimeout, before redcon sees the connection.
+	TLS *tls.Config
+	// TLSHandshakeTimeout bounds a client's TLS handshake; 0 means 10s.
+	TLSHandshakeTimeout time.Duration
 
 	// Upstream configures the shared connections; Protocol is ignored (the
 	// server keeps one pool per protocol, RESP2 and RESP3).
@@ -85,6 +93,12 @@ func (c Config) Validate() error {
 		if info == nil || !info.Has(command.ReadOnly) || info.Handling != command.Forward || info.FirstKey != 1 || info.LastKey != 1 || info.Has(command.MovableKeys) {
 			errs = append(errs, fmt.Errorf("proxy: %q cannot be coalesced: only read-only, non-blocking, single-key commands can", name))
 		}
+	}
+	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil {
+		errs = append(errs, errors.New("proxy: the client TLS configuration has no certificate"))
+	}
+	if c.TLSHandshakeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("proxy: TLS handshake timeout must not be negative, got %v", c.TLSHandshakeTimeout))
 	}
 	if c.IdleTimeout < 0 || c.ShutdownDrain < 0 || c.ClientWriteTimeout < 0 {
 		errs = append(errs, errors.New("proxy: idle timeout, client write timeout and shutdown drain must not be negative"))

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -133,6 +134,11 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 
 // Serve accepts clients on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.cfg.TLS != nil {
+		// Under the drain listener and limitedConn, so that redcon, the
+		// limits and the session read and write the *tls.Conn.
+		ln = newTLSListener(ln, s.cfg.TLS, s.cfg.TLSHandshakeTimeout, s.cfg.MaxClients, s.refuseTLS)
+	}
 	dl := newDrainListener(ln, func(c net.Conn) net.Conn {
 		return &limitedConn{Conn: c, limiter: resp.RequestLimiter{
 			MaxBulkLen:     s.cfg.MaxBulkLen,
@@ -150,9 +156,21 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = dl
 	s.mu.Unlock()
-	s.log.Info("listening", zap.String("addr", ln.Addr().String()))
+	s.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", s.cfg.TLS != nil),
+		zap.Bool("client_certs", s.cfg.TLS != nil && s.cfg.TLS.ClientAuth != tls.NoClientCert))
 	defer close(s.served)
 	return rs.Serve(dl)
+}
+
+// refuseTLS logs and counts a client closed before or during its TLS
+// handshake (it never became a session).
+func (s *Server) refuseTLS(c net.Conn, reason string, err error) {
+	s.metrics.rejected.WithLabelValues("tls_handshake").Inc()
+	fields := []zap.Field{zap.String("client", c.RemoteAddr().String())}
+	if err != nil {
+		fields = append(fields, zap.Error(err))
+	}
+	s.log.Warn("client closed: "+reason, fields...)
 }
 
 // ListenAndServe listens on Config.Listen and serves.

@@ -138,6 +138,14 @@ func run(args []string) error {
 	if pcfg.Upstream.Password, err = cfg.Upstream.Password(os.ReadFile, os.Getenv); err != nil {
 		return err
 	}
+	// Certificates and keys are read once, here: a missing or bad file
+	// stops start-up with an error naming the key and the file.
+	if pcfg.TLS, err = cfg.TLS.ServerConfig(os.ReadFile); err != nil {
+		return err
+	}
+	if pcfg.Upstream.TLS, err = cfg.Upstream.TLSConfig(os.ReadFile); err != nil {
+		return err
+	}
 	srv, err := proxy.New(pcfg, reg, log.Named("proxy"))
 	if err != nil {
 		return err
@@ -148,7 +156,11 @@ func run(args []string) error {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	log.Info("rproxy starting", zap.String("version", version), zap.String("listen", ln.Addr().String()),
-		zap.String("upstream", cfg.Upstream.Address), zap.Int("procs", runtime.GOMAXPROCS(0)))
+		zap.String("upstream", cfg.Upstream.Address), zap.Int("procs", runtime.GOMAXPROCS(0)),
+		zap.Bool("tls", pcfg.TLS != nil), zap.Bool("upstream_tls", pcfg.Upstream.TLS != nil))
+	if cfg.Upstream.TLS.Enabled && cfg.Upstream.TLS.InsecureSkipVerify {
+		log.Warn("upstream.tls.insecure_skip_verify is on: the upstream's certificate is not verified (for tests only)")
+	}
 
 	// reload re-reads the config file and applies what can change without a
 	// restart: the policy (rules, big keys, jitter) and the log level. A bad

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/internal/tlstest"
 	"github.com/rproxy/rproxy/proxy/resp"
 )
 
@@ -245,5 +248,161 @@ func waitHTTP(t *testing.T, url string, want int) {
 			t.Fatalf("%s never answered %d", url, want)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTLSBinary runs the binary with TLS on both sides (mutual TLS for
+// clients, a client certificate and an ACL user's password file for Redis):
+// a TLS client is served, a plain one is refused, and neither the log at
+// debug level, GET /config nor PROXY CONFIG GET shows the private keys or
+// the password.
+func TestTLSBinary(t *testing.T) {
+	bin := buildBinary(t)
+	certs := tlstest.New(t)
+	const password = "pw-7f3a9c-never-shown"
+	tlsPort := redistest.FreePort(t)
+	redistest.Start(t, append(certs.RedisArgs(tlsPort, "yes"), "--user", "app", "on", ">"+password, "~*", "&*", "+@all")...)
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "password")
+	os.WriteFile(pwFile, []byte(password+"\n"), 0o600)
+	listen, admin := freeAddr(t), freeAddr(t)
+	path := filepath.Join(dir, "rproxy.yaml")
+	os.WriteFile(path, []byte(fmt.Sprintf(`log: {format: json, level: debug}
+tls:
+  cert_file: %s
+  key_file: %s
+  client_ca_file: %s
+upstream:
+  address: 127.0.0.1:%d
+  username: app
+  password_file: %s
+  tls:
+    enabled: true
+    ca_file: %s
+    cert_file: %s
+    key_file: %s
+`, certs.ServerCert, certs.ServerKey, certs.CA, tlsPort, pwFile, certs.CA, certs.ClientCert, certs.ClientKey)), 0o644)
+	cmd := exec.Command(bin, "-config", path, "-listen", listen, "-admin", admin)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	logs := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(stderr); logs <- string(b) }()
+	waitHTTP(t, "http://"+admin+"/readyz", 200) // the upstream answered COMMAND over TLS
+
+	nc, err := tls.Dial("tcp", listen, certs.ClientConfig(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	rd := bufio.NewReader(nc)
+	do := func(args ...string) string {
+		t.Helper()
+		nc.Write(resp.AppendCommandString(nil, args...))
+		r, err := resp.ReadReply(rd, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", args[0], err)
+		}
+		return string(r)
+	}
+	if r := do("SET", "k", "v"); r != "+OK\r\n" {
+		t.Fatalf("SET over TLS = %q", r)
+	}
+	if r := do("ACL", "WHOAMI"); r != "$3\r\napp\r\n" {
+		t.Fatalf("upstream user = %q", r)
+	}
+	proxyConfig := do("PROXY", "CONFIG", "GET")
+	httpConfig := httpBody(t, "http://"+admin+"/config")
+	if !strings.Contains(httpConfig, certs.ServerKey) || !strings.Contains(proxyConfig, certs.ClientKey) {
+		t.Errorf("the shown configuration lacks the key file names:\n%s", httpConfig)
+	}
+
+	plain, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.Write(resp.AppendCommandString(nil, "PING"))
+	plain.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, _ := io.ReadAll(plain); !strings.HasPrefix(string(b), "-ERR rproxy: this port speaks TLS only") {
+		t.Errorf("plain client got %q", b)
+	}
+	plain.Close()
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	out := <-logs
+	cmd.Wait()
+	for _, want := range []string{`"tls":true`, `"upstream_tls":true`, `"client_certs":true`, `"msg":"client closed: not a TLS client"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+	var secrets []string
+	for _, f := range []string{certs.ServerKey, certs.ClientKey} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l != "" && !strings.HasPrefix(l, "-----") {
+				secrets = append(secrets, l)
+			}
+		}
+	}
+	secrets = append(secrets, password, "PRIVATE KEY")
+	for name, text := range map[string]string{"log": out, "GET /config": httpConfig, "PROXY CONFIG GET": proxyConfig} {
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("%s shows a secret (%.20s...):\n%s", name, s, text)
+			}
+		}
+	}
+}
+
+// TestTLSBadFilesStopStartup: a missing or wrong certificate, key or CA
+// file stops start-up with an error naming the key and the file.
+func TestTLSBadFilesStopStartup(t *testing.T) {
+	bin := buildBinary(t)
+	certs := tlstest.New(t)
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"missing cert", fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n", missing, certs.ServerKey),
+			[]string{"tls.cert_file", missing, "no such file"}},
+		{"key of another certificate", fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n", certs.ServerCert, certs.ClientKey),
+			[]string{"tls.cert_file " + certs.ServerCert, "tls.key_file " + certs.ClientKey, "does not match"}},
+		{"missing upstream CA", fmt.Sprintf("upstream:\n  tls:\n    enabled: true\n    ca_file: %s\n", missing),
+			[]string{"upstream.tls.ca_file", missing}},
+		{"key without cert", fmt.Sprintf("tls:\n  key_file: %s\n", certs.ServerKey),
+			[]string{"tls.key_file is set without tls.cert_file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "rproxy.yaml")
+			os.WriteFile(path, []byte("listen: 127.0.0.1:0\nlog: {format: json}\n"+tc.yaml), 0o644)
+			cmd := exec.Command(bin, "-config", path)
+			done := make(chan struct{})
+			var out []byte
+			var err error
+			go func() { out, err = cmd.CombinedOutput(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("still running after 10s:\n%s", out)
+			}
+			if err == nil {
+				t.Fatalf("started:\n%s", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }

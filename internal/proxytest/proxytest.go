@@ -66,6 +66,18 @@ func HotKeyConfig() *proxy.HotKeyConfig {
 // the upstream is expected to be down (see NoWait).
 func Start(tb testing.TB, upstreamAddr string, opts ...func(*proxy.Config)) *Proxy {
 	tb.Helper()
+	return start(tb, nil, upstreamAddr, opts...)
+}
+
+// StartLogged is Start with the proxy logging to log, for tests that check
+// what is logged (e.g. with go.uber.org/zap/zaptest/observer).
+func StartLogged(tb testing.TB, log *zap.Logger, upstreamAddr string, opts ...func(*proxy.Config)) *Proxy {
+	tb.Helper()
+	return start(tb, log, upstreamAddr, opts...)
+}
+
+func start(tb testing.TB, log *zap.Logger, upstreamAddr string, opts ...func(*proxy.Config)) *Proxy {
+	tb.Helper()
 	cfg := Config(upstreamAddr)
 	wait := true
 	for _, o := range opts {
@@ -76,10 +88,12 @@ func Start(tb testing.TB, upstreamAddr string, opts ...func(*proxy.Config)) *Pro
 		o(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	log := zaptest.NewLogger(tb, zaptest.Level(zap.WarnLevel))
-	if _, fuzzing := tb.(*testing.F); fuzzing {
-		// A fuzz target's *testing.F must not log from inside the target.
-		log = zap.NewNop()
+	if log == nil {
+		log = zaptest.NewLogger(tb, zaptest.Level(zap.WarnLevel))
+		if _, fuzzing := tb.(*testing.F); fuzzing {
+			// A fuzz target's *testing.F must not log from inside the target.
+			log = zap.NewNop()
+		}
 	}
 	srv, err := proxy.New(cfg, reg, log)
 	if err != nil {

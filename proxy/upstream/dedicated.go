@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -29,11 +30,48 @@ type Dedicated struct {
 	broken atomic.Bool // set on any failure: the connection is closed, not reused
 }
 
-// dial connects and performs the handshake (HELLO 3 for RESP3 pools).
-func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+// Dial connects to cfg.Address with cfg.Dial (a net.Dialer when nil) and,
+// when cfg.TLS is set, completes the TLS handshake, both within
+// cfg.DialTimeout. It sends no command: the pool's connections add HELLO or
+// AUTH (dial), other users (the passthrough AUTH check) their own.
+func Dial(ctx context.Context, cfg Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
-	nc, err := p.cfg.Dial(dctx, "tcp", p.cfg.Address)
+	dial := cfg.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	nc, err := dial(ctx, "tcp", cfg.Address)
+	if err != nil || cfg.TLS == nil {
+		return nc, err
+	}
+	tc := tls.Client(nc, clientTLS(cfg))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return tc, nil
+}
+
+// clientTLS returns cfg.TLS with ServerName defaulted to the host of
+// cfg.Address (a copy when it changes; nil stays nil).
+func clientTLS(cfg Config) *tls.Config {
+	if cfg.TLS == nil || cfg.TLS.ServerName != "" {
+		return cfg.TLS
+	}
+	host, _, err := net.SplitHostPort(cfg.Address)
+	if err != nil {
+		return cfg.TLS
+	}
+	c := cfg.TLS.Clone()
+	c.ServerName = host
+	return c
+}
+
+// dial connects (with TLS when configured) and performs the handshake
+// (HELLO 3 for RESP3 pools).
+func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
+	nc, err := Dial(ctx, p.cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -53,6 +54,10 @@ type Config struct {
 
 	Now  func() time.Time                                                     // injected clock; nil means time.Now
 	Dial func(ctx context.Context, network, address string) (net.Conn, error) // nil means a net.Dialer
+
+	// TLS, when not nil, wraps every connection in TLS (see Dial); nil is
+	// plain TCP. An empty ServerName means the host of Address.
+	TLS *tls.Config
 }
 
 // Validate reports every problem with c.
@@ -105,6 +110,7 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 		d := &net.Dialer{}
 		cfg.Dial = d.DialContext
 	}
+	cfg.TLS = clientTLS(cfg) // once, rather than on every dial
 	if m == nil {
 		m = NewMetrics(nil)
 	}

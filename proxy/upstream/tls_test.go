@@ -1,0 +1,131 @@
+package upstream
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/internal/tlstest"
+)
+
+// startTLSRedis starts a redis-server serving TLS with certs (and plain TCP
+// on rs.Addr) and returns it with its TLS address.
+func startTLSRedis(t *testing.T, certs *tlstest.Certs, authClients string, extra ...string) (*redistest.Server, string) {
+	t.Helper()
+	port := redistest.FreePort(t)
+	rs := redistest.Start(t, append(certs.RedisArgs(port, authClients), extra...)...)
+	return rs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// Shared and dedicated connections speak TLS, with a client certificate
+// and an ACL user's AUTH, in RESP2 and RESP3; the server name defaults to the host of
+// the address.
+func TestTLSSharedAndDedicated(t *testing.T) {
+	certs := tlstest.New(t)
+	_, addr := startTLSRedis(t, certs, "yes", "--user", "app", "on", ">s3cret", "~*", "&*", "+@all")
+	for _, proto := range []int{2, 3} {
+		t.Run("RESP"+strconv.Itoa(proto), func(t *testing.T) {
+			p := testPool(t, addr, proto, func(c *Config) {
+				c.Username, c.Password = "app", "s3cret"
+				c.TLS = &tls.Config{RootCAs: certs.Pool, Certificates: []tls.Certificate{certs.Client}}
+			})
+			if got := do(p, []string{"SET", "k", "v"}, []string{"GET", "k"}); got[0] != "+OK\r\n" || got[1] != "$1\r\nv\r\n" {
+				t.Fatalf("SET, GET over TLS = %q", got)
+			}
+			for round := 0; round < 2; round++ { // the second reuses the reset connection
+				d, err := p.Acquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := d.nc.(*tls.Conn); !ok {
+					t.Fatalf("dedicated connection is a %T, want *tls.Conn", d.nc)
+				}
+				b := NewBatch()
+				for _, c := range [][]string{{"MULTI"}, {"INCR", "n"}, {"EXEC"}} {
+					b.Add([]byte(strings.Join(c, " ") + "\r\n"))
+				}
+				d.Do(b, time.Second)
+				if r := string(b.Reply(2)); !strings.HasPrefix(r, "*1\r\n:") {
+					t.Fatalf("MULTI/INCR/EXEC on a dedicated TLS connection: EXEC = %q", r)
+				}
+				p.Release(d)
+			}
+		})
+	}
+}
+
+// Every way the TLS dial can fail is reported as the connection's error:
+// an unknown CA, a wrong server name, a missing client certificate, TLS to
+// a plain port.
+func TestTLSDialFailures(t *testing.T) {
+	certs := tlstest.New(t)
+	other := tlstest.New(t)
+	rs, addr := startTLSRedis(t, certs, "yes")
+	for _, tc := range []struct {
+		name string
+		addr string
+		tls  *tls.Config
+		want string
+	}{
+		{"unknown CA", addr, &tls.Config{Certificates: []tls.Certificate{certs.Client}}, "certificate signed by unknown authority"},
+		{"other CA", addr, &tls.Config{RootCAs: other.Pool, Certificates: []tls.Certificate{certs.Client}}, "certificate signed by unknown authority"},
+		{"wrong name", addr, &tls.Config{RootCAs: certs.Pool, ServerName: "redis.example", Certificates: []tls.Certificate{certs.Client}}, "not redis.example"},
+		{"no client certificate", addr, &tls.Config{RootCAs: certs.Pool}, "upstream unavailable"},
+		{"client certificate of another CA", addr, &tls.Config{RootCAs: certs.Pool, Certificates: []tls.Certificate{other.Client}}, "upstream unavailable"},
+		{"plain port", rs.Addr, &tls.Config{RootCAs: certs.Pool}, "TLS handshake"},
+		{"plain TCP to the TLS port", addr, nil, "upstream unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Address: tc.addr, Connections: 1, Protocol: 3, DialTimeout: time.Second,
+				Timeout: time.Second, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, TLS: tc.tls}
+			p, err := NewPool(cfg, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			var got string
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if got = do(p, []string{"PING"})[0]; got != "-ERR upstream unavailable: connecting\r\n" {
+					break
+				}
+			}
+			if p.Ready() || !strings.HasPrefix(got, "-ERR upstream unavailable") || !strings.Contains(got, tc.want) {
+				t.Fatalf("ready %v, PING = %q, want an upstream unavailable error containing %q", p.Ready(), got, tc.want)
+			}
+			t.Logf("PING = %q", got)
+		})
+	}
+}
+
+// A server that accepts but never answers the handshake costs at most the
+// dial timeout.
+func TestTLSDialTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // hold it open, silent
+		}
+	}()
+	start := time.Now()
+	_, err = Dial(context.Background(), Config{Address: ln.Addr().String(), DialTimeout: 200 * time.Millisecond, TLS: &tls.Config{}})
+	if took := time.Since(start); err == nil || !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
+		t.Fatalf("Dial = %v after %v, want a deadline error after about 200ms", err, took)
+	}
+	if !strings.Contains(err.Error(), "TLS handshake") {
+		t.Fatalf("error %q does not say the TLS handshake timed out", err)
+	}
+}
