@@ -38,6 +38,7 @@ type Config struct {
 	HotKeys  HotKeys  `yaml:"hotkeys"`
 	Policy   Policy   `yaml:"policy"`
 	Jitter   Jitter   `yaml:"jitter"`
+	SlowLog  SlowLog  `yaml:"slowlog"`
 	Limits   Limits   `yaml:"limits"` // resource limits
 	Log      Log      `yaml:"log"`    // logging
 }
@@ -329,6 +330,12 @@ func (c Config) PolicyConfig() policy.Config {
 	return pc
 }
 
+// SlowLog keeps the proxy's own slow client batches for PROXY SLOWLOG.
+type SlowLog struct {
+	Threshold Duration `yaml:"threshold"` // batches at least this slow (read to replies written) are kept; default 10ms; 0 = off
+	MaxLen    int      `yaml:"max_len"`   // newest entries kept; default 128; 1..100000
+}
+
 // Limits bounds the resources clients may use.
 type Limits struct {
 	MaxClients     int      `yaml:"max_clients"`      // default 10000; >= 1
@@ -393,6 +400,7 @@ func Default() Config {
 			ExpireKeys:     []string{},
 			DefaultTTLKeys: []string{},
 		},
+		SlowLog: SlowLog{Threshold: Duration(10 * time.Millisecond), MaxLen: 128},
 		Limits: Limits{
 			MaxClients:     10000,
 			MaxBulkLen:     512 * Megabyte,
@@ -771,6 +779,13 @@ func (c Config) Validate() error {
 		for _, e := range unjoin(err) {
 			add("policy: %v", e)
 		}
+	}
+
+	if c.SlowLog.Threshold < 0 {
+		add("slowlog.threshold must not be negative (0 = off), got %s", c.SlowLog.Threshold)
+	}
+	if c.SlowLog.MaxLen < 1 || c.SlowLog.MaxLen > 100000 {
+		add("slowlog.max_len must be between 1 and 100000, got %d", c.SlowLog.MaxLen)
 	}
 
 	l := c.Limits

@@ -54,6 +54,12 @@ type Config struct {
 	// jitter); SetPolicy replaces it at run time.
 	Policy *policy.Config
 
+	// SlowLogThreshold: client batches that take at least this long, from
+	// reading to replies written, are kept for PROXY SLOWLOG (0 = off);
+	// the newest SlowLogLen of them.
+	SlowLogThreshold time.Duration
+	SlowLogLen       int
+
 	// Ops connects PROXY RELOAD, PROXY CONFIG GET and the version shown
 	// by INFO to the process.
 	Ops OpsHooks
@@ -96,6 +102,9 @@ func (c Config) Validate() error {
 	}
 	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil {
 		errs = append(errs, errors.New("proxy: the client TLS configuration has no certificate"))
+	}
+	if c.SlowLogThreshold < 0 || (c.SlowLogThreshold > 0 && c.SlowLogLen < 1) {
+		errs = append(errs, fmt.Errorf("proxy: slow log threshold must not be negative and its length must be at least 1 (got %v, %d)", c.SlowLogThreshold, c.SlowLogLen))
 	}
 	if c.TLSHandshakeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("proxy: TLS handshake timeout must not be negative, got %v", c.TLSHandshakeTimeout))

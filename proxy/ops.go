@@ -141,6 +141,10 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 				r = []byte("+OK\r\n")
 			}
 		}
+	case sub == "slowlog" && s.slow != nil:
+		r = s.slowLogCommand(args)
+	case sub == "slowlog":
+		r = resp.AppendError(nil, "ERR rproxy: the slow log is off (slowlog.threshold: 0)")
 	case sub == "help" && len(args) == 2:
 		lines := []string{
 			"PROXY <subcommand>. Subcommands are:",
@@ -148,6 +152,7 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 			"HOTKEYS -- the keys currently detected as hot, with reads per second.",
 			"CONFIG GET -- the running configuration, secrets redacted.",
 			"RELOAD -- re-read the configuration file (policy, jitter, log level).",
+			"SLOWLOG GET [count] | LEN | RESET -- client batches slower than slowlog.threshold (command names only).",
 		}
 		r = fmt.Appendf(nil, "*%d\r\n", len(lines))
 		for _, l := range lines {

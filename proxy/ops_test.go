@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
@@ -80,11 +81,60 @@ func TestProxyCommand(t *testing.T) {
 	if r := c.do("PROXY", "NOPE"); !strings.HasPrefix(r, "-ERR rproxy: unknown PROXY subcommand") {
 		t.Errorf("PROXY NOPE = %q", r)
 	}
-	if r := c.do("PROXY", "HELP"); !strings.HasPrefix(r, "*5\r\n+PROXY <subcommand>") {
+	if r := c.do("PROXY", "HELP"); !strings.HasPrefix(r, "*6\r\n+PROXY <subcommand>") {
 		t.Errorf("PROXY HELP = %q", r)
 	}
 	ok := proxytest.Start(t, rs.Addr, withOps(nil), withPolicy(nil))
 	if r := dialClient(t, ok.Addr).do("PROXY", "RELOAD"); r != "+OK\r\n" {
 		t.Errorf("PROXY RELOAD from loopback = %q", r)
+	}
+}
+
+// PROXY SLOWLOG keeps slow client batches with command names only, newest
+// first, and not blocking commands.
+func TestProxySlowLog(t *testing.T) {
+	rs := redistest.Start(t, "--enable-debug-command", "yes")
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.SlowLogThreshold, c.SlowLogLen = 20*time.Millisecond, 2
+	})
+	c := dialClient(t, p.Addr)
+	c.do("CLIENT", "SETNAME", "slowpoke")
+	c.do("SET", "secret-key", "secret-value")
+	c.do("BLPOP", "nolist", "0.1") // blocks 100ms by request: not logged
+	var pipe []byte
+	pipe = resp.AppendCommandString(pipe, "GET", "secret-key")
+	pipe = resp.AppendCommandString(pipe, "DEBUG", "SLEEP", "0.05")
+	for i := 0; i < 8; i++ {
+		pipe = resp.AppendCommandString(pipe, "PING")
+	}
+	c.send(pipe)
+	for i := 0; i < 10; i++ {
+		c.read()
+	}
+	if r := c.do("PROXY", "SLOWLOG", "LEN"); r != ":1\r\n" {
+		t.Fatalf("PROXY SLOWLOG LEN = %q", r)
+	}
+	r := c.do("PROXY", "SLOWLOG", "GET")
+	v, err := resp.Parse([]byte(r))
+	if err != nil || len(v.Elems) != 1 || len(v.Elems[0].Elems) != 6 {
+		t.Fatalf("PROXY SLOWLOG GET = %q (%v)", r, err)
+	}
+	e := v.Elems[0].Elems
+	var names []string
+	for _, n := range e[3].Elems {
+		names = append(names, string(n.Str))
+	}
+	if got := strings.Join(names, " "); got != "get debug ping ping ping ping ping ping ... (10 commands)" {
+		t.Errorf("logged commands = %q", got)
+	}
+	if e[2].Int < 20000 || string(e[5].Str) != "slowpoke" || !strings.HasPrefix(string(e[4].Str), "127.0.0.1:") {
+		t.Errorf("entry = %+v", e)
+	}
+	if strings.Contains(r, "secret") {
+		t.Errorf("the slow log shows arguments: %q", r)
+	}
+	c.do("PROXY", "SLOWLOG", "RESET")
+	if r := c.do("PROXY", "SLOWLOG", "LEN"); r != ":0\r\n" {
+		t.Fatalf("after RESET, LEN = %q", r)
 	}
 }

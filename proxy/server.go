@@ -58,6 +58,7 @@ type Server struct {
 	draining atomic.Bool
 
 	started   time.Time
+	slow      *slowLog         // nil: off
 	clock     func() time.Time // millisecond clock, cheap to read
 	stopClock context.CancelFunc
 	mu        sync.Mutex
@@ -87,6 +88,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		sessions: make(map[*session]struct{}),
 		served:   make(chan struct{}),
 		started:  time.Now(),
+	}
+	if cfg.SlowLogThreshold > 0 {
+		s.slow = &slowLog{max: cfg.SlowLogLen}
 	}
 	s.setTable(command.Builtin())
 	var clockCtx context.Context

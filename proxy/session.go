@@ -103,6 +103,9 @@ type session struct {
 	infoAt []int // batch indexes of INFO commands that get the # Proxy section
 
 	writeDeadline time.Time   // the client socket's write deadline (ClientWriteTimeout)
+	slowNames     []string    // the batch's first command names, for the slow log
+	slowCount     int         // the batch's commands, for the slow log
+	slowSkip      bool        // the batch blocked by request (BLPOP...): not logged
 	writeTimedOut atomic.Bool // a large reply's or a stream's write hit the deadline
 	batches       uint64      // read batches served, for sampling their latency
 	timed         bool        // this batch is being timed
@@ -146,6 +149,10 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 			c.NetConn().SetWriteDeadline(ss.writeDeadline)
 		}
 	}
+	var slowStart time.Time
+	if s.slow != nil {
+		slowStart = s.clock() // millisecond clock: cheap enough for every batch
+	}
 	var start time.Time
 	if ss.batches++; ss.batches%latencySample == 0 {
 		start = time.Now()
@@ -167,6 +174,13 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if ss.timed {
 		s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
 		ss.timed = false
+	}
+	if s.slow != nil {
+		if took := s.clock().Sub(slowStart); took >= s.cfg.SlowLogThreshold && !ss.slowSkip {
+			s.noteSlow(ss, took)
+		}
+		clear(ss.slowNames)
+		ss.slowNames, ss.slowCount, ss.slowSkip = ss.slowNames[:0], 0, false
 	}
 	if ss.quit || s.draining.Load() {
 		ss.state.Store(stateClosing)
@@ -217,6 +231,16 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	if cc := s.calls.Load(); cc.table == table {
 		cc.inc(s.metrics, info)
 	}
+	if s.slow != nil {
+		ss.slowCount++
+		if len(ss.slowNames) < slowLogNames {
+			name := "unknown"
+			if info != nil {
+				name = info.Name
+			}
+			ss.slowNames = append(ss.slowNames, name)
+		}
+	}
 	if isAuth(args[0]) {
 		s.auth(ss, cmd)
 		return
@@ -258,6 +282,7 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 			return
 		}
 		ss.blocking = true
+		ss.slowSkip = true // it waits as long as the client asked: not slow
 		s.forward(ss, cmd.Raw)
 	case command.Transaction:
 		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss) {

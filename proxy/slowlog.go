@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// slowLogNames is how many command names a slow-log entry keeps.
+const slowLogNames = 8
+
+// slowEntry is one client batch that took longer than the threshold, from
+// reading it to writing its replies. Like Redis's SLOWLOG it names the
+// commands, but never their arguments (keys and values stay private).
+type slowEntry struct {
+	id       int64
+	at       time.Time
+	duration time.Duration
+	names    []string // first slowLogNames command names, lower case
+	count    int      // commands in the batch
+	addr     string
+	client   string // CLIENT SETNAME
+}
+
+// slowLog is a ring of the most recent slow batches. It is touched only
+// when a batch is slow, so its lock is off the common path.
+type slowLog struct {
+	mu      sync.Mutex
+	next    int64
+	entries []slowEntry // newest last
+	max     int
+}
+
+func (l *slowLog) add(e slowEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.id = l.next
+	l.next++
+	if len(l.entries) == l.max {
+		copy(l.entries, l.entries[1:])
+		l.entries = l.entries[:len(l.entries)-1]
+	}
+	l.entries = append(l.entries, e)
+}
+
+// get returns up to n entries, newest first (n < 0: all).
+func (l *slowLog) get(n int) []slowEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n < 0 || n > len(l.entries) {
+		n = len(l.entries)
+	}
+	out := make([]slowEntry, n)
+	for i := range out {
+		out[i] = l.entries[len(l.entries)-1-i]
+	}
+	return out
+}
+
+func (l *slowLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.entries)
+}
+
+func (l *slowLog) reset() {
+	l.mu.Lock()
+	l.entries = l.entries[:0]
+	l.mu.Unlock()
+}
+
+// noteSlow records the batch just served if it took at least the
+// threshold. names are the batch's command names, gathered by exec.
+func (s *Server) noteSlow(ss *session, took time.Duration) {
+	e := slowEntry{at: time.Now(), duration: took, names: append([]string(nil), ss.slowNames...),
+		count: ss.slowCount, addr: ss.conn.RemoteAddr(), client: string(ss.name)}
+	s.slow.add(e)
+}
+
+// slowLogCommand answers PROXY SLOWLOG GET [n] | LEN | RESET in the shape
+// of Redis's SLOWLOG GET: id, unix time, microseconds, the command names
+// (with "... (N commands)" when the batch had more), client address, name.
+func (s *Server) slowLogCommand(args [][]byte) []byte {
+	sub := ""
+	if len(args) > 2 {
+		sub = strings.ToLower(string(args[2]))
+	}
+	switch {
+	case sub == "len" && len(args) == 3:
+		return resp.AppendInt(nil, int64(s.slow.len()))
+	case sub == "reset" && len(args) == 3:
+		s.slow.reset()
+		return []byte("+OK\r\n")
+	case sub == "get" && len(args) <= 4:
+		n := 10
+		if len(args) == 4 {
+			v, err := strconv.Atoi(string(args[3]))
+			if err != nil || v < -1 {
+				return resp.AppendError(nil, "ERR value is out of range, must be positive")
+			}
+			n = v
+		}
+		entries := s.slow.get(n)
+		r := fmt.Appendf(nil, "*%d\r\n", len(entries))
+		for _, e := range entries {
+			r = append(r, "*6\r\n"...)
+			r = resp.AppendInt(r, e.id)
+			r = resp.AppendInt(r, e.at.Unix())
+			r = resp.AppendInt(r, e.duration.Microseconds())
+			names := e.names
+			if e.count > len(names) {
+				names = append(names[:len(names):len(names)], fmt.Sprintf("... (%d commands)", e.count))
+			}
+			r = fmt.Appendf(r, "*%d\r\n", len(names))
+			for _, n := range names {
+				r = resp.AppendBulk(r, []byte(n))
+			}
+			r = resp.AppendBulk(r, []byte(e.addr))
+			r = resp.AppendBulk(r, []byte(e.client))
+		}
+		return r
+	}
+	return resp.AppendError(nil, "ERR rproxy: PROXY SLOWLOG GET [count] | LEN | RESET")
+}
