@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
@@ -23,6 +24,9 @@ type Endpoints struct {
 	HotKeys func() any
 	// Config renders the running configuration with secrets redacted.
 	Config func() string
+	// Token, when not empty, is required as "Authorization: Bearer <token>"
+	// by every endpoint but /healthz and /readyz (probes carry no secret).
+	Token string
 }
 
 // Handler returns the admin endpoints.
@@ -69,5 +73,17 @@ func Handler(e Endpoints) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
+	if e.Token == "" {
+		return mux
+	}
+	want := []byte("Bearer " + e.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="rproxy admin"`)
+			http.Error(w, "unauthorized: send Authorization: Bearer <admin token>", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }

@@ -63,3 +63,37 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("failed reload = %d %q", code, body)
 	}
 }
+
+func TestToken(t *testing.T) {
+	srv := httptest.NewServer(Handler(Endpoints{
+		Ready:    func() error { return nil },
+		Gatherer: prometheus.NewRegistry(),
+		Config:   func() string { return "x\n" },
+		Token:    "s3cret",
+	}))
+	defer srv.Close()
+	status := func(path, auth string) int {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path, auth string
+		want       int
+	}{
+		{"/healthz", "", 200}, {"/readyz", "", 200},
+		{"/config", "", 401}, {"/metrics", "Bearer wrong", 401}, {"/debug/pprof/", "", 401},
+		{"/config", "Bearer s3cret", 200}, {"/metrics", "Bearer s3cret", 200},
+	} {
+		if got := status(tc.path, tc.auth); got != tc.want {
+			t.Errorf("GET %s (auth %q) = %d, want %d", tc.path, tc.auth, got, tc.want)
+		}
+	}
+}

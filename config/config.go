@@ -28,6 +28,9 @@ import (
 type Config struct {
 	Listen string `yaml:"listen"` // client listen address; default "127.0.0.1:6380"
 	Admin  string `yaml:"admin"`
+	// AdminTokenFile holds a token the admin endpoints require (Bearer),
+	// except /healthz and /readyz; "" = no token (bind admin to loopback).
+	AdminTokenFile string `yaml:"admin_token_file"`
 	// Procs is how many OS threads run Go code (GOMAXPROCS); default 1,
 	// 0 = Go's default (the GOMAXPROCS variable, else the CPU count); 0..1024.
 	Procs    int      `yaml:"procs"` // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
@@ -299,6 +302,22 @@ type Jitter struct {
 	DefaultTTL     Duration `yaml:"default_ttl"`      // SET without a TTL on keys matching default_ttl_keys gets this TTL; default 0s = off
 	DefaultTTLKeys []string `yaml:"default_ttl_keys"` // default []
 	Seed           uint64   `yaml:"seed"`             // same seed on every rproxy of a deployment: same expiry for the same write; default 0
+}
+
+// AdminToken reads the admin token from AdminTokenFile ("" when unset).
+func (c Config) AdminToken(readFile func(string) ([]byte, error)) (string, error) {
+	if c.AdminTokenFile == "" {
+		return "", nil
+	}
+	b, err := readFile(c.AdminTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("admin_token_file: %w", err)
+	}
+	tok := strings.TrimRight(string(b), "\r\n")
+	if tok == "" {
+		return "", fmt.Errorf("admin_token_file: %s is empty", c.AdminTokenFile)
+	}
+	return tok, nil
 }
 
 // PolicyConfig maps the policy and jitter sections onto policy.Config.

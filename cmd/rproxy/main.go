@@ -211,7 +211,15 @@ func run(args []string) error {
 			}
 			return nil
 		}
+		token, err := cfg.AdminToken(os.ReadFile)
+		if err != nil {
+			aln.Close()
+			ln.Close()
+			srv.Shutdown(context.Background())
+			return err
+		}
 		adminSrv = &http.Server{Handler: admin.Handler(admin.Endpoints{
+			Token:    token,
 			Ready:    ready,
 			Gatherer: reg,
 			Reload:   reload,
