@@ -464,6 +464,11 @@ func TestReadyNeedsUpstream(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Readiness follows the upstream while serving, both ways.
+	rs.Kill()
+	waitFor(t, "not ready after the upstream died", func() bool { return !p.Server.Ready() })
+	rs.Restart(t)
+	waitFor(t, "ready again after the upstream came back", p.Server.Ready)
 }
 
 func TestClientKillOwnSession(t *testing.T) {
