@@ -13,7 +13,7 @@ PRUNE := -path ./.git -o -path ./vendor -o -path ./bin -o -name testdata
 
 .DEFAULT_GOAL := build
 
-.PHONY: build test fuzz-short fuzz run bench lint docker clean help
+.PHONY: build test fuzz-short fuzz run bench bench-quick lint docker clean help
 
 build: ## build bin/rproxy
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rproxy ./cmd/rproxy
@@ -45,8 +45,11 @@ fuzz: ## run every fuzz target for 2m
 run: ## start rproxy in front of a private redis-server (UPSTREAM=host:port to use yours)
 	LISTEN=$(LISTEN) ADMIN=$(ADMIN) bash scripts/run.sh
 
-bench: ## compare rproxy against direct redis (flags: BENCHFLAGS=...)
-	$(GO) run ./bench/cmd/compare $(BENCHFLAGS)
+bench: ## benchmark suite vs redis and twemproxy, ~6.5 min; report in bench/results/<date>/ (BENCHFLAGS=...)
+	$(GO) run ./bench/cmd/suite $(BENCHFLAGS)
+
+bench-quick: ## the suite with short runs, under 2 min: run it for every change
+	$(GO) run ./bench/cmd/suite -quick $(BENCHFLAGS)
 
 lint: ## gofmt -l must be empty; go vet
 	@files=$$(find . \( $(PRUNE) \) -prune -o -name '*.go' -type f -print | xargs -r gofmt -l); \
