@@ -13,7 +13,7 @@ PRUNE := -path ./.git -o -path ./vendor -o -path ./bin -o -name testdata
 
 .DEFAULT_GOAL := build
 
-.PHONY: build test fuzz-short fuzz run bench bench-quick lint docker clean help
+.PHONY: build test fuzz-short fuzz soak run bench bench-quick lint docker clean help
 
 build: ## build bin/rproxy
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rproxy ./cmd/rproxy
@@ -41,6 +41,10 @@ fuzz-short: ## run every fuzz target for FUZZTIME (10s)
 
 fuzz: ## run every fuzz target for 2m
 	$(MAKE) fuzz-short FUZZTIME=2m
+
+soak: ## 10-minute mixed load through upstream restarts, with leak and data checks (SOAK=10m)
+	bash scripts/ensure-redis.sh
+	$(GO) test -count=1 -run '^TestSoak$$' -soak $(or $(SOAK),10m) -timeout 30m -v ./proxy/
 
 run: ## start rproxy in front of a private redis-server (UPSTREAM=host:port to use yours)
 	LISTEN=$(LISTEN) ADMIN=$(ADMIN) bash scripts/run.sh
