@@ -44,7 +44,7 @@ fuzz: ## run every fuzz target for 2m
 
 soak: ## 10-minute mixed load through upstream restarts, with leak and data checks (SOAK=10m)
 	bash scripts/ensure-redis.sh
-	$(GO) test -count=1 -run '^TestSoak$$' -soak=$(or $(SOAK),10m) -timeout 30m -v ./proxy/
+	$(GO) test ./proxy/ -count=1 -run '^TestSoak$$' -timeout 30m -v -soak=$(or $(SOAK),10m)
 
 run: ## start rproxy in front of a private redis-server (UPSTREAM=host:port to use yours)
 	LISTEN=$(LISTEN) ADMIN=$(ADMIN) bash scripts/run.sh
