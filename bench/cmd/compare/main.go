@@ -22,11 +22,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rproxy/rproxy/bench/internal/procs"
 )
 
 // Children are started with Pdeathsig, which fires when the *thread* that
 // started them exits. Locking main to the main thread keeps that thread
-// alive exactly as long as the process.
+// alive exactly as long as the process; run starts every child from it.
 func init() { runtime.LockOSThread() }
 
 type config struct {
@@ -121,7 +123,7 @@ func run(cfg *config) error {
 	nutcracker := ""
 	if slices.Contains(cfg.targets, "twemproxy") {
 		var err error
-		if nutcracker, err = findNutcracker(); err != nil {
+		if nutcracker, err = procs.FindNutcracker(); err != nil {
 			fmt.Fprintln(os.Stderr, "note: nutcracker (twemproxy) is not installed; skipping target twemproxy")
 			cfg.targets = slices.DeleteFunc(cfg.targets, func(t string) bool { return t == "twemproxy" })
 			if len(cfg.targets) == 0 {
@@ -134,8 +136,9 @@ func run(cfg *config) error {
 	if err != nil {
 		return err
 	}
+	var children procs.Set // every server started, killed at exit
 	cleanup := func() {
-		stopAll()
+		children.StopAll()
 		if cfg.verbose {
 			fmt.Fprintln(os.Stderr, "logs kept in", dir)
 		} else {
@@ -154,30 +157,34 @@ func run(cfg *config) error {
 
 	if slices.Contains(cfg.targets, "rproxy") && cfg.rproxy == "" {
 		fmt.Fprintln(os.Stderr, "building ./cmd/rproxy ...")
-		if cfg.rproxy, err = buildRproxy(dir); err != nil {
+		root, err := procs.ModuleRoot()
+		if err != nil {
+			return err
+		}
+		if cfg.rproxy, err = procs.BuildRproxy(root, dir); err != nil {
 			return err
 		}
 	}
 
-	redis, err := startRedis(dir)
+	redis, err := children.StartRedis(dir)
 	if err != nil {
 		return err
 	}
-	servers := map[string]*proc{"redis": redis}
+	servers := map[string]*procs.Proc{"redis": redis}
 	for _, t := range cfg.targets {
 		switch t {
 		case "twemproxy":
-			servers[t], err = startNutcracker(dir, nutcracker, redis.addr)
+			servers[t], err = children.StartNutcracker(dir, nutcracker, redis.Addr)
 		case "rproxy":
-			servers[t], err = startRproxy(dir, cfg.rproxy, cfg.rproxyArgs, redis.addr)
+			servers[t], err = children.StartRproxy(dir, cfg.rproxy, redis.Addr, cfg.rproxyArgs...)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	b := &bench{cfg: cfg, servers: servers, redis: redis, clk: clockTicks(), notes: map[string][]string{}}
+	b := &bench{cfg: cfg, servers: servers, redis: redis, clk: procs.ClockTicks(), notes: map[string][]string{}}
 	for _, t := range cfg.targets {
-		fmt.Fprintf(os.Stderr, "%-9s on %s (pid %d)\n", t, servers[t].addr, servers[t].cmd.Process.Pid)
+		fmt.Fprintf(os.Stderr, "%-9s on %s (pid %d)\n", t, servers[t].Addr, servers[t].Pid())
 	}
 
 	var report string
@@ -197,22 +204,11 @@ func run(cfg *config) error {
 	return err
 }
 
-func findNutcracker() (string, error) {
-	if p, err := exec.LookPath("nutcracker"); err == nil {
-		return p, nil
-	}
-	const p = "/usr/sbin/nutcracker" // not always in a user's PATH
-	if _, err := os.Stat(p); err != nil {
-		return "", err
-	}
-	return p, nil
-}
-
 // bench runs redis-benchmark against the started servers.
 type bench struct {
 	cfg     *config
-	servers map[string]*proc // by target name; "redis" is also the upstream
-	redis   *proc
+	servers map[string]*procs.Proc // by target name; "redis" is also the upstream
+	redis   *procs.Proc
 	clk     float64             // clock ticks per second for /proc/PID/stat
 	notes   map[string][]string // distinct stderr lines per target
 	cmds    []string            // distinct command lines, in first-run order
@@ -220,7 +216,7 @@ type bench struct {
 
 // benchCmd is a redis-benchmark command line against target.
 func (b *bench) benchCmd(target string, args ...string) []string {
-	return append([]string{"redis-benchmark", "-h", "127.0.0.1", "-p", port(b.servers[target].addr)}, args...)
+	return append([]string{"redis-benchmark", "-h", "127.0.0.1", "-p", procs.Port(b.servers[target].Addr)}, args...)
 }
 
 // exec runs a redis-benchmark command line and returns its stdout and stderr.
@@ -256,7 +252,7 @@ func (b *bench) exec(target string, argv []string, timeout time.Duration) (stdou
 // checkServers returns an error if any server has exited.
 func (b *bench) checkServers() error {
 	for _, p := range b.servers {
-		if err := p.alive(); err != nil {
+		if err := p.Alive(); err != nil {
 			return err
 		}
 	}
@@ -277,11 +273,11 @@ func (b *bench) measure(target, test string, pipeline int) (sample, error) {
 		return sample{}, err
 	}
 	server := b.servers[target]
-	proxy0, err1 := cpuTicks(server.cmd.Process.Pid)
-	redis0, err2 := cpuTicks(b.redis.cmd.Process.Pid)
+	proxy0, err1 := procs.CPUTicks(server.Pid())
+	redis0, err2 := procs.CPUTicks(b.redis.Pid())
 	stdout, stderr, err := b.exec(target, argv, 10*time.Minute)
-	proxy1, err3 := cpuTicks(server.cmd.Process.Pid)
-	redis1, err4 := cpuTicks(b.redis.cmd.Process.Pid)
+	proxy1, err3 := procs.CPUTicks(server.Pid())
+	redis1, err4 := procs.CPUTicks(b.redis.Pid())
 	if err := b.checkServers(); err != nil {
 		return sample{}, err
 	}
@@ -357,7 +353,7 @@ func (b *bench) compare() (string, error) {
 
 	var r strings.Builder
 	r.WriteString(header)
-	fmt.Fprintf(&r, "- duration: %s, load average at end: %s\n\n", time.Since(start).Round(time.Second), loadavg())
+	fmt.Fprintf(&r, "- duration: %s, load average at end: %s\n\n", time.Since(start).Round(time.Second), procs.LoadAvg())
 	r.WriteString(markdownTable(res, cfg.tests, cfg.pipelines, cfg.targets))
 	r.WriteString("\nrps vs X and p50 vs redis are medians of per-round ratios; " +
 		"CPU µs/req is process CPU time (utime+stime) during the run divided by -n.\n")
@@ -375,14 +371,14 @@ func (b *bench) header() string {
 	}
 	fmt.Fprintf(&r, "## %s\n\n", title)
 	fmt.Fprintf(&r, "- date: %s\n", time.Now().Format(time.RFC3339))
-	fmt.Fprintf(&r, "- machine: %d CPUs (nproc), %s; load average at start: %s\n", runtime.NumCPU(), cpuModel(), loadavg())
-	fmt.Fprintf(&r, "- %s\n", firstLine("redis-server", "--version"))
-	fmt.Fprintf(&r, "- %s\n", firstLine("redis-benchmark", "--version"))
+	fmt.Fprintf(&r, "- machine: %d CPUs (nproc), %s; load average at start: %s\n", runtime.NumCPU(), procs.CPUModel(), procs.LoadAvg())
+	fmt.Fprintf(&r, "- %s\n", procs.FirstLine("redis-server", "--version"))
+	fmt.Fprintf(&r, "- %s\n", procs.FirstLine("redis-benchmark", "--version"))
 	if p, ok := b.servers["twemproxy"]; ok {
-		fmt.Fprintf(&r, "- %s (%s)\n", firstLine(p.cmd.Path, "--version"), p.cmd.Path)
+		fmt.Fprintf(&r, "- %s (%s)\n", procs.FirstLine(p.Cmd.Path, "--version"), p.Cmd.Path)
 	}
 	if p, ok := b.servers["rproxy"]; ok {
-		fmt.Fprintf(&r, "- rproxy: `%s`\n", strings.Join(p.cmd.Args, " "))
+		fmt.Fprintf(&r, "- rproxy: `%s`\n", strings.Join(p.Cmd.Args, " "))
 	}
 	if !cfg.defaultList {
 		fmt.Fprintf(&r, "- rounds: %d, clients: %d, keyspace: %d, target order rotated each round\n",
@@ -558,32 +554,4 @@ func errorLines(stderr string) []string {
 		}
 	}
 	return out
-}
-
-func cpuModel() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU model"
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func firstLine(argv ...string) string {
-	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		return argv[0] + ": " + err.Error()
-	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	return line
 }

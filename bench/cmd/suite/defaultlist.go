@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rproxy/rproxy/bench/internal/procs"
 )
 
 // benchTest is one test of redis-benchmark's default list: its -t name
@@ -52,7 +54,7 @@ func (s *suite) defaultList(ctx context.Context, target, addr string) (listOutco
 		remaining = append(remaining, d.name)
 	}
 	for first := true; len(remaining) > 0; first = false {
-		argv := []string{"redis-benchmark", "-h", "127.0.0.1", "-p", port(addr), "-q", "-n", strconv.Itoa(s.cfg.listN)}
+		argv := []string{"redis-benchmark", "-h", "127.0.0.1", "-p", procs.Port(addr), "-q", "-n", strconv.Itoa(s.cfg.listN)}
 		if !first {
 			var flags []string
 			for _, d := range tests {

@@ -29,11 +29,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rproxy/rproxy/bench/internal/procs"
 )
 
 // Children are started with Pdeathsig, which fires when the *thread* that
 // started them exits. Locking main to the main thread keeps that thread
-// alive exactly as long as the process.
+// alive exactly as long as the process; run starts every child from it.
 func init() { runtime.LockOSThread() }
 
 // config is the parsed command line.
@@ -164,13 +166,13 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s not found in PATH; install it with: sudo apt-get install -y redis-server redis-tools", bin)
 		}
 	}
-	root, err := moduleRoot()
+	root, err := procs.ModuleRoot()
 	if err != nil {
 		return err
 	}
-	s := &suite{cfg: cfg, log: stderr, procs: &procSet{}, clk: clockTicks(), root: root}
+	s := &suite{cfg: cfg, log: stderr, children: &procs.Set{}, clk: procs.ClockTicks(), root: root}
 	if slices.Contains(cfg.targets, "twemproxy") {
-		if s.nutcracker, err = findNutcracker(); err != nil {
+		if s.nutcracker, err = procs.FindNutcracker(); err != nil {
 			fmt.Fprintln(stderr, "note: nutcracker (twemproxy) is not installed; skipping target twemproxy")
 			s.cfg.targets = slices.DeleteFunc(slices.Clone(cfg.targets), func(t string) bool { return t == "twemproxy" })
 			if len(s.cfg.targets) == 0 {
@@ -183,7 +185,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			s.scenarios = append(s.scenarios, sc)
 		}
 	}
-	if s.noFile, err = raiseNoFile(); err != nil {
+	if s.noFile, err = procs.RaiseNoFile(); err != nil {
 		return err
 	}
 
@@ -191,7 +193,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return fmt.Errorf("temp dir: %w", err)
 	}
 	defer func() {
-		s.procs.stopAll()
+		s.children.StopAll()
 		if cfg.verbose {
 			fmt.Fprintln(stderr, "logs kept in", s.dir)
 		} else {
@@ -200,7 +202,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}()
 	if slices.Contains(s.cfg.targets, "rproxy") && cfg.rproxy == "" {
 		fmt.Fprintln(stderr, "building ./cmd/rproxy ...")
-		if s.rproxyBin, err = buildRproxy(root, s.dir); err != nil {
+		if s.rproxyBin, err = procs.BuildRproxy(root, s.dir); err != nil {
 			return err
 		}
 	} else {
@@ -224,7 +226,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	s.meta.took = time.Since(start)
-	s.meta.loadEnd = loadavg()
+	s.meta.loadEnd = procs.LoadAvg()
 	report := renderReport(s.meta, s.scenarios, s.cfg.targets, res, charts)
 	if err := os.WriteFile(filepath.Join(out, "suite.md"), []byte(report), 0o644); err != nil {
 		return fmt.Errorf("writing report: %w", err)

@@ -8,43 +8,6 @@ import (
 	"time"
 )
 
-func TestParseStatTicks(t *testing.T) {
-	// The command name may hold spaces and parentheses.
-	stat := "1234 (redis-server (x) 1) S 1 1234 1234 0 -1 4194560 1 0 0 0 250 75 0 0 20 0 5 0 100 0 0"
-	got, err := parseStatTicks(stat)
-	if err != nil || got != 325 {
-		t.Errorf("parseStatTicks = %d, %v; want 325", got, err)
-	}
-	if _, err := parseStatTicks("1234 (x) S 1"); err == nil {
-		t.Error("short stat line: want an error")
-	}
-}
-
-func TestParseOpenFilesLimit(t *testing.T) {
-	limits := "Limit                     Soft Limit           Hard Limit           Units\n" +
-		"Max processes             63417                63417                processes\n" +
-		"Max open files            20000                1048576              files\n"
-	if got, err := parseOpenFilesLimit(limits); err != nil || got != 20000 {
-		t.Errorf("parseOpenFilesLimit = %d, %v; want 20000", got, err)
-	}
-	if got, _ := parseOpenFilesLimit("Max open files            unlimited            unlimited            files\n"); got != ^uint64(0) {
-		t.Errorf("unlimited = %d", got)
-	}
-	if _, err := parseOpenFilesLimit("Max processes 1 1 processes\n"); err == nil {
-		t.Error("no open files line: want an error")
-	}
-}
-
-func TestStatusField(t *testing.T) {
-	status := "Name:\tredis-server\nVmPeak:\t  300000 kB\nVmRSS:\t   12345 kB\n"
-	if got, err := statusField(status, "VmRSS"); err != nil || got != 12345 {
-		t.Errorf("VmRSS = %d, %v; want 12345", got, err)
-	}
-	if _, err := statusField(status, "VmSwap"); err == nil {
-		t.Error("missing field: want an error")
-	}
-}
-
 func TestParseCommandStats(t *testing.T) {
 	info := "# Commandstats\r\n" +
 		"cmdstat_get:calls=1234,usec=567,usec_per_call=0.46,rejected_calls=0,failed_calls=0\r\n" +

@@ -8,7 +8,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rproxy/rproxy/bench/internal/procs"
 	"github.com/rproxy/rproxy/bench/load"
 )
 
@@ -24,10 +24,10 @@ type suite struct {
 	cfg        config
 	scenarios  []scenario // selected, in report order
 	log        io.Writer  // progress lines
-	procs      *procSet
-	clk        float64 // clock ticks per second for /proc/PID/stat
-	root       string  // module root
-	dir        string  // temp dir: logs, configs
+	children   *procs.Set // every server started, killed at exit
+	clk        float64    // clock ticks per second for /proc/PID/stat
+	root       string     // module root
+	dir        string     // temp dir: logs, configs
 	rproxyBin  string
 	nutcracker string
 	noFile     uint64 // this process's RLIMIT_NOFILE after raising it
@@ -71,14 +71,14 @@ func (r *results) add(scenario, target string, s sample) {
 
 // stack is a redis-server with the targets in front of it.
 type stack struct {
-	redis   *proc
-	ctl     *redisConn       // control connection straight to redis
-	servers map[string]*proc // by target; "redis" is redis itself
+	redis   *procs.Proc
+	ctl     *redisConn             // control connection straight to redis
+	servers map[string]*procs.Proc // by target; "redis" is redis itself
 }
 
 func (st *stack) alive() error {
 	for _, p := range st.servers {
-		if err := p.alive(); err != nil {
+		if err := p.Alive(); err != nil {
 			return err
 		}
 	}
@@ -97,37 +97,28 @@ func (s *suite) startStack(name string) (*stack, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	st := &stack{servers: map[string]*proc{}}
+	st := &stack{servers: map[string]*procs.Proc{}}
 	ok := false
 	defer func() {
 		if !ok {
 			s.stopStack(st)
 		}
 	}()
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	st.redis, err = s.procs.start("redis-server", addr, filepath.Join(dir, "redis.log"),
-		"redis-server", "--bind", "127.0.0.1", "--port", port(addr), "--save", "", "--appendonly", "no",
-		"--maxclients", fmt.Sprint(s.maxClients()), "--dir", dir, "--daemonize", "no")
-	if err != nil {
-		return nil, err
-	}
-	if err := st.redis.waitPing(10 * time.Second); err != nil {
+	var err error
+	if st.redis, err = s.children.StartRedis(dir, "--maxclients", fmt.Sprint(s.maxClients())); err != nil {
 		return nil, err
 	}
 	st.servers["redis"] = st.redis
-	if st.ctl, err = dialRedis(addr); err != nil {
+	if st.ctl, err = dialRedis(st.redis.Addr); err != nil {
 		return nil, err
 	}
 	for _, t := range s.cfg.targets {
-		var p *proc
+		var p *procs.Proc
 		switch t {
 		case "twemproxy":
-			p, err = s.startNutcracker(dir, st.redis.addr)
+			p, err = s.children.StartNutcracker(dir, s.nutcracker, st.redis.Addr)
 		case "rproxy":
-			p, err = s.startRproxy(dir, st.redis.addr)
+			p, err = s.startRproxy(dir, st.redis.Addr)
 		default:
 			continue
 		}
@@ -144,73 +135,21 @@ func (s *suite) stopStack(st *stack) {
 	if st.ctl != nil {
 		st.ctl.Close()
 	}
-	var ps []*proc
+	var ps []*procs.Proc
 	for _, p := range st.servers {
 		ps = append(ps, p)
 	}
-	s.procs.stop(ps...)
-}
-
-// nutcrackerConfig returns a twemproxy config with a single pool that
-// forwards to one redis over one server connection, as bench/cmd/compare
-// uses.
-func nutcrackerConfig(listen, redisAddr string) string {
-	return fmt.Sprintf(`bench:
-  listen: %s
-  hash: fnv1a_64
-  distribution: ketama
-  redis: true
-  timeout: 5000
-  preconnect: true
-  auto_eject_hosts: false
-  server_connections: 1
-  servers:
-    - %s:1
-`, listen, redisAddr)
-}
-
-// startNutcracker writes and checks a config, then starts twemproxy.
-func (s *suite) startNutcracker(dir, redisAddr string) (*proc, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	stats, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	conf := filepath.Join(dir, "nutcracker.yml")
-	if err := os.WriteFile(conf, []byte(nutcrackerConfig(addr, redisAddr)), 0o644); err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command(s.nutcracker, "-t", "-c", conf).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("nutcracker rejects generated config %s: %v\n%s", conf, err, out)
-	}
-	p, err := s.procs.start("nutcracker", addr, filepath.Join(dir, "nutcracker.log"),
-		s.nutcracker, "-c", conf, "-o", filepath.Join(dir, "nutcracker.log"), "-s", port(stats), "-a", "127.0.0.1")
-	if err != nil {
-		return nil, err
-	}
-	return p, p.waitPing(10 * time.Second)
+	s.children.Stop(ps...)
 }
 
 // startRproxy starts rproxy in front of redisAddr with the default config
 // except for limits.max_clients (see maxClients).
-func (s *suite) startRproxy(dir, redisAddr string) (*proc, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
+func (s *suite) startRproxy(dir, redisAddr string) (*procs.Proc, error) {
 	conf := filepath.Join(dir, "rproxy.yaml")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf("limits:\n  max_clients: %d\n", s.maxClients())), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := s.procs.start("rproxy", addr, filepath.Join(dir, "rproxy.log"),
-		s.rproxyBin, "-listen", addr, "-upstream", redisAddr, "-config", conf)
-	if err != nil {
-		return nil, err
-	}
-	return p, p.waitPing(15 * time.Second)
+	return s.children.StartRproxy(dir, s.rproxyBin, redisAddr, "-config", conf)
 }
 
 // rotate returns targets starting at index round, so that no target always
@@ -224,11 +163,11 @@ func rotate(targets []string, round int) []string {
 // default list once per target.
 func (s *suite) runAll(ctx context.Context) (*results, error) {
 	cfg := s.cfg
-	s.meta = meta{date: time.Now(), nproc: runtime.NumCPU(), cpu: cpuModel(), loadStart: loadavg(),
-		redis: firstLine("redis-server", "--version"), rounds: cfg.rounds, duration: cfg.duration,
+	s.meta = meta{date: time.Now(), nproc: runtime.NumCPU(), cpu: procs.CPUModel(), loadStart: procs.LoadAvg(),
+		redis: procs.FirstLine("redis-server", "--version"), rounds: cfg.rounds, duration: cfg.duration,
 		warmup: cfg.warmup, quick: cfg.quick, idleConns: cfg.idleConns, listN: cfg.listN, maxClients: s.maxClients()}
 	if s.nutcracker != "" {
-		s.meta.nutcracker = firstLine(s.nutcracker, "--version")
+		s.meta.nutcracker = procs.FirstLine(s.nutcracker, "--version")
 	}
 	res := newResults()
 	st, err := s.startStack("main")
@@ -238,7 +177,7 @@ func (s *suite) runAll(ctx context.Context) (*results, error) {
 	defer s.stopStack(st)
 	if p, ok := st.servers["rproxy"]; ok {
 		// Temp paths say nothing to a reader of the report; the commit does.
-		args := slices.Clone(p.cmd.Args)
+		args := slices.Clone(p.Cmd.Args)
 		for i, a := range args {
 			if strings.HasPrefix(a, s.dir) {
 				args[i] = filepath.Base(a)
@@ -247,13 +186,13 @@ func (s *suite) runAll(ctx context.Context) (*results, error) {
 		s.meta.rproxy = strings.Join(args, " ")
 		s.meta.rproxyBuild = "binary " + s.cfg.rproxy
 		if s.cfg.rproxy == "" {
-			s.meta.rproxyBuild = "built from ./cmd/rproxy at " + firstLine("git", "-C", s.root, "describe", "--always", "--dirty")
+			s.meta.rproxyBuild = "built from ./cmd/rproxy at " + procs.FirstLine("git", "-C", s.root, "describe", "--always", "--dirty")
 		}
 	}
 	for _, t := range cfg.targets {
-		fmt.Fprintf(s.log, "%-10s on %s (pid %d)\n", t, st.servers[t].addr, st.servers[t].pid())
+		fmt.Fprintf(s.log, "%-10s on %s (pid %d)\n", t, st.servers[t].Addr, st.servers[t].Pid())
 	}
-	if err := s.prepopulate(ctx, st.redis.addr, s.scenarios); err != nil {
+	if err := s.prepopulate(ctx, st.redis.Addr, s.scenarios); err != nil {
 		return nil, err
 	}
 
@@ -281,7 +220,7 @@ func (s *suite) runAll(ctx context.Context) (*results, error) {
 	}
 	if slices.ContainsFunc(s.scenarios, func(sc scenario) bool { return sc.kind == kindList }) {
 		for _, t := range cfg.targets {
-			o, err := s.defaultList(ctx, t, st.servers[t].addr)
+			o, err := s.defaultList(ctx, t, st.servers[t].Addr)
 			if err != nil {
 				return nil, err
 			}
@@ -348,12 +287,12 @@ func (s *suite) measure(ctx context.Context, st *stack, sc scenario, target stri
 		return sample{}, err
 	}
 	cfg := sc.load
-	cfg.Addr, cfg.Duration, cfg.Warmup = p.addr, s.cfg.duration, s.cfg.warmup
+	cfg.Addr, cfg.Duration, cfg.Warmup = p.Addr, s.cfg.duration, s.cfg.warmup
 	if err := st.ctl.resetStats(); err != nil {
 		return sample{}, err
 	}
-	t0, err1 := cpuTicks(p.pid())
-	r0, err2 := cpuTicks(st.redis.pid())
+	t0, err1 := procs.CPUTicks(p.Pid())
+	r0, err2 := procs.CPUTicks(st.redis.Pid())
 
 	var (
 		stopWriter = func() error { return nil }
@@ -372,8 +311,8 @@ func (s *suite) measure(ctx context.Context, st *stack, sc scenario, target stri
 	res, err := load.Run(ctx, cfg)
 	werr := stopWriter()
 
-	t1, err3 := cpuTicks(p.pid())
-	r1, err4 := cpuTicks(st.redis.pid())
+	t1, err3 := procs.CPUTicks(p.Pid())
+	r1, err4 := procs.CPUTicks(st.redis.Pid())
 	if aerr := st.alive(); aerr != nil {
 		return sample{}, aerr
 	}
@@ -456,7 +395,7 @@ func (s *suite) runIdle(ctx context.Context, sc scenario, round int, order []str
 		return err
 	}
 	defer s.stopStack(st)
-	if err := s.prepopulate(ctx, st.redis.addr, []scenario{sc}); err != nil {
+	if err := s.prepopulate(ctx, st.redis.Addr, []scenario{sc}); err != nil {
 		return err
 	}
 	for _, t := range order {
@@ -478,11 +417,11 @@ func (s *suite) measureIdle(ctx context.Context, st *stack, sc scenario, target 
 	if reason, err := s.idleLimit(st, target, n+sc.load.Clients); err != nil || reason != "" {
 		return sample{skip: reason}, err
 	}
-	before, err := rssKB(p.pid())
+	before, err := procs.RSSKB(p.Pid())
 	if err != nil {
 		return sample{}, fmt.Errorf("reading RSS: %w", err)
 	}
-	conns, err := openIdle(ctx, p.addr, n)
+	conns, err := openIdle(ctx, p.Addr, n)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return sample{}, cerr
@@ -495,7 +434,7 @@ func (s *suite) measureIdle(ctx context.Context, st *stack, sc scenario, target 
 	defer closeIdle(conns)
 	// Let the server finish setting up the last connections it accepted.
 	time.Sleep(200 * time.Millisecond)
-	after, err := rssKB(p.pid())
+	after, err := procs.RSSKB(p.Pid())
 	if err != nil {
 		return sample{}, fmt.Errorf("reading RSS: %w", err)
 	}
@@ -522,7 +461,7 @@ func (s *suite) idleLimit(st *stack, target string, conns int) (string, error) {
 		}
 		return "", nil
 	}
-	lim, err := openFilesLimit(st.servers[target].pid())
+	lim, err := procs.OpenFilesLimit(st.servers[target].Pid())
 	if err != nil {
 		return "", fmt.Errorf("reading %s's open files limit: %w", target, err)
 	}
