@@ -73,6 +73,19 @@ type Config struct {
 	TableRetry time.Duration
 }
 
+// Limits are the client limits that can change while the server runs
+// (SetLimits); the Config fields of the same names are their start values.
+type Limits struct {
+	MaxClients         int
+	MaxBulkLen         int64
+	MaxQueryBuffer     int64
+	ClientWriteTimeout time.Duration
+}
+
+func (c Config) limits() Limits {
+	return Limits{MaxClients: c.MaxClients, MaxBulkLen: c.MaxBulkLen, MaxQueryBuffer: c.MaxQueryBuffer, ClientWriteTimeout: c.ClientWriteTimeout}
+}
+
 // Validate reports every problem with c.
 func (c Config) Validate() error {
 	var errs []error

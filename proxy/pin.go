@@ -152,7 +152,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	ss.stream = true
 	pin, nc, id := ss.pin, ss.conn.NetConn(), ss.id
 	var w io.Writer = nc
-	if t := s.cfg.ClientWriteTimeout; t > 0 {
+	if t := s.limits.Load().ClientWriteTimeout; t > 0 {
 		w = &deadlineWriter{nc: nc, timeout: t}
 	}
 	go func() {

@@ -58,7 +58,8 @@ type Server struct {
 	draining atomic.Bool
 
 	started   time.Time
-	slow      *slowLog         // nil: off
+	slow      *slowLog // nil: off
+	limits    atomic.Pointer[Limits]
 	clock     func() time.Time // millisecond clock, cheap to read
 	stopClock context.CancelFunc
 	mu        sync.Mutex
@@ -92,6 +93,8 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if cfg.SlowLogThreshold > 0 {
 		s.slow = &slowLog{max: cfg.SlowLogLen}
 	}
+	lim := cfg.limits()
+	s.limits.Store(&lim)
 	s.setTable(command.Builtin())
 	var clockCtx context.Context
 	clockCtx, s.stopClock = context.WithCancel(context.Background())
@@ -145,8 +148,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	dl := newDrainListener(ln, func(c net.Conn) net.Conn {
 		return &limitedConn{Conn: c, limiter: resp.RequestLimiter{
-			MaxBulkLen:     s.cfg.MaxBulkLen,
-			MaxQueryBuffer: s.cfg.MaxQueryBuffer,
+			MaxBulkLen:     s.limits.Load().MaxBulkLen,
+			MaxQueryBuffer: s.limits.Load().MaxQueryBuffer,
 		}}
 	})
 	rs := redcon.NewServerNetwork("tcp", ln.Addr().String(), s.handle, s.accept, s.closed)
@@ -184,6 +187,17 @@ func (s *Server) ListenAndServe() error {
 		return fmt.Errorf("proxy: listen: %w", err)
 	}
 	return s.Serve(ln)
+}
+
+// SetLimits changes the client limits from now on: max clients and the
+// client write timeout at once, input limits for connections accepted
+// from now on. Connections over a lowered max_clients stay connected.
+func (s *Server) SetLimits(l Limits) error {
+	if l.MaxClients < 1 || l.MaxBulkLen < 1 || l.MaxQueryBuffer < 1 || l.ClientWriteTimeout < 0 {
+		return fmt.Errorf("proxy: invalid limits %+v", l)
+	}
+	s.limits.Store(&l)
+	return nil
 }
 
 // HotKeys returns the keys currently detected as hot, highest rate first
@@ -295,10 +309,11 @@ func (s *Server) accept(c redcon.Conn) bool {
 	if s.draining.Load() {
 		return false
 	}
-	if s.clients.Add(1) > int64(s.cfg.MaxClients) {
+	maxClients := s.limits.Load().MaxClients
+	if s.clients.Add(1) > int64(maxClients) {
 		s.clients.Add(-1)
 		s.metrics.rejected.WithLabelValues("max_clients").Inc()
-		s.log.Warn("client refused: max clients reached", zap.String("client", c.RemoteAddr()), zap.Int("max_clients", s.cfg.MaxClients))
+		s.log.Warn("client refused: max clients reached", zap.String("client", c.RemoteAddr()), zap.Int("max_clients", maxClients))
 		nc := c.NetConn()
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
 		nc.Write([]byte("-ERR max number of clients reached\r\n"))
@@ -341,7 +356,7 @@ func (s *Server) closed(c redcon.Conn, err error) {
 		s.log.Warn("client closed: "+le.reason, fields...)
 	case err != nil && !errors.Is(err, net.ErrClosed):
 		if ne, ok := err.(net.Error); ok && ne.Timeout() && s.cfg.IdleTimeout > 0 && !ss.writeTimedOut.Load() &&
-			(s.cfg.ClientWriteTimeout == 0 || time.Now().Before(ss.writeDeadline)) {
+			(s.limits.Load().ClientWriteTimeout == 0 || time.Now().Before(ss.writeDeadline)) {
 			s.metrics.rejected.WithLabelValues("idle").Inc()
 			s.log.Info("client closed: idle timeout", fields...)
 			return

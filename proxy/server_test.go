@@ -518,3 +518,35 @@ func TestNonCanonicalFramingIsNotForwarded(t *testing.T) {
 		t.Fatalf("upstream connects = %v, want 3: a shared connection was lost", n)
 	}
 }
+
+// SetLimits applies at once: a lowered max_clients refuses new clients and
+// keeps the connected ones; raising it admits them again.
+func TestSetLimitsAtRunTime(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	a, b := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	a.do("PING")
+	b.do("PING")
+	lim := proxy.Limits{MaxClients: 2, MaxBulkLen: 1 << 20, MaxQueryBuffer: 1 << 30, ClientWriteTimeout: time.Minute}
+	if err := p.Server.SetLimits(lim); err != nil {
+		t.Fatal(err)
+	}
+	c := dialClient(t, p.Addr)
+	if got := c.expectClosed(); !strings.Contains(got, "max number of clients reached") {
+		t.Fatalf("third client with max_clients 2: %q", got)
+	}
+	if r := a.do("PING"); r != "+PONG\r\n" {
+		t.Fatalf("connected client after lowering max_clients: %q", r)
+	}
+	// The lowered bulk limit applies to new connections.
+	lim.MaxClients = 10
+	p.Server.SetLimits(lim)
+	d := dialClient(t, p.Addr)
+	d.send([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\n"))
+	if got := d.expectClosed(); !strings.Contains(got, "invalid bulk length") {
+		t.Fatalf("2 MB bulk with max_bulk_len 1 MB: %q", got)
+	}
+	if err := p.Server.SetLimits(proxy.Limits{}); err == nil {
+		t.Fatal("zero limits accepted")
+	}
+}

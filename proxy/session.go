@@ -140,7 +140,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if !ss.state.CompareAndSwap(stateIdle, stateBusy) {
 		return // closing for shutdown
 	}
-	if t := s.cfg.ClientWriteTimeout; t > 0 {
+	if t := s.limits.Load().ClientWriteTimeout; t > 0 {
 		// Re-arm the write deadline when less than half of it is left, so
 		// a write blocked on a client that stopped reading ends within
 		// [t/2, t], and a deadline costs a timer update only now and then.
@@ -556,7 +556,7 @@ func (s *Server) write(ss *session, r []byte) {
 		// In pieces, each with its own deadline: a big reply to a slow
 		// but reading client is progress, not a stalled client.
 		n := min(len(r), directWriteChunk)
-		if t := s.cfg.ClientWriteTimeout; t > 0 {
+		if t := s.limits.Load().ClientWriteTimeout; t > 0 {
 			ss.writeDeadline = time.Now().Add(t)
 			nc.SetWriteDeadline(ss.writeDeadline)
 		}

@@ -163,8 +163,10 @@ func run(args []string) error {
 	}
 
 	// reload re-reads the config file and applies what can change without a
-	// restart: the policy (rules, big keys, jitter) and the log level. A bad
-	// file changes nothing. Other keys need a restart; they are not compared.
+	// restart: the policy (rules, big keys, jitter), the log level and the
+	// client limits (max_clients, max_bulk_len, max_query_buffer,
+	// client_write_timeout). A bad file changes nothing. Other keys need a
+	// restart; they are not compared.
 	var reloadMu sync.Mutex
 	reload = func() error {
 		reloadMu.Lock()
@@ -184,14 +186,26 @@ func run(args []string) error {
 		if flagSet(fs, "log-level") {
 			lvl = level.Level() // the flag wins over the file, as at start
 		}
+		limits := proxy.Limits{
+			MaxClients:         next.Limits.MaxClients,
+			MaxBulkLen:         next.Limits.MaxBulkLen.Bytes(),
+			MaxQueryBuffer:     next.Limits.MaxQueryBuffer.Bytes(),
+			ClientWriteTimeout: next.Limits.WriteTimeout.D(),
+		}
 		if err := srv.SetPolicy(next.PolicyConfig()); err != nil {
 			log.Warn("reload rejected", zap.Error(err))
+			return err
+		}
+		if err := srv.SetLimits(limits); err != nil { // Validate has checked them
+			log.Warn("reload: limits not applied", zap.Error(err))
 			return err
 		}
 		level.SetLevel(lvl)
 		// Keys that need a restart keep their running values in the view.
 		shown := *running.Load()
 		shown.Policy, shown.Jitter, shown.Log.Level = next.Policy, next.Jitter, lvl.String()
+		shown.Limits.MaxClients, shown.Limits.MaxBulkLen, shown.Limits.MaxQueryBuffer = next.Limits.MaxClients, next.Limits.MaxBulkLen, next.Limits.MaxQueryBuffer
+		shown.Limits.WriteTimeout = next.Limits.WriteTimeout
 		running.Store(&shown)
 		log.Info("configuration reloaded", zap.String("file", *configPath), zap.Int("policy_rules", len(next.Policy.Rules)))
 		return nil
