@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -11,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
 )
 
 // trackKind is the connection state a command may change, judged from its
@@ -110,7 +114,8 @@ func (s *Server) doPinned(ss *session) {
 	if ss.pin.Broken() {
 		// The connection and its state are gone, as for a direct client
 		// whose connection dropped; later commands use a fresh start.
-		s.log.Info("pinned upstream connection lost", zap.Int64("id", ss.id))
+		s.log.Info("pinned upstream connection lost", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+			zap.String("command", batchCommand(ss.batch)))
 		s.unpin(ss)
 	}
 }
@@ -171,7 +176,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 func (s *Server) sendStream(ss *session) {
 	s.metrics.forwarded.Add(float64(len(ss.streamCmds)))
 	if err := ss.pin.Send(ss.streamCmds); err != nil {
-		s.log.Info("pub/sub upstream write failed", zap.Int64("id", ss.id), zap.Error(err))
+		s.log.Info("pub/sub upstream write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
 		ss.conn.NetConn().Close()
 	}
 	clear(ss.streamCmds)
@@ -189,4 +194,32 @@ type deadlineWriter struct {
 func (w *deadlineWriter) Write(p []byte) (int, error) {
 	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
 	return w.nc.Write(p)
+}
+
+// batchCommand names the first command of b for a log line (never its
+// arguments): "" for an empty batch.
+func batchCommand(b *upstream.Batch) string {
+	if b.Len() == 0 {
+		return ""
+	}
+	return commandName(b.Command(0))
+}
+
+// commandName returns the lower-case name of a RESP command array, or "?".
+func commandName(raw []byte) string {
+	// *<n>\r\n$<len>\r\n<name>\r\n
+	i := bytes.IndexByte(raw, '\n')
+	if i < 0 || i+1 >= len(raw) || raw[i+1] != '$' {
+		return "?"
+	}
+	rest := raw[i+1:]
+	j := bytes.IndexByte(rest, '\n')
+	if j < 0 {
+		return "?"
+	}
+	n, err := strconv.Atoi(string(bytes.TrimSuffix(rest[1:j], []byte("\r"))))
+	if err != nil || n < 0 || j+1+n > len(rest) || n > 64 {
+		return "?"
+	}
+	return strings.ToLower(string(rest[j+1 : j+1+n]))
 }

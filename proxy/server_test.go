@@ -550,3 +550,17 @@ func TestSetLimitsAtRunTime(t *testing.T) {
 		t.Fatal("zero limits accepted")
 	}
 }
+
+func TestCommandNameForLogs(t *testing.T) {
+	cases := map[string]string{
+		"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n": "get",
+		"*1\r\n$4\r\nPiNg\r\n":           "ping",
+		"garbage":                        "?",
+		"*1\r\n$99\r\nSHORT\r\n":         "?",
+	}
+	for raw, want := range cases {
+		if got := proxy.CommandNameForTest([]byte(raw)); got != want {
+			t.Errorf("commandName(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}

@@ -564,7 +564,7 @@ func (s *Server) write(ss *session, r []byte) {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				ss.writeTimedOut.Store(true) // closed() logs and counts it
 			} else {
-				s.log.Info("client write failed", zap.Int64("id", ss.id), zap.Error(err))
+				s.log.Info("client write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
 			}
 			nc.Close()
 			return

@@ -65,6 +65,9 @@ func (b *Batch) Add(raw []byte) {
 // Len is the number of commands in the batch.
 func (b *Batch) Len() int { return len(b.cmds) }
 
+// Command returns command i as queued (a RESP array), for logging its name.
+func (b *Batch) Command(i int) []byte { return b.cmds[i] }
+
 // Reply returns reply i. Valid after Wait returns, until Reset.
 func (b *Batch) Reply(i int) []byte {
 	start := 0

@@ -1,0 +1,4 @@
+package proxy
+
+// CommandNameForTest exposes commandName to the black-box tests.
+var CommandNameForTest = commandName
