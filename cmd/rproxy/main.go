@@ -59,6 +59,7 @@ func run(args []string) error {
 		adminAddr   = fs.String("admin", "", "admin HTTP address for /healthz, /readyz, /metrics (config: admin; default off)")
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (config: log.level; default info)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
+		healthcheck = fs.String("healthcheck", "", "check http://ADDR/healthz and exit 0 if it answers 200, else 1 (for container HEALTHCHECKs, which have no shell or curl)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -68,6 +69,9 @@ func run(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (every setting is a -flag or in -config)", fs.Args())
+	}
+	if *healthcheck != "" {
+		return checkHealth(*healthcheck)
 	}
 	if *showVersion {
 		fmt.Println("rproxy", version)
@@ -308,6 +312,20 @@ func proxyConfig(c config.Config) proxy.Config {
 		HotKey:             hotKeyConfig(c.HotKeys),
 		Policy:             &pc,
 	}
+}
+
+// checkHealth asks an rproxy admin address whether the process is up.
+func checkHealth(addr string) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s answered %s", addr, resp.Status)
+	}
+	return nil
 }
 
 // flagSet reports whether the flag name was given on the command line.

@@ -91,6 +91,12 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	if code := httpStatus(t, "http://"+admin+"/healthz"); code != 200 {
 		t.Fatalf("/healthz = %d", code)
 	}
+	if out, err := exec.Command(bin, "-healthcheck", admin).CombinedOutput(); err != nil {
+		t.Fatalf("-healthcheck against a running proxy: %v %s", err, out)
+	}
+	if out, err := exec.Command(bin, "-healthcheck", freeAddr(t)).CombinedOutput(); err == nil || !strings.Contains(string(out), "healthcheck") {
+		t.Fatalf("-healthcheck against nothing succeeded: %s", out)
+	}
 	body := httpBody(t, "http://"+admin+"/metrics")
 	if !strings.Contains(body, "rproxy_upstream_connections") || !strings.Contains(body, "rproxy_proxy_commands_total") {
 		t.Fatalf("/metrics lacks rproxy metrics:\n%.500s", body)
