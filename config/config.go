@@ -27,17 +27,17 @@ import (
 // README.md for every key with its default.
 type Config struct {
 	Listen string `yaml:"listen"` // client listen address; default "127.0.0.1:6380"
-	Admin  string `yaml:"admin"`
+	Admin  string `yaml:"admin"`  // admin HTTP listen address (/healthz /readyz /metrics ...); "" = off (default)
 	// AdminTokenFile holds a token the admin endpoints require (Bearer),
 	// except /healthz and /readyz; "" = no token (bind admin to loopback).
 	AdminTokenFile string `yaml:"admin_token_file"`
 	// Procs is how many OS threads run Go code (GOMAXPROCS); default 1,
 	// 0 = Go's default (the GOMAXPROCS variable, else the CPU count); 0..1024.
-	Procs    int      `yaml:"procs"` // admin HTTP listen address (/healthz /readyz /metrics); "" = off (default)
-	TLS      TLS      `yaml:"tls"`   // TLS on the client listener
+	Procs    int      `yaml:"procs"`
+	TLS      TLS      `yaml:"tls"` // TLS on the client listener
 	Upstream Upstream `yaml:"upstream"`
 	Auth     Auth     `yaml:"auth"`
-	Coalesce Coalesce `yaml:"coalesce"` // the Redis server
+	Coalesce Coalesce `yaml:"coalesce"`
 	HotKeys  HotKeys  `yaml:"hotkeys"`
 	Policy   Policy   `yaml:"policy"`
 	Jitter   Jitter   `yaml:"jitter"`

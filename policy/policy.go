@@ -47,7 +47,7 @@ func DefaultConfig() Config {
 type Request struct {
 	Name string   // lower-case canonical command name ("config", not "config|set")
 	Args [][]byte // the arguments as sent; Args[0] is the command name in any case
-	Keys [][]byte // the key arguments, from the command table's key specs
+	Keys [][]byte // the key arguments, from the command table's key specs (needed only when NeedsKeys)
 	User string   // proxy user; "" when unauthenticated or the default user
 	Addr netip.Addr
 }
@@ -65,6 +65,9 @@ type Decision struct {
 // concurrent use; on reload the proxy builds a new one and swaps it in.
 type Policy struct {
 	index map[string][]entry // by top-level command name, in rule order
+	// keyed: commands that some rule matches by key, so Request.Keys
+	// matters for them; for the others the caller may leave Keys empty.
+	keyed map[string]bool
 	rules []*compiledRule    // in order, operator rules then defaults
 	log   *zap.Logger
 	m     *Metrics
@@ -147,7 +150,7 @@ func New(cfg Config, m *Metrics, log *zap.Logger) (*Policy, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	p := &Policy{index: make(map[string][]entry), log: log.Named("policy"), m: m}
+	p := &Policy{index: make(map[string][]entry), keyed: make(map[string]bool), log: log.Named("policy"), m: m}
 
 	rules := slices.Clip(cfg.Rules)
 	if !cfg.NoDefaults {
@@ -162,12 +165,20 @@ func New(cfg Config, m *Metrics, log *zap.Logger) (*Policy, error) {
 		for _, cmd := range rules[i].Commands {
 			top, sub := splitCommand(cmd)
 			p.index[top] = append(p.index[top], entry{rule: c, sub: sub})
+			if len(c.keys) > 0 {
+				p.keyed[top] = true
+			}
 		}
 	}
 	p.big = newBigKeys(cfg.BigKeys, m)
 	p.jitter = newJitter(cfg.Jitter)
 	return p, nil
 }
+
+// NeedsKeys reports whether a rule matches the command name by key, i.e.
+// whether Check needs Request.Keys filled in. Extracting keys for every
+// command would be work on the hot path that no rule looks at.
+func (p *Policy) NeedsKeys(name string) bool { return p.keyed[name] }
 
 // Check decides what to do with one command: the first matching rule's
 // action, operator rules before the defaults. A dry-run (Log) rule that

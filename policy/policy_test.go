@@ -500,3 +500,17 @@ func BenchmarkCheckDeny(b *testing.B) {
 		p.Check(r)
 	}
 }
+
+// NeedsKeys is true only for commands some rule matches by key, so the
+// proxy extracts keys only where a rule looks at them.
+func TestNeedsKeys(t *testing.T) {
+	p, err := New(Config{Rules: []Rule{{Name: "r", Commands: []string{"get", "config|set"}, Keys: []string{"s:*"}, Action: Deny}}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"get": true, "config": true, "set": false, "keys": false} {
+		if got := p.NeedsKeys(name); got != want {
+			t.Errorf("NeedsKeys(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

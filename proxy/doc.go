@@ -2,11 +2,15 @@
 // RESP3 and inline commands, through github.com/tidwall/redcon), keeps each
 // client's session state, and forwards commands to Redis.
 //
-// The request path reads top to bottom in session.go: a client's batch of
-// pipelined commands is classified by the command table; commands answered
-// by the proxy (HELLO, CLIENT SETNAME/GETNAME/ID/SETINFO, AUTH, refusals) are
-// answered in place; eligible reads may join an identical read in flight
-// (package coalesce); the rest go upstream as one Batch, on the shared
+// The request path reads top to bottom in session.go (exec): a client's
+// batch of pipelined commands is classified by the command table; the policy
+// stage (policy.go, package policy) may refuse or rewrite a command and
+// raises cache-write TTLs; writes drop their keys from the local tier
+// (tier.go, package hotkey); commands answered by the proxy (HELLO, CLIENT
+// SETNAME/GETNAME/ID/SETINFO, AUTH, PROXY, refusals) are answered in place;
+// a GET of a cached hot key is answered from the tier; eligible reads may
+// join an identical read in flight (package coalesce); the rest go upstream
+// as one Batch, on the shared
 // pipelined connections of package upstream, or on a connection pinned to
 // the session while it holds state (pin.go: transactions, WATCH, SELECT,
 // blocking commands; stream mode for pub/sub, MONITOR and tracking). Replies

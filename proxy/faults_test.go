@@ -86,18 +86,6 @@ func TestClientThatStopsReadingIsClosed(t *testing.T) {
 // closedFor counts clients the proxy closed for reason (0 before the first).
 func closedFor(t *testing.T, p *proxytest.Proxy, reason string) float64 {
 	t.Helper()
-	mfs, err := p.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "rproxy_proxy_client_closed_by_proxy_total" {
-			for _, m := range mf.GetMetric() {
-				if labelsMatch(m, map[string]string{"reason": reason}) {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := metricSum(t, p.Registry, "rproxy_proxy_client_closed_by_proxy_total", map[string]string{"reason": reason})
+	return v
 }

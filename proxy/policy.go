@@ -34,8 +34,10 @@ func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info
 	*req = policy.Request{Args: cmd.Args, User: ss.user, Addr: ss.addr}
 	if info != nil {
 		req.Name = info.Name
-		ss.polKeys, _ = command.Keys(info, cmd.Args, ss.polKeys[:0])
-		req.Keys = ss.polKeys
+		if pol.NeedsKeys(info.Name) {
+			ss.polKeys, _ = command.Keys(info, cmd.Args, ss.polKeys[:0])
+			req.Keys = ss.polKeys
+		}
 	} else {
 		req.Name = string(bytes.ToLower(cmd.Args[0])) // unknown commands only
 	}

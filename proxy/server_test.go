@@ -91,6 +91,18 @@ func (c *rawClient) expectClosed() string {
 
 func counterValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
+	v, ok := metricSum(t, reg, name, labels)
+	if !ok {
+		t.Fatalf("metric %s not found", name)
+	}
+	return v
+}
+
+// metricSum adds the counters or gauges of name whose labels match, and
+// reports whether the metric exists (a vector has no family before its
+// first series).
+func metricSum(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
@@ -111,10 +123,9 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name string, labels ma
 				sum += m.Gauge.GetValue()
 			}
 		}
-		return sum
+		return sum, true
 	}
-	t.Fatalf("metric %s not found", name)
-	return 0
+	return 0, false
 }
 
 func labelsMatch(m *dto.Metric, want map[string]string) bool {

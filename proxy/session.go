@@ -209,18 +209,8 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 				return
 			}
 		}
-		if s.hot != nil && info != nil {
-			// No acknowledgement is seen in stream mode: invalidate before
-			// sending, and client tracking covers the rest.
-			switch info.Invalidates {
-			case command.InvalidatesAll:
-				s.hot.clear()
-			case command.InvalidatesKeys, command.InvalidatesUnknown:
-				ss.polKeys, _ = command.Keys(info, cmd.Args, ss.polKeys[:0])
-				for _, k := range ss.polKeys {
-					s.hot.invalidate(k)
-				}
-			}
+		if s.hot != nil {
+			s.beforeWrite(ss, info, cmd.Args, false)
 		}
 		ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 		return
@@ -256,7 +246,7 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		args = cmd.Args
 	}
 	if s.hot != nil {
-		s.beforeWrite(ss, info, args)
+		s.beforeWrite(ss, info, args, true)
 	}
 	if info == nil {
 		if bytes.EqualFold(args[0], []byte("proxy")) {
@@ -418,13 +408,14 @@ func (s *Server) refuseMsg(ss *session, msg string) {
 }
 
 // beforeWrite drops from the local tier what a command may change, before
-// it is sent. Writes to known keys are dropped again when acknowledged
-// (afterWrite), so that a fill which read the old value while the write was
-// on its way cannot stay; writes to undeclared keys wait for the tracking
-// barrier instead.
-func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte) {
+// it is sent. With acked, the batch's replies will be seen: writes to known
+// keys are dropped again then (afterWrite), so that a fill which read the
+// old value while the write was on its way cannot stay, and writes to
+// undeclared keys wait for the tracking barrier. In stream mode no
+// acknowledgement is seen, and client tracking covers the rest.
+func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, acked bool) {
 	if info == nil {
-		ss.hotBarrier = true // unknown here: a module command may write
+		ss.hotBarrier = ss.hotBarrier || acked // unknown here: a module command may write
 		return
 	}
 	switch info.Invalidates {
@@ -432,13 +423,17 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte) {
 		return
 	case command.InvalidatesAll:
 		s.hot.clear()
-		ss.hotClear = true
+		ss.hotClear = ss.hotClear || acked
 		return
 	}
 	n := len(ss.hotKeys)
 	keys, ok := command.Keys(info, args, ss.hotKeys)
 	for _, k := range keys[n:] {
 		s.hot.invalidate(k)
+	}
+	if !acked {
+		ss.hotKeys = keys[:n]
+		return
 	}
 	ss.hotKeys = keys
 	if !ok || info.Invalidates == command.InvalidatesUnknown {

@@ -83,13 +83,13 @@ type hotTier struct {
 }
 
 type tierMetrics struct {
-	fills         prometheus.Counter
-	fillsRefused  prometheus.Counter
-	pushes        prometheus.Counter
-	barriers      prometheus.Counter
-	serving       prometheus.Gauge
-	lagStops      prometheus.Counter
-	invalidateLag prometheus.Histogram
+	fills        prometheus.Counter
+	fillsRefused prometheus.Counter
+	pushes       prometheus.Counter
+	barriers     prometheus.Counter
+	serving      prometheus.Gauge
+	lagStops     prometheus.Counter
+	probeSeconds prometheus.Histogram
 }
 
 func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
@@ -106,12 +106,12 @@ func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
 			Name: "tier_serving", Help: "1 while the tier serves (tracking connection up, within max lag), else 0."}),
 		lagStops: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
 			Name: "tier_stops_total", Help: "Times the tier emptied and stopped serving because tracking was lost or lagged."}),
-		invalidateLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "rproxy", Subsystem: "hotkey",
+		probeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "rproxy", Subsystem: "hotkey",
 			Name: "tracking_probe_seconds", Help: "Round trip of the tracking connection's probe: an upper bound of the invalidation lag.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.fills, m.fillsRefused, m.pushes, m.barriers, m.serving, m.lagStops, m.invalidateLag)
+		reg.MustRegister(m.fills, m.fillsRefused, m.pushes, m.barriers, m.serving, m.lagStops, m.probeSeconds)
 	}
 	return m
 }
@@ -246,16 +246,23 @@ func (h *hotTier) barrier() {
 		return
 	}
 	h.metrics.barriers.Inc()
-	b := upstream.NewBatch()
-	b.Add(pingCmd)
-	h.track.Do(b)
-	if r := b.Reply(0); len(r) == 0 || r[0] != '+' {
+	if !h.ping() {
 		// The connection failed: OnState(false) has emptied the tier.
 		h.clear()
 	}
 }
 
 var pingCmd = resp.AppendCommandString(nil, "PING")
+
+// ping sends PING on the tracking connection and reports whether it was
+// answered: its reply follows every push Redis queued before it.
+func (h *hotTier) ping() bool {
+	b := upstream.NewBatch()
+	b.Add(pingCmd)
+	h.track.Do(b)
+	r := b.Reply(0)
+	return len(r) > 0 && r[0] == '+'
+}
 
 // fillLoop reads queued keys, up to fillBatch per round trip, and stores
 // GET's reply with the key's PTTL unless the key was invalidated meanwhile.
@@ -391,13 +398,7 @@ func (h *hotTier) probeLoop(ctx context.Context) {
 	done := make(chan bool, 1)
 	for {
 		start := time.Now()
-		go func() {
-			b := upstream.NewBatch()
-			b.Add(pingCmd)
-			h.track.Do(b)
-			r := b.Reply(0)
-			done <- len(r) > 0 && r[0] == '+'
-		}()
+		go func() { done <- h.ping() }()
 		timer := time.NewTimer(h.maxLag)
 		var ok, late bool
 		select {
@@ -412,7 +413,7 @@ func (h *hotTier) probeLoop(ctx context.Context) {
 			return
 		}
 		timer.Stop()
-		h.metrics.invalidateLag.Observe(time.Since(start).Seconds())
+		h.metrics.probeSeconds.Observe(time.Since(start).Seconds())
 		h.setLag(ok && !late)
 		select {
 		case <-ctx.Done():

@@ -51,7 +51,7 @@ func Config(upstreamAddr string) proxy.Config {
 }
 
 // HotKeyConfig returns the shipped hot-key settings: detection on, the tier
-// on, and a short probe interval so tests see the tier stop and start fast.
+// on, with the shipped max lag (1s).
 func HotKeyConfig() *proxy.HotKeyConfig {
 	return &proxy.HotKeyConfig{
 		Detector:   hotkey.DefaultDetectorConfig(),
