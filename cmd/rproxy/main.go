@@ -310,6 +310,8 @@ func proxyConfig(c config.Config) proxy.Config {
 		Coalesce:           c.Coalesce.Commands,
 		CoalesceInFlight:   c.Coalesce.Window == "inflight",
 		HotKey:             hotKeyConfig(c.HotKeys),
+		SlowLogThreshold:   c.SlowLog.Threshold.D(),
+		SlowLogLen:         c.SlowLog.MaxLen,
 		Policy:             &pc,
 	}
 }

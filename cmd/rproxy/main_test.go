@@ -112,6 +112,11 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	if r, _ := resp.ReadReply(rd, nil); string(r) != "+OK\r\n" {
 		t.Fatalf("SET = %q", r)
 	}
+	// The slow log is on by default (slowlog.threshold 10ms).
+	c.Write(resp.AppendCommandString(nil, "PROXY", "SLOWLOG", "LEN"))
+	if r, _ := resp.ReadReply(rd, nil); string(r) != ":0\r\n" {
+		t.Fatalf("PROXY SLOWLOG LEN on the binary = %q", r)
+	}
 	c.Write(resp.AppendCommandString(nil, "DEBUG", "SLEEP", "0.3"))
 	time.Sleep(50 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGTERM)
