@@ -1,6 +1,6 @@
 // Package admin serves rproxy's operator HTTP endpoints: /healthz (the
 // process is up), /readyz (the upstream is reachable and the command table
 // is loaded), /metrics (Prometheus), POST /reload (re-read the config file
-// and apply policy, jitter and log level), /hotkeys (JSON), /config (the
+// and apply policy, jitter, log level and client limits), /hotkeys (JSON), /config (the
 // running configuration, secrets redacted) and /debug/pprof.
 package admin

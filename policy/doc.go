@@ -32,7 +32,8 @@
 // server administration (DEBUG, SHUTDOWN, CONFIG SET, MONITOR, REPLICAOF,
 // SLAVEOF), cluster topology changes (CLUSTER ADDSLOTS, SETSLOT, RESET,
 // FORGET, MEET, ...) and CLIENT KILL other than by ID (behind a proxy it
-// would close a shared connection). NoDefaults drops them all.
+// would close a shared connection), and PROXY RELOAD except from loopback.
+// NoDefaults drops them all.
 //
 // # Big keys
 //

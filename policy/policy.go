@@ -68,7 +68,7 @@ type Policy struct {
 	// keyed: commands that some rule matches by key, so Request.Keys
 	// matters for them; for the others the caller may leave Keys empty.
 	keyed map[string]bool
-	rules []*compiledRule    // in order, operator rules then defaults
+	rules []*compiledRule // in order, operator rules then defaults
 	log   *zap.Logger
 	m     *Metrics
 
@@ -112,7 +112,7 @@ func (c Config) Validate() error {
 	reserved := map[string]string{bigKeyRule: "the big-key check", maxValueRule: "the value-size check"}
 	if !c.NoDefaults {
 		for _, r := range DefaultRules() {
-			reserved[r.Name] = "a default rule (rename yours, or set no_defaults)"
+			reserved[r.Name] = "a default rule (rename yours, or set policy.defaults: false)"
 		}
 	}
 	seen := make(map[string]int, len(c.Rules))

@@ -3,10 +3,11 @@
 //
 // A session hands a Batch (one or more raw RESP commands) to a Pool. The pool
 // picks a connection and appends the batch's bytes to that connection's write
-// buffer. Writes are combined: whichever sender finds no write in progress
-// becomes the writer and keeps writing until the buffer runs dry, so commands
-// queued by many clients meanwhile leave in one write, without a writer
-// goroutine hand-off per request. One reader goroutine per connection frames
+// buffer and wakes the connection's writer goroutine. Before each write the
+// writer yields to the scheduler (Config.GatherYields, while the queue or
+// the coalesced joins keep growing), so commands queued by the clients woken
+// in the same network poll leave in one write. One reader goroutine per
+// connection frames
 // replies with resp.Framer and appends them, byte for byte, to the waiting
 // batches in the order their commands were written.
 //
