@@ -362,12 +362,16 @@ func (c *conn) readLoop(nc net.Conn, buf []byte) error {
 	now := c.pool.cfg.Now
 	for {
 		n, err := nc.Read(buf)
+		readSeq := c.pool.cfg.SendSeq.Load() // writes numbered after this came after the read
 		if n > 0 {
 			c.lastProgress.Store(now().UnixNano())
 			p := buf[:n]
 			for len(p) > 0 {
 				if cur == nil {
-					if cur = c.front(); cur == nil {
+					// A batch the writer took after this read returned
+					// cannot be answered by it: such bytes are a stray
+					// reply (the connection is then reset), not its answer.
+					if cur = c.front(); cur == nil || !cur.Sent() || cur.SentSeq() > readSeq {
 						cur = &discard
 						discard.replies = discard.replies[:0]
 					}
