@@ -48,7 +48,8 @@ type Config struct {
 
 // Upstream configures the connections to the Redis server.
 type Upstream struct {
-	Address     string   `yaml:"address"`               // host:port of the Redis server; default "127.0.0.1:6379"
+	Address     string   `yaml:"address"`               // host:port of the Redis server (mode cluster: a seed node); default "127.0.0.1:6379"
+	Mode        string   `yaml:"mode"`                  // "standalone" (default) or "cluster" (a Redis Cluster, found from address and cluster.seeds)
 	Connections int      `yaml:"connections"`           // shared upstream connections per protocol (RESP2, RESP3); default 1 (measured fastest); 1..64
 	DialTimeout Duration `yaml:"dial_timeout"`          // default 1s; > 0
 	Timeout     Duration `yaml:"timeout"`               // a request with no reply progress for this long fails with "upstream unavailable" and the connection is reset; default 5s; > 0
@@ -65,7 +66,18 @@ type Upstream struct {
 	PasswordFile string `yaml:"password_file"` // path of a file holding the password (trailing newline ignored)
 	PasswordEnv  string `yaml:"password_env"`  // name of an environment variable holding the password
 
-	TLS UpstreamTLS `yaml:"tls"` // TLS to the Redis server
+	Cluster UpstreamCluster `yaml:"cluster"` // mode cluster only
+	TLS     UpstreamTLS     `yaml:"tls"`     // TLS to the Redis server
+}
+
+// UpstreamCluster configures a Redis Cluster upstream (upstream.mode cluster).
+type UpstreamCluster struct {
+	Seeds []string `yaml:"seeds"` // more seed nodes (host:port) besides upstream.address; default []
+	// Refresh is how often the slot map is read again when nothing asks
+	// sooner (MOVED, an unreachable master and CLUSTERDOWN ask at once);
+	// default 10s; > 0.
+	Refresh      Duration `yaml:"refresh"`
+	MaxRedirects int      `yaml:"max_redirects"` // MOVED/ASK/TRYAGAIN replies followed per command before the client sees one; default 5; 1..16
 }
 
 // TLS makes the client listener speak TLS only. The files are read at
@@ -388,6 +400,8 @@ func Default() Config {
 		TLS:    TLS{MinVersion: "1.2"},
 		Upstream: Upstream{
 			Address:      "127.0.0.1:6379",
+			Mode:         "standalone",
+			Cluster:      UpstreamCluster{Seeds: []string{}, Refresh: Duration(10 * time.Second), MaxRedirects: 5},
 			Connections:  1,
 			DialTimeout:  Duration(time.Second),
 			Timeout:      Duration(5 * time.Second),
@@ -721,6 +735,26 @@ func (c Config) Validate() error {
 	}
 	if u.Connections < 1 || u.Connections > 64 {
 		add("upstream.connections must be between 1 and 64, got %d", u.Connections)
+	}
+	switch u.Mode {
+	case "standalone":
+	case "cluster":
+		if c.HotKeys.Tier {
+			add("hotkeys.tier is not supported with upstream.mode cluster yet (its invalidations come from one server's client tracking): set hotkeys.tier: false")
+		}
+	default:
+		add("upstream.mode must be standalone or cluster, got %q", u.Mode)
+	}
+	for i, s := range u.Cluster.Seeds {
+		if err := checkHostPort(s, 1); err != nil {
+			add("upstream.cluster.seeds[%d] %v", i, err)
+		}
+	}
+	if u.Cluster.Refresh <= 0 {
+		add("upstream.cluster.refresh must be greater than 0, got %s", u.Cluster.Refresh)
+	}
+	if u.Cluster.MaxRedirects < 1 || u.Cluster.MaxRedirects > 16 {
+		add("upstream.cluster.max_redirects must be between 1 and 16, got %d", u.Cluster.MaxRedirects)
 	}
 	if c.Procs < 0 || c.Procs > 1024 {
 		add("procs must be between 0 and 1024, got %d", c.Procs)

@@ -891,6 +891,12 @@ func hello3(t *testing.T, direct, proxied *rawConn) {
 
 func runCompatSequential(t *testing.T, e *compatEnv, proto int, corpus []compatCase) {
 	e.reset(t)
+	runCompatSequentialNoReset(t, e, proto, corpus)
+}
+
+// runCompatSequentialNoReset is runCompatSequential on servers the caller
+// has emptied.
+func runCompatSequentialNoReset(t *testing.T, e *compatEnv, proto int, corpus []compatCase) {
 	direct := dialRaw(t, "direct redis", e.a.Addr)
 	proxied := dialRaw(t, "rproxy", e.proxy.Addr)
 	if proto == 3 {
@@ -946,6 +952,12 @@ func pipelineAll(t *testing.T, rc *rawConn, cmds [][]string) [][]byte {
 
 func runCompatPipelined(t *testing.T, e *compatEnv, proto int, corpus []compatCase) {
 	e.reset(t)
+	runCompatPipelinedNoReset(t, e, proto, corpus)
+}
+
+// runCompatPipelinedNoReset is runCompatPipelined on servers the caller has
+// emptied.
+func runCompatPipelinedNoReset(t *testing.T, e *compatEnv, proto int, corpus []compatCase) {
 	direct := dialRaw(t, "direct redis", e.a.Addr)
 	proxied := dialRaw(t, "rproxy", e.proxy.Addr)
 	var cmds [][]string

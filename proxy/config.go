@@ -25,6 +25,10 @@ type Config struct {
 	// Upstream configures the shared connections; Protocol is ignored (the
 	// server keeps one pool per protocol, RESP2 and RESP3).
 	Upstream upstream.Config
+	// Cluster, when not nil, makes the upstream a Redis Cluster found from
+	// Cluster.Seeds (Upstream.Address is then unused): commands are routed
+	// by key slot, and multi-key commands that span slots are split.
+	Cluster *upstream.ClusterConfig
 
 	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
 	MaxBulkLen     int64         // a client's declared bulk length above this closes it
@@ -94,6 +98,16 @@ func (c Config) Validate() error {
 	}
 	up := c.Upstream
 	up.Protocol = 2
+	if c.Cluster != nil {
+		if len(c.Cluster.Seeds) == 0 {
+			errs = append(errs, errors.New("proxy: cluster mode needs at least one seed address"))
+		} else {
+			up.Address = c.Cluster.Seeds[0]
+		}
+		if c.HotKey != nil && c.HotKey.Tier {
+			errs = append(errs, errors.New("proxy: the local hot-key tier is not supported with a cluster upstream yet (its invalidations come from one server's client tracking); turn it off (hotkeys.tier: false)"))
+		}
+	}
 	if err := up.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -52,14 +52,18 @@ func transactionTrack(name string) track {
 // pinSession sends what is queued on the shared connections, then lends the
 // session a dedicated connection. If none can be had, the command that asked
 // gets the upstream error and false is returned.
-func (s *Server) pinSession(ss *session) bool {
+//
+// On a cluster the connection goes to the master of slot, the slot of the
+// command that asked (upstream.SlotAny: any master).
+func (s *Server) pinSession(ss *session, slot int) bool {
 	s.flush(ss)
-	d, err := ss.pools[ss.proto].Acquire(context.Background())
+	pool := ss.pools[ss.proto].PinPool(slot)
+	d, err := pool.Acquire(context.Background())
 	if err != nil {
 		s.reply(ss, resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()))
 		return false
 	}
-	ss.pin, ss.pinPool = d, ss.pools[ss.proto]
+	ss.pin, ss.pinPool = d, pool
 	ss.inMulti, ss.watching, ss.db, ss.dbUnknown = false, false, 0, false
 	return true
 }
@@ -143,7 +147,7 @@ func (s *Server) unpin(ss *session) {
 // connection: replies so far are written, then a goroutine copies what Redis
 // sends to the client, and raw is the first command sent.
 func (s *Server) startStream(ss *session, raw []byte) {
-	if ss.pin == nil && !s.pinSession(ss) {
+	if ss.pin == nil && !s.pinSession(ss, ss.slot) {
 		return
 	}
 	s.flush(ss)

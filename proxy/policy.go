@@ -112,7 +112,7 @@ func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd redcon.Command
 	b := ss.probe
 	b.Reset()
 	for _, k := range keys {
-		b.Add(resp.AppendCommand(nil, []byte("TYPE"), k))
+		b.AddSlot(resp.AppendCommand(nil, []byte("TYPE"), k), s.slotOf(k))
 	}
 	s.doProbe(ss, b)
 	types := make([]string, len(keys))
@@ -127,7 +127,7 @@ func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd redcon.Command
 	var sized []int
 	for i, k := range keys {
 		if c, ok := lengthCommands[types[i]]; ok {
-			b.Add(resp.AppendCommand(nil, []byte(c), k))
+			b.AddSlot(resp.AppendCommand(nil, []byte(c), k), s.slotOf(k))
 			sized = append(sized, i)
 		}
 	}

@@ -269,10 +269,31 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// poolSet holds the shared pools of each protocol: [2] and [3].
-type poolSet [4]*upstream.Pool
+// backend is where a session's shared-connection commands go: one Redis
+// server (upstream.Pool) or a Redis Cluster (upstream.Router).
+type backend interface {
+	Do(b *upstream.Batch)
+	Ready() bool
+	Close()
+	// PinPool is the pool a session needing a dedicated connection for a
+	// command on slot takes it from (upstream.SlotAny: no key).
+	PinPool(slot int) *upstream.Pool
+	// Shards returns a slot of each master, for commands all must run.
+	Shards() []int
+}
+
+// poolSet holds the shared connections of each protocol: [2] and [3].
+type poolSet [4]backend
 
 func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
+	if s.cfg.Cluster != nil {
+		c, err := upstream.NewCluster(ucfg, *s.cfg.Cluster, s.metricsUp, s.log.Named("upstream"))
+		if err != nil {
+			return err
+		}
+		ps[2], ps[3] = c.Router(2), c.Router(3)
+		return nil
+	}
 	for _, proto := range []int{2, 3} {
 		ucfg.Protocol = proto
 		p, err := upstream.NewPool(ucfg, s.metricsUp, s.log.Named("upstream"))

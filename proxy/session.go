@@ -59,6 +59,16 @@ type session struct {
 	order     []int
 	quit      bool
 
+	// Cluster routing: the slot of the command being queued (set by
+	// routeCluster, taken by forwardTracked), the rest of the read batch
+	// (so MULTI can pin to the master of the transaction's first key),
+	// split commands whose replies are merged, and key scratch.
+	slot      int
+	rest      []redcon.Command
+	restAt    int
+	merges    []merge
+	routeKeys [][]byte
+
 	// Pinning: while the session holds connection state, its commands run on
 	// a dedicated upstream connection. track holds, for each command in
 	// batch while pinned, the state it may change; the replies decide.
@@ -117,7 +127,7 @@ type session struct {
 }
 
 func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
-	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch()}
+	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch(), slot: upstream.SlotAny}
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr()); err == nil {
 		ss.addr = ap.Addr().Unmap()
 	}
@@ -158,11 +168,14 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		start = time.Now()
 		ss.timed = true
 	}
-	s.exec(ss, cmd)
 	rest := c.ReadPipeline()
+	ss.rest, ss.restAt = rest, 0
+	s.exec(ss, cmd)
 	for i := 0; i < len(rest) && !ss.quit; i++ {
+		ss.restAt = i + 1
 		s.exec(ss, rest[i])
 	}
+	ss.rest = nil
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
 	ss.wrote = false
 	if ss.stream {
@@ -248,6 +261,9 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	if s.hot != nil {
 		s.beforeWrite(ss, info, args, true)
 	}
+	if s.cfg.Cluster != nil && s.routeCluster(ss, info, cmd) {
+		return
+	}
 	if info == nil {
 		if bytes.EqualFold(args[0], []byte("proxy")) {
 			s.proxyCommand(ss, args)
@@ -268,14 +284,14 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 			s.forward(ss, cmd.Raw)
 			return
 		}
-		if ss.pin == nil && !s.pinSession(ss) {
+		if ss.pin == nil && !s.pinSession(ss, ss.slot) {
 			return
 		}
 		ss.blocking = true
 		ss.slowSkip = true // it waits as long as the client asked: not slow
 		s.forward(ss, cmd.Raw)
 	case command.Transaction:
-		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss) {
+		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss, s.transactionSlot(ss, info)) {
 			return
 		}
 		s.forwardTracked(ss, cmd.Raw, transactionTrack(info.Name))
@@ -380,7 +396,8 @@ func (s *Server) forward(ss *session, raw []byte) {
 }
 
 func (s *Server) forwardTracked(ss *session, raw []byte, t track) {
-	ss.batch.Add(raw)
+	ss.batch.AddSlot(raw, ss.slot)
+	ss.slot = upstream.SlotAny
 	ss.order = append(ss.order, -1)
 	if ss.pin != nil {
 		ss.track = append(ss.track, t)
@@ -505,7 +522,11 @@ func (s *Server) flush(ss *session) {
 	up := 0
 	for _, o := range ss.order {
 		var r []byte
-		if o <= -2 {
+		if o <= mergeBase {
+			m := &ss.merges[mergeBase-o]
+			r = m.reply(ss.batch, up)
+			up += m.parts
+		} else if o <= -2 {
 			r = ss.joined[-2-o].Wait()
 		} else if o < 0 {
 			r = ss.batch.Reply(up)
@@ -528,6 +549,10 @@ func (s *Server) flush(ss *session) {
 	ss.local, ss.localEnds, ss.order = ss.local[:0], ss.localEnds[:0], ss.order[:0]
 	clear(ss.joined)
 	ss.joined = ss.joined[:0]
+	if len(ss.merges) > 0 {
+		clear(ss.merges)
+		ss.merges = ss.merges[:0]
+	}
 	if ss.pin != nil && ss.pinNoLongerNeeded() {
 		// Let the replies go before the reset round trip of Release.
 		redcon.BaseWriter(ss.conn).Flush()
@@ -574,7 +599,7 @@ func (s *Server) selectDB(ss *session, cmd redcon.Command) {
 	if len(cmd.Args) == 2 {
 		n, err := strconv.Atoi(string(cmd.Args[1]))
 		if err == nil && (ss.pin != nil || string(cmd.Args[1]) != "0") {
-			if ss.pin == nil && !s.pinSession(ss) {
+			if ss.pin == nil && !s.pinSession(ss, upstream.SlotAny) {
 				return
 			}
 			s.forwardTracked(ss, cmd.Raw, track{kind: trackSelect, db: n})
@@ -781,6 +806,9 @@ func (s *Server) helloUpstream(ss *session, raw []byte, proto int, setName bool,
 		ss.pools[proto].Do(ss.batch)
 	}
 	r := ss.batch.Reply(0)
+	if s.cfg.Cluster != nil {
+		r = bytes.Replace(r, helloModeCluster, helloModeStandalone, 1)
+	}
 	if len(r) > 0 && r[0] != '-' && r[0] != '!' {
 		ss.proto = proto
 		if setName {

@@ -287,6 +287,14 @@ wait:
 // proxyConfig maps the file schema onto the proxy's own Config.
 func proxyConfig(c config.Config) proxy.Config {
 	pc := c.PolicyConfig()
+	var cluster *upstream.ClusterConfig
+	if c.Upstream.Mode == "cluster" {
+		cluster = &upstream.ClusterConfig{
+			Seeds:        append([]string{c.Upstream.Address}, c.Upstream.Cluster.Seeds...),
+			Refresh:      c.Upstream.Cluster.Refresh.D(),
+			MaxRedirects: c.Upstream.Cluster.MaxRedirects,
+		}
+	}
 	return proxy.Config{
 		Listen: c.Listen,
 		Upstream: upstream.Config{
@@ -299,6 +307,7 @@ func proxyConfig(c config.Config) proxy.Config {
 			GatherYields: c.Upstream.GatherYields,
 			Username:     c.Upstream.Username,
 		},
+		Cluster:            cluster,
 		MaxClients:         c.Limits.MaxClients,
 		MaxBulkLen:         c.Limits.MaxBulkLen.Bytes(),
 		MaxQueryBuffer:     c.Limits.MaxQueryBuffer.Bytes(),

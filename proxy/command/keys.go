@@ -52,6 +52,18 @@ func movableKeys(name string, args [][]byte, dst [][]byte) ([][]byte, bool) {
 		return numKeys(args, 1, dst)
 	case "blmpop", "bzmpop":
 		return numKeys(args, 2, dst)
+	case "xread", "xreadgroup":
+		// STREAMS key [key ...] id [id ...]: the first half.
+		for i := 1; i < len(args); i++ {
+			if eqFold(args[i], "streams") {
+				n := len(args) - i - 1
+				if n == 0 || n%2 != 0 {
+					return dst, false
+				}
+				return append(dst, args[i+1:i+1+n/2]...), true
+			}
+		}
+		return dst, false
 	case "sort", "sort_ro", "georadius", "georadiusbymember":
 		if len(args) < 2 {
 			return dst, false

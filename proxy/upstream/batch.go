@@ -19,6 +19,9 @@ type Batch struct {
 	// cmds are the commands' raw RESP bytes, referenced, not copied: they
 	// are copied once, into the connection's write buffer, inside Pool.Do.
 	cmds [][]byte
+	// slots[i] is the cluster hash slot of command i (SlotAny: no key);
+	// only a cluster Router reads it.
+	slots []int32
 
 	replies   []byte // replies, back to back, exactly as Redis sent them
 	replyEnds []int  // replyEnds[i] is the end offset of reply i in replies
@@ -54,12 +57,39 @@ func (b *Batch) Reset() {
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	b.cmds = b.cmds[:0]
+	b.slots = b.slots[:0]
 }
 
 // Add appends one command, already encoded as RESP. raw must stay unchanged
 // until Pool.Do returns.
 func (b *Batch) Add(raw []byte) {
+	b.AddSlot(raw, SlotAny)
+}
+
+// AddSlot appends one command whose key hashes to slot (SlotAny: no key),
+// so that a cluster Router sends it to the slot's master.
+func (b *Batch) AddSlot(raw []byte, slot int) {
 	b.cmds = append(b.cmds, raw)
+	b.slots = append(b.slots, int32(slot))
+}
+
+// Slot returns the slot command i was added with.
+func (b *Batch) Slot(i int) int { return int(b.slots[i]) }
+
+// markSent marks the batch as sent with send sequence seq, for a batch that
+// is split into other batches (Router): seq is read before any part is
+// sent, so the batch claims an earlier send than any of its parts made,
+// which keeps coalescing's windows conservative.
+func (b *Batch) markSent(seq uint64) {
+	b.sentSeq.Store(seq)
+	b.sent.Store(true)
+}
+
+// appendReply appends the next command's reply (a Router assembling the
+// replies of a batch it split).
+func (b *Batch) appendReply(r []byte) {
+	b.replies = append(b.replies, r...)
+	b.replyEnds = append(b.replyEnds, len(b.replies))
 }
 
 // Len is the number of commands in the batch.

@@ -17,6 +17,12 @@ type Metrics struct {
 	bytesOut      *prometheus.CounterVec
 	batchCommands *prometheus.HistogramVec
 	pinned        *prometheus.GaugeVec
+
+	// Cluster mode (zero in standalone mode).
+	redirects     *prometheus.CounterVec
+	refreshes     *prometheus.CounterVec
+	clusterNodes  prometheus.Gauge
+	slotsAssigned prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -41,9 +47,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}}, proto),
 		pinned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "pinned_connections", Help: "Dedicated upstream connections currently lent to sessions holding state."}, proto),
+		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cluster_redirects_total", Help: "Cluster replies rproxy followed instead of passing them on, by kind (moved, ask, tryagain)."}, []string{"kind"}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cluster_slot_map_refreshes_total", Help: "Cluster slot map reads, by outcome (changed, unchanged, error)."}, []string{"outcome"}),
+		clusterNodes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "cluster_masters", Help: "Masters in the current cluster slot map."}),
+		slotsAssigned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "cluster_slots_assigned", Help: "Hash slots with a master in the current cluster slot map (16384 when the map is whole)."}),
+	}
+	// Every kind and outcome exported from the start, at zero.
+	for _, k := range []string{"moved", "ask", "tryagain"} {
+		m.redirects.WithLabelValues(k)
+	}
+	for _, o := range []string{"changed", "unchanged", "error"} {
+		m.refreshes.WithLabelValues(o)
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned)
+		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned,
+			m.redirects, m.refreshes, m.clusterNodes, m.slotsAssigned)
 	}
 	return m
 }

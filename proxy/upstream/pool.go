@@ -146,6 +146,13 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 // reply. When no connection is up, every command gets the
 // "upstream unavailable" error at once.
 func (p *Pool) Do(b *Batch) {
+	p.Send(b)
+	b.Wait()
+}
+
+// Send queues the batch on one of the pool's connections (or fails it at
+// once when none is up) without waiting: the caller must call b.Wait.
+func (p *Pool) Send(b *Batch) {
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	n := uint32(len(p.conns))
@@ -154,15 +161,21 @@ func (p *Pool) Do(b *Batch) {
 	for i := uint32(0); i < n; i++ {
 		c := p.conns[(start+i)%n]
 		if r, ok := c.send(b); ok {
-			b.Wait()
 			return
 		} else if reason == "" {
 			reason = r
 		}
 	}
 	b.fail(unavailable(reason))
-	b.Wait()
 }
+
+// PinPool returns the pool dedicated connections for slot come from: the
+// pool itself (a standalone server owns every slot).
+func (p *Pool) PinPool(slot int) *Pool { return p }
+
+// Shards returns one slot per shard, for commands that must run on every
+// master: a standalone server is one shard.
+func (p *Pool) Shards() []int { return []int{SlotAny} }
 
 // Ready reports whether at least one connection is up.
 func (p *Pool) Ready() bool {

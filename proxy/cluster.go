@@ -1,0 +1,309 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// mergeBase: an order entry o <= mergeBase stands for merge mergeBase-o,
+// whose reply is made from the replies of its parts (see session.order).
+const mergeBase = -1 << 30
+
+// mergeKind is how the replies of a split command's parts become one.
+type mergeKind uint8
+
+const (
+	mergeSum   mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
+	mergeOK                     // every part said OK: MSET, FLUSHALL, FLUSHDB
+	mergeArray                  // elements put back in key order: MGET
+)
+
+// splitCommands are the multi-key commands a cluster runs per slot when
+// their keys span slots, and how their replies merge. Each takes keys
+// (MSET: key-value pairs) from its first argument on.
+var splitCommands = map[string]mergeKind{
+	"mget":   mergeArray,
+	"mset":   mergeOK,
+	"del":    mergeSum,
+	"unlink": mergeSum,
+	"exists": mergeSum,
+	"touch":  mergeSum,
+}
+
+// fanOutCommands run on every master; their replies merge. Scripts and
+// functions are loaded on (and flushed from) every master, so that EVALSHA
+// and FCALL find them whichever master a key leads to.
+var fanOutCommands = map[string]mergeKind{
+	"dbsize":          mergeSum,
+	"flushall":        mergeOK,
+	"flushdb":         mergeOK,
+	"script|load":     mergeOK,
+	"script|flush":    mergeOK,
+	"function|load":   mergeOK,
+	"function|delete": mergeOK,
+	"function|flush":  mergeOK,
+}
+
+// fanOutName is the fanOutCommands key of a command: its name, or
+// "name|subcommand" for SCRIPT and FUNCTION.
+func fanOutName(name string, args [][]byte) string {
+	if (name == "script" || name == "function") && len(args) > 1 {
+		return name + "|" + string(bytes.ToLower(args[1]))
+	}
+	return name
+}
+
+// merge is a client command sent as parts, consecutive in the batch.
+type merge struct {
+	kind  mergeKind
+	parts int
+	// For mergeArray: for each of the client's keys, its part and its
+	// index among that part's elements.
+	part, index []int32
+}
+
+// slotOf is key's hash slot on a cluster upstream; SlotAny otherwise.
+func (s *Server) slotOf(key []byte) int {
+	if s.cfg.Cluster == nil {
+		return upstream.SlotAny
+	}
+	return upstream.Slot(key)
+}
+
+// routeCluster prepares a command for a cluster upstream: it sets the
+// session's slot to the slot of the command's first key, refuses what
+// would need every master's keyspace, and itself queues (reporting true)
+// the commands it splits or fans out. A command whose keys span slots and
+// that cannot be split goes to its first key's master, which answers with
+// Redis's own CROSSSLOT error.
+func (s *Server) routeCluster(ss *session, info *command.Info, cmd redcon.Command) bool {
+	ss.slot = upstream.SlotAny
+	if info == nil {
+		return false
+	}
+	args := cmd.Args
+	if ss.pin == nil {
+		switch info.Name {
+		case "scan", "keys", "randomkey":
+			s.refuseMsg(ss, string(bytes.ToUpper(args[0]))+" is not supported with a cluster upstream: it would need every master's keyspace; run it on each master")
+			return true
+		}
+		if kind, ok := fanOutCommands[fanOutName(info.Name, args)]; ok {
+			shards := ss.pools[ss.proto].Shards()
+			if len(shards) > 1 {
+				first := ss.batch.Len()
+				for _, slot := range shards {
+					ss.batch.AddSlot(cmd.Raw, slot)
+				}
+				s.queueMerge(ss, merge{kind: kind, parts: ss.batch.Len() - first})
+				return true
+			}
+			return false
+		}
+	}
+	keys, _ := command.Keys(s.keyInfo(info, args), args, ss.routeKeys[:0])
+	defer func() {
+		clear(keys)
+		ss.routeKeys = keys[:0]
+	}()
+	if len(keys) == 0 {
+		return false
+	}
+	ss.slot = upstream.Slot(keys[0])
+	cross := false
+	for _, k := range keys[1:] {
+		if upstream.Slot(k) != ss.slot {
+			cross = true
+			break
+		}
+	}
+	if !cross || ss.pin != nil {
+		return false
+	}
+	kind, ok := splitCommands[info.Name]
+	if !ok {
+		return false
+	}
+	step := 1
+	if info.Name == "mset" {
+		step = 2
+		if (len(args)-1)%2 != 0 {
+			return false // Redis's arity error
+		}
+	}
+	s.splitBySlot(ss, args, step, kind)
+	return true
+}
+
+// splitBySlot queues one command per slot, each with the keys (and, with
+// step 2, their values) of that slot in the client's order.
+func (s *Server) splitBySlot(ss *session, args [][]byte, step int, kind mergeKind) {
+	type group struct {
+		slot int
+		args [][]byte
+	}
+	var groups []group
+	m := merge{kind: kind}
+	for i := 1; i+step-1 < len(args); i += step {
+		slot := upstream.Slot(args[i])
+		g := -1
+		for j := range groups {
+			if groups[j].slot == slot {
+				g = j
+				break
+			}
+		}
+		if g < 0 {
+			g = len(groups)
+			groups = append(groups, group{slot: slot, args: [][]byte{args[0]}})
+		}
+		if kind == mergeArray {
+			m.part = append(m.part, int32(g))
+			m.index = append(m.index, int32(len(groups[g].args)-1))
+		}
+		groups[g].args = append(groups[g].args, args[i:i+step]...)
+	}
+	for _, g := range groups {
+		ss.batch.AddSlot(resp.AppendCommand(nil, g.args...), g.slot)
+	}
+	m.parts = len(groups)
+	s.queueMerge(ss, m)
+}
+
+func (s *Server) queueMerge(ss *session, m merge) {
+	ss.merges = append(ss.merges, m)
+	ss.order = append(ss.order, mergeBase-(len(ss.merges)-1))
+}
+
+// keyInfo is the Info that knows a command's key positions: a
+// subcommand's (XGROUP CREATE, OBJECT ENCODING) for container commands.
+func (s *Server) keyInfo(info *command.Info, args [][]byte) *command.Info {
+	if info.Subcommands == nil {
+		return info
+	}
+	if sub := s.table.Load().LookupArgs(args); sub != nil {
+		return sub
+	}
+	return info
+}
+
+// helloMode is the HELLO reply's mode field as a cluster node sends it, and
+// as rproxy shows it: clients talk to rproxy as to one server.
+var (
+	helloModeCluster    = []byte("$4\r\nmode\r\n$7\r\ncluster\r\n")
+	helloModeStandalone = []byte("$4\r\nmode\r\n$10\r\nstandalone\r\n")
+)
+
+// transactionSlot is the slot a MULTI or WATCH pins the session to: WATCH's
+// key, or for MULTI the first key of the transaction's commands that came
+// in the same read (clients send MULTI ... EXEC as one pipeline). Without
+// one, any master: commands for other masters then get Redis's MOVED.
+func (s *Server) transactionSlot(ss *session, info *command.Info) int {
+	if s.cfg.Cluster == nil || info.Name != "multi" {
+		return ss.slot
+	}
+	table := s.table.Load()
+	for _, c := range ss.rest[ss.restAt:] {
+		ci := table.Lookup(c.Args[0])
+		if ci == nil {
+			continue
+		}
+		if ci.Name == "exec" || ci.Name == "discard" {
+			break
+		}
+		keys, _ := command.Keys(s.keyInfo(ci, c.Args), c.Args, ss.routeKeys[:0])
+		if len(keys) > 0 {
+			slot := upstream.Slot(keys[0])
+			clear(keys)
+			ss.routeKeys = keys[:0]
+			return slot
+		}
+	}
+	return upstream.SlotAny
+}
+
+// reply merges the replies of the parts, which start at upstream reply
+// first of b. An error from any part is the reply.
+func (m *merge) reply(b *upstream.Batch, first int) []byte {
+	for i := range m.parts {
+		if r := b.Reply(first + i); len(r) > 0 && (r[0] == '-' || r[0] == '!') {
+			return r
+		}
+	}
+	switch m.kind {
+	case mergeOK:
+		return b.Reply(first)
+	case mergeSum:
+		var sum int64
+		for i := range m.parts {
+			r := b.Reply(first + i)
+			if len(r) < 4 || r[0] != ':' {
+				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(r)))
+			}
+			n, err := strconv.ParseInt(string(bytes.TrimSuffix(r[1:], []byte("\r\n"))), 10, 64)
+			if err != nil {
+				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(r)))
+			}
+			sum += n
+		}
+		return resp.AppendInt(nil, sum)
+	}
+	elems := make([][][]byte, m.parts)
+	for i := range m.parts {
+		var err error
+		if elems[i], err = arrayElements(b.Reply(first + i)); err != nil {
+			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
+		}
+	}
+	out := []byte("*" + strconv.Itoa(len(m.part)) + "\r\n")
+	for j := range m.part {
+		p, k := m.part[j], m.index[j]
+		if int(k) >= len(elems[p]) {
+			return resp.AppendError(nil, "ERR rproxy: a cluster node's reply has fewer elements than keys")
+		}
+		out = append(out, elems[p][k]...)
+	}
+	return out
+}
+
+// arrayElements splits an array reply into its elements' raw bytes.
+func arrayElements(r []byte) ([][]byte, error) {
+	end := bytes.Index(r, []byte("\r\n"))
+	if len(r) == 0 || r[0] != '*' || end < 0 {
+		return nil, errUnexpectedReply(r)
+	}
+	n, err := strconv.Atoi(string(r[1:end]))
+	if err != nil || n < 0 {
+		return nil, errUnexpectedReply(r)
+	}
+	rest := r[end+2:]
+	out := make([][]byte, 0, n)
+	var f resp.Framer
+	for range n {
+		f.Reset()
+		used, done, err := f.Next(rest)
+		if err != nil || !done {
+			return nil, errUnexpectedReply(r)
+		}
+		out = append(out, rest[:used])
+		rest = rest[used:]
+	}
+	return out, nil
+}
+
+type unexpectedReplyError string
+
+func (e unexpectedReplyError) Error() string { return string(e) }
+
+func errUnexpectedReply(r []byte) error {
+	if len(r) > 40 {
+		r = r[:40]
+	}
+	return unexpectedReplyError("not an array: " + strconv.Quote(string(r)))
+}

@@ -1,0 +1,702 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// startClusterProxy runs rproxy in cluster mode in front of cl (the local
+// tier off: cluster mode does not support it yet).
+func startClusterProxy(t *testing.T, cl *redistest.Cluster, opts ...func(*proxy.Config)) *proxytest.Proxy {
+	t.Helper()
+	seeds := cl.Seeds()
+	return proxytest.Start(t, seeds[0], append([]func(*proxy.Config){func(c *proxy.Config) {
+		c.Cluster = &upstream.ClusterConfig{Seeds: seeds, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
+		c.HotKey.Tier = false
+	}}, opts...)...)
+}
+
+// redirects is how many cluster replies of kind rproxy followed.
+func redirects(t *testing.T, p *proxytest.Proxy, kind string) float64 {
+	t.Helper()
+	v, _ := metricSum(t, p.Registry, "rproxy_upstream_cluster_redirects_total", map[string]string{"kind": kind})
+	return v
+}
+
+// keyOnOtherSlot returns a key of the form prefix+n whose slot differs
+// from every slot in avoid.
+func keyOnOtherSlot(prefix string, avoid ...string) string {
+	for n := 0; ; n++ {
+		k := prefix + strconv.Itoa(n)
+		ok := true
+		for _, a := range avoid {
+			if upstream.Slot([]byte(k)) == upstream.Slot([]byte(a)) {
+				ok = false
+			}
+		}
+		if ok {
+			return k
+		}
+	}
+}
+
+// TestClusterSlotMatchesRedis checks the slot function against CLUSTER
+// KEYSLOT, hash tags included.
+func TestClusterSlotMatchesRedis(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	n := cl.Masters()[0]
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"", "{}", "{a", "a{b}c", "{b}{c}", "}{x}", "{{x}}", "foo{}{bar}", "{user1000}.following"}
+	for range 300 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = "ab{}xyz:0123"[rng.IntN(12)]
+		}
+		keys = append(keys, string(b))
+	}
+	for _, k := range keys {
+		want := strings.TrimSpace(strings.TrimPrefix(string(n.Do(t, "CLUSTER", "KEYSLOT", k)), ":"))
+		if got := strconv.Itoa(upstream.Slot([]byte(k))); got != want {
+			t.Errorf("Slot(%q) = %s, CLUSTER KEYSLOT says %s", k, got, want)
+		}
+	}
+}
+
+// TestClusterRoutesBySlot: keys written through rproxy are on their slot's
+// master, and reads and writes of many keys from one pipeline come back in
+// order.
+func TestClusterRoutesBySlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	c := dialClient(t, p.Addr)
+	var pipe []byte
+	const n = 300
+	for i := range n {
+		pipe = resp.AppendCommandString(pipe, "SET", "key:"+strconv.Itoa(i), "v"+strconv.Itoa(i))
+		pipe = resp.AppendCommandString(pipe, "GET", "key:"+strconv.Itoa(i))
+	}
+	c.send(pipe)
+	for i := range n {
+		if r := string(c.read()); r != "+OK\r\n" {
+			t.Fatalf("SET key:%d: %q", i, r)
+		}
+		want := fmt.Sprintf("$%d\r\nv%d\r\n", len("v"+strconv.Itoa(i)), i)
+		if r := string(c.read()); r != want {
+			t.Fatalf("GET key:%d: %q, want %q", i, r, want)
+		}
+	}
+	perMaster := map[string]int{}
+	for i := range n {
+		k := "key:" + strconv.Itoa(i)
+		m := cl.MasterForSlot(t, upstream.Slot([]byte(k)))
+		if r := string(m.Do(t, "GET", k)); r != fmt.Sprintf("$%d\r\nv%d\r\n", len("v"+strconv.Itoa(i)), i) {
+			t.Fatalf("%s on its master %s: %q", k, m.Addr, r)
+		}
+		perMaster[m.Addr]++
+	}
+	if len(perMaster) != 3 {
+		t.Errorf("keys landed on %d masters, want 3: %v", len(perMaster), perMaster)
+	}
+	if got := redirects(t, p, "moved"); got != 0 {
+		t.Errorf("%v MOVED replies with a fresh slot map, want 0", got)
+	}
+}
+
+// TestClusterMultiKeyMatchesStandalone: MGET, MSET, DEL, UNLINK, EXISTS,
+// TOUCH across slots, and DBSIZE, through rproxy on a cluster give the
+// bytes one standalone Redis gives, in RESP2 and RESP3.
+func TestClusterMultiKeyMatchesStandalone(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	direct := redistest.Start(t)
+	steps := [][]string{
+		{"MSET", "a", "1", "b", "2", "c", "3", "{a}x", "4", "d", "5"},
+		{"MGET", "a", "b", "missing", "c", "{a}x", "d", "a"},
+		{"MGET", "a"},
+		{"MGET", "nope1", "nope2"},
+		{"EXISTS", "a", "b", "missing", "a", "{a}x"},
+		{"TOUCH", "a", "missing", "d"},
+		{"DBSIZE"},
+		{"DEL", "a", "missing", "b", "b"},
+		{"MGET", "a", "b", "c"},
+		{"UNLINK", "c", "d", "{a}x"},
+		{"DBSIZE"},
+		{"MSET", "a"}, // arity error from Redis
+		{"MGET"},
+		{"SET", "s", "x"},
+		{"MGET", "s", "a", "c"},
+		{"LPUSH", "list", "x"},
+		{"MGET", "s", "list", "b"},
+	}
+	for _, proto := range []string{"2", "3"} {
+		t.Run("RESP"+proto, func(t *testing.T) {
+			d := dialClient(t, direct.Addr)
+			c := dialClient(t, p.Addr)
+			d.do("FLUSHALL")
+			for _, m := range cl.Masters() {
+				m.Do(t, "FLUSHALL")
+			}
+			d.do("HELLO", proto)
+			c.do("HELLO", proto)
+			for _, s := range steps {
+				want, got := d.do(s...), c.do(s...)
+				if got != want {
+					t.Errorf("%v: rproxy %q, Redis %q", s, got, want)
+				}
+			}
+			// The same steps in one pipeline.
+			d.do("FLUSHALL")
+			for _, m := range cl.Masters() {
+				m.Do(t, "FLUSHALL")
+			}
+			var pipe []byte
+			for _, s := range steps {
+				pipe = resp.AppendCommandString(pipe, s...)
+			}
+			d.send(pipe)
+			c.send(pipe)
+			for _, s := range steps {
+				if want, got := string(d.read()), string(c.read()); got != want {
+					t.Errorf("pipelined %v: rproxy %q, Redis %q", s, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestClusterCrossSlotAndRefusals: commands that cannot be split get
+// Redis's own CROSSSLOT error; SCAN, KEYS and RANDOMKEY are refused.
+func TestClusterCrossSlotAndRefusals(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Policy = nil })
+	c := dialClient(t, p.Addr)
+	other := keyOnOtherSlot("k", "a")
+	node := dialClient(t, cl.Masters()[0].Addr)
+	want := node.do("SUNION", "a", other)
+	if !strings.HasPrefix(want, "-CROSSSLOT") {
+		t.Fatalf("a cluster node answers SUNION across slots with %q", want)
+	}
+	for _, s := range [][]string{
+		{"SUNION", "a", other},
+		{"RENAME", "a", other},
+		{"EVAL", "return 1", "2", "a", other},
+		{"MSETNX", "a", "1", other, "2"},
+	} {
+		if got := c.do(s...); got != want {
+			t.Errorf("%v: %q, want Redis's %q", s, got, want)
+		}
+	}
+	// A transaction across slots fails as on the cluster.
+	var pipe []byte
+	for _, s := range [][]string{{"MULTI"}, {"SET", "a", "1"}, {"SET", other, "2"}, {"EXEC"}} {
+		pipe = resp.AppendCommandString(pipe, s...)
+	}
+	c.send(pipe)
+	var replies []string
+	for range 4 {
+		replies = append(replies, string(c.read()))
+	}
+	if replies[0] != "+OK\r\n" || replies[1] != "+QUEUED\r\n" || !strings.HasPrefix(replies[2], "-MOVED") || !strings.HasPrefix(replies[3], "-EXECABORT") {
+		t.Errorf("MULTI across slots: %q", replies)
+	}
+	for _, s := range [][]string{{"SCAN", "0"}, {"KEYS", "*"}, {"RANDOMKEY"}} {
+		if got := c.do(s...); !strings.HasPrefix(got, "-ERR rproxy: "+s[0]+" is not supported with a cluster upstream") {
+			t.Errorf("%v: %q", s, got)
+		}
+	}
+	if got := c.do("SELECT", "1"); got != node.do("SELECT", "1") {
+		t.Errorf("SELECT 1: %q, want the cluster's own error", got)
+	}
+	if got := c.do("PING"); got != "+PONG\r\n" {
+		t.Errorf("the connection is not usable after the refusals: PING %q", got)
+	}
+}
+
+// TestClusterTransactionsAndScripts: MULTI/EXEC pins to the master of the
+// transaction's key, WATCH to its key's, blocking pops to theirs; scripts
+// and functions loaded through rproxy are on every master.
+func TestClusterTransactionsAndScripts(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	c := dialClient(t, p.Addr)
+	for i := range 20 { // keys on every master
+		k := "tx" + strconv.Itoa(i)
+		var pipe []byte
+		for _, s := range [][]string{{"MULTI"}, {"SET", k, "1"}, {"INCR", k}, {"EXEC"}} {
+			pipe = resp.AppendCommandString(pipe, s...)
+		}
+		c.send(pipe)
+		got := []string{string(c.read()), string(c.read()), string(c.read()), string(c.read())}
+		want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n+OK\r\n:2\r\n"}
+		if strings.Join(got, "") != strings.Join(want, "") {
+			t.Fatalf("MULTI SET INCR EXEC on %s: %q", k, got)
+		}
+		if r := c.do("WATCH", k); r != "+OK\r\n" {
+			t.Fatalf("WATCH %s: %q", k, r)
+		}
+		c.do("MULTI")
+		c.do("INCR", k)
+		if r := c.do("EXEC"); r != "*1\r\n:3\r\n" {
+			t.Fatalf("WATCH/MULTI/INCR/EXEC on %s: %q", k, r)
+		}
+	}
+	// A blocking pop on each master's key, served by a push through rproxy.
+	for i := range 6 {
+		k := "bl" + strconv.Itoa(i)
+		b := dialClient(t, p.Addr)
+		b.send(resp.AppendCommandString(nil, "BLPOP", k, "5"))
+		time.Sleep(20 * time.Millisecond)
+		c.do("RPUSH", k, "x")
+		if r := string(b.read()); r != fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$1\r\nx\r\n", len(k), k) {
+			t.Fatalf("BLPOP %s: %q", k, r)
+		}
+	}
+	sha := strings.TrimSpace(strings.SplitN(c.do("SCRIPT", "LOAD", "return redis.call('GET', KEYS[1])"), "\r\n", 2)[1])
+	if r := c.do("FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function('g', function(keys) return redis.call('GET', keys[1]) end)"); r != "$3\r\nlib\r\n" {
+		t.Fatalf("FUNCTION LOAD: %q", r)
+	}
+	for i := range 20 {
+		k := "tx" + strconv.Itoa(i)
+		if r := c.do("EVALSHA", sha, "1", k); r != "$1\r\n3\r\n" {
+			t.Errorf("EVALSHA on %s: %q", k, r)
+		}
+		if r := c.do("FCALL", "g", "1", k); r != "$1\r\n3\r\n" {
+			t.Errorf("FCALL on %s: %q", k, r)
+		}
+	}
+	if r := c.do("SCRIPT", "FLUSH"); r != "+OK\r\n" {
+		t.Errorf("SCRIPT FLUSH: %q", r)
+	}
+	for _, m := range cl.Masters() {
+		if r := string(m.Do(t, "SCRIPT", "EXISTS", sha)); r != "*1\r\n:0\r\n" {
+			t.Errorf("the script is still on %s after SCRIPT FLUSH: %q", m.Addr, r)
+		}
+	}
+}
+
+// TestClusterPubSub: a subscriber through rproxy receives what is published
+// through rproxy, whichever masters the two land on.
+func TestClusterPubSub(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	sub := dialClient(t, p.Addr)
+	sub.send(resp.AppendCommandString(nil, "SUBSCRIBE", "news"))
+	if r := string(sub.read()); r != "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n" {
+		t.Fatalf("SUBSCRIBE: %q", r)
+	}
+	pub := dialClient(t, p.Addr)
+	for i := range 6 { // several publishes: keyless commands rotate over the masters
+		pub.do("PUBLISH", "news", "m"+strconv.Itoa(i))
+		want := fmt.Sprintf("*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nm%d\r\n", i)
+		if r := string(sub.read()); r != want {
+			t.Fatalf("message %d: %q, want %q", i, r, want)
+		}
+	}
+}
+
+// TestClusterFollowsMovedAndAsk: after a slot moves behind rproxy's back,
+// the first command gets MOVED, which rproxy follows and remembers; during
+// a migration, keys already moved are served through ASK.
+func TestClusterFollowsMovedAndAsk(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Cluster.Refresh = time.Hour // only MOVED may teach it
+	})
+	c := dialClient(t, p.Addr)
+	const key = "moving"
+	slot := upstream.Slot([]byte(key))
+	c.do("SET", key, "1")
+	from := cl.MasterForSlot(t, slot)
+	var to *redistest.ClusterNode
+	for _, m := range cl.Masters() {
+		if m != from {
+			to = m
+			break
+		}
+	}
+	cl.MigrateSlot(t, slot, to)
+	if r := c.do("GET", key); r != "$1\r\n1\r\n" {
+		t.Fatalf("GET after the slot moved: %q", r)
+	}
+	moved := redirects(t, p, "moved")
+	if moved < 1 {
+		t.Errorf("MOVED followed %v times, want >= 1", moved)
+	}
+	for range 10 {
+		if r := c.do("INCR", key); strings.HasPrefix(r, "-") {
+			t.Fatalf("INCR: %q", r)
+		}
+	}
+	if again := redirects(t, p, "moved"); again != moved {
+		t.Errorf("MOVED followed again (%v -> %v): the slot map was not corrected", moved, again)
+	}
+
+	// ASK: begin moving the slot back; move its one key; both the moved
+	// key and a new key of the slot are served.
+	m := cl.BeginMigration(t, slot, from)
+	if n := m.MoveKeys(t, 100); n != 1 {
+		t.Fatalf("moved %d keys, want 1", n)
+	}
+	if r := c.do("GET", key); r != "$2\r\n11\r\n" {
+		t.Errorf("GET of a key moved mid-migration: %q", r)
+	}
+	newKey := ""
+	for i := 0; newKey == ""; i++ {
+		if k := "n" + strconv.Itoa(i); upstream.Slot([]byte(k)) == slot {
+			newKey = k
+		}
+		if i > 1_000_000 {
+			t.Fatal("no key found for the slot")
+		}
+	}
+	if r := c.do("SET", newKey, "x"); r != "+OK\r\n" {
+		t.Errorf("SET of a new key of a migrating slot: %q", r)
+	}
+	if ask := redirects(t, p, "ask"); ask < 2 {
+		t.Errorf("ASK followed %v times, want >= 2", ask)
+	}
+	m.Finish(t)
+	if r := c.do("MGET", key, newKey); r != "*2\r\n$2\r\n11\r\n$1\r\nx\r\n" {
+		t.Errorf("MGET after the migration: %q", r)
+	}
+	if r := string(from.Do(t, "GET", newKey)); r != "$1\r\nx\r\n" {
+		t.Errorf("the new key is not on the slot's new master: %q", r)
+	}
+}
+
+// TestClusterReshardUnderLoad moves slots between masters while clients
+// increment counters through rproxy: no client sees an error and every
+// acknowledged increment is in the final counts.
+func TestClusterReshardUnderLoad(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	const clients, keys = 8, 64
+	var acked [keys]atomic.Int64
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range clients {
+		c := dialClient(t, p.Addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := rng.IntN(keys)
+				// A pipeline of two keys, often on different masters.
+				k2 := (k + 1 + rng.IntN(keys-1)) % keys
+				var pipe []byte
+				pipe = resp.AppendCommandString(pipe, "INCR", "ctr:"+strconv.Itoa(k))
+				pipe = resp.AppendCommandString(pipe, "INCR", "ctr:"+strconv.Itoa(k2))
+				if _, err := c.nc.Write(pipe); err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					return
+				}
+				for _, kk := range []int{k, k2} {
+					c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+					r, err := resp.ReadReply(c.rd, nil)
+					if err != nil || r[0] != ':' {
+						errs.Add(1)
+						firstErr.CompareAndSwap(nil, fmt.Sprintf("INCR ctr:%d: %q %v", kk, r, err))
+						if err != nil {
+							return
+						}
+						continue
+					}
+					acked[kk].Add(1)
+				}
+			}
+		}()
+	}
+	// Move the slots of the first 16 keys, each to the next master.
+	masters := cl.Masters()
+	start := time.Now()
+	moved := map[int]bool{}
+	for k := range 16 {
+		slot := upstream.Slot([]byte("ctr:" + strconv.Itoa(k)))
+		if moved[slot] {
+			continue
+		}
+		moved[slot] = true
+		from := cl.MasterForSlot(t, slot)
+		var to *redistest.ClusterNode
+		for i, m := range masters {
+			if m == from {
+				to = masters[(i+1)%len(masters)]
+			}
+		}
+		cl.MigrateSlot(t, slot, to)
+	}
+	took := time.Since(start)
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	var total int64
+	for k := range keys {
+		key := "ctr:" + strconv.Itoa(k)
+		m := cl.MasterForSlot(t, upstream.Slot([]byte(key)))
+		r := strings.TrimSpace(strings.TrimPrefix(string(m.Do(t, "GET", key)), "$"))
+		parts := strings.Split(r, "\r\n")
+		got, _ := strconv.ParseInt(parts[len(parts)-1], 10, 64)
+		if got != acked[k].Load() {
+			t.Errorf("%s = %d on its master, but %d increments were acknowledged", key, got, acked[k].Load())
+		}
+		total += got
+	}
+	if n := errs.Load(); n != 0 {
+		t.Errorf("%d client errors during resharding; first: %v", n, firstErr.Load())
+	}
+	if total == 0 {
+		t.Fatal("no increments were made")
+	}
+	t.Logf("moved %d slots in %v under load: %d increments acknowledged and counted, 0 errors; redirects followed: moved %v, ask %v, tryagain %v",
+		len(moved), took.Round(time.Millisecond), total,
+		redirects(t, p, "moved"),
+		redirects(t, p, "ask"),
+		redirects(t, p, "tryagain"))
+}
+
+// TestClusterFailoverUnderLoad kills a master of a 3+3 cluster while
+// clients write through rproxy: errors are confined to the failover window
+// and rproxy recovers by itself.
+func TestClusterFailoverUnderLoad(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	p := startClusterProxy(t, cl)
+	const clients = 6
+	type failure struct {
+		at  time.Time
+		msg string
+	}
+	var mu sync.Mutex
+	var failures []failure
+	var oks atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range clients {
+		c := dialClient(t, p.Addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := "f:" + strconv.Itoa(w) + ":" + strconv.Itoa(i%50)
+				r := c.doErr("SET", k, "v")
+				if r != "+OK\r\n" {
+					mu.Lock()
+					failures = append(failures, failure{time.Now(), r})
+					mu.Unlock()
+					if strings.HasPrefix(r, "read:") || strings.HasPrefix(r, "write:") {
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				oks.Add(1)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	victim := cl.Masters()[0]
+	killedAt := time.Now()
+	promoted, took := cl.Failover(t, victim)
+	// Recovery: every client's next writes succeed.
+	deadline := time.Now().Add(15 * time.Second)
+	before := oks.Load()
+	for oks.Load() < before+500 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	n0 := len(failures)
+	mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if oks.Load() < before+500 {
+		t.Fatalf("rproxy did not recover within 15s after the failover: %d writes since", oks.Load()-before)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) != n0 {
+		t.Errorf("%d errors after recovery, e.g. %q", len(failures)-n0, failures[n0].msg)
+	}
+	var window time.Duration
+	if len(failures) > 0 {
+		window = failures[len(failures)-1].at.Sub(killedAt)
+		for _, f := range failures {
+			if f.at.Before(killedAt) {
+				t.Errorf("error before the kill: %q", f.msg)
+			}
+			if strings.HasPrefix(f.msg, "read:") || strings.HasPrefix(f.msg, "write:") {
+				t.Errorf("a client connection failed: %q", f.msg)
+			}
+		}
+	}
+	if window > took+3*time.Second {
+		t.Errorf("errors until %v after the kill, but the cluster was whole again after %v", window, took)
+	}
+	kinds := map[string]int{}
+	for _, f := range failures {
+		kinds[strings.SplitN(f.msg, " ", 3)[0]+" "+strings.SplitN(f.msg, " ", 3)[1]]++
+	}
+	t.Logf("master %s killed; %s promoted after %v; clients saw %d errors over %v from the kill (%v), %d writes ok",
+		victim.Addr, promoted.Addr, took.Round(time.Millisecond), len(failures), window.Round(time.Millisecond), kinds, oks.Load())
+}
+
+// TestClusterRedisBenchmark runs redis-benchmark's default list through
+// rproxy on a cluster: every test completes and no reply is an error.
+func TestClusterRedisBenchmark(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	bin := redistest.RequireBinary(t, "redis-benchmark")
+	host, port := splitAddr(t, p.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	// redis-benchmark 7 exits at the first error reply, printing it.
+	out, err := exec.CommandContext(ctx, bin, "-h", host, "-p", port, "-c", "50", "-n", "2000", "-q", "-r", "10000").CombinedOutput()
+	text := strings.ReplaceAll(string(out), "\r", "\n")
+	if err != nil {
+		t.Fatalf("redis-benchmark: %v\n%s", err, text)
+	}
+	results := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		if name, rest, ok := strings.Cut(strings.TrimSpace(sc.Text()), ": "); ok && strings.Contains(rest, "requests per second") {
+			results[name] = true
+		}
+	}
+	for _, name := range benchmarkTests {
+		if !results[name] {
+			t.Errorf("no result line for %q", name)
+		}
+	}
+	for _, bad := range []string{"ERR", "Error", "error", "MOVED", "CROSSSLOT"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("redis-benchmark output contains %q", bad)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", text)
+	}
+}
+
+// TestClusterCompat runs the compatibility corpus through rproxy on a
+// cluster against one standalone Redis: every command whose keys share a
+// slot, the split multi-key commands, and the keyless commands that mean
+// the same on a cluster.
+func TestClusterCompat(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Upstream.Timeout = 30 * time.Second })
+	direct := redistest.Start(t)
+	table := command.Builtin()
+	var corpus []compatCase
+	skipped := 0
+	for _, c := range compatCorpus(false) {
+		if clusterComparable(table, c.args) {
+			corpus = append(corpus, c)
+		} else {
+			skipped++
+		}
+	}
+	if len(corpus) < 200 {
+		t.Fatalf("only %d corpus commands are comparable on a cluster (%d skipped)", len(corpus), skipped)
+	}
+	e := &compatEnv{a: direct, proxy: p}
+	reset := func(t *testing.T) {
+		t.Helper()
+		servers := []*redistest.Server{direct}
+		for _, m := range cl.Masters() {
+			servers = append(servers, m.Server)
+		}
+		for _, s := range servers {
+			for _, c := range [][]string{{"FLUSHALL"}, {"FUNCTION", "FLUSH"}, {"SCRIPT", "FLUSH"}} {
+				if r := s.Do(t, c...); string(r) != "+OK\r\n" {
+					t.Fatalf("%s %v: got %q", s.Addr, c, r)
+				}
+			}
+		}
+	}
+	for _, proto := range []int{2, 3} {
+		t.Run("RESP"+strconv.Itoa(proto), func(t *testing.T) {
+			reset(t)
+			runCompatSequentialNoReset(t, e, proto, corpus)
+		})
+		t.Run("PipelinedRESP"+strconv.Itoa(proto), func(t *testing.T) {
+			reset(t)
+			runCompatPipelinedNoReset(t, e, proto, corpus)
+		})
+	}
+	t.Logf("%d corpus commands compared on a cluster, %d left out (keys on several slots, or keyspace-wide)", len(corpus), skipped)
+}
+
+// clusterComparable reports whether a corpus command means the same on a
+// cluster as on one server.
+func clusterComparable(table *command.Table, args []string) bool {
+	bargs := make([][]byte, len(args))
+	for i, a := range args {
+		bargs[i] = []byte(a)
+	}
+	info := table.Lookup(bargs[0])
+	if info == nil {
+		return true // unknown: both say so
+	}
+	switch info.Name {
+	case "select", "move", "swapdb", "keys", "scan", "randomkey", "cluster", "readonly", "readwrite",
+		"wait", "info", "debug", "object", "memory", "latency", "slowlog", "config", "client", "role",
+		"lastsave", "save", "bgsave", "monitor", "sync", "psync", "replicaof", "slaveof", "failover", "migrate":
+		return false
+	case "mget", "mset", "del", "unlink", "exists", "touch", "dbsize", "flushall", "flushdb":
+		return true
+	case "sort", "sort_ro":
+		for _, a := range args[2:] {
+			if strings.EqualFold(a, "by") || strings.EqualFold(a, "get") {
+				return false // patterns name other keys: denied by a cluster
+			}
+		}
+	case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "script", "function":
+		// Scripts that reach keys they do not declare behave differently.
+		body := strings.ToLower(strings.Join(args, " "))
+		if strings.Contains(body, "redis.call") && len(args) > 2 && args[2] == "0" {
+			return false
+		}
+	}
+	if sub := table.LookupArgs(bargs); sub != nil {
+		info = sub
+	}
+	keys, ok := command.Keys(info, bargs, nil)
+	if !ok {
+		return false
+	}
+	for _, k := range keys[min(1, len(keys)):] {
+		if upstream.Slot(k) != upstream.Slot(keys[0]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,490 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// ClusterConfig says where a Cluster finds its slot map and how it keeps it.
+type ClusterConfig struct {
+	// Seeds are node addresses (host:port) to read the slot map from
+	// first; afterwards any known master serves.
+	Seeds []string
+	// Refresh is how often the slot map is read again when nothing asks
+	// for it sooner; 0 means 10s. MOVED replies, unreachable masters and
+	// CLUSTERDOWN replies ask for a refresh at once.
+	Refresh time.Duration
+	// MinRefreshGap bounds how often such requests read the map; 0 means
+	// 100ms.
+	MinRefreshGap time.Duration
+	// MaxRedirects bounds the MOVED/ASK/TRYAGAIN replies followed for one
+	// command before the last one is passed to the client; 0 means 5.
+	MaxRedirects int
+}
+
+// Cluster routes commands to the masters of a Redis Cluster by the hash
+// slot of their key. It keeps a Pool per master and protocol, and a slot
+// map read with CLUSTER SHARDS (CLUSTER SLOTS on servers before 7.0),
+// corrected in place by MOVED replies and refreshed in the background.
+// Each protocol is served by a Router.
+type Cluster struct {
+	base    Config // template of every node's pools; Address and Protocol are set per pool
+	cfg     ClusterConfig
+	metrics *Metrics
+	log     *zap.Logger
+
+	mu     sync.Mutex // guards node creation
+	byAddr map[string]int32
+	nodes  atomic.Pointer[[]*clusterNode] // append-only: an index names a node for good
+	slots  [Slots]atomic.Int32            // index of the slot's master in nodes; -1: none
+	shards atomic.Pointer[[]int]          // one slot of each master, for commands every master runs
+	loaded atomic.Bool
+	// lastErr is why the last slot map read failed ("" after a success).
+	lastErr atomic.Pointer[string]
+
+	trigger chan struct{}
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+	routers [4]*Router
+}
+
+// clusterNode is one node the cluster told us of (or a seed).
+type clusterNode struct {
+	addr  string
+	pools [4]*Pool // [2] and [3]
+}
+
+// NewCluster validates the configuration and starts reading the slot map
+// in the background from the seeds; Ready says when it is loaded. base is
+// the template for each node's pools (its Address is ignored).
+func NewCluster(base Config, cfg ClusterConfig, m *Metrics, log *zap.Logger) (*Cluster, error) {
+	if len(cfg.Seeds) == 0 {
+		return nil, errors.New("upstream: cluster mode needs at least one seed address")
+	}
+	for _, p := range []int{2, 3} {
+		check := base
+		check.Address, check.Protocol = cfg.Seeds[0], p
+		if err := check.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if base.SendSeq == nil {
+		base.SendSeq = new(atomic.Uint64) // shared by every node's pools
+	}
+	if base.Now == nil {
+		base.Now = time.Now
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 10 * time.Second
+	}
+	if cfg.MinRefreshGap <= 0 {
+		cfg.MinRefreshGap = 100 * time.Millisecond
+	}
+	if cfg.MaxRedirects <= 0 {
+		cfg.MaxRedirects = 5
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	c := &Cluster{
+		base:    base,
+		cfg:     cfg,
+		metrics: m,
+		log:     log,
+		byAddr:  make(map[string]int32),
+		trigger: make(chan struct{}, 1),
+	}
+	empty := []*clusterNode{}
+	c.nodes.Store(&empty)
+	noShards := []int{}
+	c.shards.Store(&noShards)
+	for i := range c.slots {
+		c.slots[i].Store(-1)
+	}
+	msg := "not read yet"
+	c.lastErr.Store(&msg)
+	for _, seed := range cfg.Seeds {
+		if _, err := c.node(seed); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	for _, p := range []int{2, 3} {
+		c.routers[p] = &Router{c: c, proto: p}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.refreshLoop(ctx)
+	}()
+	return c, nil
+}
+
+// Router returns the router of protocol proto (2 or 3).
+func (c *Cluster) Router(proto int) *Router { return c.routers[proto] }
+
+// Close stops refreshing and closes every node's pools.
+func (c *Cluster) Close() {
+	c.once.Do(func() {
+		if c.cancel != nil {
+			c.cancel()
+		}
+		c.wg.Wait()
+		for _, n := range *c.nodes.Load() {
+			for _, p := range n.pools {
+				if p != nil {
+					p.Close()
+				}
+			}
+		}
+	})
+}
+
+// node returns the index of the node at addr, creating its pools (which
+// connect in the background) the first time.
+func (c *Cluster) node(addr string) (int32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i, ok := c.byAddr[addr]; ok {
+		return i, nil
+	}
+	n := &clusterNode{addr: addr}
+	for _, proto := range []int{2, 3} {
+		cfg := c.base
+		cfg.Address, cfg.Protocol = addr, proto
+		p, err := NewPool(cfg, c.metrics, c.log)
+		if err != nil {
+			for _, q := range n.pools {
+				if q != nil {
+					q.Close()
+				}
+			}
+			return -1, err
+		}
+		n.pools[proto] = p
+	}
+	old := *c.nodes.Load()
+	nodes := append(old[:len(old):len(old)], n)
+	c.nodes.Store(&nodes)
+	i := int32(len(nodes) - 1)
+	c.byAddr[addr] = i
+	return i, nil
+}
+
+// requestRefresh asks the refresh loop to read the slot map soon.
+func (c *Cluster) requestRefresh() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// refreshLoop reads the slot map at start (retrying quickly until it has
+// one), then every Refresh and whenever asked, at most once per
+// MinRefreshGap.
+func (c *Cluster) refreshLoop(ctx context.Context) {
+	retry := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		err := c.refresh(ctx)
+		wait := c.cfg.Refresh
+		if err != nil {
+			msg := err.Error()
+			c.lastErr.Store(&msg)
+			if !c.loaded.Load() {
+				// At start the seeds' connections are usually still
+				// coming up: warn once retries have slowed to a second.
+				if retry >= time.Second {
+					c.log.Warn("cluster slot map read failed", zap.Error(err))
+				} else {
+					c.log.Debug("cluster slot map read failed", zap.Error(err))
+				}
+				wait, retry = retry, min(retry*2, time.Second)
+			} else {
+				c.log.Warn("cluster slot map read failed", zap.Error(err))
+				wait = c.cfg.MinRefreshGap // keep trying while the map is in doubt
+			}
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		case <-c.trigger:
+			timer.Stop()
+			if !sleep(ctx, c.cfg.MinRefreshGap) {
+				return
+			}
+		}
+	}
+}
+
+// refreshTimeout bounds one node's answer to a slot map read, so that a
+// stopped node does not hold the map back.
+const refreshTimeout = time.Second
+
+// refresh reads the slot map from the first known master or seed that
+// answers, and installs it.
+func (c *Cluster) refresh(ctx context.Context) error {
+	var candidates []string
+	seen := make(map[string]bool)
+	nodes := *c.nodes.Load()
+	for _, slot := range *c.shards.Load() {
+		if i := c.slots[slot].Load(); i >= 0 && !seen[nodes[i].addr] {
+			seen[nodes[i].addr] = true
+			candidates = append(candidates, nodes[i].addr)
+		}
+	}
+	for _, s := range c.cfg.Seeds {
+		if !seen[s] {
+			seen[s] = true
+			candidates = append(candidates, s)
+		}
+	}
+	var errs []error
+	for _, addr := range candidates {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		shards, err := c.readSlotMap(addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		if err := c.install(shards, addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		msg := ""
+		c.lastErr.Store(&msg)
+		return nil
+	}
+	c.metrics.refreshes.WithLabelValues("error").Inc()
+	return fmt.Errorf("upstream: cannot read the cluster slot map: %w", errors.Join(errs...))
+}
+
+// readSlotMap asks one node for the slot map: CLUSTER SHARDS, or CLUSTER
+// SLOTS when the server does not know SHARDS.
+func (c *Cluster) readSlotMap(addr string) ([]shard, error) {
+	i, err := c.node(addr)
+	if err != nil {
+		return nil, err
+	}
+	pool := (*c.nodes.Load())[i].pools[2]
+	if !pool.Ready() {
+		return nil, errors.New("not connected")
+	}
+	reply, err := askWithin(pool, resp.AppendCommandString(nil, "CLUSTER", "SHARDS"), refreshTimeout)
+	if err != nil {
+		return nil, err
+	}
+	tls := c.base.TLS != nil
+	if len(reply) > 0 && reply[0] == '-' {
+		if !bytes.Contains(bytes.ToLower(reply), []byte("unknown subcommand")) {
+			return nil, fmt.Errorf("CLUSTER SHARDS: %s", bytes.TrimSpace(reply[1:]))
+		}
+		reply, err = askWithin(pool, resp.AppendCommandString(nil, "CLUSTER", "SLOTS"), refreshTimeout)
+		if err != nil {
+			return nil, err
+		}
+		return parseClusterSlots(reply, hostOf(addr))
+	}
+	return parseClusterShards(reply, hostOf(addr), tls)
+}
+
+// askWithin sends one command on the pool and returns its reply, giving up
+// after timeout (the batch is then abandoned to the connection).
+func askWithin(p *Pool, cmd []byte, timeout time.Duration) ([]byte, error) {
+	b := NewBatch()
+	b.Add(cmd)
+	p.Send(b)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-b.done:
+	case <-t.C:
+		return nil, fmt.Errorf("no reply within %v", timeout)
+	}
+	r := b.Reply(0)
+	if bytes.HasPrefix(r, []byte("-ERR upstream unavailable")) {
+		return nil, errors.New(string(bytes.TrimSpace(r[1:])))
+	}
+	return r, nil
+}
+
+func hostOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
+}
+
+// install makes shards the slot map.
+func (c *Cluster) install(shards []shard, from string) error {
+	owner := make([]int32, Slots)
+	for i := range owner {
+		owner[i] = -1
+	}
+	var firsts []int
+	assigned := 0
+	for _, sh := range shards {
+		if sh.master == "" || len(sh.ranges) == 0 {
+			continue
+		}
+		idx, err := c.node(sh.master)
+		if err != nil {
+			return err
+		}
+		firsts = append(firsts, sh.ranges[0][0])
+		for _, r := range sh.ranges {
+			for s := r[0]; s <= r[1]; s++ {
+				if owner[s] < 0 {
+					assigned++
+				}
+				owner[s] = idx
+			}
+		}
+	}
+	if len(firsts) == 0 {
+		return errors.New("the cluster has no slots assigned")
+	}
+	changed := 0
+	for s := range owner {
+		if c.slots[s].Swap(owner[s]) != owner[s] {
+			changed++
+		}
+	}
+	c.shards.Store(&firsts)
+	c.metrics.clusterNodes.Set(float64(len(firsts)))
+	c.metrics.slotsAssigned.Set(float64(assigned))
+	if !c.loaded.Swap(true) || changed > 0 {
+		c.metrics.refreshes.WithLabelValues("changed").Inc()
+		c.log.Info("cluster slot map loaded", zap.String("from", from), zap.Int("masters", len(firsts)),
+			zap.Int("slots_assigned", assigned), zap.Int("slots_changed", changed))
+	} else {
+		c.metrics.refreshes.WithLabelValues("unchanged").Inc()
+	}
+	return nil
+}
+
+// shard is one master and the slot ranges it serves.
+type shard struct {
+	master string // host:port
+	ranges [][2]int
+}
+
+// parseClusterShards reads a RESP2 CLUSTER SHARDS reply. A node's address
+// is its endpoint (or ip), with its TLS port when tls; an unknown endpoint
+// ("?" or empty) means the host we asked.
+func parseClusterShards(reply []byte, askedHost string, tls bool) ([]shard, error) {
+	v, err := resp.Parse(reply)
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER SHARDS reply: %w", err)
+	}
+	if v.Kind != '*' && v.Kind != '%' {
+		return nil, fmt.Errorf("CLUSTER SHARDS reply: unexpected %q", v.Kind)
+	}
+	var out []shard
+	for _, sv := range v.Elems {
+		var sh shard
+		var nodes []resp.Value
+		for i := 0; i+1 < len(sv.Elems); i += 2 {
+			switch string(sv.Elems[i].Str) {
+			case "slots":
+				s := sv.Elems[i+1].Elems
+				for j := 0; j+1 < len(s); j += 2 {
+					lo, hi := int(s[j].Int), int(s[j+1].Int)
+					if lo < 0 || hi >= Slots || lo > hi {
+						return nil, fmt.Errorf("CLUSTER SHARDS reply: bad slot range %d-%d", lo, hi)
+					}
+					sh.ranges = append(sh.ranges, [2]int{lo, hi})
+				}
+			case "nodes":
+				nodes = sv.Elems[i+1].Elems
+			}
+		}
+		for _, nv := range nodes {
+			fields := make(map[string]resp.Value, len(nv.Elems)/2)
+			for i := 0; i+1 < len(nv.Elems); i += 2 {
+				fields[string(nv.Elems[i].Str)] = nv.Elems[i+1]
+			}
+			if string(fields["role"].Str) != "master" {
+				continue
+			}
+			host := string(fields["endpoint"].Str)
+			if host == "" || host == "?" {
+				host = string(fields["ip"].Str)
+			}
+			if host == "" || host == "?" {
+				host = askedHost
+			}
+			port := fields["port"].Int
+			if tls {
+				if tp, ok := fields["tls-port"]; ok {
+					port = tp.Int
+				}
+			}
+			if port <= 0 {
+				return nil, fmt.Errorf("CLUSTER SHARDS reply: master of %v has no port", sh.ranges)
+			}
+			sh.master = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		}
+		out = append(out, sh)
+	}
+	return out, nil
+}
+
+// parseClusterSlots reads a CLUSTER SLOTS reply: for each range, start,
+// end, then the master as [host, port, id, ...] and its replicas.
+func parseClusterSlots(reply []byte, askedHost string) ([]shard, error) {
+	v, err := resp.Parse(reply)
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER SLOTS reply: %w", err)
+	}
+	if v.Kind != '*' {
+		return nil, fmt.Errorf("CLUSTER SLOTS reply: unexpected %q", v.Kind)
+	}
+	byMaster := make(map[string]int)
+	var out []shard
+	for _, r := range v.Elems {
+		if len(r.Elems) < 3 || len(r.Elems[2].Elems) < 2 {
+			return nil, errors.New("CLUSTER SLOTS reply: short range entry")
+		}
+		lo, hi := int(r.Elems[0].Int), int(r.Elems[1].Int)
+		if lo < 0 || hi >= Slots || lo > hi {
+			return nil, fmt.Errorf("CLUSTER SLOTS reply: bad slot range %d-%d", lo, hi)
+		}
+		m := r.Elems[2].Elems
+		host := string(m[0].Str)
+		if host == "" || host == "?" {
+			host = askedHost
+		}
+		addr := net.JoinHostPort(host, strconv.FormatInt(m[1].Int, 10))
+		i, ok := byMaster[addr]
+		if !ok {
+			i = len(out)
+			byMaster[addr] = i
+			out = append(out, shard{master: addr})
+		}
+		out[i].ranges = append(out[i].ranges, [2]int{lo, hi})
+	}
+	return out, nil
+}

@@ -1,0 +1,332 @@
+package upstream
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// Router sends batches of one protocol to a Cluster's masters. A batch
+// whose commands all belong to one master goes to that master's pool as
+// it is; one that spans masters is split into a batch per master, sent
+// together, and its replies put back in order. MOVED, ASK and TRYAGAIN
+// replies are followed (MOVED also corrects the slot map) and never reach
+// the client unless MaxRedirects are exhausted.
+type Router struct {
+	c     *Cluster
+	proto int
+	next  atomic.Uint32 // spreads keyless commands over the masters
+}
+
+// tryAgainPause is the wait before a command that got TRYAGAIN (its keys
+// are split by a slot migration) is sent again.
+const tryAgainPause = 20 * time.Millisecond
+
+var subBatches = sync.Pool{New: func() any { return NewBatch() }}
+
+// Do sends the batch and waits for every reply.
+func (r *Router) Do(b *Batch) {
+	b.replies = b.replies[:0]
+	b.replyEnds = b.replyEnds[:0]
+	c := r.c
+	if !c.loaded.Load() {
+		b.fillErrors(unavailable("cluster slot map not loaded: " + *c.lastErr.Load()))
+		return
+	}
+	nodes := *c.nodes.Load()
+	target := int32(-1)
+	single := true
+	for _, s := range b.slots {
+		if s < 0 {
+			continue
+		}
+		i := c.slots[s].Load()
+		if target < 0 {
+			target = i
+		}
+		if i != target || i < 0 {
+			single = false
+			break
+		}
+	}
+	if single {
+		if target < 0 {
+			target = r.anyNode()
+		}
+		if target >= 0 {
+			nodes[target].pools[r.proto].Do(b)
+			r.followRedirects(b)
+			return
+		}
+	}
+	r.split(b)
+	r.followRedirects(b)
+}
+
+// anyNode picks a master for commands without a key, rotating so that
+// keyless traffic (PING, benchmarks' ECHO) spreads over the masters.
+func (r *Router) anyNode() int32 {
+	shards := *r.c.shards.Load()
+	if len(shards) == 0 {
+		return -1
+	}
+	return r.c.slots[shards[int(r.next.Add(1))%len(shards)]].Load()
+}
+
+// part is the commands of a split batch that go to one node.
+type part struct {
+	node int32
+	b    *Batch
+	idx  []int  // the parent batch's index of each of b's commands
+	skip []bool // b's command is an ASKING whose reply is not the client's
+}
+
+// split sends each command to its slot's master, one sub-batch per master,
+// and assembles the replies in b's order. Keyless commands go with the
+// first keyed one's master.
+func (r *Router) split(b *Batch) {
+	c := r.c
+	// Parts are taken before any is sent: b claims to have been sent no
+	// later than any of them, so no read joins it after its bytes left.
+	b.markSent(c.base.SendSeq.Load())
+	n := b.Len()
+	dest := make([]int32, n)
+	anyDest := int32(-1)
+	for i, s := range b.slots {
+		dest[i] = -1
+		if s >= 0 {
+			dest[i] = c.slots[s].Load()
+			if anyDest < 0 {
+				anyDest = dest[i]
+			}
+		}
+	}
+	if anyDest < 0 {
+		anyDest = r.anyNode()
+	}
+	replies := make([][]byte, n)
+	var parts []*part
+	for i := range n {
+		d := dest[i]
+		if b.slots[i] < 0 {
+			d = anyDest
+		}
+		if d < 0 {
+			replies[i] = slotNotServed(int(b.slots[i]))
+			continue
+		}
+		parts = addToPart(parts, d, b.cmds[i], int(b.slots[i]), i, false)
+	}
+	r.run(parts, replies)
+	for _, rep := range replies {
+		b.appendReply(rep)
+	}
+}
+
+// addToPart queues cmd for node d, with ASKING first when asking.
+func addToPart(parts []*part, d int32, cmd []byte, slot, idx int, asking bool) []*part {
+	var p *part
+	for _, q := range parts {
+		if q.node == d {
+			p = q
+			break
+		}
+	}
+	if p == nil {
+		p = &part{node: d, b: subBatches.Get().(*Batch)}
+		parts = append(parts, p)
+	}
+	if asking {
+		p.b.AddSlot(askingCmd, slot)
+		p.idx = append(p.idx, -1)
+		p.skip = append(p.skip, true)
+	}
+	p.b.AddSlot(cmd, slot)
+	p.idx = append(p.idx, idx)
+	p.skip = append(p.skip, false)
+	return parts
+}
+
+var askingCmd = resp.AppendCommandString(nil, "ASKING")
+
+// run sends every part at once, waits for them all and stores each reply
+// (copied) at its command's index.
+func (r *Router) run(parts []*part, replies [][]byte) {
+	nodes := *r.c.nodes.Load()
+	for _, p := range parts {
+		nodes[p.node].pools[r.proto].Send(p.b)
+	}
+	for _, p := range parts {
+		p.b.Wait()
+		for j, i := range p.idx {
+			if !p.skip[j] {
+				replies[i] = append([]byte(nil), p.b.Reply(j)...)
+			}
+		}
+		p.b.Reset()
+		subBatches.Put(p.b)
+	}
+}
+
+// followRedirects re-sends the commands whose replies are cluster
+// redirections, up to MaxRedirects rounds, and asks for a slot map refresh
+// when a reply says the map is stale or a master is unreachable.
+func (r *Router) followRedirects(b *Batch) {
+	c := r.c
+	for round := 0; ; round++ {
+		var redo []int
+		for i := range b.replyEnds {
+			rep := b.Reply(i)
+			if len(rep) == 0 || rep[0] != '-' {
+				continue
+			}
+			switch {
+			case bytes.HasPrefix(rep, movedPrefix), bytes.HasPrefix(rep, askPrefix), bytes.HasPrefix(rep, tryAgainPrefix):
+				redo = append(redo, i)
+			case bytes.HasPrefix(rep, clusterDownPrefix), bytes.HasPrefix(rep, unavailablePrefix):
+				c.requestRefresh()
+			}
+		}
+		if len(redo) == 0 || round >= c.cfg.MaxRedirects {
+			return
+		}
+		replies := make([][]byte, b.Len())
+		for i := range replies {
+			replies[i] = b.Reply(i)
+		}
+		var parts []*part
+		paused := false
+		for _, i := range redo {
+			rep := replies[i]
+			kind, slot, addr, ok := parseRedirect(rep)
+			if !ok {
+				continue // malformed: the client gets it as it is
+			}
+			var d int32
+			switch kind {
+			case "moved", "ask":
+				var err error
+				if d, err = c.node(addr); err != nil {
+					continue
+				}
+				if kind == "moved" && slot >= 0 && slot < Slots {
+					c.slots[slot].Store(d)
+					c.requestRefresh()
+				}
+			case "tryagain":
+				if !paused {
+					time.Sleep(tryAgainPause)
+					paused = true
+				}
+				if s := b.slots[i]; s >= 0 {
+					d = c.slots[s].Load()
+				}
+			}
+			c.metrics.redirects.WithLabelValues(kind).Inc()
+			if d < 0 {
+				continue
+			}
+			parts = addToPart(parts, d, b.cmds[i], int(b.slots[i]), i, kind == "ask")
+		}
+		if len(parts) == 0 {
+			return
+		}
+		// replies alias b.replies: copy what stays before b is rebuilt.
+		for i := range replies {
+			replies[i] = append([]byte(nil), replies[i]...)
+		}
+		r.run(parts, replies)
+		b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
+		for _, rep := range replies {
+			b.appendReply(rep)
+		}
+	}
+}
+
+var (
+	movedPrefix       = []byte("-MOVED ")
+	askPrefix         = []byte("-ASK ")
+	tryAgainPrefix    = []byte("-TRYAGAIN")
+	clusterDownPrefix = []byte("-CLUSTERDOWN")
+	unavailablePrefix = []byte("-ERR upstream unavailable")
+)
+
+// parseRedirect reads "-MOVED <slot> <host:port>", "-ASK <slot>
+// <host:port>" or "-TRYAGAIN ...".
+func parseRedirect(rep []byte) (kind string, slot int, addr string, ok bool) {
+	if bytes.HasPrefix(rep, tryAgainPrefix) {
+		return "tryagain", -1, "", true
+	}
+	if len(rep) == 0 {
+		return "", 0, "", false
+	}
+	line := bytes.TrimSuffix(rep[1:], []byte("\r\n"))
+	f := bytes.Fields(line)
+	if len(f) != 3 {
+		return "", 0, "", false
+	}
+	s, err := strconv.Atoi(string(f[1]))
+	if err != nil {
+		return "", 0, "", false
+	}
+	addr = string(f[2])
+	if bytes.HasPrefix(f[2], []byte(":")) {
+		// An unknown endpoint: Redis sends ":port"; the host is the one
+		// that replied, which the caller cannot tell here; use loopback
+		// only if nothing better is known.
+		return "", 0, "", false
+	}
+	return string(bytes.ToLower(f[0])), s, addr, true
+}
+
+func slotNotServed(slot int) []byte {
+	return resp.AppendError(nil, "CLUSTERDOWN Hash slot not served (slot "+strconv.Itoa(slot)+")")
+}
+
+// Ready reports whether the slot map is loaded and every master has a
+// connection up.
+func (r *Router) Ready() bool {
+	c := r.c
+	if !c.loaded.Load() {
+		return false
+	}
+	nodes := *c.nodes.Load()
+	for _, s := range *c.shards.Load() {
+		i := c.slots[s].Load()
+		if i < 0 || !nodes[i].pools[r.proto].Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// Close closes the whole cluster (both protocols' routers).
+func (r *Router) Close() { r.c.Close() }
+
+// PinPool returns the pool of the master of slot (any master for SlotAny
+// or an unassigned slot), for a session that needs a dedicated connection.
+func (r *Router) PinPool(slot int) *Pool {
+	c := r.c
+	i := int32(-1)
+	if slot >= 0 && slot < Slots {
+		i = c.slots[slot].Load()
+	}
+	if i < 0 {
+		i = r.anyNode()
+	}
+	if i < 0 {
+		// No map yet: a seed, whose Acquire fails or succeeds on its own.
+		i = 0
+	}
+	return (*c.nodes.Load())[i].pools[r.proto]
+}
+
+// Shards returns one slot of each master, for commands that every master
+// must run (DBSIZE, FLUSHALL).
+func (r *Router) Shards() []int {
+	return append([]int(nil), *r.c.shards.Load()...)
+}
