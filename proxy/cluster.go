@@ -115,6 +115,9 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd redcon.Comman
 	if len(keys) == 0 {
 		return false
 	}
+	if s.salt != nil && info.Has(command.Write) {
+		s.noteSaltedWrites(ss, keys)
+	}
 	ss.slot = upstream.Slot(keys[0])
 	cross := false
 	for _, k := range keys[1:] {

@@ -700,3 +700,246 @@ func clusterComparable(table *command.Table, args []string) bool {
 	}
 	return true
 }
+
+// roundRobin is a SaltConfig.IntN that cycles through the copies.
+func roundRobin() func(n int) int {
+	var c atomic.Uint64
+	return func(n int) int { return int(c.Add(1) % uint64(n)) }
+}
+
+// getCalls is how many GETs each master ran (INFO commandstats).
+func getCalls(t *testing.T, cl *redistest.Cluster) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, m := range cl.Masters() {
+		info := string(m.Do(t, "INFO", "commandstats"))
+		for _, line := range strings.Split(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
+				n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+				out[m.Addr] = n
+			}
+		}
+	}
+	return out
+}
+
+// dbsizes is each master's key count.
+func dbsizes(t *testing.T, cl *redistest.Cluster) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, m := range cl.Masters() {
+		out[m.Addr] = strings.TrimSpace(string(m.Do(t, "DBSIZE")))
+	}
+	return out
+}
+
+// TestClusterSaltedFanOut: a salted key's reads spread over copies on
+// every master; a write through rproxy removes the copies before it is
+// acknowledged; copies expire with their TTL and never outlive the origin.
+func TestClusterSaltedFanOut(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 1500 * time.Millisecond, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+	})
+	c := dialClient(t, p.Addr)
+	if r := c.do("SET", "hot:k", "v1"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	for _, m := range cl.Masters() {
+		m.Do(t, "CONFIG", "RESETSTAT")
+	}
+	const reads = 300
+	for i := range reads {
+		if r := c.do("GET", "hot:k"); r != "$2\r\nv1\r\n" {
+			t.Fatalf("GET %d: %q", i, r)
+		}
+	}
+	calls := getCalls(t, cl)
+	total := 0
+	for _, n := range calls {
+		total += n
+	}
+	for addr, n := range calls {
+		if share := float64(n) / float64(total); share > 0.40 || share < 0.25 {
+			t.Errorf("master %s served %d of %d GETs (%.0f%%), want 25..40%%: %v", addr, n, total, 100*share, calls)
+		}
+	}
+	sizes := dbsizes(t, cl)
+	for addr, n := range sizes {
+		if n != ":1" {
+			t.Errorf("master %s holds %s keys, want 1 (the key or one copy): %v", addr, n, sizes)
+		}
+	}
+	hits, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_hit"})
+	misses, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_miss"})
+	if misses != 2 || hits != 2*reads/3-2 {
+		t.Errorf("copy hits %v misses %v, want %d and 2", hits, misses, 2*reads/3-2)
+	}
+
+	// A write through rproxy: the copies are gone when it is acknowledged.
+	if r := c.do("SET", "hot:k", "v2"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	origin := cl.MasterForSlot(t, upstream.Slot([]byte("hot:k")))
+	for addr, n := range dbsizes(t, cl) {
+		if want := map[bool]string{true: ":1", false: ":0"}[addr == origin.Addr]; n != want {
+			t.Errorf("after the write, master %s holds %s keys, want %s", addr, n, want)
+		}
+	}
+	other := dialClient(t, p.Addr)
+	for i := range 30 {
+		for _, cc := range []*rawClient{c, other} {
+			if r := cc.do("GET", "hot:k"); r != "$2\r\nv2\r\n" {
+				t.Fatalf("GET %d after the write: %q", i, r)
+			}
+		}
+	}
+	// DEL, then a missing key: no copy is made of nothing.
+	c.do("DEL", "hot:k")
+	for i := range 9 {
+		if r := c.do("GET", "hot:k"); r != "$-1\r\n" {
+			t.Fatalf("GET %d after DEL: %q", i, r)
+		}
+	}
+	if s := dbsizes(t, cl); s[origin.Addr] != ":0" || len(strings.Join(mapValues(s), "")) != 6 || strings.Count(strings.Join(mapValues(s), ""), ":0") != 3 {
+		t.Errorf("after DEL every master should be empty: %v", s)
+	}
+
+	// Copies never outlive the origin's TTL, and expire on their own.
+	c.do("SET", "hot:short", "x", "PX", "400")
+	for range 6 {
+		c.do("GET", "hot:short")
+	}
+	for _, m := range cl.Masters() {
+		if m == cl.MasterForSlot(t, upstream.Slot([]byte("hot:short"))) {
+			continue
+		}
+		keys := string(m.Do(t, "KEYS", "*"))
+		if !strings.Contains(keys, "hot:short#rproxy-copy-") {
+			t.Fatalf("no copy on %s: %q", m.Addr, keys)
+		}
+	}
+	time.Sleep(600 * time.Millisecond)
+	for addr, n := range dbsizes(t, cl) {
+		if n != ":0" {
+			t.Errorf("600ms after a 400ms key was set, master %s still holds %s keys", addr, n)
+		}
+	}
+}
+
+func mapValues(m map[string]string) []string {
+	var out []string
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// TestClusterSaltedHotKeyDetected: a key the detector finds hot gets
+// copies without being listed.
+func TestClusterSaltedHotKeyDetected(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.HotKey.Detector.Threshold = 100
+		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second}
+	})
+	c := dialClient(t, p.Addr)
+	c.do("SET", "plain", "v")
+	c.do("SET", "cold", "v")
+	var pipe []byte
+	for range 400 {
+		pipe = resp.AppendCommandString(pipe, "GET", "plain")
+	}
+	c.send(pipe)
+	for range 400 {
+		if r := string(c.read()); r != "$1\r\nv\r\n" {
+			t.Fatalf("GET plain: %q", r)
+		}
+	}
+	c.do("GET", "cold")
+	hits, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_hit"})
+	if hits < 50 {
+		t.Errorf("%v reads of a hot key served by copies, want many", hits)
+	}
+	copies := 0
+	for _, m := range cl.Masters() {
+		keys := string(m.Do(t, "KEYS", "*"))
+		copies += strings.Count(keys, "plain#rproxy-copy-")
+		if strings.Contains(keys, "cold#") {
+			t.Errorf("a cold key got a copy on %s", m.Addr)
+		}
+	}
+	if copies != 2 {
+		t.Errorf("%d copies of the hot key, want 2 (on the two other masters)", copies)
+	}
+}
+
+// TestClusterSaltedReadYourWrites: while readers hammer a salted key
+// through rproxy, a writer sets it to increasing values; a read that began
+// after a write was acknowledged never returns an older value.
+func TestClusterSaltedReadYourWrites(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}}
+	})
+	w := dialClient(t, p.Addr)
+	w.do("SET", "hot:n", "0")
+	var acked atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var bad atomic.Value
+	var reads atomic.Int64
+	for range 4 {
+		r := dialClient(t, p.Addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				floor := acked.Load()
+				rep := r.doErr("GET", "hot:n")
+				v, ok := bulkInt(rep)
+				if !ok {
+					bad.CompareAndSwap(nil, "GET: "+rep)
+					return
+				}
+				reads.Add(1)
+				if v < floor {
+					bad.CompareAndSwap(nil, fmt.Sprintf("read %d after %d was acknowledged", v, floor))
+				}
+			}
+		}()
+	}
+	for i := int64(1); i <= 500; i++ {
+		if r := w.do("SET", "hot:n", strconv.FormatInt(i, 10)); r != "+OK\r\n" {
+			t.Fatalf("SET: %q", r)
+		}
+		acked.Store(i)
+		if r, _ := bulkInt(w.do("GET", "hot:n")); r != i {
+			t.Fatalf("the writer read %d after writing %d", r, i)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if b := bad.Load(); b != nil {
+		t.Fatal(b)
+	}
+	hits, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_hit"})
+	if hits == 0 {
+		t.Fatal("no read was served by a copy: the test proves nothing")
+	}
+	t.Logf("%d reads, %v from copies, 500 writes; no stale read", reads.Load(), hits)
+}
+
+func bulkInt(r string) (int64, bool) {
+	parts := strings.Split(r, "\r\n")
+	if len(parts) < 2 || !strings.HasPrefix(parts[0], "$") {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(parts[1], 10, 64)
+	return v, err == nil
+}

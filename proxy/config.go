@@ -50,6 +50,11 @@ type Config struct {
 	// upstream to flights whose reply has not arrived (see package coalesce).
 	CoalesceInFlight bool
 
+	// Salt, when not nil, spreads hot keys' GETs over salted copies on
+	// other masters (cluster upstream only; hot keys from HotKey's
+	// detector, or Salt.Prefixes).
+	Salt *SaltConfig
+
 	// HotKey, when not nil, detects hot keys and (HotKey.Tier) serves their
 	// GETs from a local tier kept coherent with Redis.
 	HotKey *HotKeyConfig
@@ -98,11 +103,19 @@ func (c Config) Validate() error {
 	}
 	up := c.Upstream
 	up.Protocol = 2
+	if c.Salt != nil && c.Cluster == nil {
+		errs = append(errs, errors.New("proxy: salted fan-out needs a cluster upstream"))
+	}
 	if c.Cluster != nil {
 		if len(c.Cluster.Seeds) == 0 {
 			errs = append(errs, errors.New("proxy: cluster mode needs at least one seed address"))
 		} else {
 			up.Address = c.Cluster.Seeds[0]
+		}
+		if c.Salt != nil {
+			if err := c.Salt.Validate(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if c.HotKey != nil && c.HotKey.Tier {
 			errs = append(errs, errors.New("proxy: the local hot-key tier is not supported with a cluster upstream yet (its invalidations come from one server's client tracking); turn it off (hotkeys.tier: false)"))

@@ -41,7 +41,9 @@ type Server struct {
 	coalesce     *coalesce.Group // nil: off
 	sendSeq      *atomic.Uint64  // numbers upstream writes, shared by all pools
 	coalesceCmds map[string]bool
-	hot          *hotTier // nil: hot-key detection off
+	hot          *hotTier          // nil: hot-key detection off
+	cluster      *upstream.Cluster // the shared pools' cluster (nil: standalone)
+	salt         *salter           // nil: salted fan-out off
 
 	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
 	policyMetrics *policy.Metrics
@@ -123,6 +125,13 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		if err := s.SetPolicy(*cfg.Policy); err != nil {
 			s.closePools()
 			return nil, fmt.Errorf("proxy: %w", err)
+		}
+	}
+	if cfg.Salt != nil {
+		var err error
+		if s.salt, err = newSalter(*cfg.Salt, s.cluster, s.clock, reg, log.Named("salt")); err != nil {
+			s.closePools()
+			return nil, fmt.Errorf("proxy: salted fan-out: %w", err)
 		}
 	}
 	if cfg.HotKey != nil {
@@ -292,6 +301,9 @@ func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
 			return err
 		}
 		ps[2], ps[3] = c.Router(2), c.Router(3)
+		if ps == &s.pools {
+			s.cluster = c
+		}
 		return nil
 	}
 	for _, proto := range []int{2, 3} {

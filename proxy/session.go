@@ -69,6 +69,12 @@ type session struct {
 	merges    []merge
 	routeKeys [][]byte
 
+	// Salted fan-out, per batch: copy reads queued, salted keys written,
+	// and the replies of copy reads that missed (served from the origin).
+	saltReads  []saltRead
+	saltWrites []*saltedKey
+	saltOver   []saltOverride
+
 	// Pinning: while the session holds connection state, its commands run on
 	// a dedicated upstream connection. track holds, for each command in
 	// batch while pinned, the state it may change; the replies decide.
@@ -357,18 +363,26 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 	if info.Has(command.Write) {
 		ss.wrote, ss.batchWrote = true, true
 	}
-	if s.hot != nil && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
+	if (s.hot != nil || s.salt != nil) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
 		// The tier holds db 0 as the shared connections' upstream user
 		// sees it: not for pinned sessions or passthrough users' ACLs.
 		// Hits are counted too, so a cached key stays hot and is filled
 		// again as soon as its entry expires.
-		fill := s.hot.observe(args[1])
-		if r, ok := s.hot.lookup(args[1], ss.proto); ok {
-			s.reply(ss, r)
-			return
+		hot := false
+		if s.hot != nil {
+			var fill bool
+			hot, fill = s.hot.observe(args[1])
+			if r, ok := s.hot.lookup(args[1], ss.proto); ok {
+				s.reply(ss, r)
+				return
+			}
+			if fill {
+				s.hot.requestFill(args[1])
+			}
 		}
-		if fill {
-			s.hot.requestFill(args[1])
+		// On a cluster, a hot key's reads spread over its salted copies.
+		if s.salt != nil && (hot || s.salt.listed(args[1])) && s.saltedRead(ss, args[1]) {
+			return
 		}
 	}
 	if s.coalesce == nil || ss.pin != nil || ss.wrote || !s.coalesceCmds[info.Name] {
@@ -502,6 +516,9 @@ func (s *Server) flush(ss *session) {
 			ss.lastWrite, ss.batchWrote = s.sendSeq.Load(), false
 		}
 	}
+	if s.salt != nil && (len(ss.saltReads) > 0 || len(ss.saltWrites) > 0) {
+		s.saltAfterBatch(ss)
+	}
 	if s.hot != nil {
 		s.afterWrite(ss)
 	}
@@ -519,7 +536,7 @@ func (s *Server) flush(ss *session) {
 		s.metrics.refused.Add(float64(ss.refusedCount))
 		ss.refusedCount = 0
 	}
-	up := 0
+	up, over := 0, 0
 	for _, o := range ss.order {
 		var r []byte
 		if o <= mergeBase {
@@ -530,6 +547,10 @@ func (s *Server) flush(ss *session) {
 			r = ss.joined[-2-o].Wait()
 		} else if o < 0 {
 			r = ss.batch.Reply(up)
+			if over < len(ss.saltOver) && ss.saltOver[over].idx == up {
+				r = ss.saltOver[over].reply // a copy missed: the origin's reply
+				over++
+			}
 			if len(ss.infoAt) > 0 && ss.infoAt[0] == up {
 				r = s.appendProxyInfo(nil, r) // rare: INFO gets the # Proxy section
 				ss.infoAt = ss.infoAt[1:]
@@ -552,6 +573,12 @@ func (s *Server) flush(ss *session) {
 	if len(ss.merges) > 0 {
 		clear(ss.merges)
 		ss.merges = ss.merges[:0]
+	}
+	if len(ss.saltReads) > 0 {
+		clear(ss.saltReads)
+		ss.saltReads = ss.saltReads[:0]
+		clear(ss.saltOver)
+		ss.saltOver = ss.saltOver[:0]
 	}
 	if ss.pin != nil && ss.pinNoLongerNeeded() {
 		// Let the replies go before the reset round trip of Release.

@@ -190,9 +190,11 @@ func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
 
 // observe counts a read of key and reports whether the tier should hold
 // it: the key is hot, or under a cached prefix.
-func (h *hotTier) observe(key []byte) bool {
-	hot := h.det.Observe(key)
-	return h.tier != nil && (hot || h.underPrefix(key))
+// observe counts a read of key: hot says whether the key is hot, fill
+// whether the tier should hold it.
+func (h *hotTier) observe(key []byte) (hot, fill bool) {
+	hot = h.det.Observe(key)
+	return hot, h.tier != nil && (hot || h.underPrefix(key))
 }
 
 func (h *hotTier) underPrefix(key []byte) bool {

@@ -50,6 +50,9 @@ type Cluster struct {
 	slots  [Slots]atomic.Int32            // index of the slot's master in nodes; -1: none
 	shards atomic.Pointer[[]int]          // one slot of each master, for commands every master runs
 	loaded atomic.Bool
+	// version counts changes to the slot map (reads that changed it, MOVED
+	// corrections), so users of Owner can tell when to look again.
+	version atomic.Uint64
 	// lastErr is why the last slot map read failed ("" after a success).
 	lastErr atomic.Pointer[string]
 
@@ -139,6 +142,21 @@ func NewCluster(base Config, cfg ClusterConfig, m *Metrics, log *zap.Logger) (*C
 
 // Router returns the router of protocol proto (2 or 3).
 func (c *Cluster) Router(proto int) *Router { return c.routers[proto] }
+
+// Owner returns an identifier of the master serving slot (stable for the
+// life of the Cluster: equal identifiers are the same node), or -1.
+func (c *Cluster) Owner(slot int) int {
+	if slot < 0 || slot >= Slots {
+		return -1
+	}
+	return int(c.slots[slot].Load())
+}
+
+// MapVersion changes whenever the slot map does.
+func (c *Cluster) MapVersion() uint64 { return c.version.Load() }
+
+// Masters is the number of masters in the slot map.
+func (c *Cluster) Masters() int { return len(*c.shards.Load()) }
 
 // Close stops refreshing and closes every node's pools.
 func (c *Cluster) Close() {
@@ -376,6 +394,7 @@ func (c *Cluster) install(shards []shard, from string) error {
 	c.metrics.clusterNodes.Set(float64(len(firsts)))
 	c.metrics.slotsAssigned.Set(float64(assigned))
 	if !c.loaded.Swap(true) || changed > 0 {
+		c.version.Add(1)
 		c.metrics.refreshes.WithLabelValues("changed").Inc()
 		c.log.Info("cluster slot map loaded", zap.String("from", from), zap.Int("masters", len(firsts)),
 			zap.Int("slots_assigned", assigned), zap.Int("slots_changed", changed))

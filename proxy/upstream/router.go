@@ -214,7 +214,9 @@ func (r *Router) followRedirects(b *Batch) {
 					continue
 				}
 				if kind == "moved" && slot >= 0 && slot < Slots {
-					c.slots[slot].Store(d)
+					if c.slots[slot].Swap(d) != d {
+						c.version.Add(1)
+					}
 					c.requestRefresh()
 				}
 			case "tryagain":

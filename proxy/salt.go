@@ -1,0 +1,415 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/proxy/upstream"
+)
+
+// SaltConfig configures salted fan-out of hot keys on a cluster upstream:
+// a hot key's GETs are spread over copies of it kept on other masters.
+type SaltConfig struct {
+	// Copies is how many masters serve a salted key's reads, the key's own
+	// master (the origin) included; at most the cluster's masters. >= 2.
+	Copies int
+	// TTL bounds how long a copy lives (it also never outlives the origin's
+	// own expiry), so nothing is left once the key cools.
+	TTL time.Duration
+	// Prefixes: keys under them are salted whether or not they are hot.
+	Prefixes []string
+	// IntN picks a copy for each read; nil means math/rand/v2.IntN.
+	IntN func(n int) int
+}
+
+// Validate reports what is wrong with c.
+func (c SaltConfig) Validate() error {
+	var errs []error
+	if c.Copies < 2 || c.Copies > 16 {
+		errs = append(errs, fmt.Errorf("proxy: salted copies must be between 2 and 16, got %d", c.Copies))
+	}
+	if c.TTL < time.Millisecond {
+		errs = append(errs, fmt.Errorf("proxy: salted copies' TTL must be at least 1ms, got %v", c.TTL))
+	}
+	return errors.Join(errs...)
+}
+
+// maxSaltedKeys bounds the keys with copies at once; more are read from
+// their origin only.
+const maxSaltedKeys = 4096
+
+// saltMarker separates a key from its copy number in a copy's name. It
+// holds no brace, so it never makes or breaks a hash tag.
+const saltMarker = "#rproxy-copy-"
+
+// salter keeps, for each salted key, the names of its copies: one per
+// master other than the origin's, chosen from the live slot map.
+//
+// Coherence with writes through this rproxy: a write to a salted key
+// raises the key's writing count and generation before it is sent, and
+// once Redis acknowledged it, deletes every copy and raises the generation
+// again before the client sees the reply. A fill (a read that missed a
+// copy and read the origin) writes the copy only if no write was under way
+// when it read the origin, and deletes it again if the generation moved or
+// a write is under way once the copy is written. So after a write is
+// acknowledged no copy holds an older value.
+type salter struct {
+	cfg      SaltConfig
+	cluster  *upstream.Cluster
+	prefixes [][]byte
+	now      func() time.Time
+	log      *zap.Logger
+	metrics  *saltMetrics
+
+	mu   sync.Mutex
+	keys map[string]*saltedKey
+}
+
+// saltedKey is one salted key's copies and coherence counters.
+type saltedKey struct {
+	key     []byte
+	names   atomic.Pointer[saltNames]
+	gen     atomic.Int64
+	writing atomic.Int64
+	used    atomic.Int64 // unix ms of the last salted read
+}
+
+// saltNames are a key's copies for one version of the slot map: [0] is
+// the origin.
+type saltNames struct {
+	version uint64
+	names   [][]byte
+	slots   []int
+	gets    [][]byte // GET <name>, encoded
+}
+
+type saltMetrics struct {
+	reads   *prometheus.CounterVec
+	fills   prometheus.Counter
+	deletes prometheus.Counter
+	keys    prometheus.GaugeFunc
+}
+
+func newSalter(cfg SaltConfig, c *upstream.Cluster, now func() time.Time, reg prometheus.Registerer, log *zap.Logger) (*salter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.IntN == nil {
+		cfg.IntN = rand.IntN
+	}
+	s := &salter{cfg: cfg, cluster: c, now: now, log: log, keys: make(map[string]*saltedKey)}
+	for _, p := range cfg.Prefixes {
+		s.prefixes = append(s.prefixes, []byte(p))
+	}
+	const ns, sub = "rproxy", "hotkey"
+	s.metrics = &saltMetrics{
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_reads_total",
+			Help: "GETs of salted keys by where they were served: copy_hit, copy_miss (then the origin, filling the copy) or origin."}, []string{"outcome"}),
+		fills: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_copy_fills_total",
+			Help: "Salted copies written after a read missed them."}),
+		deletes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_copy_deletes_total",
+			Help: "Salted copies deleted because their key was written through rproxy (or a fill raced a write)."}),
+	}
+	s.metrics.keys = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "salt_keys",
+		Help: "Keys with salted copies being served or still alive."}, func() float64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return float64(len(s.keys))
+	})
+	for _, o := range []string{"copy_hit", "copy_miss", "origin"} {
+		s.metrics.reads.WithLabelValues(o)
+	}
+	if reg != nil {
+		for _, m := range []prometheus.Collector{s.metrics.reads, s.metrics.fills, s.metrics.deletes, s.metrics.keys} {
+			if err := reg.Register(m); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// listed reports whether key is salted by configuration.
+func (s *salter) listed(key []byte) bool {
+	for _, p := range s.prefixes {
+		if bytes.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// get returns key's salted state, creating it; nil when the table is full.
+func (s *salter) get(key []byte) *saltedKey {
+	s.mu.Lock()
+	sk := s.keys[string(key)]
+	if sk == nil {
+		if len(s.keys) >= maxSaltedKeys {
+			s.sweepLocked()
+		}
+		if len(s.keys) >= maxSaltedKeys {
+			s.mu.Unlock()
+			return nil
+		}
+		sk = &saltedKey{key: append([]byte(nil), key...)}
+		s.keys[string(sk.key)] = sk
+	}
+	s.mu.Unlock()
+	sk.used.Store(s.now().UnixMilli())
+	return sk
+}
+
+// lookup returns key's salted state if it has one.
+func (s *salter) lookup(key []byte) *saltedKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.keys) == 0 {
+		return nil
+	}
+	return s.keys[string(key)]
+}
+
+// sweepLocked forgets keys not read through a copy for longer than a
+// copy lives: none of their copies can be left.
+func (s *salter) sweepLocked() {
+	cutoff := s.now().Add(-2 * s.cfg.TTL).UnixMilli()
+	for k, sk := range s.keys {
+		if sk.used.Load() < cutoff && sk.writing.Load() == 0 {
+			delete(s.keys, k)
+		}
+	}
+}
+
+// current returns the key's copies for the live slot map, choosing them
+// again when the map has changed since.
+func (s *salter) current(sk *saltedKey) *saltNames {
+	v := s.cluster.MapVersion()
+	if n := sk.names.Load(); n != nil && n.version == v {
+		return n
+	}
+	n := &saltNames{version: v}
+	origin := upstream.Slot(sk.key)
+	n.add(sk.key, origin)
+	used := map[int]bool{s.cluster.Owner(origin): true}
+	want := min(s.cfg.Copies, s.cluster.Masters())
+	// Copy numbers in order, keeping the first that lands on each master
+	// not yet used: deterministic for a slot map, so every rproxy with the
+	// same map names the same copies.
+	for i := 1; i < 64*want && len(n.names) < want; i++ {
+		name := saltedName(sk.key, i)
+		slot := upstream.Slot(name)
+		owner := s.cluster.Owner(slot)
+		if owner < 0 || used[owner] {
+			continue
+		}
+		used[owner] = true
+		n.add(name, slot)
+	}
+	sk.names.Store(n)
+	return n
+}
+
+func (n *saltNames) add(name []byte, slot int) {
+	n.names = append(n.names, name)
+	n.slots = append(n.slots, slot)
+	n.gets = append(n.gets, resp.AppendCommand(nil, []byte("GET"), name))
+}
+
+// saltedName is copy i of key: the marker and number go at the end of the
+// key's hash tag when it has one (so the copy hashes by the salted tag),
+// else at the end of the key.
+func saltedName(key []byte, i int) []byte {
+	salt := saltMarker + strconv.Itoa(i)
+	if open := bytes.IndexByte(key, '{'); open >= 0 {
+		if end := bytes.IndexByte(key[open+1:], '}'); end > 0 {
+			at := open + 1 + end
+			out := make([]byte, 0, len(key)+len(salt))
+			out = append(out, key[:at]...)
+			out = append(out, salt...)
+			return append(out, key[at:]...)
+		}
+	}
+	return append(append(make([]byte, 0, len(key)+len(salt)), key...), salt...)
+}
+
+// saltRead is a GET of a copy queued in the session's batch.
+type saltRead struct {
+	idx   int // the batch index of its reply
+	sk    *saltedKey
+	names *saltNames
+	copy  int
+}
+
+// saltedRead queues a salted key's GET on a copy picked at random, and
+// reports whether it did (false: read the origin as usual).
+func (s *Server) saltedRead(ss *session, key []byte) bool {
+	sk := s.salt.get(key)
+	if sk == nil {
+		return false
+	}
+	n := s.salt.current(sk)
+	i := s.salt.cfg.IntN(len(n.names))
+	if i == 0 {
+		s.salt.metrics.reads.WithLabelValues("origin").Inc()
+		return false
+	}
+	ss.saltReads = append(ss.saltReads, saltRead{idx: ss.batch.Len(), sk: sk, names: n, copy: i})
+	ss.slot = n.slots[i]
+	s.forward(ss, n.gets[i])
+	return true
+}
+
+// noteSaltedWrites marks the salted keys among a write's keys as being
+// written, before the write is sent (see salter).
+func (s *Server) noteSaltedWrites(ss *session, keys [][]byte) {
+	for _, k := range keys {
+		if sk := s.salt.lookup(k); sk != nil {
+			sk.writing.Add(1)
+			sk.gen.Add(1)
+			ss.saltWrites = append(ss.saltWrites, sk)
+		}
+	}
+}
+
+// isNullReply reports a missing key's GET reply in RESP2 or RESP3.
+func isNullReply(r []byte) bool {
+	return string(r) == "$-1\r\n" || string(r) == "_\r\n"
+}
+
+// bulkValue returns the payload of a bulk string reply.
+func bulkValue(r []byte) ([]byte, bool) {
+	end := bytes.Index(r, []byte("\r\n"))
+	if len(r) < 4 || r[0] != '$' || end < 0 {
+		return nil, false
+	}
+	n, err := strconv.Atoi(string(r[1:end]))
+	if err != nil || n < 0 || end+2+n+2 != len(r) {
+		return nil, false
+	}
+	return r[end+2 : end+2+n], true
+}
+
+// saltAfterBatch runs once the batch's replies are in: it deletes the
+// copies of salted keys the batch wrote, then serves the copy reads that
+// missed from the origin, filling their copies.
+func (s *Server) saltAfterBatch(ss *session) {
+	if len(ss.saltWrites) > 0 {
+		b := upstream.NewBatch()
+		for _, sk := range ss.saltWrites {
+			n := s.salt.current(sk)
+			for i := 1; i < len(n.names); i++ {
+				b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), n.names[i]), n.slots[i])
+			}
+		}
+		if b.Len() > 0 {
+			ss.pools[ss.proto].Do(b)
+			s.salt.metrics.deletes.Add(float64(b.Len()))
+			s.logSaltErrors(b, "deleting salted copies after a write")
+		}
+		for i, sk := range ss.saltWrites {
+			sk.gen.Add(1)
+			sk.writing.Add(-1)
+			ss.saltWrites[i] = nil
+		}
+		ss.saltWrites = ss.saltWrites[:0]
+	}
+	if len(ss.saltReads) == 0 {
+		return
+	}
+	var misses []saltRead
+	hits := 0
+	for _, sr := range ss.saltReads {
+		if isNullReply(ss.batch.Reply(sr.idx)) {
+			misses = append(misses, sr)
+		} else {
+			hits++
+		}
+	}
+	s.salt.metrics.reads.WithLabelValues("copy_hit").Add(float64(hits))
+	if len(misses) == 0 {
+		return
+	}
+	s.salt.metrics.reads.WithLabelValues("copy_miss").Add(float64(len(misses)))
+	// Read the origins (value and remaining TTL), noting the generations
+	// first.
+	type fill struct {
+		sr  saltRead
+		gen int64
+		ok  bool
+	}
+	fills := make([]fill, len(misses))
+	b := upstream.NewBatch()
+	for i, sr := range misses {
+		fills[i] = fill{sr: sr, gen: sr.sk.gen.Load(), ok: sr.sk.writing.Load() == 0}
+		b.AddSlot(resp.AppendCommand(nil, []byte("GET"), sr.sk.key), sr.names.slots[0])
+		b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), sr.sk.key), sr.names.slots[0])
+	}
+	ss.pools[ss.proto].Do(b)
+	set := upstream.NewBatch()
+	var written []fill
+	for i := range fills {
+		f := &fills[i]
+		val := b.Reply(2 * i)
+		ss.saltOver = append(ss.saltOver, saltOverride{idx: f.sr.idx, reply: append([]byte(nil), val...)})
+		v, isBulk := bulkValue(val)
+		ttl := s.salt.cfg.TTL.Milliseconds()
+		if pttl, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimPrefix(b.Reply(2*i+1), []byte(":")), []byte("\r\n"))), 10, 64); err != nil || pttl == -2 || pttl == 0 {
+			f.ok = false // gone, expiring, or not a number: no copy
+		} else if pttl > 0 {
+			ttl = min(ttl, pttl)
+		}
+		if !f.ok || !isBulk {
+			continue
+		}
+		n := f.sr.names
+		set.AddSlot(resp.AppendCommand(nil, []byte("SET"), n.names[f.sr.copy], v, []byte("PX"), []byte(strconv.FormatInt(ttl, 10))), n.slots[f.sr.copy])
+		written = append(written, *f)
+	}
+	if set.Len() == 0 {
+		return
+	}
+	ss.pools[ss.proto].Do(set)
+	s.salt.metrics.fills.Add(float64(set.Len()))
+	s.logSaltErrors(set, "filling salted copies")
+	// A write that began since the origin was read may have deleted the
+	// copies before this fill landed: delete the fill's copy then.
+	undo := upstream.NewBatch()
+	for _, f := range written {
+		if f.sr.sk.gen.Load() != f.gen || f.sr.sk.writing.Load() > 0 {
+			n := f.sr.names
+			undo.AddSlot(resp.AppendCommand(nil, []byte("DEL"), n.names[f.sr.copy]), n.slots[f.sr.copy])
+		}
+	}
+	if undo.Len() > 0 {
+		ss.pools[ss.proto].Do(undo)
+		s.salt.metrics.deletes.Add(float64(undo.Len()))
+		s.logSaltErrors(undo, "deleting salted copies that raced a write")
+	}
+}
+
+// saltOverride replaces the reply of batch command idx (a copy read that
+// missed, answered from the origin).
+type saltOverride struct {
+	idx   int
+	reply []byte
+}
+
+func (s *Server) logSaltErrors(b *upstream.Batch, what string) {
+	for i := range b.Len() {
+		if r := b.Reply(i); len(r) > 0 && (r[0] == '-' || r[0] == '!') {
+			s.log.Warn("salted fan-out: "+what+" failed; a copy may live until its TTL",
+				zap.ByteString("reply", bytes.TrimSpace(r)))
+			return
+		}
+	}
+}
