@@ -246,6 +246,7 @@ type Coalesce struct {
 
 // HotKeys configures hot-key detection and the local tier that serves hot
 // keys' GETs from memory, kept coherent with Redis by client tracking.
+// Reloaded on SIGHUP, except turning on a tier that was off at start.
 type HotKeys struct {
 	Tier      bool     `yaml:"tier"`      // serve hot keys from the local tier; default true; false = detection only
 	Threshold float64  `yaml:"threshold"` // reads per second from which a key is hot; default 500; > 0
@@ -928,4 +929,38 @@ func (c Config) String() string {
 		return "# " + err.Error() + "\n"
 	}
 	return string(b)
+}
+
+// Merge prepares a reload: it returns next, except that every key for which
+// reloadable(key) is false keeps its value from running, and the dotted
+// paths of those keys whose value differs (in file order): the changes
+// that wait for a restart. A key is a leaf of the file (a section is
+// descended: reloadable is asked about "limits.max_clients", never about
+// "limits"); lists and maps are compared whole.
+func Merge(running, next Config, reloadable func(key string) bool) (Config, []string) {
+	merged := next
+	var pending []string
+	var walk func(dst, old reflect.Value, prefix string)
+	walk = func(dst, old reflect.Value, prefix string) {
+		t := dst.Type()
+		for i := range t.NumField() {
+			k := yamlKey(t.Field(i))
+			if k == "" {
+				continue
+			}
+			path := join(prefix, k)
+			d, o := dst.Field(i), old.Field(i)
+			if d.Kind() == reflect.Struct {
+				walk(d, o, path)
+				continue
+			}
+			if reloadable(path) || reflect.DeepEqual(d.Interface(), o.Interface()) {
+				continue
+			}
+			d.Set(o)
+			pending = append(pending, path)
+		}
+	}
+	walk(reflect.ValueOf(&merged).Elem(), reflect.ValueOf(running), "")
+	return merged, pending
 }

@@ -119,6 +119,11 @@ func (c Config) Validate() error {
 	if c.SlowLogThreshold < 0 || (c.SlowLogThreshold > 0 && c.SlowLogLen < 1) {
 		errs = append(errs, fmt.Errorf("proxy: slow log threshold must not be negative and its length must be at least 1 (got %v, %d)", c.SlowLogThreshold, c.SlowLogLen))
 	}
+	if c.HotKey != nil {
+		if err := c.HotKey.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.TLSHandshakeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("proxy: TLS handshake timeout must not be negative, got %v", c.TLSHandshakeTimeout))
 	}

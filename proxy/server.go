@@ -200,6 +200,31 @@ func (s *Server) SetLimits(l Limits) error {
 	return nil
 }
 
+// SetHotKeys changes the hot-key detector and the local tier while clients
+// are served: threshold, window, top_k, the tier's budget and TTL cap,
+// prefixes, max lag, and the tier on or off. On error nothing changes.
+// Turning on a tier that was off at start is refused (its tracking
+// connection is made at start), as is any change when detection was off
+// at start; TrackingDial is not changed.
+func (s *Server) SetHotKeys(cfg HotKeyConfig) error {
+	if s.hot == nil {
+		return errors.New("proxy: hot-key detection was off at start: turning it on needs a restart")
+	}
+	if err := s.hot.set(cfg); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}
+
+// HotKeyConfig returns the hot-key settings in force (false when hot-key
+// detection is off).
+func (s *Server) HotKeyConfig() (HotKeyConfig, bool) {
+	if s.hot == nil {
+		return HotKeyConfig{}, false
+	}
+	return *s.hot.cfg.Load(), true
+}
+
 // HotKeys returns the keys currently detected as hot, highest rate first
 // (nil when detection is off).
 func (s *Server) HotKeys() []hotkey.HotKey {
