@@ -361,7 +361,7 @@ type Limits struct {
 	MaxClients     int      `yaml:"max_clients"`      // default 10000; >= 1
 	MaxBulkLen     ByteSize `yaml:"max_bulk_len"`     // default 512mb (Redis proto-max-bulk-len); >= 1kb
 	MaxQueryBuffer ByteSize `yaml:"max_query_buffer"` // default 1gb (Redis client-query-buffer-limit); >= 1kb
-	IdleTimeout    Duration `yaml:"idle_timeout"`     // close clients idle this long; 0 = never (default); >= 0
+	IdleTimeout    Duration `yaml:"idle_timeout"`     // close clients idle this long (not blocked or subscribed ones); 0 = never (default); >= 0
 	// WriteTimeout closes a client whose replies cannot be written for this
 	// long: it stopped reading (Redis's client-output-buffer-limit, in time).
 	WriteTimeout  Duration `yaml:"client_write_timeout"` // default 60s; 0 = never; >= 0

@@ -29,7 +29,7 @@ type Config struct {
 	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
 	MaxBulkLen     int64         // a client's declared bulk length above this closes it
 	MaxQueryBuffer int64         // a client's incomplete command above this many bytes closes it
-	IdleTimeout    time.Duration // close clients idle this long; 0 = never
+	IdleTimeout    time.Duration // close clients idle this long (not blocked or pub/sub ones); 0 = never
 	// ClientWriteTimeout closes a client whose replies cannot be written
 	// for this long (it stopped reading); 0 = never.
 	ClientWriteTimeout time.Duration
@@ -80,10 +80,12 @@ type Limits struct {
 	MaxBulkLen         int64
 	MaxQueryBuffer     int64
 	ClientWriteTimeout time.Duration
+	IdleTimeout        time.Duration
 }
 
 func (c Config) limits() Limits {
-	return Limits{MaxClients: c.MaxClients, MaxBulkLen: c.MaxBulkLen, MaxQueryBuffer: c.MaxQueryBuffer, ClientWriteTimeout: c.ClientWriteTimeout}
+	return Limits{MaxClients: c.MaxClients, MaxBulkLen: c.MaxBulkLen, MaxQueryBuffer: c.MaxQueryBuffer,
+		ClientWriteTimeout: c.ClientWriteTimeout, IdleTimeout: c.IdleTimeout}
 }
 
 // Validate reports every problem with c.

@@ -156,6 +156,9 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	}
 	ss.stream = true
 	pin, nc, id := ss.pin, ss.conn.NetConn(), ss.id
+	if lc, ok := nc.(*limitedConn); ok {
+		lc.exemptIdle() // Redis never closes an idle subscriber
+	}
 	var w io.Writer = nc
 	if t := s.limits.Load().ClientWriteTimeout; t > 0 {
 		w = &deadlineWriter{nc: nc, timeout: t}

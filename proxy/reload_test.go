@@ -185,3 +185,79 @@ func TestSetHotKeysMaxLag(t *testing.T) {
 	}
 	waitServing(t, p)
 }
+
+// A new idle timeout applies to connected clients at once (one already
+// idle longer is closed) and to new ones; raised or turned off, it spares
+// a client that the old one would have closed.
+func TestIdleTimeoutReload(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr) // idle_timeout 0
+	lim := proxy.Limits{MaxClients: 100, MaxBulkLen: 1 << 20, MaxQueryBuffer: 1 << 20, ClientWriteTimeout: time.Minute}
+	a := dialClient(t, p.Addr)
+	a.do("PING")
+	time.Sleep(300 * time.Millisecond)
+	lim.IdleTimeout = 200 * time.Millisecond
+	if err := p.Server.SetLimits(lim); err != nil {
+		t.Fatal(err)
+	}
+	a.expectClosed() // idle 300ms already: closed now, not 200ms later
+	waitFor(t, "the idle close counted", func() bool {
+		v, _ := metricSum(t, p.Registry, "rproxy_proxy_client_closed_by_proxy_total", map[string]string{"reason": "idle"})
+		return v == 1
+	})
+	b := dialClient(t, p.Addr)
+	b.do("PING")
+	b.expectClosed()
+
+	// Raised: a client idle for more than twice the old timeout stays.
+	c := dialClient(t, p.Addr)
+	c.do("PING")
+	lim.IdleTimeout = time.Hour
+	p.Server.SetLimits(lim)
+	time.Sleep(500 * time.Millisecond)
+	if r := c.do("PING"); r != "+PONG\r\n" {
+		t.Fatalf("PING after raising idle_timeout = %q", r)
+	}
+	// Off: the same.
+	lim.IdleTimeout = 200 * time.Millisecond
+	p.Server.SetLimits(lim)
+	d := dialClient(t, p.Addr)
+	d.do("PING")
+	lim.IdleTimeout = 0
+	p.Server.SetLimits(lim)
+	time.Sleep(500 * time.Millisecond)
+	if r := d.do("PING"); r != "+PONG\r\n" {
+		t.Fatalf("PING after turning idle_timeout off = %q", r)
+	}
+	if r := c.do("PING"); r != "+PONG\r\n" {
+		t.Fatalf("PING after turning idle_timeout off = %q", r)
+	}
+	lim.IdleTimeout = -time.Second
+	if err := p.Server.SetLimits(lim); err == nil {
+		t.Fatal("negative idle timeout accepted")
+	}
+}
+
+// A client blocked in BLPOP or subscribed is not idle (as on Redis): the
+// idle timeout neither aborts the blocking command nor closes the
+// subscriber, whether set at start or by a reload.
+func TestIdleTimeoutSparesBlockedAndSubscribed(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.IdleTimeout = 200 * time.Millisecond })
+	c := dialClient(t, p.Addr)
+	if r := c.do("BLPOP", "nolist", "0.6"); r != "*-1\r\n" {
+		t.Fatalf("BLPOP 0.6s with idle_timeout 200ms = %q", r)
+	}
+	s := dialClient(t, p.Addr)
+	s.do("SUBSCRIBE", "ch")
+	lim := proxy.Limits{MaxClients: 100, MaxBulkLen: 1 << 20, MaxQueryBuffer: 1 << 20, ClientWriteTimeout: time.Minute,
+		IdleTimeout: 100 * time.Millisecond}
+	p.Server.SetLimits(lim)
+	time.Sleep(500 * time.Millisecond)
+	rs.Do(t, "PUBLISH", "ch", "m")
+	if r := string(s.read()); r != "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n" {
+		t.Fatalf("subscriber after 500ms with idle_timeout 100ms: %q", r)
+	}
+	// After the blocking command the client is idle again.
+	c.expectClosed()
+}

@@ -335,7 +335,8 @@ func reloadable(tierAtStart bool) func(key string) bool {
 		case "hotkeys.tier":
 			return tierAtStart
 		case "log.level",
-			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.client_write_timeout":
+			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.client_write_timeout",
+			"limits.idle_timeout":
 			return true
 		}
 		for _, section := range []string{"hotkeys.", "policy.", "jitter."} {
@@ -354,6 +355,7 @@ func proxyLimits(l config.Limits) proxy.Limits {
 		MaxBulkLen:         l.MaxBulkLen.Bytes(),
 		MaxQueryBuffer:     l.MaxQueryBuffer.Bytes(),
 		ClientWriteTimeout: l.WriteTimeout.D(),
+		IdleTimeout:        l.IdleTimeout.D(),
 	}
 }
 

@@ -22,9 +22,15 @@ import (
 // a function that stops the process and returns its log.
 func runReloadable(t *testing.T, first string) (write func(string), do func(...string) string, admin string, stop func() string) {
 	t.Helper()
+	write, do, admin, _, stop = runReloadableAt(t, first)
+	return write, do, admin, stop
+}
+
+func runReloadableAt(t *testing.T, first string) (write func(string), do func(...string) string, admin, listen string, stop func() string) {
+	t.Helper()
 	bin := buildBinary(t)
 	rs := redistest.Start(t)
-	listen := freeAddr(t)
+	listen = freeAddr(t)
 	admin = freeAddr(t)
 	path := filepath.Join(t.TempDir(), "rproxy.yaml")
 	write = func(body string) {
@@ -65,7 +71,7 @@ func runReloadable(t *testing.T, first string) (write func(string), do func(...s
 		cmd.Wait()
 		return out
 	}
-	return write, do, admin, stop
+	return write, do, admin, listen, stop
 }
 
 func postReload(t *testing.T, admin string) (int, string) {
@@ -147,6 +153,35 @@ func TestReloadTierOnNeedsRestart(t *testing.T) {
 	}
 	if r := do("PROXY", "INFO"); strings.Contains(r, "tier_serving") {
 		t.Fatalf("a tier appeared:\n%s", r)
+	}
+	stop()
+}
+
+// TestReloadIdleTimeout: limits.idle_timeout set by a reload closes a
+// client that was connected before it and has been idle longer.
+func TestReloadIdleTimeout(t *testing.T) {
+	write, _, admin, listen, stop := runReloadableAt(t, "")
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(resp.AppendCommandString(nil, "PING"))
+	rd := bufio.NewReader(c)
+	if r, err := resp.ReadReply(rd, nil); err != nil || string(r) != "+PONG\r\n" {
+		t.Fatalf("PING = %q %v", r, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	write("limits:\n  idle_timeout: 200ms\n")
+	if code, body := postReload(t, admin); code != 200 || body != "reloaded\n" {
+		t.Fatalf("POST /reload = %d %q", code, body)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := rd.ReadByte(); err != io.EOF {
+		t.Fatalf("idle client after idle_timeout 200ms by reload: read = %v, want EOF", err)
+	}
+	if shown := httpBody(t, "http://"+admin+"/config"); !strings.Contains(shown, "idle_timeout: 200ms\n") {
+		t.Fatalf("/config lacks the new idle_timeout:\n%s", shown)
 	}
 	stop()
 }
