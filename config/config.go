@@ -372,6 +372,10 @@ type Limits struct {
 type Log struct {
 	Level  string `yaml:"level"`  // debug, info (default), warn, error
 	Format string `yaml:"format"` // auto (default: console when stderr is a terminal, else json), json, console
+	// Requests logs every client batch at debug level: client address,
+	// session id, command names (never arguments or values), count,
+	// duration and outcome. Needs level debug; reloaded on SIGHUP.
+	Requests bool `yaml:"requests"` // default false
 }
 
 // Allowed values of Log.Level and Log.Format.
@@ -430,8 +434,9 @@ func Default() Config {
 			ShutdownDrain:  Duration(5 * time.Second),
 		},
 		Log: Log{
-			Level:  "info",
-			Format: "auto",
+			Level:    "info",
+			Format:   "auto",
+			Requests: false,
 		},
 	}
 }

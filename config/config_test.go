@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 71 {
-		t.Errorf("Config has %d yaml keys, test expects 71: %v", len(want), want)
+	if len(want) != 72 {
+		t.Errorf("Config has %d yaml keys, test expects 72: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {

@@ -60,6 +60,10 @@ type Config struct {
 	SlowLogThreshold time.Duration
 	SlowLogLen       int
 
+	// LogRequests logs every client batch at debug level (command names,
+	// never arguments); SetRequestLog changes it at run time.
+	LogRequests bool
+
 	// Ops connects PROXY RELOAD, PROXY CONFIG GET and the version shown
 	// by INFO to the process.
 	Ops OpsHooks

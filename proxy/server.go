@@ -44,6 +44,7 @@ type Server struct {
 	hot          *hotTier // nil: hot-key detection off
 
 	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
+	reqLog        atomic.Bool                   // log every client batch at debug (SetRequestLog)
 	policyMetrics *policy.Metrics
 
 	table       atomic.Pointer[command.Table]
@@ -96,6 +97,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	lim := cfg.limits()
 	s.limits.Store(&lim)
 	s.setTable(command.Builtin())
+	s.reqLog.Store(cfg.LogRequests)
 	var clockCtx context.Context
 	clockCtx, s.stopClock = context.WithCancel(context.Background())
 	s.clock = newCoarseClock(clockCtx, time.Millisecond)
@@ -228,6 +230,13 @@ func (s *Server) SetHotKeys(cfg HotKeyConfig) error {
 	}
 	return nil
 }
+
+// SetRequestLog turns request logging on or off from the next client batch
+// on: every batch is logged at debug level (so only when the logger's level
+// lets debug through) with the client's address, session id, command names
+// (never arguments or values), count, duration and outcome. Off, it costs
+// one atomic load per batch.
+func (s *Server) SetRequestLog(on bool) { s.reqLog.Store(on) }
 
 // HotKeyConfig returns the hot-key settings in force (false when hot-key
 // detection is off).
@@ -382,6 +391,9 @@ func (s *Server) closed(c redcon.Conn, err error) {
 	s.clients.Add(-1)
 	s.metrics.clients.Dec()
 	fields := []zap.Field{zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)}
+	if ss.lastCmd != "" {
+		fields = append(fields, zap.String("last_command", ss.lastCmd))
+	}
 	var le *limitError
 	var ne net.Error
 	lc, _ := c.NetConn().(*limitedConn)

@@ -168,6 +168,7 @@ func run(args []string) error {
 	log.Info("rproxy starting", zap.String("version", version), zap.String("listen", ln.Addr().String()),
 		zap.String("upstream", cfg.Upstream.Address), zap.Int("procs", runtime.GOMAXPROCS(0)),
 		zap.Bool("tls", pcfg.TLS != nil), zap.Bool("upstream_tls", pcfg.Upstream.TLS != nil))
+	warnRequestLog(log, cfg.Log.Requests, level.Level())
 	if cfg.Upstream.TLS.Enabled && cfg.Upstream.TLS.InsecureSkipVerify {
 		log.Warn("upstream.tls.insecure_skip_verify is on: the upstream's certificate is not verified (for tests only)")
 	}
@@ -215,6 +216,8 @@ func run(args []string) error {
 			return "", err
 		}
 		level.SetLevel(lvl)
+		srv.SetRequestLog(next.Log.Requests)
+		warnRequestLog(log, next.Log.Requests, lvl)
 		running.Store(&next)
 		note := ""
 		if len(pending) > 0 {
@@ -322,6 +325,7 @@ func proxyConfig(c config.Config) proxy.Config {
 		HotKey:             hotKeyConfig(c.HotKeys),
 		SlowLogThreshold:   c.SlowLog.Threshold.D(),
 		SlowLogLen:         c.SlowLog.MaxLen,
+		LogRequests:        c.Log.Requests,
 		Policy:             &pc,
 	}
 }
@@ -334,7 +338,7 @@ func reloadable(tierAtStart bool) func(key string) bool {
 		switch key {
 		case "hotkeys.tier":
 			return tierAtStart
-		case "log.level",
+		case "log.level", "log.requests",
 			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.client_write_timeout",
 			"limits.idle_timeout":
 			return true
@@ -345,6 +349,14 @@ func reloadable(tierAtStart bool) func(key string) bool {
 			}
 		}
 		return false
+	}
+}
+
+// warnRequestLog says when log.requests is on but its lines, at debug
+// level, are not written.
+func warnRequestLog(log *zap.Logger, on bool, lvl zapcore.Level) {
+	if on && lvl > zapcore.DebugLevel {
+		log.Warn("log.requests is on but log.level is above debug: request lines are not written", zap.String("level", lvl.String()))
 	}
 }
 

@@ -185,3 +185,28 @@ func TestReloadIdleTimeout(t *testing.T) {
 	}
 	stop()
 }
+
+// TestReloadRequestLog: log.requests switched on and off by reloads;
+// batch lines name the commands and never the arguments.
+func TestReloadRequestLog(t *testing.T) {
+	write, do, admin, stop := runReloadable(t, "  level: debug\n")
+	do("SET", "secret-key", "secret-value")
+	write("  level: debug\n  requests: true\n")
+	if code, body := postReload(t, admin); code != 200 || body != "reloaded\n" {
+		t.Fatalf("POST /reload = %d %q", code, body)
+	}
+	do("GET", "secret-key")
+	write("  level: debug\n")
+	postReload(t, admin)
+	do("GET", "secret-key")
+	out := stop()
+	if n := strings.Count(out, `"msg":"client batch"`); n != 1 {
+		t.Fatalf("%d batch lines, want 1 (between the reloads):\n%s", n, out)
+	}
+	if !strings.Contains(out, `"commands":["get"],"count":1`) {
+		t.Errorf("batch line lacks the command:\n%s", out)
+	}
+	if strings.Contains(out, "secret") {
+		t.Errorf("the log holds a key or value:\n%s", out)
+	}
+}
