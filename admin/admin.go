@@ -18,8 +18,9 @@ type Endpoints struct {
 	// Gatherer is scraped by /metrics.
 	Gatherer prometheus.Gatherer
 	// Reload re-reads the configuration and applies what can change at run
-	// time; an error leaves the running configuration in place.
-	Reload func() error
+	// time; an error leaves the running configuration in place. note, when
+	// not empty, says what was not applied (keys that need a restart).
+	Reload func() (note string, err error)
 	// HotKeys returns the current hot keys (any JSON-encodable value).
 	HotKeys func() any
 	// Config renders the running configuration with secrets redacted.
@@ -49,11 +50,15 @@ func Handler(e Endpoints) http.Handler {
 	}
 	if e.Reload != nil {
 		mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
-			if err := e.Reload(); err != nil {
+			note, err := e.Reload()
+			if err != nil {
 				http.Error(w, "reload rejected, configuration unchanged: "+err.Error(), http.StatusBadRequest)
 				return
 			}
 			w.Write([]byte("reloaded\n"))
+			if note != "" {
+				w.Write([]byte(note + "\n"))
+			}
 		})
 	}
 	if e.HotKeys != nil {

@@ -17,10 +17,11 @@ func TestEndpoints(t *testing.T) {
 	reg.MustRegister(c)
 	c.Add(3)
 	var ready, reload error
+	var note string
 	srv := httptest.NewServer(Handler(Endpoints{
 		Ready:    func() error { return ready },
 		Gatherer: reg,
-		Reload:   func() error { return reload },
+		Reload:   func() (string, error) { return note, reload },
 		HotKeys:  func() any { return []map[string]any{{"key": "k", "rate": 12.5}} },
 		Config:   func() string { return "listen: x\n" },
 	}))
@@ -53,6 +54,10 @@ func TestEndpoints(t *testing.T) {
 		if code, body := get(tc.method, tc.path); code != tc.code || !strings.Contains(body, tc.body) {
 			t.Errorf("%s %s = %d %q, want %d containing %q", tc.method, tc.path, code, body, tc.code, tc.body)
 		}
+	}
+	note = "not applied until restart: listen"
+	if code, body := get("POST", "/reload"); code != 200 || body != "reloaded\nnot applied until restart: listen\n" {
+		t.Errorf("reload with keys needing a restart = %d %q", code, body)
 	}
 	ready = errors.New("upstream down")
 	reload = errors.New("line 3: bad rule")

@@ -258,6 +258,7 @@ type Coalesce struct {
 
 // HotKeys configures hot-key detection and the local tier that serves hot
 // keys' GETs from memory, kept coherent with Redis by client tracking.
+// Reloaded on SIGHUP, except turning on a tier that was off at start.
 type HotKeys struct {
 	Tier      bool     `yaml:"tier"`      // serve hot keys from the local tier; default true; false = detection only
 	Threshold float64  `yaml:"threshold"` // reads per second from which a key is hot; default 500; > 0
@@ -372,7 +373,7 @@ type Limits struct {
 	MaxClients     int      `yaml:"max_clients"`      // default 10000; >= 1
 	MaxBulkLen     ByteSize `yaml:"max_bulk_len"`     // default 512mb (Redis proto-max-bulk-len); >= 1kb
 	MaxQueryBuffer ByteSize `yaml:"max_query_buffer"` // default 1gb (Redis client-query-buffer-limit); >= 1kb
-	IdleTimeout    Duration `yaml:"idle_timeout"`     // close clients idle this long; 0 = never (default); >= 0
+	IdleTimeout    Duration `yaml:"idle_timeout"`     // close clients idle this long (not blocked or subscribed ones); 0 = never (default); >= 0
 	// WriteTimeout closes a client whose replies cannot be written for this
 	// long: it stopped reading (Redis's client-output-buffer-limit, in time).
 	WriteTimeout  Duration `yaml:"client_write_timeout"` // default 60s; 0 = never; >= 0
@@ -383,6 +384,10 @@ type Limits struct {
 type Log struct {
 	Level  string `yaml:"level"`  // debug, info (default), warn, error
 	Format string `yaml:"format"` // auto (default: console when stderr is a terminal, else json), json, console
+	// Requests logs every client batch at debug level: client address,
+	// session id, command names (never arguments or values), count,
+	// duration and outcome. Needs level debug; reloaded on SIGHUP.
+	Requests bool `yaml:"requests"` // default false
 }
 
 // Allowed values of Log.Level and Log.Format.
@@ -443,8 +448,9 @@ func Default() Config {
 			ShutdownDrain:  Duration(5 * time.Second),
 		},
 		Log: Log{
-			Level:  "info",
-			Format: "auto",
+			Level:    "info",
+			Format:   "auto",
+			Requests: false,
 		},
 	}
 }
@@ -962,4 +968,38 @@ func (c Config) String() string {
 		return "# " + err.Error() + "\n"
 	}
 	return string(b)
+}
+
+// Merge prepares a reload: it returns next, except that every key for which
+// reloadable(key) is false keeps its value from running, and the dotted
+// paths of those keys whose value differs (in file order): the changes
+// that wait for a restart. A key is a leaf of the file (a section is
+// descended: reloadable is asked about "limits.max_clients", never about
+// "limits"); lists and maps are compared whole.
+func Merge(running, next Config, reloadable func(key string) bool) (Config, []string) {
+	merged := next
+	var pending []string
+	var walk func(dst, old reflect.Value, prefix string)
+	walk = func(dst, old reflect.Value, prefix string) {
+		t := dst.Type()
+		for i := range t.NumField() {
+			k := yamlKey(t.Field(i))
+			if k == "" {
+				continue
+			}
+			path := join(prefix, k)
+			d, o := dst.Field(i), old.Field(i)
+			if d.Kind() == reflect.Struct {
+				walk(d, o, path)
+				continue
+			}
+			if reloadable(path) || reflect.DeepEqual(d.Interface(), o.Interface()) {
+				continue
+			}
+			d.Set(o)
+			pending = append(pending, path)
+		}
+	}
+	walk(reflect.ValueOf(&merged).Elem(), reflect.ValueOf(running), "")
+	return merged, pending
 }

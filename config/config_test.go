@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 76 {
-		t.Errorf("Config has %d yaml keys, test expects 76: %v", len(want), want)
+	if len(want) != 77 {
+		t.Errorf("Config has %d yaml keys, test expects 77: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -848,5 +848,35 @@ func TestRedactedTLS(t *testing.T) {
 		if !strings.Contains(out, f) {
 			t.Fatalf("redacted config lacks the key's file name %s:\n%s", f, out)
 		}
+	}
+}
+
+// TestMerge: reloadable keys take the new value; the others keep the
+// running one and are listed when they differ, in file order.
+func TestMerge(t *testing.T) {
+	running := Default()
+	next := Default()
+	next.Listen = "127.0.0.1:7000"                // not reloadable
+	next.Upstream.Timeout = Duration(time.Minute) // not reloadable, in a section
+	next.HotKeys.Threshold = 7                    // reloadable
+	next.Jitter.Exclude = []string{"x:*"}         // reloadable list
+	next.Auth.Users = map[string]string{"a": strings.Repeat("0", 64)}
+	next.Log.Format = "json" // not reloadable
+	reloadable := func(key string) bool {
+		return strings.HasPrefix(key, "hotkeys.") || strings.HasPrefix(key, "jitter.") || key == "log.level"
+	}
+	merged, pending := Merge(running, next, reloadable)
+	if want := []string{"listen", "upstream.timeout", "auth.users", "log.format"}; !slices.Equal(pending, want) {
+		t.Fatalf("pending = %v, want %v", pending, want)
+	}
+	if merged.Listen != running.Listen || merged.Upstream.Timeout != running.Upstream.Timeout ||
+		merged.Auth.Users != nil || merged.Log.Format != running.Log.Format {
+		t.Fatalf("a key needing a restart took the new value: %+v", merged)
+	}
+	if merged.HotKeys.Threshold != 7 || !slices.Equal(merged.Jitter.Exclude, []string{"x:*"}) {
+		t.Fatalf("a reloadable key kept the old value: %+v", merged)
+	}
+	if _, pending := Merge(running, running, reloadable); len(pending) != 0 {
+		t.Fatalf("no change, pending %v", pending)
 	}
 }

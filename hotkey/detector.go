@@ -104,19 +104,32 @@ type HotKey struct {
 }
 
 // Detector finds the keys read at or above a rate. It is safe for
-// concurrent use.
+// concurrent use. Its settings can change while it runs (SetConfig).
 type Detector struct {
-	now       func() time.Time
+	now func() time.Time
+	// sk is the sketch and candidate table of the current settings; one
+	// atomic load per call finds it, and SetConfig replaces it when the
+	// window or the sketch's shape changes.
+	sk atomic.Pointer[sketch]
+
+	cfgMu sync.Mutex // SetConfig
+	cfg   DetectorConfig
+}
+
+// sketch is a Detector's counting state for one window and shape.
+type sketch struct {
 	window    time.Duration
 	perNano   float64 // 1/window in ns, to weigh without dividing
-	thr       float64 // Threshold as reads per window
 	perSecond float64 // window reads -> reads per second
-	topK      int
 	depth     int
 	widthLog  uint
 	mask      uint32
 	maxKeyLen int
-	memory    int64
+	// thr holds the float64 bits of Threshold as reads per window: it can
+	// change in place (SetConfig), so it is loaded atomically.
+	thr atomic.Uint64
+	// memory is MemoryBytes; it changes with TopK.
+	memory atomic.Int64
 
 	// counts is the sketch, Depth rows of Width words. Each word holds
 	// two 32-bit counters, the current and the previous sub-window's (the
@@ -135,7 +148,8 @@ type Detector struct {
 	// one sub-window stale.
 	floor atomic.Uint64
 
-	mu sync.Mutex // rotation and candidate changes
+	mu   sync.Mutex // rotation and candidate changes
+	topK int        // under mu
 }
 
 // epoch is one sub-window: it started at start, and its count is in the
@@ -160,22 +174,8 @@ func NewDetector(cfg DetectorConfig, now func() time.Time, reg prometheus.Regist
 	if now == nil {
 		return nil, errors.New("hotkey: detector: now is nil")
 	}
-	d := &Detector{
-		now:       now,
-		window:    cfg.Window,
-		perNano:   1 / float64(cfg.Window),
-		thr:       cfg.Threshold * cfg.Window.Seconds(),
-		perSecond: 1 / cfg.Window.Seconds(),
-		topK:      cfg.TopK,
-		depth:     cfg.Depth,
-		widthLog:  uint(bits.TrailingZeros(uint(cfg.Width))),
-		mask:      uint32(cfg.Width - 1),
-		maxKeyLen: cfg.MaxKeyLen,
-		memory:    cfg.memoryBytes(),
-		counts:    make([]atomic.Uint64, cfg.Width*cfg.Depth),
-	}
-	d.epoch.Store(&epoch{start: now()})
-	d.cands.Store(&candSet{m: map[string]uint64{}})
+	d := &Detector{now: now, cfg: cfg}
+	d.sk.Store(newSketch(cfg, now()))
 	if reg != nil {
 		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rproxy", Subsystem: "hotkey",
 			Name: "hot_keys", Help: "Keys currently read at or above the hot threshold."},
@@ -187,58 +187,144 @@ func NewDetector(cfg DetectorConfig, now func() time.Time, reg prometheus.Regist
 	return d, nil
 }
 
+func newSketch(cfg DetectorConfig, start time.Time) *sketch {
+	s := &sketch{
+		window:    cfg.Window,
+		perNano:   1 / float64(cfg.Window),
+		perSecond: 1 / cfg.Window.Seconds(),
+		depth:     cfg.Depth,
+		widthLog:  uint(bits.TrailingZeros(uint(cfg.Width))),
+		mask:      uint32(cfg.Width - 1),
+		maxKeyLen: cfg.MaxKeyLen,
+		counts:    make([]atomic.Uint64, cfg.Width*cfg.Depth),
+		topK:      cfg.TopK,
+	}
+	s.thr.Store(math.Float64bits(cfg.Threshold * cfg.Window.Seconds()))
+	s.memory.Store(cfg.memoryBytes())
+	s.epoch.Store(&epoch{start: start})
+	s.cands.Store(&candSet{m: map[string]uint64{}})
+	return s
+}
+
+// Config returns the detector's current settings.
+func (d *Detector) Config() DetectorConfig {
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
+	return d.cfg
+}
+
+// SetConfig changes the detector's settings while it runs; an invalid cfg
+// changes nothing. Threshold and TopK change in place, keeping the counts:
+// keys are hot or not by the new threshold at once, and a lowered TopK
+// drops the candidates with the lowest estimates. A new Window, Width,
+// Depth or MaxKeyLen starts counting afresh (the old counts are of another
+// window or shape): no key is hot until it has been read at the threshold
+// again, within one or two windows (see the package documentation).
+func (d *Detector) SetConfig(cfg DetectorConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
+	old := d.cfg
+	d.cfg = cfg
+	if cfg.Window != old.Window || cfg.Width != old.Width || cfg.Depth != old.Depth || cfg.MaxKeyLen != old.MaxKeyLen {
+		d.sk.Store(newSketch(cfg, d.now()))
+		return nil
+	}
+	s := d.sk.Load()
+	s.thr.Store(math.Float64bits(cfg.Threshold * cfg.Window.Seconds()))
+	s.memory.Store(cfg.memoryBytes())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.topK = cfg.TopK
+	s.floor.Store(0) // the table's room or its members change
+	cs := s.cands.Load()
+	if len(cs.m) <= cfg.TopK {
+		return nil
+	}
+	// Keep the TopK highest estimates.
+	e := s.epoch.Load()
+	wc, wp := s.weights(d.now().Sub(e.start))
+	type kv struct {
+		k   string
+		h   uint64
+		est float64
+	}
+	all := make([]kv, 0, len(cs.m))
+	for k, h := range cs.m {
+		all = append(all, kv{k, h, s.estimate(e, h, wc, wp)})
+	}
+	slices.SortFunc(all, func(a, b kv) int {
+		if c := cmp.Compare(b.est, a.est); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.k, b.k)
+	})
+	m := make(map[string]uint64, cfg.TopK)
+	for _, c := range all[:cfg.TopK] {
+		m[c.k] = c.h
+	}
+	s.cands.Store(&candSet{m: m})
+	return nil
+}
+
 // MemoryBytes is the fixed memory budget of d's config.
-func (d *Detector) MemoryBytes() int64 { return d.memory }
+func (d *Detector) MemoryBytes() int64 { return d.sk.Load().memory.Load() }
 
 // Observe counts one read of key and reports whether key is hot now.
 // It allocates nothing unless key enters the candidate table.
 func (d *Detector) Observe(key []byte) bool {
-	if len(key) > d.maxKeyLen {
+	s := d.sk.Load()
+	if len(key) > s.maxKeyLen {
 		return false
 	}
 	h := xxhash.Sum64(key)
 	t := d.now()
-	e, el := d.epochAt(t)
-	wc, wp := d.weights(el)
+	e, el := s.epochAt(t)
+	wc, wp := s.weights(el)
 	inc := uint64(1) << e.shift
 	// One hash, Depth indexes (Kirsch-Mitzenmacher): h1 + i*h2.
 	h1, h2 := uint32(h), uint32(h>>32)|1
 	est := math.MaxFloat64
-	for i := range d.depth {
-		w := d.counts[i<<d.widthLog+int((h1+uint32(i)*h2)&d.mask)].Add(inc)
+	for i := range s.depth {
+		w := s.counts[i<<s.widthLog+int((h1+uint32(i)*h2)&s.mask)].Add(inc)
 		if v := float64(uint32(w>>e.shift))*wc + float64(uint32(w>>(32-e.shift)))*wp; v < est {
 			est = v
 		}
 	}
-	if est < d.thr {
+	if est < s.threshold() {
 		return false
 	}
-	return d.admit(key, h, est, t)
+	return s.admit(key, h, est, t)
 }
 
 // IsHot reports whether key is hot now, without counting a read.
 func (d *Detector) IsHot(key []byte) bool {
-	if len(key) > d.maxKeyLen {
+	s := d.sk.Load()
+	if len(key) > s.maxKeyLen {
 		return false
 	}
-	h, ok := d.cands.Load().m[string(key)]
+	h, ok := s.cands.Load().m[string(key)]
 	if !ok {
 		return false
 	}
-	e, el := d.epochAt(d.now())
-	wc, wp := d.weights(el)
-	return d.estimate(e, h, wc, wp) >= d.thr
+	e, el := s.epochAt(d.now())
+	wc, wp := s.weights(el)
+	return s.estimate(e, h, wc, wp) >= s.threshold()
 }
 
 // Hot returns the hot keys, highest rate first (equal rates by key).
 func (d *Detector) Hot() []HotKey {
-	cs := d.cands.Load()
-	e, el := d.epochAt(d.now())
-	wc, wp := d.weights(el)
+	s := d.sk.Load()
+	cs := s.cands.Load()
+	e, el := s.epochAt(d.now())
+	wc, wp := s.weights(el)
+	thr := s.threshold()
 	var hot []HotKey
 	for k, h := range cs.m {
-		if est := d.estimate(e, h, wc, wp); est >= d.thr {
-			hot = append(hot, HotKey{Key: k, Rate: est * d.perSecond})
+		if est := s.estimate(e, h, wc, wp); est >= thr {
+			hot = append(hot, HotKey{Key: k, Rate: est * s.perSecond})
 		}
 	}
 	slices.SortFunc(hot, func(a, b HotKey) int {
@@ -252,31 +338,36 @@ func (d *Detector) Hot() []HotKey {
 
 // hotCount is len(Hot()) without allocating, for the gauge.
 func (d *Detector) hotCount() int {
-	cs := d.cands.Load()
-	e, el := d.epochAt(d.now())
-	wc, wp := d.weights(el)
+	s := d.sk.Load()
+	cs := s.cands.Load()
+	e, el := s.epochAt(d.now())
+	wc, wp := s.weights(el)
+	thr := s.threshold()
 	n := 0
 	for _, h := range cs.m {
-		if d.estimate(e, h, wc, wp) >= d.thr {
+		if s.estimate(e, h, wc, wp) >= thr {
 			n++
 		}
 	}
 	return n
 }
 
+// threshold is Threshold as reads per window.
+func (s *sketch) threshold() float64 { return math.Float64frombits(s.thr.Load()) }
+
 // epochAt returns the sub-window at t, rotating if t is past its end, and
 // how far into it t is. If another goroutine holds the lock (rotating or
 // admitting a key), it returns the old epoch rather than wait: weights
 // still estimates correctly from it, and this read counts toward what is
 // about to be the previous sub-window.
-func (d *Detector) epochAt(t time.Time) (*epoch, time.Duration) {
-	e := d.epoch.Load()
+func (s *sketch) epochAt(t time.Time) (*epoch, time.Duration) {
+	e := s.epoch.Load()
 	el := t.Sub(e.start)
-	if el < d.window || !d.mu.TryLock() {
+	if el < s.window || !s.mu.TryLock() {
 		return e, el
 	}
-	e = d.rotateLocked(t)
-	d.mu.Unlock()
+	e = s.rotateLocked(t)
+	s.mu.Unlock()
 	return e, t.Sub(e.start)
 }
 
@@ -285,25 +376,25 @@ func (d *Detector) epochAt(t time.Time) (*epoch, time.Duration) {
 // cur + prev*(1-el/Window), assuming the previous sub-window's reads were
 // spread evenly. Past the sub-window's end (rotation not done yet), its
 // count is the previous one's, decaying the same way.
-func (d *Detector) weights(el time.Duration) (wc, wp float64) {
+func (s *sketch) weights(el time.Duration) (wc, wp float64) {
 	switch {
 	case el < 0: // the clock stepped back: count both, an upper bound
 		return 1, 1
-	case el < d.window:
-		return 1, 1 - float64(el)*d.perNano
-	case el < 2*d.window:
-		return 2 - float64(el)*d.perNano, 0
+	case el < s.window:
+		return 1, 1 - float64(el)*s.perNano
+	case el < 2*s.window:
+		return 2 - float64(el)*s.perNano, 0
 	default:
 		return 0, 0
 	}
 }
 
 // estimate is the count-min estimate of the reads of hash h in the window.
-func (d *Detector) estimate(e *epoch, h uint64, wc, wp float64) float64 {
+func (s *sketch) estimate(e *epoch, h uint64, wc, wp float64) float64 {
 	h1, h2 := uint32(h), uint32(h>>32)|1
 	est := math.MaxFloat64
-	for i := range d.depth {
-		w := d.counts[i<<d.widthLog+int((h1+uint32(i)*h2)&d.mask)].Load()
+	for i := range s.depth {
+		w := s.counts[i<<s.widthLog+int((h1+uint32(i)*h2)&s.mask)].Load()
 		if v := float64(uint32(w>>e.shift))*wc + float64(uint32(w>>(32-e.shift)))*wp; v < est {
 			est = v
 		}
@@ -322,33 +413,34 @@ func (d *Detector) estimate(e *epoch, h uint64, wc, wp float64) float64 {
 // to no window. A read that loaded the old epoch and adds after the
 // rotation counts toward the previous sub-window: an error of the reads in
 // flight, not of the window.
-func (d *Detector) rotateLocked(t time.Time) *epoch {
-	e := d.epoch.Load()
+func (s *sketch) rotateLocked(t time.Time) *epoch {
+	e := s.epoch.Load()
 	el := t.Sub(e.start)
-	if el < d.window {
+	if el < s.window {
 		return e // rotated by another goroutine
 	}
-	n := el / d.window
-	ne := &epoch{start: e.start.Add(n * d.window), shift: e.shift}
+	n := el / s.window
+	ne := &epoch{start: e.start.Add(n * s.window), shift: e.shift}
 	if n == 1 {
 		ne.shift = 32 - e.shift
 		keep := ^(uint64(math.MaxUint32) << ne.shift)
-		for i := range d.counts {
-			d.counts[i].And(keep)
+		for i := range s.counts {
+			s.counts[i].And(keep)
 		}
 	} else {
-		for i := range d.counts {
-			d.counts[i].Store(0)
+		for i := range s.counts {
+			s.counts[i].Store(0)
 		}
 	}
-	d.epoch.Store(ne)
-	d.floor.Store(0)
+	s.epoch.Store(ne)
+	s.floor.Store(0)
 
-	wc, wp := d.weights(t.Sub(ne.start))
-	cs := d.cands.Load()
+	wc, wp := s.weights(t.Sub(ne.start))
+	thr := s.threshold()
+	cs := s.cands.Load()
 	var keep map[string]uint64
 	for k, h := range cs.m {
-		if d.estimate(ne, h, wc, wp) >= d.thr {
+		if s.estimate(ne, h, wc, wp) >= thr {
 			continue
 		}
 		if keep == nil {
@@ -357,7 +449,7 @@ func (d *Detector) rotateLocked(t time.Time) *epoch {
 		delete(keep, k)
 	}
 	if keep != nil {
-		d.cands.Store(&candSet{m: keep})
+		s.cands.Store(&candSet{m: keep})
 	}
 	return ne
 }
@@ -365,31 +457,31 @@ func (d *Detector) rotateLocked(t time.Time) *epoch {
 // admit puts key, estimated at est >= threshold, in the candidate table
 // if it is there already, there is room, or it beats the lowest candidate,
 // which it then replaces. It reports whether key is a candidate.
-func (d *Detector) admit(key []byte, h uint64, est float64, t time.Time) bool {
-	if _, ok := d.cands.Load().m[string(key)]; ok {
+func (s *sketch) admit(key []byte, h uint64, est float64, t time.Time) bool {
+	if _, ok := s.cands.Load().m[string(key)]; ok {
 		return true
 	}
-	if f := d.floor.Load(); f != 0 && est <= math.Float64frombits(f) {
+	if f := s.floor.Load(); f != 0 && est <= math.Float64frombits(f) {
 		return false
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	cs := d.cands.Load()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := s.cands.Load()
 	if _, ok := cs.m[string(key)]; ok {
 		return true
 	}
-	if len(cs.m) < d.topK {
+	if len(cs.m) < s.topK {
 		m := copyCands(cs.m, len(cs.m)+1)
 		m[string(key)] = h
-		d.cands.Store(&candSet{m: m})
+		s.cands.Store(&candSet{m: m})
 		return true
 	}
 	// Full: compare with fresh estimates, since candidates' rates change.
-	e := d.epoch.Load()
-	wc, wp := d.weights(t.Sub(e.start))
+	e := s.epoch.Load()
+	wc, wp := s.weights(t.Sub(e.start))
 	minKey, minEst, next := "", math.MaxFloat64, math.MaxFloat64
 	for k, kh := range cs.m {
-		switch v := d.estimate(e, kh, wc, wp); {
+		switch v := s.estimate(e, kh, wc, wp); {
 		case v < minEst:
 			minKey, minEst, next = k, v, minEst
 		case v < next:
@@ -397,17 +489,17 @@ func (d *Detector) admit(key []byte, h uint64, est float64, t time.Time) bool {
 		}
 	}
 	if est <= minEst {
-		d.floor.Store(math.Float64bits(minEst))
+		s.floor.Store(math.Float64bits(minEst))
 		return false
 	}
 	// The floor rises with each replacement, so when many keys hover
 	// around the lowest candidate (or the sketch is saturated and every
 	// key looks hot) the table settles instead of churning on every read.
-	d.floor.Store(math.Float64bits(min(next, est)))
+	s.floor.Store(math.Float64bits(min(next, est)))
 	m := copyCands(cs.m, len(cs.m))
 	delete(m, minKey)
 	m[string(key)] = h
-	d.cands.Store(&candSet{m: m})
+	s.cands.Store(&candSet{m: m})
 	return true
 }
 

@@ -37,7 +37,7 @@ func newTestDetector(t testing.TB, cfg DetectorConfig, c *clock) *Detector {
 	return d
 }
 
-func (d *Detector) candidates() int { return len(d.cands.Load().m) }
+func (d *Detector) candidates() int { return len(d.sk.Load().cands.Load().m) }
 
 // readAt reads key every period for span, and returns the offset of the
 // first read that Observe called hot (-1: none).
@@ -512,4 +512,123 @@ func BenchmarkObserveUniformRealClock(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		d.Observe(keys[i&(len(keys)-1)])
 	}
+}
+
+// TestDetectorSetConfig: a new threshold applies at once to the counts
+// already made, a lower TopK keeps the highest rates, a new window starts
+// afresh, and an invalid config changes nothing.
+func TestDetectorSetConfig(t *testing.T) {
+	cfg := DefaultDetectorConfig() // 500 reads/s over 1s
+	c := newClock()
+	d := newTestDetector(t, cfg, c)
+	// Keys read at 400, 300, 200 and 100 reads/s for one window: none hot.
+	for tick := 0; tick < 1000; tick++ {
+		for i := 1; i <= 4; i++ {
+			if tick%10 < 5-i {
+				d.Observe([]byte("k" + strconv.Itoa(i)))
+			}
+		}
+		c.advance(time.Millisecond)
+	}
+	c.advance(-time.Millisecond)
+	if hot := d.Hot(); len(hot) != 0 {
+		t.Fatalf("hot before the change: %v", hot)
+	}
+	// Lowered to 150/s: k1..k3 are hot on their next read, with the
+	// counts already made.
+	cfg.Threshold = 150
+	if err := d.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		hot := d.Observe([]byte("k" + strconv.Itoa(i)))
+		if want := i <= 3; hot != want {
+			t.Errorf("k%d hot = %v after threshold 150, want %v", i, hot, want)
+		}
+	}
+	if hot := d.Hot(); len(hot) != 3 || hot[0].Key != "k1" {
+		t.Fatalf("Hot() after threshold 150 = %v", hot)
+	}
+	// TopK 2 keeps the two highest rates.
+	cfg.TopK = 2
+	if err := d.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if hot := d.Hot(); len(hot) != 2 || hot[0].Key != "k1" || hot[1].Key != "k2" {
+		t.Fatalf("Hot() after top_k 2 = %v, want k1, k2", hot)
+	}
+	if d.candidates() != 2 {
+		t.Fatalf("%d candidates after top_k 2", d.candidates())
+	}
+	if got, want := d.MemoryBytes(), cfg.memoryBytes(); got != want {
+		t.Fatalf("MemoryBytes = %d, want %d", got, want)
+	}
+	// An invalid config is refused and changes nothing.
+	bad := cfg
+	bad.Threshold = -1
+	if err := d.SetConfig(bad); err == nil {
+		t.Fatal("negative threshold accepted")
+	}
+	if d.Config() != cfg || len(d.Hot()) != 2 {
+		t.Fatalf("a refused config changed the detector: %+v, %v", d.Config(), d.Hot())
+	}
+	// Raised back: nothing is hot.
+	cfg.Threshold = 500
+	d.SetConfig(cfg)
+	if hot := d.Hot(); len(hot) != 0 {
+		t.Fatalf("Hot() after threshold 500 = %v", hot)
+	}
+	// A new window starts counting afresh.
+	cfg.Threshold, cfg.Window = 150, 2*time.Second
+	if err := d.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if hot := d.Hot(); len(hot) != 0 || d.Observe([]byte("k1")) {
+		t.Fatalf("counts survived a new window: %v", hot)
+	}
+	// 150/s over 2s is 300 reads.
+	if first := readAt(d, c, "k1", time.Millisecond, 2*time.Second); first != 298*time.Millisecond {
+		t.Fatalf("hot first at %v with the new window, want 298ms (the 300th read)", first)
+	}
+}
+
+// TestDetectorSetConfigConcurrent: settings change while readers count
+// (run with -race); the table never exceeds the larger TopK in use.
+func TestDetectorSetConfigConcurrent(t *testing.T) {
+	cfg := DefaultDetectorConfig()
+	cfg.Threshold, cfg.TopK = 10, 8
+	c := newClock()
+	d := newTestDetector(t, cfg, c)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				d.Observe([]byte(strconv.Itoa((i * (g + 1)) % 50)))
+				if i%100 == 0 {
+					c.advance(time.Millisecond)
+					d.Hot()
+				}
+			}
+		}()
+	}
+	for i := range 200 {
+		next := cfg
+		next.TopK = 4 + i%5
+		next.Threshold = float64(5 + i%20)
+		if i%50 == 0 {
+			next.Window = time.Duration(1+i%3) * time.Second
+		}
+		if err := d.SetConfig(next); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.candidates(); n > 8 {
+			t.Fatalf("%d candidates with top_k at most 8", n)
+		}
+		runtime.Gosched()
+	}
+	stop.Store(true)
+	wg.Wait()
 }

@@ -51,6 +51,11 @@
 // small fraction of Window, so a coarse clock (a timestamp refreshed every
 // millisecond) saves the cost of time.Now on the read path.
 //
+// SetConfig changes a running Detector's settings. Threshold and TopK
+// change in place and keep the counts (a lowered TopK drops the candidates
+// with the lowest estimates); a new Window or sketch shape starts counting
+// afresh behind an atomic pointer, so Observe costs the same either way.
+//
 // # Tier
 //
 // A Tier holds reply bytes by key and variant (a small number the caller
@@ -61,6 +66,10 @@
 // reply is served for at most TTLCap, or its own shorter TTL. Get returns
 // the stored bytes themselves; they are never changed afterwards (a new
 // reply replaces the slice, it never overwrites it).
+//
+// SetConfig changes the budget (a lower one evicts down to it at once) and
+// the TTL cap (a lower one shortens the replies held to at most the new
+// cap from the change on).
 //
 // Fills race invalidations: a value read from Redis just before a write
 // must not be stored after that write's invalidation. A fill therefore

@@ -64,9 +64,11 @@ const slotCount = 4096
 // bytes, evicting the least recently used key. It is safe for concurrent
 // use.
 type Tier struct {
-	now     func() time.Time
-	maxB    int64
-	ttlCap  time.Duration
+	now func() time.Time
+	// maxB and ttlCap (nanoseconds) change with SetConfig and are read by
+	// Put before it takes the lock.
+	maxB    atomic.Int64
+	ttlCap  atomic.Int64
 	mu      sync.Mutex
 	lru     *simplelru.LRU[string, *entry]
 	bytes   int64
@@ -131,7 +133,9 @@ func NewTier(cfg TierConfig, now func() time.Time, reg prometheus.Registerer) (*
 	if now == nil {
 		return nil, errors.New("hotkey: tier: now is nil")
 	}
-	t := &Tier{now: now, maxB: cfg.MaxBytes, ttlCap: cfg.TTLCap, serving: true}
+	t := &Tier{now: now, serving: true}
+	t.maxB.Store(cfg.MaxBytes)
+	t.ttlCap.Store(int64(cfg.TTLCap))
 	t.removing = &t.evictions
 	// The LRU counts entries only: no limit there, the byte budget is
 	// enforced here, and the callback keeps the byte count right whatever
@@ -231,13 +235,14 @@ func (t *Tier) Put(tok Token, key []byte, variant uint8, reply []byte, ttl time.
 	if tok.t != t {
 		return false // zero or another tier's token
 	}
-	life := t.ttlCap
+	life := time.Duration(t.ttlCap.Load())
 	if ttl > 0 && ttl < life {
 		life = ttl
 	}
 	slot := xxhash.Sum64(key) % slotCount
 	now := t.now()
-	tooBig := int64(len(key))+entryOverhead+int64(len(reply))+variantOverhead > t.maxB
+	maxB := t.maxB.Load()
+	tooBig := int64(len(key))+entryOverhead+int64(len(reply))+variantOverhead > maxB
 	var nv stored
 	if !tooBig { // copied before the lock, to hold it shorter
 		nv = stored{id: variant, expires: now.Add(life), reply: make([]byte, len(reply))}
@@ -275,7 +280,7 @@ func (t *Tier) Put(tok Token, key []byte, variant uint8, reply []byte, ttl time.
 		e.variants = append(e.variants, nv)
 		t.resize(e, int64(len(reply))+variantOverhead)
 	}
-	if e.size > t.maxB {
+	if e.size > maxB {
 		// This reply fits the budget but not with the key's other
 		// variants: keep only this one.
 		i := e.find(variant)
@@ -294,7 +299,7 @@ func (t *Tier) Put(tok Token, key []byte, variant uint8, reply []byte, ttl time.
 // budget.
 func (t *Tier) evictLocked(now time.Time, keep *entry) {
 	t.removing = &t.evictions
-	for t.bytes > t.maxB {
+	for maxB := t.maxB.Load(); t.bytes > maxB; {
 		if _, e, ok := t.lru.GetOldest(); !ok || e == keep {
 			break
 		}
@@ -303,6 +308,38 @@ func (t *Tier) evictLocked(now time.Time, keep *entry) {
 	if _, e, ok := t.lru.GetOldest(); ok && e != keep && e.expired(now) {
 		t.lru.RemoveOldest()
 	}
+}
+
+// SetConfig changes the budget and the TTL cap while the tier runs; an
+// invalid cfg changes nothing. A lower budget evicts least recently used
+// keys down to it at once; a lower cap shortens the replies held to at
+// most the new cap from now, so no reply is served longer than it from
+// the change on. Replies stored from now on use the new values.
+func (t *Tier) SetConfig(cfg TierConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.maxB.Store(cfg.MaxBytes)
+	if old := time.Duration(t.ttlCap.Swap(int64(cfg.TTLCap))); cfg.TTLCap < old {
+		limit := now.Add(cfg.TTLCap)
+		for _, e := range t.lru.Values() {
+			for i := range e.variants {
+				if v := &e.variants[i]; v.expires.After(limit) {
+					v.expires = limit
+				}
+			}
+		}
+	}
+	t.evictLocked(now, nil)
+	return nil
+}
+
+// Config returns the tier's current settings.
+func (t *Tier) Config() TierConfig {
+	return TierConfig{MaxBytes: t.maxB.Load(), TTLCap: time.Duration(t.ttlCap.Load())}
 }
 
 // Invalidate drops every variant of key; fills of key begun before fail.

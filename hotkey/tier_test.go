@@ -502,3 +502,55 @@ func TestScanStaysInBudget(t *testing.T) {
 	}
 	runtime.KeepAlive(tr)
 }
+
+// TestTierSetConfig: a lower budget evicts down to it at once, least
+// recently used first; a lower TTL cap shortens what is held to at most
+// the new cap from the change; a higher cap applies to new replies only;
+// an invalid config changes nothing.
+func TestTierSetConfig(t *testing.T) {
+	const size = 1 + entryOverhead + 100 + variantOverhead
+	c := newClock()
+	tr := newTestTier(t, TierConfig{MaxBytes: 4 * size, TTLCap: time.Minute}, c)
+	reply := strings.Repeat("x", 100)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		fill(tr, k, 0, reply)
+	}
+	mustGet(t, tr, "a", 0, reply) // b is the least recently used
+	if err := tr.SetConfig(TierConfig{MaxBytes: 2 * size, TTLCap: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if s := tr.Stats(); s.Bytes != 2*size || s.Entries != 2 || s.Evictions != 2 {
+		t.Fatalf("stats after halving the budget: %+v", s)
+	}
+	mustMiss(t, tr, "b", 0)
+	mustMiss(t, tr, "c", 0)
+	mustGet(t, tr, "a", 0, reply)
+	mustGet(t, tr, "d", 0, reply)
+
+	// Cap 1m -> 5s: "a" (stored with a 1m life) expires 5s from now.
+	c.advance(10 * time.Second)
+	if err := tr.SetConfig(TierConfig{MaxBytes: 3 * size, TTLCap: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	tr.Put(tr.Begin([]byte("e")), []byte("e"), 0, []byte(reply), 0) // 5s life
+	c.advance(5*time.Second - 1)
+	mustGet(t, tr, "a", 0, reply)
+	mustGet(t, tr, "e", 0, reply)
+	c.advance(1)
+	mustMiss(t, tr, "a", 0)
+	mustMiss(t, tr, "e", 0)
+	// Raised again: new replies live longer.
+	if err := tr.SetConfig(TierConfig{MaxBytes: 3 * size, TTLCap: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	fill(tr, "f", 0, reply)
+	c.advance(30 * time.Minute)
+	mustGet(t, tr, "f", 0, reply)
+
+	if err := tr.SetConfig(TierConfig{MaxBytes: 0, TTLCap: time.Second}); err == nil {
+		t.Fatal("zero budget accepted")
+	}
+	if got := tr.Config(); got != (TierConfig{MaxBytes: 3 * size, TTLCap: time.Hour}) {
+		t.Fatalf("a refused config changed the tier: %+v", got)
+	}
+}

@@ -85,7 +85,8 @@ func (s *Server) auth(ss *session, cmd redcon.Command) {
 // login checks credentials and, if they match, authenticates the session.
 func (s *Server) login(ss *session, user, pass []byte) bool {
 	if !s.cfg.Users.verify(user, pass) {
-		s.log.Info("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.ByteString("user", user))
+		s.log.Info("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+			zap.String("command", ss.lastCmd), zap.ByteString("user", user))
 		return false
 	}
 	ss.authed, ss.user = true, string(user)
@@ -135,7 +136,8 @@ func (s *Server) loginUpstream(ss *session, user, pass []byte) ([]byte, bool) {
 		return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()), false
 	}
 	if string(r) != "+OK\r\n" {
-		s.log.Info("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.ByteString("user", user))
+		s.log.Info("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+			zap.String("command", ss.lastCmd), zap.ByteString("user", user))
 		return r, false
 	}
 	ps, err := s.userPoolSet(string(user), string(pass))

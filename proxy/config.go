@@ -33,7 +33,7 @@ type Config struct {
 	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
 	MaxBulkLen     int64         // a client's declared bulk length above this closes it
 	MaxQueryBuffer int64         // a client's incomplete command above this many bytes closes it
-	IdleTimeout    time.Duration // close clients idle this long; 0 = never
+	IdleTimeout    time.Duration // close clients idle this long (not blocked or pub/sub ones); 0 = never
 	// ClientWriteTimeout closes a client whose replies cannot be written
 	// for this long (it stopped reading); 0 = never.
 	ClientWriteTimeout time.Duration
@@ -69,6 +69,10 @@ type Config struct {
 	SlowLogThreshold time.Duration
 	SlowLogLen       int
 
+	// LogRequests logs every client batch at debug level (command names,
+	// never arguments); SetRequestLog changes it at run time.
+	LogRequests bool
+
 	// Ops connects PROXY RELOAD, PROXY CONFIG GET and the version shown
 	// by INFO to the process.
 	Ops OpsHooks
@@ -89,10 +93,12 @@ type Limits struct {
 	MaxBulkLen         int64
 	MaxQueryBuffer     int64
 	ClientWriteTimeout time.Duration
+	IdleTimeout        time.Duration
 }
 
 func (c Config) limits() Limits {
-	return Limits{MaxClients: c.MaxClients, MaxBulkLen: c.MaxBulkLen, MaxQueryBuffer: c.MaxQueryBuffer, ClientWriteTimeout: c.ClientWriteTimeout}
+	return Limits{MaxClients: c.MaxClients, MaxBulkLen: c.MaxBulkLen, MaxQueryBuffer: c.MaxQueryBuffer,
+		ClientWriteTimeout: c.ClientWriteTimeout, IdleTimeout: c.IdleTimeout}
 }
 
 // Validate reports every problem with c.
@@ -145,6 +151,11 @@ func (c Config) Validate() error {
 	}
 	if c.SlowLogThreshold < 0 || (c.SlowLogThreshold > 0 && c.SlowLogLen < 1) {
 		errs = append(errs, fmt.Errorf("proxy: slow log threshold must not be negative and its length must be at least 1 (got %v, %d)", c.SlowLogThreshold, c.SlowLogLen))
+	}
+	if c.HotKey != nil {
+		if err := c.HotKey.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.TLSHandshakeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("proxy: TLS handshake timeout must not be negative, got %v", c.TLSHandshakeTimeout))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -61,22 +62,78 @@ func (l *drainListener) release() {
 // the bytes redcon reads and, when a declared bulk or an incomplete command
 // grows past its limit, answers like Redis and fails the read, which closes
 // the client before anything unbounded is buffered.
+//
+// It also closes idle clients: each read of the client gets a deadline of
+// the idle timeout in force (limits.idle_timeout, read at each read), and
+// a reload that changes it moves the deadline of a read under way
+// (setIdle), so it applies to connected clients at once. A client blocked
+// in a command (BLPOP...) or in pub/sub is never idle, as on Redis.
 type limitedConn struct {
 	net.Conn
 	limiter resp.RequestLimiter
+	limits  *atomic.Pointer[Limits] // the server's, for the idle timeout
+	clock   func() time.Time
 
 	// While the session waits on a blocking command, a watcher reads the
 	// client so that a client that leaves is noticed (Redis unblocks it);
 	// what it reads is kept in pending and returned to redcon first.
-	mu       sync.Mutex
-	pending  []byte
-	watchErr error
+	mu        sync.Mutex
+	pending   []byte
+	watchErr  error
+	watching  bool // a watcher reads: no idle deadline
+	noIdle    bool // pub/sub (stream mode): never idle
+	reading   bool // Read waits on the client, since readSince
+	armed     bool // a read deadline for the idle timeout is set
+	readSince time.Time
+	// idleTimedOut: a read ended on the idle deadline (the close callback
+	// tells an idle client from one whose replies could not be written).
+	idleTimedOut atomic.Bool
+}
+
+// armIdleLocked sets, or clears, the read deadline for idle timeout d from
+// the start of the read under way.
+func (c *limitedConn) armIdleLocked(d time.Duration) {
+	switch {
+	case d > 0 && !c.noIdle && !c.watching:
+		c.Conn.SetReadDeadline(c.readSince.Add(d))
+		c.armed = true
+	case c.armed:
+		c.Conn.SetReadDeadline(time.Time{})
+		c.armed = false
+	}
+}
+
+// setIdle applies a new idle timeout to a read under way (a reload); the
+// next reads load it themselves.
+func (c *limitedConn) setIdle(d time.Duration) {
+	c.mu.Lock()
+	if c.reading {
+		c.armIdleLocked(d)
+	}
+	c.mu.Unlock()
+}
+
+// exemptIdle stops idle closing for good: the session is in pub/sub mode,
+// where Redis never closes an idle client either.
+func (c *limitedConn) exemptIdle() {
+	c.mu.Lock()
+	c.noIdle = true
+	c.armIdleLocked(0)
+	c.mu.Unlock()
 }
 
 // watch starts reading the client in the background and calls gone if the
 // client closes or fails. The returned stop ends the watch and must be
 // called before redcon reads again.
 func (c *limitedConn) watch(gone func()) (stop func()) {
+	// The client is blocked, not idle: no idle deadline while it waits.
+	c.mu.Lock()
+	c.watching = true
+	if c.armed {
+		c.Conn.SetReadDeadline(time.Time{})
+		c.armed = false
+	}
+	c.mu.Unlock()
 	done := make(chan struct{})
 	interrupted := make(chan struct{})
 	go func() {
@@ -116,6 +173,9 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 		c.Conn.SetReadDeadline(time.Now())
 		<-done
 		c.Conn.SetReadDeadline(time.Time{})
+		c.mu.Lock()
+		c.watching = false
+		c.mu.Unlock()
 	}
 }
 
@@ -141,8 +201,18 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 		}
 		return 0, err
 	}
+	c.reading, c.readSince = true, c.clock()
+	c.armIdleLocked(c.limits.Load().IdleTimeout)
 	c.mu.Unlock()
 	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	c.reading = false
+	if err != nil && c.armed {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			c.idleTimedOut.Store(true)
+		}
+	}
+	c.mu.Unlock()
 	if n > 0 {
 		if lerr := c.limiter.Feed(p[:n]); lerr != nil {
 			var le *resp.LimitError

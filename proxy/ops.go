@@ -15,8 +15,9 @@ import (
 type OpsHooks struct {
 	Version string
 	// Reload re-reads the configuration file and applies what can change
-	// at run time; an error leaves everything as it was.
-	Reload func() error
+	// at run time; an error leaves everything as it was. note, when not
+	// empty, says what was not applied (changed keys that need a restart).
+	Reload func() (note string, err error)
 	// EffectiveConfig renders the running configuration, secrets redacted.
 	EffectiveConfig func() string
 }
@@ -135,9 +136,12 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 		case s.cfg.Ops.Reload == nil:
 			r = resp.AppendError(nil, "ERR rproxy: reload is not available (no -config file)")
 		default:
-			if err := s.cfg.Ops.Reload(); err != nil {
+			switch note, err := s.cfg.Ops.Reload(); {
+			case err != nil:
 				r = resp.AppendError(nil, "ERR rproxy: reload rejected, configuration unchanged: "+oneLine(err.Error()))
-			} else {
+			case note != "":
+				r = []byte("+OK, " + oneLine(note) + "\r\n")
+			default:
 				r = []byte("+OK\r\n")
 			}
 		}
@@ -151,7 +155,7 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 			"INFO -- the proxy's own figures (also the # Proxy section of INFO).",
 			"HOTKEYS -- the keys currently detected as hot, with reads per second.",
 			"CONFIG GET -- the running configuration, secrets redacted.",
-			"RELOAD -- re-read the configuration file (policy, jitter, log level).",
+			"RELOAD -- re-read the configuration file (policy, jitter, hot keys and tier, log level, limits).",
 			"SLOWLOG GET [count] | LEN | RESET -- client batches slower than slowlog.threshold (command names only).",
 		}
 		r = fmt.Appendf(nil, "*%d\r\n", len(lines))

@@ -13,10 +13,14 @@ import (
 )
 
 func withOps(reloadErr error) func(*proxy.Config) {
+	return withOpsNote("", reloadErr)
+}
+
+func withOpsNote(note string, reloadErr error) func(*proxy.Config) {
 	return func(c *proxy.Config) {
 		c.Ops = proxy.OpsHooks{
 			Version:         "test-9.9",
-			Reload:          func() error { return reloadErr },
+			Reload:          func() (string, error) { return note, reloadErr },
 			EffectiveConfig: func() string { return "listen: 127.0.0.1:6380\n" },
 		}
 	}
@@ -87,6 +91,10 @@ func TestProxyCommand(t *testing.T) {
 	ok := proxytest.Start(t, rs.Addr, withOps(nil), withPolicy(nil))
 	if r := dialClient(t, ok.Addr).do("PROXY", "RELOAD"); r != "+OK\r\n" {
 		t.Errorf("PROXY RELOAD from loopback = %q", r)
+	}
+	pending := proxytest.Start(t, rs.Addr, withOpsNote("not applied until restart: listen, procs", nil), withPolicy(nil))
+	if r := dialClient(t, pending.Addr).do("PROXY", "RELOAD"); r != "+OK, not applied until restart: listen, procs\r\n" {
+		t.Errorf("PROXY RELOAD with keys needing a restart = %q", r)
 	}
 }
 

@@ -159,7 +159,10 @@ func (s *Server) startStream(ss *session, raw []byte) {
 		return
 	}
 	ss.stream = true
-	pin, nc, id := ss.pin, ss.conn.NetConn(), ss.id
+	pin, nc, id, addr := ss.pin, ss.conn.NetConn(), ss.id, ss.conn.RemoteAddr()
+	if lc, ok := nc.(*limitedConn); ok {
+		lc.exemptIdle() // Redis never closes an idle subscriber
+	}
 	var w io.Writer = nc
 	if t := s.limits.Load().ClientWriteTimeout; t > 0 {
 		w = &deadlineWriter{nc: nc, timeout: t}
@@ -169,7 +172,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			ss.writeTimedOut.Store(true)
 		}
-		s.log.Debug("pub/sub stream ended", zap.Int64("id", id), zap.Error(err))
+		s.log.Debug("pub/sub stream ended", zap.String("client", addr), zap.Int64("id", id), zap.Error(err))
 		// Redis closed (QUIT, or an output buffer limit) or the client left.
 		nc.Close()
 	}()
@@ -180,7 +183,8 @@ func (s *Server) startStream(ss *session, raw []byte) {
 func (s *Server) sendStream(ss *session) {
 	s.metrics.forwarded.Add(float64(len(ss.streamCmds)))
 	if err := ss.pin.Send(ss.streamCmds); err != nil {
-		s.log.Info("pub/sub upstream write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
+		s.log.Info("pub/sub upstream write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+			zap.String("command", commandName(ss.streamCmds[0])), zap.Error(err))
 		ss.conn.NetConn().Close()
 	}
 	clear(ss.streamCmds)

@@ -46,6 +46,7 @@ type Server struct {
 	salt         *salter           // nil: salted fan-out off
 
 	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
+	reqLog        atomic.Bool                   // log every client batch at debug (SetRequestLog)
 	policyMetrics *policy.Metrics
 
 	table       atomic.Pointer[command.Table]
@@ -98,6 +99,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	lim := cfg.limits()
 	s.limits.Store(&lim)
 	s.setTable(command.Builtin())
+	s.reqLog.Store(cfg.LogRequests)
 	var clockCtx context.Context
 	clockCtx, s.stopClock = context.WithCancel(context.Background())
 	s.clock = newCoarseClock(clockCtx, time.Millisecond)
@@ -156,13 +158,15 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln = newTLSListener(ln, s.cfg.TLS, s.cfg.TLSHandshakeTimeout, s.cfg.MaxClients, s.refuseTLS)
 	}
 	dl := newDrainListener(ln, func(c net.Conn) net.Conn {
-		return &limitedConn{Conn: c, limiter: resp.RequestLimiter{
-			MaxBulkLen:     s.limits.Load().MaxBulkLen,
-			MaxQueryBuffer: s.limits.Load().MaxQueryBuffer,
+		lim := s.limits.Load()
+		return &limitedConn{Conn: c, limits: &s.limits, clock: s.clock, limiter: resp.RequestLimiter{
+			MaxBulkLen:     lim.MaxBulkLen,
+			MaxQueryBuffer: lim.MaxQueryBuffer,
 		}}
 	})
+	// Not redcon's SetIdleClose: it fixes each connection's timeout when
+	// accepted. limitedConn applies the one in force at each read.
 	rs := redcon.NewServerNetwork("tcp", ln.Addr().String(), s.handle, s.accept, s.closed)
-	rs.SetIdleClose(s.cfg.IdleTimeout)
 	rs.AcceptError = func(err error) { s.log.Warn("accept failed", zap.Error(err)) }
 	s.mu.Lock()
 	if s.draining.Load() || s.ln != nil {
@@ -198,15 +202,58 @@ func (s *Server) ListenAndServe() error {
 	return s.Serve(ln)
 }
 
-// SetLimits changes the client limits from now on: max clients and the
-// client write timeout at once, input limits for connections accepted
-// from now on. Connections over a lowered max_clients stay connected.
+// SetLimits changes the client limits from now on: max clients, the
+// client write timeout and the idle timeout at once (connected clients
+// included: one idle longer than a lowered timeout is closed now), input
+// limits for connections accepted from now on. Connections over a lowered
+// max_clients stay connected.
 func (s *Server) SetLimits(l Limits) error {
-	if l.MaxClients < 1 || l.MaxBulkLen < 1 || l.MaxQueryBuffer < 1 || l.ClientWriteTimeout < 0 {
+	if l.MaxClients < 1 || l.MaxBulkLen < 1 || l.MaxQueryBuffer < 1 || l.ClientWriteTimeout < 0 || l.IdleTimeout < 0 {
 		return fmt.Errorf("proxy: invalid limits %+v", l)
 	}
-	s.limits.Store(&l)
+	old := s.limits.Swap(&l)
+	if old.IdleTimeout != l.IdleTimeout {
+		s.mu.Lock()
+		for ss := range s.sessions {
+			if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
+				lc.setIdle(l.IdleTimeout)
+			}
+		}
+		s.mu.Unlock()
+	}
 	return nil
+}
+
+// SetHotKeys changes the hot-key detector and the local tier while clients
+// are served: threshold, window, top_k, the tier's budget and TTL cap,
+// prefixes, max lag, and the tier on or off. On error nothing changes.
+// Turning on a tier that was off at start is refused (its tracking
+// connection is made at start), as is any change when detection was off
+// at start; TrackingDial is not changed.
+func (s *Server) SetHotKeys(cfg HotKeyConfig) error {
+	if s.hot == nil {
+		return errors.New("proxy: hot-key detection was off at start: turning it on needs a restart")
+	}
+	if err := s.hot.set(cfg); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}
+
+// SetRequestLog turns request logging on or off from the next client batch
+// on: every batch is logged at debug level (so only when the logger's level
+// lets debug through) with the client's address, session id, command names
+// (never arguments or values), count, duration and outcome. Off, it costs
+// one atomic load per batch.
+func (s *Server) SetRequestLog(on bool) { s.reqLog.Store(on) }
+
+// HotKeyConfig returns the hot-key settings in force (false when hot-key
+// detection is off).
+func (s *Server) HotKeyConfig() (HotKeyConfig, bool) {
+	if s.hot == nil {
+		return HotKeyConfig{}, false
+	}
+	return *s.hot.cfg.Load(), true
 }
 
 // HotKeys returns the keys currently detected as hot, highest rate first
@@ -377,23 +424,24 @@ func (s *Server) closed(c redcon.Conn, err error) {
 	s.clients.Add(-1)
 	s.metrics.clients.Dec()
 	fields := []zap.Field{zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)}
+	if ss.lastCmd != "" {
+		fields = append(fields, zap.String("last_command", ss.lastCmd))
+	}
 	var le *limitError
 	var ne net.Error
+	lc, _ := c.NetConn().(*limitedConn)
 	switch {
-	case ss.writeTimedOut.Load() || (errors.As(err, &ne) && ne.Timeout() && s.cfg.IdleTimeout == 0):
-		// Without an idle timeout the only deadline is the write's.
+	case lc != nil && lc.idleTimedOut.Load() && !ss.writeTimedOut.Load():
+		s.metrics.rejected.WithLabelValues("idle").Inc()
+		s.log.Info("client closed: idle timeout", fields...)
+	case ss.writeTimedOut.Load() || (errors.As(err, &ne) && ne.Timeout()):
+		// Reads time out only on the idle deadline: this was a write's.
 		s.metrics.rejected.WithLabelValues("write_timeout").Inc()
 		s.log.Warn("client closed: its replies could not be written within limits.client_write_timeout (it stopped reading)", fields...)
 	case errors.As(err, &le):
 		s.metrics.rejected.WithLabelValues("input_limit").Inc()
 		s.log.Warn("client closed: "+le.reason, fields...)
 	case err != nil && !errors.Is(err, net.ErrClosed):
-		if ne, ok := err.(net.Error); ok && ne.Timeout() && s.cfg.IdleTimeout > 0 && !ss.writeTimedOut.Load() &&
-			(s.limits.Load().ClientWriteTimeout == 0 || time.Now().Before(ss.writeDeadline)) {
-			s.metrics.rejected.WithLabelValues("idle").Inc()
-			s.log.Info("client closed: idle timeout", fields...)
-			return
-		}
 		s.log.Info("client disconnected", append(fields, zap.Error(err))...)
 	default:
 		s.log.Info("client disconnected", fields...)

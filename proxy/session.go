@@ -126,6 +126,14 @@ type session struct {
 	batches       uint64      // read batches served, for sampling their latency
 	timed         bool        // this batch is being timed
 
+	// Request logging (Server.SetRequestLog), per batch: whether this
+	// batch is logged, when it started, and what became of its commands.
+	// lastCmd is the name of the last command read, for error logs.
+	logReq   bool
+	reqStart time.Time
+	req      reqStats
+	lastCmd  string
+
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
 	// the bookkeeping.
@@ -169,6 +177,10 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if s.slow != nil {
 		slowStart = s.clock() // millisecond clock: cheap enough for every batch
 	}
+	// One atomic load per batch when request logging is off.
+	if ss.logReq = s.reqLog.Load(); ss.logReq {
+		ss.reqStart = time.Now()
+	}
 	var start time.Time
 	if ss.batches++; ss.batches%latencySample == 0 {
 		start = time.Now()
@@ -185,7 +197,17 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
 	ss.wrote = false
 	if ss.stream {
+		if ss.logReq {
+			ss.req.upstream += len(ss.streamCmds)
+		}
 		s.sendStream(ss)
+		if ss.logReq {
+			s.logBatch(ss, "stream")
+		}
+		if s.slow != nil || ss.logReq {
+			clear(ss.slowNames)
+			ss.slowNames, ss.slowCount, ss.slowSkip = ss.slowNames[:0], 0, false
+		}
 		ss.state.Store(stateIdle)
 		return
 	}
@@ -198,6 +220,11 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		if took := s.clock().Sub(slowStart); took >= s.cfg.SlowLogThreshold && !ss.slowSkip {
 			s.noteSlow(ss, took)
 		}
+	}
+	if ss.logReq {
+		s.logBatch(ss, "")
+	}
+	if s.slow != nil || ss.logReq {
 		clear(ss.slowNames)
 		ss.slowNames, ss.slowCount, ss.slowSkip = ss.slowNames[:0], 0, false
 	}
@@ -240,14 +267,14 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	if cc := s.calls.Load(); cc.table == table {
 		cc.inc(s.metrics, info)
 	}
-	if s.slow != nil {
+	ss.lastCmd = "unknown"
+	if info != nil {
+		ss.lastCmd = info.Name
+	}
+	if s.slow != nil || ss.logReq {
 		ss.slowCount++
-		if len(ss.slowNames) < slowLogNames {
-			name := "unknown"
-			if info != nil {
-				name = info.Name
-			}
-			ss.slowNames = append(ss.slowNames, name)
+		if len(ss.slowNames) < slowLogNames || (ss.logReq && len(ss.slowNames) < reqLogNames) {
+			ss.slowNames = append(ss.slowNames, ss.lastCmd)
 		}
 	}
 	if isAuth(args[0]) {
@@ -528,6 +555,12 @@ func (s *Server) flush(ss *session) {
 		ss.leads[i] = lead{}
 	}
 	ss.leads = ss.leads[:0]
+	if ss.logReq {
+		ss.req.upstream += ss.batch.Len()
+		ss.req.local += ss.localCount
+		ss.req.refused += ss.refusedCount
+		ss.req.joined += len(ss.joined)
+	}
 	if ss.localCount > 0 {
 		s.metrics.local.Add(float64(ss.localCount))
 		ss.localCount = 0
@@ -562,6 +595,9 @@ func (s *Server) flush(ss *session) {
 				start = ss.localEnds[o-1]
 			}
 			r = ss.local[start:ss.localEnds[o]]
+		}
+		if ss.logReq && len(r) > 0 && (r[0] == '-' || r[0] == '!') {
+			ss.req.errors++
 		}
 		s.write(ss, r)
 	}
@@ -611,7 +647,8 @@ func (s *Server) write(ss *session, r []byte) {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				ss.writeTimedOut.Store(true) // closed() logs and counts it
 			} else {
-				s.log.Info("client write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
+				s.log.Info("client write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+					zap.String("last_command", ss.lastCmd), zap.Error(err))
 			}
 			nc.Close()
 			return

@@ -2,16 +2,54 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/proxy/resp"
 )
 
 // slowLogNames is how many command names a slow-log entry keeps.
 const slowLogNames = 8
+
+// reqLogNames is how many command names a request log line carries; the
+// count says how many the batch had.
+const reqLogNames = 32
+
+// reqStats is what became of a batch's commands, for its request log line.
+type reqStats struct {
+	upstream int // sent to Redis (or the pinned connection)
+	local    int // answered by rproxy (the tier, PROXY, CLIENT ID...)
+	refused  int // refused by the policy or as unsupported
+	joined   int // coalesced into another client's identical read
+	errors   int // error replies, from Redis or rproxy
+}
+
+// logBatch writes the request log line of the batch just served (outcome
+// "" is found from its replies) and resets the batch's figures. Command
+// names only: arguments, keys and values, and error messages (Redis may
+// quote arguments in them), are never logged.
+func (s *Server) logBatch(ss *session, outcome string) {
+	if outcome == "" {
+		outcome = "ok"
+		if ss.req.errors > 0 {
+			outcome = "error_replies"
+		}
+	}
+	if ce := s.log.Check(zap.DebugLevel, "client batch"); ce != nil {
+		// A copy: a core may encode after the session reuses its slice.
+		ce.Write(zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+			zap.Strings("commands", slices.Clone(ss.slowNames)), zap.Int("count", ss.slowCount),
+			zap.Duration("duration", time.Since(ss.reqStart)), zap.String("outcome", outcome),
+			zap.Int("upstream", ss.req.upstream), zap.Int("local", ss.req.local), zap.Int("refused", ss.req.refused),
+			zap.Int("joined", ss.req.joined), zap.Int("errors", ss.req.errors))
+	}
+	ss.req = reqStats{}
+}
 
 // slowEntry is one client batch that took longer than the threshold, from
 // reading it to writing its replies. Like Redis's SLOWLOG it names the
@@ -76,7 +114,8 @@ func (l *slowLog) reset() {
 // noteSlow records the batch just served if it took at least the
 // threshold. names are the batch's command names, gathered by exec.
 func (s *Server) noteSlow(ss *session, took time.Duration) {
-	e := slowEntry{at: time.Now(), duration: took, names: append([]string(nil), ss.slowNames...),
+	names := ss.slowNames[:min(len(ss.slowNames), slowLogNames)]
+	e := slowEntry{at: time.Now(), duration: took, names: append([]string(nil), names...),
 		count: ss.slowCount, addr: ss.conn.RemoteAddr(), client: string(ss.name)}
 	s.slow.add(e)
 }

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -58,12 +60,21 @@ const fillBatch = 64
 // outlive it; writes whose keys are not known (scripts, EXEC, modules)
 // wait for a barrier: a PING on the tracking connection, whose reply
 // follows every invalidation the write caused.
+//
+// Everything but the tracking connection can change at run time (set): the
+// detector and the tier in place, the rest through atomics read on the
+// request path.
 type hotTier struct {
-	det      *hotkey.Detector
-	tier     *hotkey.Tier // nil: detection only
-	track    *upstream.Pool
-	prefixes [][]byte
-	maxLag   time.Duration
+	det   *hotkey.Detector
+	tier  *hotkey.Tier // nil: the tier was off at start (no tracking connection)
+	track *upstream.Pool
+	// enabled: the tier serves and is filled (HotKeyConfig.Tier); false
+	// turns it off without closing the tracking connection.
+	enabled  atomic.Bool
+	prefixes atomic.Pointer[[][]byte]
+	maxLag   atomic.Int64                 // nanoseconds
+	lagSet   chan struct{}                // wakes the probe loop when maxLag changes
+	cfg      atomic.Pointer[HotKeyConfig] // the settings in force
 	now      func() time.Time
 	log      *zap.Logger
 	metrics  *tierMetrics
@@ -130,7 +141,11 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, coarse func() time.Time,
 		cancel()
 		return nil, err
 	}
-	h := &hotTier{det: det, maxLag: cfg.MaxLag, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel}
+	h := &hotTier{det: det, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel, lagSet: make(chan struct{}, 1)}
+	h.maxLag.Store(int64(cfg.MaxLag))
+	h.setPrefixes(cfg.Prefixes)
+	c := cfg
+	h.cfg.Store(&c)
 	if !cfg.Tier {
 		return h, nil
 	}
@@ -139,9 +154,7 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, coarse func() time.Time,
 		return nil, err
 	}
 	h.tier.SetServing(false) // until the tracking connection is up
-	for _, p := range cfg.Prefixes {
-		h.prefixes = append(h.prefixes, []byte(p))
-	}
+	h.enabled.Store(true)
 	h.queue = make(chan []byte, fillQueue)
 	h.pending = make(map[string]struct{})
 	ucfg.Protocol = 3
@@ -163,6 +176,86 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, coarse func() time.Time,
 	return h, nil
 }
 
+// Validate reports what makes c unusable, at start or in a reload.
+func (c HotKeyConfig) Validate() error {
+	var errs []error
+	if err := c.Detector.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.TierConfig.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxLag <= 0 {
+		errs = append(errs, fmt.Errorf("hotkey: max lag must be positive, got %v", c.MaxLag))
+	}
+	for i, p := range c.Prefixes {
+		if p == "" {
+			errs = append(errs, fmt.Errorf("hotkey: prefix %d is empty: it would cache every key", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// set applies cfg while clients are served; an error changes nothing.
+// Turning the tier on needs the tracking connection, made at start only
+// when the tier was on then.
+func (h *hotTier) set(cfg HotKeyConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.Tier && h.tier == nil {
+		return errors.New("hotkey: the local tier was off at start (no tracking connection): turning it on needs a restart")
+	}
+	if err := h.det.SetConfig(cfg.Detector); err != nil {
+		return err // Validate has checked it
+	}
+	if h.tier != nil {
+		if err := h.tier.SetConfig(cfg.TierConfig); err != nil {
+			return err // Validate has checked it
+		}
+	}
+	h.setPrefixes(cfg.Prefixes)
+	if h.maxLag.Swap(int64(cfg.MaxLag)) != int64(cfg.MaxLag) {
+		select {
+		case h.lagSet <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+	if h.tier != nil {
+		h.setEnabled(cfg.Tier)
+	}
+	cfg.TrackingDial = nil // not changeable: the connection exists
+	h.cfg.Store(&cfg)
+	return nil
+}
+
+func (h *hotTier) setPrefixes(ps []string) {
+	b := make([][]byte, len(ps))
+	for i, p := range ps {
+		b[i] = []byte(p)
+	}
+	h.prefixes.Store(&b)
+}
+
+// setEnabled turns the tier on or off by configuration. Off empties it at
+// once; on serves again once the tracking connection is up and within
+// max lag (fills begun while it was off are refused).
+func (h *hotTier) setEnabled(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.enabled.Swap(on) == on {
+		return
+	}
+	if on {
+		h.log.Info("local tier turned on by configuration")
+		h.applyLocked()
+		return
+	}
+	h.tier.SetServing(false)
+	h.metrics.serving.Set(0)
+	h.log.Info("local tier turned off by configuration: emptied, detection goes on")
+}
+
 func (h *hotTier) close() {
 	if h.track == nil {
 		h.cancel()
@@ -178,7 +271,7 @@ func (h *hotTier) close() {
 
 // lookup returns the tier's reply for GET key in protocol proto.
 func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
-	if h.tier == nil {
+	if h.tier == nil || !h.enabled.Load() {
 		return nil, false
 	}
 	v := variantResp2
@@ -194,11 +287,11 @@ func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
 // whether the tier should hold it.
 func (h *hotTier) observe(key []byte) (hot, fill bool) {
 	hot = h.det.Observe(key)
-	return hot, h.tier != nil && (hot || h.underPrefix(key))
+	return hot, h.tier != nil && h.enabled.Load() && (hot || h.underPrefix(key))
 }
 
 func (h *hotTier) underPrefix(key []byte) bool {
-	for _, p := range h.prefixes {
+	for _, p := range *h.prefixes.Load() {
 		if bytes.HasPrefix(key, p) {
 			return true
 		}
@@ -372,9 +465,11 @@ func (h *hotTier) onState(up bool) {
 	h.mu.Unlock()
 }
 
-// applyLocked serves only while the connection is up and not lagging.
+// applyLocked serves only while the tier is on, the connection is up and
+// not lagging.
 func (h *hotTier) applyLocked() {
-	on := h.connUp && h.lagOK
+	enabled := h.enabled.Load()
+	on := h.connUp && h.lagOK && enabled
 	if on == h.tier.Serving() {
 		return
 	}
@@ -385,7 +480,7 @@ func (h *hotTier) applyLocked() {
 		return
 	}
 	h.metrics.serving.Set(0)
-	if h.closing {
+	if h.closing || !enabled {
 		return
 	}
 	h.metrics.lagStops.Inc()
@@ -395,13 +490,15 @@ func (h *hotTier) applyLocked() {
 // probeLoop measures the tracking connection's round trip every quarter of
 // MaxLag: invalidations queue on that connection ahead of the probe, so a
 // late probe means invalidations may be late too.
+// MaxLag is read at each probe; a change wakes the loop.
 func (h *hotTier) probeLoop(ctx context.Context) {
-	interval := max(h.maxLag/4, time.Millisecond)
 	done := make(chan bool, 1)
 	for {
+		maxLag := time.Duration(h.maxLag.Load())
+		interval := max(maxLag/4, time.Millisecond)
 		start := time.Now()
 		go func() { done <- h.ping() }()
-		timer := time.NewTimer(h.maxLag)
+		timer := time.NewTimer(maxLag)
 		var ok, late bool
 		select {
 		case ok = <-done:
@@ -421,6 +518,7 @@ func (h *hotTier) probeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(interval):
+		case <-h.lagSet:
 		}
 	}
 }

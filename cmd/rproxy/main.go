@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -92,18 +93,23 @@ func run(args []string) error {
 			return err
 		}
 	}
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "listen":
-			cfg.Listen = *listen
-		case "upstream":
-			cfg.Upstream.Address = *upstreamArg
-		case "admin":
-			cfg.Admin = *adminAddr
-		case "log-level":
-			cfg.Log.Level = *logLevel
-		}
-	})
+	// applyFlags makes the flags win over the file, at start and at
+	// each reload.
+	applyFlags := func(c *config.Config) {
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "listen":
+				c.Listen = *listen
+			case "upstream":
+				c.Upstream.Address = *upstreamArg
+			case "admin":
+				c.Admin = *adminAddr
+			case "log-level":
+				c.Log.Level = *logLevel
+			}
+		})
+	}
+	applyFlags(&cfg)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -131,12 +137,12 @@ func run(args []string) error {
 	var running atomic.Pointer[config.Config]
 	running.Store(&cfg)
 	effective := func() string { return running.Load().Redacted().String() }
-	var reload func() error // set below, once the server exists
+	var reload func() (string, error) // set below, once the server exists
 
 	pcfg := proxyConfig(cfg)
 	pcfg.Ops = proxy.OpsHooks{
 		Version:         version,
-		Reload:          func() error { return reload() },
+		Reload:          func() (string, error) { return reload() },
 		EffectiveConfig: effective,
 	}
 	if pcfg.Upstream.Password, err = cfg.Upstream.Password(os.ReadFile, os.Getenv); err != nil {
@@ -162,57 +168,64 @@ func run(args []string) error {
 	log.Info("rproxy starting", zap.String("version", version), zap.String("listen", ln.Addr().String()),
 		zap.String("upstream", cfg.Upstream.Address), zap.Int("procs", runtime.GOMAXPROCS(0)),
 		zap.Bool("tls", pcfg.TLS != nil), zap.Bool("upstream_tls", pcfg.Upstream.TLS != nil))
+	warnRequestLog(log, cfg.Log.Requests, level.Level())
 	if cfg.Upstream.TLS.Enabled && cfg.Upstream.TLS.InsecureSkipVerify {
 		log.Warn("upstream.tls.insecure_skip_verify is on: the upstream's certificate is not verified (for tests only)")
 	}
 
 	// reload re-reads the config file and applies what can change without a
-	// restart: the policy (rules, big keys, jitter), the log level and the
-	// client limits (max_clients, max_bulk_len, max_query_buffer,
-	// client_write_timeout). A bad file changes nothing. Other keys need a
-	// restart; they are not compared.
+	// restart (see reloadable): the policy (rules, big keys, jitter), the
+	// hot-key detector and tier, the log level and the client limits. A bad
+	// file changes nothing. Changed keys that need a restart keep their
+	// running values; they are logged and returned, for the reply.
 	var reloadMu sync.Mutex
-	reload = func() error {
+	canReload := reloadable(cfg.HotKeys.Tier)
+	reload = func() (string, error) {
 		reloadMu.Lock()
 		defer reloadMu.Unlock()
 		if *configPath == "" {
-			return errors.New("no -config file to reload")
+			return "", errors.New("no -config file to reload")
+		}
+		reject := func(err error) (string, error) {
+			log.Warn("reload rejected", zap.Error(err))
+			return "", err
 		}
 		next, err := config.Load(*configPath)
 		if err != nil {
-			log.Warn("reload rejected", zap.Error(err))
-			return err
+			return reject(err)
 		}
+		applyFlags(&next) // the flags win over the file, as at start
+		next, pending := config.Merge(*running.Load(), next, canReload)
 		lvl, err := zapcore.ParseLevel(next.Log.Level)
 		if err != nil {
-			return err
+			return reject(err)
 		}
-		if flagSet(fs, "log-level") {
-			lvl = level.Level() // the flag wins over the file, as at start
-		}
-		limits := proxy.Limits{
-			MaxClients:         next.Limits.MaxClients,
-			MaxBulkLen:         next.Limits.MaxBulkLen.Bytes(),
-			MaxQueryBuffer:     next.Limits.MaxQueryBuffer.Bytes(),
-			ClientWriteTimeout: next.Limits.WriteTimeout.D(),
+		hk := hotKeyConfig(next.HotKeys)
+		if err := hk.Validate(); err != nil { // before anything changes
+			return reject(err)
 		}
 		if err := srv.SetPolicy(next.PolicyConfig()); err != nil {
-			log.Warn("reload rejected", zap.Error(err))
-			return err
+			return reject(err)
 		}
-		if err := srv.SetLimits(limits); err != nil { // Validate has checked them
+		if err := srv.SetHotKeys(*hk); err != nil { // checked above: not expected
+			log.Warn("reload: hot-key settings not applied", zap.Error(err))
+			return "", err
+		}
+		if err := srv.SetLimits(proxyLimits(next.Limits)); err != nil { // Validate has checked them
 			log.Warn("reload: limits not applied", zap.Error(err))
-			return err
+			return "", err
 		}
 		level.SetLevel(lvl)
-		// Keys that need a restart keep their running values in the view.
-		shown := *running.Load()
-		shown.Policy, shown.Jitter, shown.Log.Level = next.Policy, next.Jitter, lvl.String()
-		shown.Limits.MaxClients, shown.Limits.MaxBulkLen, shown.Limits.MaxQueryBuffer = next.Limits.MaxClients, next.Limits.MaxBulkLen, next.Limits.MaxQueryBuffer
-		shown.Limits.WriteTimeout = next.Limits.WriteTimeout
-		running.Store(&shown)
+		srv.SetRequestLog(next.Log.Requests)
+		warnRequestLog(log, next.Log.Requests, lvl)
+		running.Store(&next)
+		note := ""
+		if len(pending) > 0 {
+			note = "not applied until restart: " + strings.Join(pending, ", ")
+			log.Warn("reload: changed settings that need a restart were not applied", zap.Strings("keys", pending))
+		}
 		log.Info("configuration reloaded", zap.String("file", *configPath), zap.Int("policy_rules", len(next.Policy.Rules)))
-		return nil
+		return note, nil
 	}
 
 	var adminSrv *http.Server
@@ -321,7 +334,49 @@ func proxyConfig(c config.Config) proxy.Config {
 		HotKey:             hotKeyConfig(c.HotKeys),
 		SlowLogThreshold:   c.SlowLog.Threshold.D(),
 		SlowLogLen:         c.SlowLog.MaxLen,
+		LogRequests:        c.Log.Requests,
 		Policy:             &pc,
+	}
+}
+
+// reloadable reports whether a config key takes effect at a reload;
+// others need a restart. hotkeys.tier can be turned on only if it was on
+// at start (the tier's tracking connection is made at start).
+func reloadable(tierAtStart bool) func(key string) bool {
+	return func(key string) bool {
+		switch key {
+		case "hotkeys.tier":
+			return tierAtStart
+		case "log.level", "log.requests",
+			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.client_write_timeout",
+			"limits.idle_timeout":
+			return true
+		}
+		for _, section := range []string{"hotkeys.", "policy.", "jitter."} {
+			if strings.HasPrefix(key, section) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// warnRequestLog says when log.requests is on but its lines, at debug
+// level, are not written.
+func warnRequestLog(log *zap.Logger, on bool, lvl zapcore.Level) {
+	if on && lvl > zapcore.DebugLevel {
+		log.Warn("log.requests is on but log.level is above debug: request lines are not written", zap.String("level", lvl.String()))
+	}
+}
+
+// proxyLimits maps the limits a reload can change.
+func proxyLimits(l config.Limits) proxy.Limits {
+	return proxy.Limits{
+		MaxClients:         l.MaxClients,
+		MaxBulkLen:         l.MaxBulkLen.Bytes(),
+		MaxQueryBuffer:     l.MaxQueryBuffer.Bytes(),
+		ClientWriteTimeout: l.WriteTimeout.D(),
+		IdleTimeout:        l.IdleTimeout.D(),
 	}
 }
 
@@ -337,13 +392,6 @@ func checkHealth(addr string) error {
 		return fmt.Errorf("healthcheck: %s answered %s", addr, resp.Status)
 	}
 	return nil
-}
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // hotKeyConfig maps the hotkeys section; sketch sizes keep their defaults.
