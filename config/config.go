@@ -270,6 +270,18 @@ type HotKeys struct {
 	// not answer a probe within it, the tier empties and stops serving.
 	MaxLag   Duration `yaml:"max_lag"`  // default 1s; >= 1ms
 	Prefixes []string `yaml:"prefixes"` // also cache every key under these prefixes, hot or not; default []
+	Salt     Salt     `yaml:"salt"`     // salted fan-out (upstream.mode cluster)
+}
+
+// Salt spreads hot keys' reads over copies on other masters of a cluster.
+// Changing it needs a restart.
+type Salt struct {
+	// Copies is how many masters serve each salted key's GETs, the key's
+	// own master included (the copies sit on the others); default 0 (off);
+	// 0 or 2..16; needs upstream.mode cluster.
+	Copies   int      `yaml:"copies"`
+	TTL      Duration `yaml:"ttl"`      // longest a copy lives (never past the key's own expiry); default 5s; >= 1ms
+	Prefixes []string `yaml:"prefixes"` // also salt every key under these prefixes, hot or not; default []
 }
 
 // Policy refuses, rewrites or logs commands by rule (see policy/ and the
@@ -425,6 +437,7 @@ func Default() Config {
 			TTLCap:    Duration(10 * time.Second),
 			MaxLag:    Duration(time.Second),
 			Prefixes:  []string{},
+			Salt:      Salt{TTL: Duration(5 * time.Second), Prefixes: []string{}},
 		},
 		Policy: Policy{
 			Defaults: true,
@@ -741,6 +754,14 @@ func (c Config) Validate() error {
 	}
 	if u.Connections < 1 || u.Connections > 64 {
 		add("upstream.connections must be between 1 and 64, got %d", u.Connections)
+	}
+	if s := c.HotKeys.Salt; s.Copies != 0 && (s.Copies < 2 || s.Copies > 16) {
+		add("hotkeys.salt.copies must be 0 (off) or between 2 and 16, got %d", s.Copies)
+	} else if s.Copies != 0 && u.Mode != "cluster" {
+		add("hotkeys.salt.copies needs upstream.mode cluster (copies go to other masters)")
+	}
+	if c.HotKeys.Salt.TTL < Duration(time.Millisecond) {
+		add("hotkeys.salt.ttl must be at least 1ms, got %s", c.HotKeys.Salt.TTL)
 	}
 	switch u.Mode {
 	case "standalone":

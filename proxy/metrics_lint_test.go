@@ -148,7 +148,36 @@ func lintTraffic(t *testing.T) ([]*dto.MetricFamily, []string) {
 		return lintFamily(lintGather(t, p.Registry), "rproxy_upstream_errors_total") != nil
 	})
 	c.doErr("GET", keys[5])
-	return lintGather(t, p.Registry), keys
+	cfams, ckeys := lintClusterTraffic(t)
+	return append(lintGather(t, p.Registry), cfams...), append(keys, ckeys...)
+}
+
+// lintClusterTraffic drives a cluster-mode rproxy with salted fan-out:
+// split commands, a redirect, salted reads, fills and deletes. Its
+// salt stage's families are returned (the others, cluster metrics
+// included, are in lintTraffic's too).
+func lintClusterTraffic(t *testing.T) ([]*dto.MetricFamily, []string) {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"salted:"}}
+	})
+	c := dialClient(t, p.Addr)
+	hot := "salted:" + lintSecret
+	keys := []string{hot, "a:" + lintSecret, "b:" + lintSecret}
+	c.do("MSET", keys[1], "1", keys[2], "2")
+	c.do("SET", hot, "v")
+	for range 30 {
+		c.do("GET", hot)
+	}
+	c.do("SET", hot, "w")
+	var fams []*dto.MetricFamily
+	for _, mf := range lintGather(t, p.Registry) {
+		if strings.HasPrefix(mf.GetName(), "rproxy_hotkey_salt_") { // the rest are in lintTraffic's too
+			fams = append(fams, mf)
+		}
+	}
+	return fams, keys
 }
 
 // lintPipeline sends cmds in one write and reads every reply.

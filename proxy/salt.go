@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
@@ -56,16 +57,20 @@ const saltMarker = "#rproxy-copy-"
 // master other than the origin's, chosen from the live slot map.
 //
 // Coherence with writes through this rproxy: a write to a salted key
-// raises the key's writing count and generation before it is sent, and
-// once Redis acknowledged it, deletes every copy and raises the generation
-// again before the client sees the reply. A fill (a read that missed a
-// copy and read the origin) writes the copy only if no write was under way
-// when it read the origin, and deletes it again if the generation moved or
-// a write is under way once the copy is written. So after a write is
-// acknowledged no copy holds an older value.
+// raises the key's writing count and generation before it is sent and,
+// once Redis acknowledged it, deletes every copy (and raises the
+// generation again) before the client sees the reply. A fill (a read that
+// missed a copy and read the origin) is made only if no write was under
+// way when it read the origin and none has begun since; that last check
+// and the fill's send are one step under the key's mutex, and copy
+// updates go on one connection per copy (Router.SendOrdered), so a write
+// that begins later deletes the copy after the fill lands. After a write
+// is acknowledged, no copy holds an older value. A copy update that fails
+// sends the key's reads to its origin until its copies have expired.
 type salter struct {
 	cfg      SaltConfig
 	cluster  *upstream.Cluster
+	ordered  *upstream.Router // copy updates: one connection per copy, in order
 	prefixes [][]byte
 	now      func() time.Time
 	log      *zap.Logger
@@ -77,11 +82,16 @@ type salter struct {
 
 // saltedKey is one salted key's copies and coherence counters.
 type saltedKey struct {
-	key     []byte
-	names   atomic.Pointer[saltNames]
+	key   []byte
+	names atomic.Pointer[saltNames]
+	// mu orders a fill's last check and send against a write's start.
+	mu      sync.Mutex
 	gen     atomic.Int64
 	writing atomic.Int64
 	used    atomic.Int64 // unix ms of the last salted read
+	// bypassUntil (unix ms): after a failed copy update, reads go to the
+	// origin until any copy left behind has expired.
+	bypassUntil atomic.Int64
 }
 
 // saltNames are a key's copies for one version of the slot map: [0] is
@@ -95,6 +105,7 @@ type saltNames struct {
 
 type saltMetrics struct {
 	reads   *prometheus.CounterVec
+	missing prometheus.Counter
 	fills   prometheus.Counter
 	deletes prometheus.Counter
 	keys    prometheus.GaugeFunc
@@ -107,14 +118,16 @@ func newSalter(cfg SaltConfig, c *upstream.Cluster, now func() time.Time, reg pr
 	if cfg.IntN == nil {
 		cfg.IntN = rand.IntN
 	}
-	s := &salter{cfg: cfg, cluster: c, now: now, log: log, keys: make(map[string]*saltedKey)}
+	s := &salter{cfg: cfg, cluster: c, ordered: c.Router(2), now: now, log: log, keys: make(map[string]*saltedKey)}
 	for _, p := range cfg.Prefixes {
 		s.prefixes = append(s.prefixes, []byte(p))
 	}
 	const ns, sub = "rproxy", "hotkey"
 	s.metrics = &saltMetrics{
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_reads_total",
-			Help: "GETs of salted keys by where they were served: copy_hit, copy_miss (then the origin, filling the copy) or origin."}, []string{"outcome"}),
+			Help: "GETs of salted keys by where they were served: copy_hit, copy_miss (then the origin, filling the copy), copy_joined (a coalesced copy read) or origin."}, []string{"outcome"}),
+		missing: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_missing_keys_total",
+			Help: "Salted keys found missing at their origin: read from the origin for hotkeys.salt.ttl (or until written through rproxy)."}),
 		fills: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_copy_fills_total",
 			Help: "Salted copies written after a read missed them."}),
 		deletes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_copy_deletes_total",
@@ -126,11 +139,11 @@ func newSalter(cfg SaltConfig, c *upstream.Cluster, now func() time.Time, reg pr
 		defer s.mu.Unlock()
 		return float64(len(s.keys))
 	})
-	for _, o := range []string{"copy_hit", "copy_miss", "origin"} {
+	for _, o := range []string{"copy_hit", "copy_miss", "copy_joined", "origin"} {
 		s.metrics.reads.WithLabelValues(o)
 	}
 	if reg != nil {
-		for _, m := range []prometheus.Collector{s.metrics.reads, s.metrics.fills, s.metrics.deletes, s.metrics.keys} {
+		for _, m := range []prometheus.Collector{s.metrics.reads, s.metrics.missing, s.metrics.fills, s.metrics.deletes, s.metrics.keys} {
 			if err := reg.Register(m); err != nil {
 				return nil, err
 			}
@@ -252,9 +265,9 @@ type saltRead struct {
 
 // saltedRead queues a salted key's GET on a copy picked at random, and
 // reports whether it did (false: read the origin as usual).
-func (s *Server) saltedRead(ss *session, key []byte) bool {
+func (s *Server) saltedRead(ss *session, info *command.Info, key []byte) bool {
 	sk := s.salt.get(key)
-	if sk == nil {
+	if sk == nil || s.clock().UnixMilli() < sk.bypassUntil.Load() {
 		return false
 	}
 	n := s.salt.current(sk)
@@ -263,9 +276,15 @@ func (s *Server) saltedRead(ss *session, key []byte) bool {
 		s.salt.metrics.reads.WithLabelValues("origin").Inc()
 		return false
 	}
-	ss.saltReads = append(ss.saltReads, saltRead{idx: ss.batch.Len(), sk: sk, names: n, copy: i})
+	// Copy reads coalesce like any GET; the leader of a flight handles a
+	// miss, and its joiners get the origin's reply with it.
+	idx := ss.batch.Len()
 	ss.slot = n.slots[i]
-	s.forward(ss, n.gets[i])
+	if s.readMaybeJoined(ss, info, n.gets[i]) {
+		ss.saltReads = append(ss.saltReads, saltRead{idx: idx, sk: sk, names: n, copy: i})
+	} else {
+		s.salt.metrics.reads.WithLabelValues("copy_joined").Inc()
+	}
 	return true
 }
 
@@ -274,8 +293,10 @@ func (s *Server) saltedRead(ss *session, key []byte) bool {
 func (s *Server) noteSaltedWrites(ss *session, keys [][]byte) {
 	for _, k := range keys {
 		if sk := s.salt.lookup(k); sk != nil {
+			sk.mu.Lock()
 			sk.writing.Add(1)
 			sk.gen.Add(1)
+			sk.mu.Unlock()
 			ss.saltWrites = append(ss.saltWrites, sk)
 		}
 	}
@@ -304,21 +325,33 @@ func bulkValue(r []byte) ([]byte, bool) {
 // missed from the origin, filling their copies.
 func (s *Server) saltAfterBatch(ss *session) {
 	if len(ss.saltWrites) > 0 {
-		b := upstream.NewBatch()
+		var dels []*upstream.Batch
+		var owners []*saltedKey
 		for _, sk := range ss.saltWrites {
 			n := s.salt.current(sk)
 			for i := 1; i < len(n.names); i++ {
+				b := upstream.NewBatch()
 				b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), n.names[i]), n.slots[i])
+				s.salt.ordered.SendOrdered(b)
+				dels, owners = append(dels, b), append(owners, sk)
 			}
 		}
-		if b.Len() > 0 {
-			ss.pools[ss.proto].Do(b)
-			s.salt.metrics.deletes.Add(float64(b.Len()))
-			s.logSaltErrors(b, "deleting salted copies after a write")
+		failed := map[*saltedKey]bool{}
+		for i, b := range dels {
+			b.Wait()
+			if !s.salt.checkReply(owners[i], b, "deleting a salted copy after a write") {
+				failed[owners[i]] = true
+			}
 		}
+		s.salt.metrics.deletes.Add(float64(len(dels)))
 		for i, sk := range ss.saltWrites {
+			sk.mu.Lock()
 			sk.gen.Add(1)
 			sk.writing.Add(-1)
+			sk.mu.Unlock()
+			if !failed[sk] {
+				sk.bypassUntil.Store(0) // written: a missing key may exist now
+			}
 			ss.saltWrites[i] = nil
 		}
 		ss.saltWrites = ss.saltWrites[:0]
@@ -329,7 +362,7 @@ func (s *Server) saltAfterBatch(ss *session) {
 	var misses []saltRead
 	hits := 0
 	for _, sr := range ss.saltReads {
-		if isNullReply(ss.batch.Reply(sr.idx)) {
+		if r := ss.batch.Reply(sr.idx); isNullReply(r) {
 			misses = append(misses, sr)
 		} else {
 			hits++
@@ -340,61 +373,78 @@ func (s *Server) saltAfterBatch(ss *session) {
 		return
 	}
 	s.salt.metrics.reads.WithLabelValues("copy_miss").Add(float64(len(misses)))
-	// Read the origins (value and remaining TTL), noting the generations
-	// first.
-	type fill struct {
-		sr  saltRead
-		gen int64
-		ok  bool
-	}
-	fills := make([]fill, len(misses))
+	// Read the origins (value and remaining TTL), noting each key's
+	// generation first: a fill is made only if no write to the key began
+	// since, and is queued before any later write's deletion of the copy.
+	gens := make([]int64, len(misses))
 	b := upstream.NewBatch()
 	for i, sr := range misses {
-		fills[i] = fill{sr: sr, gen: sr.sk.gen.Load(), ok: sr.sk.writing.Load() == 0}
+		sr.sk.mu.Lock()
+		gens[i] = sr.sk.gen.Load()
+		if sr.sk.writing.Load() > 0 {
+			gens[i] = -1 // a write is under way: no fill
+		}
+		sr.sk.mu.Unlock()
 		b.AddSlot(resp.AppendCommand(nil, []byte("GET"), sr.sk.key), sr.names.slots[0])
 		b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), sr.sk.key), sr.names.slots[0])
 	}
 	ss.pools[ss.proto].Do(b)
-	set := upstream.NewBatch()
-	var written []fill
-	for i := range fills {
-		f := &fills[i]
+	var fills []*upstream.Batch
+	var owners []*saltedKey
+	for i, sr := range misses {
 		val := b.Reply(2 * i)
-		ss.saltOver = append(ss.saltOver, saltOverride{idx: f.sr.idx, reply: append([]byte(nil), val...)})
+		ss.saltOver = append(ss.saltOver, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
 		v, isBulk := bulkValue(val)
-		ttl := s.salt.cfg.TTL.Milliseconds()
-		if pttl, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimPrefix(b.Reply(2*i+1), []byte(":")), []byte("\r\n"))), 10, 64); err != nil || pttl == -2 || pttl == 0 {
-			f.ok = false // gone, expiring, or not a number: no copy
-		} else if pttl > 0 {
-			ttl = min(ttl, pttl)
+		if isNullReply(val) {
+			// A hot missing key: its copies would only add a second read
+			// per GET. Read the origin (coalesced) until a copy could have
+			// lived, or until it is written through rproxy.
+			sr.sk.bypassUntil.Store(s.clock().Add(s.salt.cfg.TTL).UnixMilli())
+			s.salt.metrics.missing.Inc()
 		}
-		if !f.ok || !isBulk {
+		if !isBulk || gens[i] < 0 {
 			continue
 		}
-		n := f.sr.names
-		set.AddSlot(resp.AppendCommand(nil, []byte("SET"), n.names[f.sr.copy], v, []byte("PX"), []byte(strconv.FormatInt(ttl, 10))), n.slots[f.sr.copy])
-		written = append(written, *f)
-	}
-	if set.Len() == 0 {
-		return
-	}
-	ss.pools[ss.proto].Do(set)
-	s.salt.metrics.fills.Add(float64(set.Len()))
-	s.logSaltErrors(set, "filling salted copies")
-	// A write that began since the origin was read may have deleted the
-	// copies before this fill landed: delete the fill's copy then.
-	undo := upstream.NewBatch()
-	for _, f := range written {
-		if f.sr.sk.gen.Load() != f.gen || f.sr.sk.writing.Load() > 0 {
-			n := f.sr.names
-			undo.AddSlot(resp.AppendCommand(nil, []byte("DEL"), n.names[f.sr.copy]), n.slots[f.sr.copy])
+		ttl := s.salt.cfg.TTL.Milliseconds()
+		pttl, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimPrefix(b.Reply(2*i+1), []byte(":")), []byte("\r\n"))), 10, 64)
+		if err != nil || pttl == -2 || pttl == 0 {
+			continue // gone, expiring, or not a number: no copy
 		}
+		if pttl > 0 {
+			ttl = min(ttl, pttl)
+		}
+		n := sr.names
+		fill := upstream.NewBatch()
+		fill.AddSlot(resp.AppendCommand(nil, []byte("SET"), n.names[sr.copy], v, []byte("PX"), []byte(strconv.FormatInt(ttl, 10))), n.slots[sr.copy])
+		// The check and the send are one step with respect to a write's
+		// start (noteSaltedWrites): a write that begins after it queues
+		// its DEL behind this SET on the same connection.
+		sr.sk.mu.Lock()
+		if sr.sk.gen.Load() == gens[i] && sr.sk.writing.Load() == 0 {
+			s.salt.ordered.SendOrdered(fill)
+			fills, owners = append(fills, fill), append(owners, sr.sk)
+		}
+		sr.sk.mu.Unlock()
 	}
-	if undo.Len() > 0 {
-		ss.pools[ss.proto].Do(undo)
-		s.salt.metrics.deletes.Add(float64(undo.Len()))
-		s.logSaltErrors(undo, "deleting salted copies that raced a write")
+	for i, f := range fills {
+		f.Wait()
+		s.salt.checkReply(owners[i], f, "filling a salted copy")
 	}
+	s.salt.metrics.fills.Add(float64(len(fills)))
+}
+
+// checkReply reports whether a copy update succeeded, and handles a
+// failed one: the key is read from its origin
+// only until any copy it may have left has expired.
+func (s *salter) checkReply(sk *saltedKey, b *upstream.Batch, what string) bool {
+	r := b.Reply(0)
+	if len(r) == 0 || (r[0] != '-' && r[0] != '!') {
+		return true
+	}
+	sk.bypassUntil.Store(s.now().Add(s.cfg.TTL).UnixMilli())
+	s.log.Warn("salted fan-out: "+what+" failed; the key is read from its origin until its copies expire",
+		zap.ByteString("reply", bytes.TrimSpace(r)), zap.Duration("for", s.cfg.TTL))
+	return false
 }
 
 // saltOverride replaces the reply of batch command idx (a copy read that
@@ -402,14 +452,4 @@ func (s *Server) saltAfterBatch(ss *session) {
 type saltOverride struct {
 	idx   int
 	reply []byte
-}
-
-func (s *Server) logSaltErrors(b *upstream.Batch, what string) {
-	for i := range b.Len() {
-		if r := b.Reply(i); len(r) > 0 && (r[0] == '-' || r[0] == '!') {
-			s.log.Warn("salted fan-out: "+what+" failed; a copy may live until its TTL",
-				zap.ByteString("reply", bytes.TrimSpace(r)))
-			return
-		}
-	}
 }

@@ -408,13 +408,20 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 			}
 		}
 		// On a cluster, a hot key's reads spread over its salted copies.
-		if s.salt != nil && (hot || s.salt.listed(args[1])) && s.saltedRead(ss, args[1]) {
+		if s.salt != nil && (hot || s.salt.listed(args[1])) && s.saltedRead(ss, info, args[1]) {
 			return
 		}
 	}
+	s.readMaybeJoined(ss, info, raw)
+}
+
+// readMaybeJoined queues a read, or joins an identical one in flight when
+// it is eligible; it reports whether the read is in the session's own
+// batch (false: joined).
+func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte) bool {
 	if s.coalesce == nil || ss.pin != nil || ss.wrote || !s.coalesceCmds[info.Name] {
 		s.forward(ss, raw)
-		return
+		return true
 	}
 	// Identity: protocol, upstream user, and the command as sent.
 	ss.key = append(ss.key[:0], byte(ss.proto), byte(len(ss.user)))
@@ -426,10 +433,11 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 		if f != nil { // nil: a key not read recently starts no flight
 			ss.leads = append(ss.leads, lead{f: f, idx: ss.batch.Len() - 1})
 		}
-		return
+		return true
 	}
 	ss.joined = append(ss.joined, f)
 	ss.order = append(ss.order, -2-(len(ss.joined)-1))
+	return false
 }
 
 func (s *Server) forward(ss *session, raw []byte) {
@@ -551,7 +559,13 @@ func (s *Server) flush(ss *session) {
 	}
 	for i, l := range ss.leads {
 		// Before waiting on any flight we joined: no cycle can form.
-		l.f.Publish(ss.batch.Reply(l.idx))
+		r := ss.batch.Reply(l.idx)
+		for _, o := range ss.saltOver {
+			if o.idx == l.idx {
+				r = o.reply // a copy that missed: joiners get the origin's reply too
+			}
+		}
+		l.f.Publish(r)
 		ss.leads[i] = lead{}
 	}
 	ss.leads = ss.leads[:0]

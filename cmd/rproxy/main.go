@@ -321,6 +321,7 @@ func proxyConfig(c config.Config) proxy.Config {
 			Username:     c.Upstream.Username,
 		},
 		Cluster:            cluster,
+		Salt:               saltConfig(c.HotKeys.Salt),
 		MaxClients:         c.Limits.MaxClients,
 		MaxBulkLen:         c.Limits.MaxBulkLen.Bytes(),
 		MaxQueryBuffer:     c.Limits.MaxQueryBuffer.Bytes(),
@@ -347,6 +348,8 @@ func reloadable(tierAtStart bool) func(key string) bool {
 		switch key {
 		case "hotkeys.tier":
 			return tierAtStart
+		case "hotkeys.salt.copies", "hotkeys.salt.ttl", "hotkeys.salt.prefixes":
+			return false // the salter is built at start
 		case "log.level", "log.requests",
 			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.client_write_timeout",
 			"limits.idle_timeout":
@@ -378,6 +381,14 @@ func proxyLimits(l config.Limits) proxy.Limits {
 		ClientWriteTimeout: l.WriteTimeout.D(),
 		IdleTimeout:        l.IdleTimeout.D(),
 	}
+}
+
+// saltConfig maps hotkeys.salt; nil when it is off.
+func saltConfig(s config.Salt) *proxy.SaltConfig {
+	if s.Copies == 0 {
+		return nil
+	}
+	return &proxy.SaltConfig{Copies: s.Copies, TTL: s.TTL.D(), Prefixes: s.Prefixes}
 }
 
 // checkHealth asks an rproxy admin address whether the process is up.

@@ -169,6 +169,18 @@ func (p *Pool) Send(b *Batch) {
 	b.fail(unavailable(reason))
 }
 
+// SendOn is Send on connection h modulo the pool's connections, so that
+// batches sent with the same h are written, and run, in the order sent
+// (while that connection stays up). The caller must call b.Wait.
+func (p *Pool) SendOn(b *Batch, h uint32) {
+	b.replies = b.replies[:0]
+	b.replyEnds = b.replyEnds[:0]
+	c := p.conns[h%uint32(len(p.conns))]
+	if r, ok := c.send(b); !ok {
+		b.fail(unavailable(r))
+	}
+}
+
 // PinPool returns the pool dedicated connections for slot come from: the
 // pool itself (a standalone server owns every slot).
 func (p *Pool) PinPool(slot int) *Pool { return p }

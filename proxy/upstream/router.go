@@ -289,6 +289,24 @@ func slotNotServed(slot int) []byte {
 	return resp.AppendError(nil, "CLUSTERDOWN Hash slot not served (slot "+strconv.Itoa(slot)+")")
 }
 
+// SendOrdered sends a one-command batch to the master of its slot on the
+// connection chosen by the slot, so that commands on one key sent with
+// SendOrdered run in the order sent. Redirects are not followed: the
+// caller sees them as errors. The caller must call b.Wait.
+func (r *Router) SendOrdered(b *Batch) {
+	c := r.c
+	i := int32(-1)
+	if s := b.slots[0]; s >= 0 && c.loaded.Load() {
+		i = c.slots[s].Load()
+	}
+	if i < 0 {
+		b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
+		b.fail(slotNotServed(int(b.slots[0])))
+		return
+	}
+	(*c.nodes.Load())[i].pools[r.proto].SendOn(b, uint32(b.slots[0]))
+}
+
 // Ready reports whether the slot map is loaded and every master has a
 // connection up.
 func (r *Router) Ready() bool {
