@@ -78,6 +78,11 @@ type UpstreamCluster struct {
 	// default 10s; > 0.
 	Refresh      Duration `yaml:"refresh"`
 	MaxRedirects int      `yaml:"max_redirects"` // MOVED/ASK/TRYAGAIN replies followed per command before the client sees one; default 5; 1..16
+	// ReplicaReadPrefixes: read-only commands whose keys are all under
+	// these prefixes go to a replica of the keys' master (READONLY), for
+	// read-mostly keys; their values may lag writes by the replication
+	// delay, even a client's own writes. Default [] (every read from masters).
+	ReplicaReadPrefixes []string `yaml:"replica_read_prefixes"`
 }
 
 // TLS makes the client listener speak TLS only. The files are read at
@@ -418,7 +423,7 @@ func Default() Config {
 		Upstream: Upstream{
 			Address:      "127.0.0.1:6379",
 			Mode:         "standalone",
-			Cluster:      UpstreamCluster{Seeds: []string{}, Refresh: Duration(10 * time.Second), MaxRedirects: 5},
+			Cluster:      UpstreamCluster{Seeds: []string{}, Refresh: Duration(10 * time.Second), MaxRedirects: 5, ReplicaReadPrefixes: []string{}},
 			Connections:  1,
 			DialTimeout:  Duration(time.Second),
 			Timeout:      Duration(5 * time.Second),
@@ -762,6 +767,9 @@ func (c Config) Validate() error {
 	}
 	if c.HotKeys.Salt.TTL < Duration(time.Millisecond) {
 		add("hotkeys.salt.ttl must be at least 1ms, got %s", c.HotKeys.Salt.TTL)
+	}
+	if len(u.Cluster.ReplicaReadPrefixes) > 0 && u.Mode != "cluster" {
+		add("upstream.cluster.replica_read_prefixes needs upstream.mode cluster")
 	}
 	switch u.Mode {
 	case "standalone":

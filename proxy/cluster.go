@@ -119,9 +119,12 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd redcon.Comman
 		s.noteSaltedWrites(ss, keys)
 	}
 	ss.slot = upstream.Slot(keys[0])
+	if len(s.cfg.ReplicaReadPrefixes) > 0 && ss.pin == nil && info.Has(command.ReadOnly) && s.replicaReadable(keys) {
+		ss.slot |= upstream.ReplicaRead
+	}
 	cross := false
 	for _, k := range keys[1:] {
-		if upstream.Slot(k) != ss.slot {
+		if upstream.Slot(k) != ss.slot&(upstream.Slots-1) {
 			cross = true
 			break
 		}
@@ -177,6 +180,24 @@ func (s *Server) splitBySlot(ss *session, args [][]byte, step int, kind mergeKin
 	}
 	m.parts = len(groups)
 	s.queueMerge(ss, m)
+}
+
+// replicaReadable reports whether every key is under a replica-read
+// prefix.
+func (s *Server) replicaReadable(keys [][]byte) bool {
+	for _, k := range keys {
+		ok := false
+		for _, p := range s.cfg.ReplicaReadPrefixes {
+			if bytes.HasPrefix(k, []byte(p)) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) queueMerge(ss *session, m merge) {

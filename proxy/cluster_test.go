@@ -944,3 +944,59 @@ func bulkInt(r string) (int64, bool) {
 	v, err := strconv.ParseInt(parts[1], 10, 64)
 	return v, err == nil
 }
+
+// TestClusterReplicaReads: reads of keys under a replica-read prefix are
+// served by replicas; other reads and every write by masters.
+func TestClusterReplicaReads(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Cluster.ReplicaReads = true
+		c.ReplicaReadPrefixes = []string{"ro:"}
+		c.Coalesce = nil // every read reaches Redis, so the counts are exact
+	})
+	c := dialClient(t, p.Addr)
+	var keys []string
+	for i := range 12 {
+		k := "ro:" + strconv.Itoa(i)
+		keys = append(keys, k)
+		c.do("SET", k, "v"+strconv.Itoa(i))
+		c.do("SET", "rw:"+strconv.Itoa(i), "w")
+	}
+	for _, m := range cl.Masters() {
+		if r := string(m.Do(t, "WAIT", "1", "5000")); r != ":1\r\n" {
+			t.Fatalf("WAIT on %s: %q", m.Addr, r)
+		}
+	}
+	for _, n := range cl.Nodes {
+		n.Do(t, "CONFIG", "RESETSTAT")
+	}
+	for range 5 {
+		for i, k := range keys {
+			if r := c.do("GET", k); r != fmt.Sprintf("$%d\r\nv%d\r\n", len("v"+strconv.Itoa(i)), i) {
+				t.Fatalf("GET %s: %q", k, r)
+			}
+			if r := c.do("GET", "rw:"+strconv.Itoa(i)); r != "$1\r\nw\r\n" {
+				t.Fatalf("GET rw:%d: %q", i, r)
+			}
+		}
+	}
+	count := func(n *redistest.ClusterNode) int {
+		for _, line := range strings.Split(string(n.Do(t, "INFO", "commandstats")), "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
+				v, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+				return v
+			}
+		}
+		return 0
+	}
+	onMasters, onReplicas := 0, 0
+	for _, m := range cl.Masters() {
+		onMasters += count(m)
+	}
+	for _, r := range cl.Replicas() {
+		onReplicas += count(r)
+	}
+	if onReplicas != 60 || onMasters != 60 {
+		t.Errorf("GETs on replicas %d (want the 60 of ro: keys), on masters %d (want the 60 of rw: keys)", onReplicas, onMasters)
+	}
+}

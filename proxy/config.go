@@ -29,6 +29,10 @@ type Config struct {
 	// Cluster.Seeds (Upstream.Address is then unused): commands are routed
 	// by key slot, and multi-key commands that span slots are split.
 	Cluster *upstream.ClusterConfig
+	// ReplicaReadPrefixes: on a cluster with Cluster.ReplicaReads, read-only
+	// commands on keys under these prefixes go to a replica of the key's
+	// master (their values may lag the master's by the replication delay).
+	ReplicaReadPrefixes []string
 
 	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
 	MaxBulkLen     int64         // a client's declared bulk length above this closes it
@@ -122,6 +126,9 @@ func (c Config) Validate() error {
 			if err := c.Salt.Validate(); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if len(c.ReplicaReadPrefixes) > 0 && !c.Cluster.ReplicaReads {
+			errs = append(errs, errors.New("proxy: replica read prefixes need Cluster.ReplicaReads"))
 		}
 		if c.HotKey != nil && c.HotKey.Tier {
 			errs = append(errs, errors.New("proxy: the local hot-key tier is not supported with a cluster upstream yet (its invalidations come from one server's client tracking); turn it off (hotkeys.tier: false)"))

@@ -31,6 +31,9 @@ type ClusterConfig struct {
 	// MaxRedirects bounds the MOVED/ASK/TRYAGAIN replies followed for one
 	// command before the last one is passed to the client; 0 means 5.
 	MaxRedirects int
+	// ReplicaReads sends READONLY on every connection and lets commands
+	// marked ReplicaRead go to replicas.
+	ReplicaReads bool
 }
 
 // Cluster routes commands to the masters of a Redis Cluster by the hash
@@ -49,7 +52,10 @@ type Cluster struct {
 	nodes  atomic.Pointer[[]*clusterNode] // append-only: an index names a node for good
 	slots  [Slots]atomic.Int32            // index of the slot's master in nodes; -1: none
 	shards atomic.Pointer[[]int]          // one slot of each master, for commands every master runs
-	loaded atomic.Bool
+	// replicas maps a master's node index to its replicas' (only read
+	// with ClusterConfig.ReplicaReads).
+	replicas atomic.Pointer[map[int32][]int32]
+	loaded   atomic.Bool
 	// version counts changes to the slot map (reads that changed it, MOVED
 	// corrections), so users of Owner can tell when to look again.
 	version atomic.Uint64
@@ -116,6 +122,13 @@ func NewCluster(base Config, cfg ClusterConfig, m *Metrics, log *zap.Logger) (*C
 	c.nodes.Store(&empty)
 	noShards := []int{}
 	c.shards.Store(&noShards)
+	noReplicas := map[int32][]int32{}
+	c.replicas.Store(&noReplicas)
+	if cfg.ReplicaReads {
+		// READONLY lets a replica serve reads of its master's slots; a
+		// master ignores it, so every pool can carry it.
+		c.base.Setup = append(append([][]byte(nil), c.base.Setup...), resp.AppendCommandString(nil, "READONLY"))
+	}
 	for i := range c.slots {
 		c.slots[i].Store(-1)
 	}
@@ -142,6 +155,19 @@ func NewCluster(base Config, cfg ClusterConfig, m *Metrics, log *zap.Logger) (*C
 
 // Router returns the router of protocol proto (2 or 3).
 func (c *Cluster) Router(proto int) *Router { return c.routers[proto] }
+
+// dest is the node index for a command's slot s (with ReplicaRead: one of
+// the master's replicas, chosen by pick, when it has any), or -1.
+func (c *Cluster) dest(s int32, pick uint32) int32 {
+	i := c.slots[s&(Slots-1)].Load()
+	if s&ReplicaRead == 0 || i < 0 {
+		return i
+	}
+	if reps := (*c.replicas.Load())[i]; len(reps) > 0 {
+		return reps[pick%uint32(len(reps))]
+	}
+	return i
+}
 
 // Owner returns an identifier of the master serving slot (stable for the
 // life of the Cluster: equal identifiers are the same node), or -1.
@@ -363,6 +389,7 @@ func (c *Cluster) install(shards []shard, from string) error {
 	}
 	var firsts []int
 	assigned := 0
+	replicas := map[int32][]int32{}
 	for _, sh := range shards {
 		if sh.master == "" || len(sh.ranges) == 0 {
 			continue
@@ -370,6 +397,15 @@ func (c *Cluster) install(shards []shard, from string) error {
 		idx, err := c.node(sh.master)
 		if err != nil {
 			return err
+		}
+		if c.cfg.ReplicaReads {
+			for _, ra := range sh.replicas {
+				ri, err := c.node(ra)
+				if err != nil {
+					return err
+				}
+				replicas[idx] = append(replicas[idx], ri)
+			}
 		}
 		firsts = append(firsts, sh.ranges[0][0])
 		for _, r := range sh.ranges {
@@ -391,6 +427,7 @@ func (c *Cluster) install(shards []shard, from string) error {
 		}
 	}
 	c.shards.Store(&firsts)
+	c.replicas.Store(&replicas)
 	c.metrics.clusterNodes.Set(float64(len(firsts)))
 	c.metrics.slotsAssigned.Set(float64(assigned))
 	if !c.loaded.Swap(true) || changed > 0 {
@@ -406,8 +443,9 @@ func (c *Cluster) install(shards []shard, from string) error {
 
 // shard is one master and the slot ranges it serves.
 type shard struct {
-	master string // host:port
-	ranges [][2]int
+	master   string // host:port
+	replicas []string
+	ranges   [][2]int
 }
 
 // parseClusterShards reads a RESP2 CLUSTER SHARDS reply. A node's address
@@ -445,9 +483,6 @@ func parseClusterShards(reply []byte, askedHost string, tls bool) ([]shard, erro
 			for i := 0; i+1 < len(nv.Elems); i += 2 {
 				fields[string(nv.Elems[i].Str)] = nv.Elems[i+1]
 			}
-			if string(fields["role"].Str) != "master" {
-				continue
-			}
 			host := string(fields["endpoint"].Str)
 			if host == "" || host == "?" {
 				host = string(fields["ip"].Str)
@@ -462,9 +497,17 @@ func parseClusterShards(reply []byte, askedHost string, tls bool) ([]shard, erro
 				}
 			}
 			if port <= 0 {
-				return nil, fmt.Errorf("CLUSTER SHARDS reply: master of %v has no port", sh.ranges)
+				return nil, fmt.Errorf("CLUSTER SHARDS reply: a node of %v has no port", sh.ranges)
 			}
-			sh.master = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+			addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+			switch string(fields["role"].Str) {
+			case "master":
+				sh.master = addr
+			case "replica":
+				if string(fields["health"].Str) == "online" {
+					sh.replicas = append(sh.replicas, addr)
+				}
+			}
 		}
 		out = append(out, sh)
 	}
@@ -502,6 +545,15 @@ func parseClusterSlots(reply []byte, askedHost string) ([]shard, error) {
 			i = len(out)
 			byMaster[addr] = i
 			out = append(out, shard{master: addr})
+			for _, rv := range r.Elems[3:] {
+				if len(rv.Elems) >= 2 {
+					rh := string(rv.Elems[0].Str)
+					if rh == "" || rh == "?" {
+						rh = askedHost
+					}
+					out[i].replicas = append(out[i].replicas, net.JoinHostPort(rh, strconv.FormatInt(rv.Elems[1].Int, 10)))
+				}
+			}
 		}
 		out[i].ranges = append(out[i].ranges, [2]int{lo, hi})
 	}

@@ -38,13 +38,14 @@ func (r *Router) Do(b *Batch) {
 		return
 	}
 	nodes := *c.nodes.Load()
+	pick := r.next.Add(1)
 	target := int32(-1)
 	single := true
 	for _, s := range b.slots {
 		if s < 0 {
 			continue
 		}
-		i := c.slots[s].Load()
+		i := c.dest(s, pick)
 		if target < 0 {
 			target = i
 		}
@@ -63,7 +64,7 @@ func (r *Router) Do(b *Batch) {
 			return
 		}
 	}
-	r.split(b)
+	r.split(b, pick)
 	r.followRedirects(b)
 }
 
@@ -88,7 +89,7 @@ type part struct {
 // split sends each command to its slot's master, one sub-batch per master,
 // and assembles the replies in b's order. Keyless commands go with the
 // first keyed one's master.
-func (r *Router) split(b *Batch) {
+func (r *Router) split(b *Batch, pick uint32) {
 	c := r.c
 	// Parts are taken before any is sent: b claims to have been sent no
 	// later than any of them, so no read joins it after its bytes left.
@@ -99,7 +100,7 @@ func (r *Router) split(b *Batch) {
 	for i, s := range b.slots {
 		dest[i] = -1
 		if s >= 0 {
-			dest[i] = c.slots[s].Load()
+			dest[i] = c.dest(s, pick)
 			if anyDest < 0 {
 				anyDest = dest[i]
 			}
@@ -225,7 +226,7 @@ func (r *Router) followRedirects(b *Batch) {
 					paused = true
 				}
 				if s := b.slots[i]; s >= 0 {
-					d = c.slots[s].Load()
+					d = c.dest(s, r.next.Add(1))
 				}
 			}
 			c.metrics.redirects.WithLabelValues(kind).Inc()
@@ -297,14 +298,14 @@ func (r *Router) SendOrdered(b *Batch) {
 	c := r.c
 	i := int32(-1)
 	if s := b.slots[0]; s >= 0 && c.loaded.Load() {
-		i = c.slots[s].Load()
+		i = c.slots[s&(Slots-1)].Load()
 	}
 	if i < 0 {
 		b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
 		b.fail(slotNotServed(int(b.slots[0])))
 		return
 	}
-	(*c.nodes.Load())[i].pools[r.proto].SendOn(b, uint32(b.slots[0]))
+	(*c.nodes.Load())[i].pools[r.proto].SendOn(b, uint32(b.slots[0]&(Slots-1)))
 }
 
 // Ready reports whether the slot map is loaded and every master has a
@@ -332,8 +333,8 @@ func (r *Router) Close() { r.c.Close() }
 func (r *Router) PinPool(slot int) *Pool {
 	c := r.c
 	i := int32(-1)
-	if slot >= 0 && slot < Slots {
-		i = c.slots[slot].Load()
+	if slot >= 0 {
+		i = c.slots[slot&(Slots-1)].Load()
 	}
 	if i < 0 {
 		i = r.anyNode()

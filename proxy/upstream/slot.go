@@ -6,6 +6,11 @@ const Slots = 16384
 // SlotAny marks a command with no key: any node may run it.
 const SlotAny = -1
 
+// ReplicaRead, or'ed into a command's slot (Batch.AddSlot), lets a cluster
+// Router send it to a replica of the slot's master, when the cluster has
+// one; the command must be a read.
+const ReplicaRead = Slots
+
 // Slot is the cluster hash slot of key: CRC16 (XMODEM) of the key, or of
 // its hash tag (the bytes between the first '{' and the next '}', when not
 // empty), modulo 16384, as Redis computes it.
