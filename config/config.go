@@ -405,6 +405,16 @@ type Log struct {
 	// session id, command names (never arguments or values), count,
 	// duration and outcome. Needs level debug; reloaded on SIGHUP.
 	Requests bool `yaml:"requests"` // default false
+	// Sampling caps repeated log lines, as zap samples: each second, the
+	// first Initial lines with the same message are written, then every
+	// Thereafter-th. Initial 0 (default) writes every line. Restart to change.
+	Sampling LogSampling `yaml:"sampling"`
+}
+
+// LogSampling is zap's sampling: per message and second.
+type LogSampling struct {
+	Initial    int `yaml:"initial"`    // default 0 (no sampling); >= 0
+	Thereafter int `yaml:"thereafter"` // default 0 (drop the rest of the second); >= 0
 }
 
 // Allowed values of Log.Level and Log.Format.
@@ -469,6 +479,7 @@ func Default() Config {
 			Level:    "info",
 			Format:   "auto",
 			Requests: false,
+			Sampling: LogSampling{},
 		},
 	}
 }
@@ -784,6 +795,9 @@ func (c Config) Validate() error {
 		if err := checkHostPort(s, 1); err != nil {
 			add("upstream.cluster.seeds[%d] %v", i, err)
 		}
+	}
+	if c.Log.Sampling.Initial < 0 || c.Log.Sampling.Thereafter < 0 {
+		add("log.sampling.initial and log.sampling.thereafter must not be negative, got %d and %d", c.Log.Sampling.Initial, c.Log.Sampling.Thereafter)
 	}
 	if u.Cluster.Refresh <= 0 {
 		add("upstream.cluster.refresh must be greater than 0, got %s", u.Cluster.Refresh)

@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 82 {
-		t.Errorf("Config has %d yaml keys, test expects 82: %v", len(want), want)
+	if len(want) != 85 {
+		t.Errorf("Config has %d yaml keys, test expects 85: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {

@@ -439,9 +439,19 @@ func proxyUsers(a config.Auth) proxy.Users {
 // newLogger builds the zap logger: JSON by default, console when stderr is
 // a terminal and the format is auto.
 func newLogger(c config.Log) (*zap.Logger, zap.AtomicLevel, error) {
+	zc, err := loggerConfig(c)
+	if err != nil {
+		return nil, zap.AtomicLevel{}, err
+	}
+	log, err := zc.Build()
+	return log, zc.Level, err
+}
+
+// loggerConfig maps the log section onto zap's configuration.
+func loggerConfig(c config.Log) (zap.Config, error) {
 	lvl, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
-		return nil, zap.AtomicLevel{}, fmt.Errorf("log.level: %w", err)
+		return zap.Config{}, fmt.Errorf("log.level: %w", err)
 	}
 	format := c.Format
 	if format == "auto" || format == "" {
@@ -456,8 +466,12 @@ func newLogger(c config.Log) (*zap.Logger, zap.AtomicLevel, error) {
 		zc.Development = false
 	}
 	zc.Level = zap.NewAtomicLevelAt(lvl)
-	zc.Sampling = nil // connection events and errors only; nothing per command at info
+	// By default every line: at info there are connection events and
+	// errors only, nothing per command.
+	zc.Sampling = nil
+	if c.Sampling.Initial > 0 {
+		zc.Sampling = &zap.SamplingConfig{Initial: c.Sampling.Initial, Thereafter: c.Sampling.Thereafter}
+	}
 	zc.DisableStacktrace = true
-	log, err := zc.Build()
-	return log, zc.Level, err
+	return zc, nil
 }
