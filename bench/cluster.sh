@@ -132,7 +132,17 @@ for round in $(seq "$rounds"); do
 	done
 done
 
-python3 - "$results" "$rounds" "$secs" "$clients" "$hz" "$idle" <<'EOF'
+# Redis's own CPU per GET at saturation: redis-benchmark straight at the
+# origin master, 50 clients pipelining 32 GETs of the key (Redis batches
+# commands per event-loop wakeup, so this is what a saturated master pays).
+echo "saturating the origin master..." >&2
+satn=2000000
+s0=$(ticks "${mpids[$origin]}")
+redis-benchmark -p "${mports[$origin]}" -c 50 -P 32 -n $satn -q GET key:0 >"$tmp/sat.txt" 2>&1
+s1=$(ticks "${mpids[$origin]}")
+sat="$((s1 - s0)) $satn $(tr '\r' '\n' <"$tmp/sat.txt" | awk -F': ' '/requests per second/{split($2, a, " "); r=a[1]} END{print r}')"
+
+python3 - "$results" "$rounds" "$secs" "$clients" "$hz" "$idle" "$sat" <<'EOF'
 import sys, json, statistics as st, datetime, os
 path, rounds, secs, clients, hz = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
 runs = []
@@ -225,4 +235,21 @@ print(f"**Scaling.** On this {os.cpu_count()}-core machine the load generator an
       f"does), the busiest master's CPU per client request goes from {bnoff:.2f} µs to {bnon:.2f} µs with 3 "
       f"copies: ceiling 1e6 / {bnoff:.2f} ≈ {1e6 / bnoff:,.0f} vs 1e6 / {bnon:.2f} ≈ {1e6 / bnon:,.0f} client "
       f"GETs/s, **{bnoff / bnon:.2f}×**.")
+print()
+st_ticks, st_n, st_rps = sys.argv[7].split()
+per_get = int(st_ticks) / hz * 1e6 / int(st_n)
+cap = 1e6 / per_get
+def ceil(cfg):
+    # client GETs/s at which the busiest master saturates
+    return cap / (med(cfg, lambda r: r["up"] * max(r["share"]) / 100) / 100)
+print(f"**At saturation.** Those per-request figures come from masters far from busy, where each GET "
+      f"pays a whole event-loop wakeup. Saturated, Redis batches: redis-benchmark straight at the origin "
+      f"master (50 clients, pipeline 32, GET of the key) ran {float(st_rps):,.0f} GETs/s at "
+      f"{per_get:.2f} µs of Redis CPU per GET, so one master core serves about {cap:,.0f} GETs/s of the "
+      f"key. The busiest master then caps the hot key at that rate divided by the share of client GETs "
+      f"that reach it: coalescing on, {ceil('off'):,.0f} client GETs/s salting off vs {ceil('on'):,.0f} "
+      f"with 3 copies (**{ceil('on') / ceil('off'):.2f}×**); coalescing off (each client GET reaches "
+      f"Redis, as summed over a fleet of per-node rproxies), {ceil('offnc'):,.0f} vs {ceil('onnc'):,.0f} "
+      f"(**{ceil('onnc') / ceil('offnc'):.2f}×**). That is how the hot key's Redis-side throughput would "
+      f"scale with a core per master, given enough rproxy and client capacity in front.")
 EOF
