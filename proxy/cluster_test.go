@@ -707,20 +707,26 @@ func roundRobin() func(n int) int {
 	return func(n int) int { return int(c.Add(1) % uint64(n)) }
 }
 
-// getCalls is how many GETs each master ran (INFO commandstats).
+// getCalls is how many GETs each master ran.
 func getCalls(t *testing.T, cl *redistest.Cluster) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, m := range cl.Masters() {
-		info := string(m.Do(t, "INFO", "commandstats"))
-		for _, line := range strings.Split(info, "\r\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
-				n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-				out[m.Addr] = n
-			}
-		}
+		out[m.Addr] = getCallsOn(t, m)
 	}
 	return out
+}
+
+// getCallsOn is how many GETs a node ran (INFO commandstats).
+func getCallsOn(t *testing.T, n *redistest.ClusterNode) int {
+	t.Helper()
+	for _, line := range strings.Split(string(n.Do(t, "INFO", "commandstats")), "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
+			v, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return v
+		}
+	}
+	return 0
 }
 
 // dbsizes is each master's key count.
@@ -980,21 +986,12 @@ func TestClusterReplicaReads(t *testing.T) {
 			}
 		}
 	}
-	count := func(n *redistest.ClusterNode) int {
-		for _, line := range strings.Split(string(n.Do(t, "INFO", "commandstats")), "\r\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
-				v, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-				return v
-			}
-		}
-		return 0
-	}
 	onMasters, onReplicas := 0, 0
 	for _, m := range cl.Masters() {
-		onMasters += count(m)
+		onMasters += getCallsOn(t, m)
 	}
 	for _, r := range cl.Replicas() {
-		onReplicas += count(r)
+		onReplicas += getCallsOn(t, r)
 	}
 	if onReplicas != 60 || onMasters != 60 {
 		t.Errorf("GETs on replicas %d (want the 60 of ro: keys), on masters %d (want the 60 of rw: keys)", onReplicas, onMasters)
