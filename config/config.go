@@ -785,9 +785,6 @@ func (c Config) Validate() error {
 	switch u.Mode {
 	case "standalone":
 	case "cluster":
-		if c.HotKeys.Tier {
-			add("hotkeys.tier is not supported with upstream.mode cluster yet (its invalidations come from one server's client tracking): set hotkeys.tier: false")
-		}
 	default:
 		add("upstream.mode must be standalone or cluster, got %q", u.Mode)
 	}

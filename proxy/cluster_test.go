@@ -997,3 +997,73 @@ func TestClusterReplicaReads(t *testing.T) {
 		t.Errorf("GETs on replicas %d (want the 60 of ro: keys), on masters %d (want the 60 of rw: keys)", onReplicas, onMasters)
 	}
 }
+
+// TestClusterTier: the local tier on a cluster, with a tracking connection
+// per master: cached keys on every master are served without reaching
+// Redis; writes through rproxy and straight to a master invalidate; losing
+// one master's tracking connection empties and stops the tier until it is
+// back.
+func TestClusterTier(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		cacheAll(c)
+		c.HotKey.Tier = true
+	})
+	waitServing(t, p)
+	c := dialClient(t, p.Addr)
+	var keys []string
+	masters := map[string]bool{}
+	for i := range 9 {
+		k := "c:" + strconv.Itoa(i)
+		keys = append(keys, k)
+		c.do("SET", k, "v"+strconv.Itoa(i))
+		masters[cl.MasterForSlot(t, upstream.Slot([]byte(k))).Addr] = true
+	}
+	if len(masters) != 3 {
+		t.Fatalf("keys on %d masters, want 3", len(masters))
+	}
+	for _, k := range keys {
+		cached(t, p, c, k)
+	}
+	for _, m := range cl.Masters() {
+		m.Do(t, "CONFIG", "RESETSTAT")
+	}
+	for range 10 {
+		for i, k := range keys {
+			if r := c.do("GET", k); r != "$2\r\nv"+strconv.Itoa(i)+"\r\n" {
+				t.Fatalf("GET %s: %q", k, r)
+			}
+		}
+	}
+	for addr, n := range getCalls(t, cl) {
+		if n != 0 {
+			t.Errorf("master %s ran %d GETs of cached keys, want 0", addr, n)
+		}
+	}
+	// A write through rproxy: read back at once.
+	if r := c.do("SET", keys[0], "new"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	if r := c.do("GET", keys[0]); r != "$3\r\nnew\r\n" {
+		t.Fatalf("GET after SET through rproxy: %q", r)
+	}
+	// Straight to each key's master: seen through tracking.
+	for _, k := range keys[1:] {
+		cl.MasterForSlot(t, upstream.Slot([]byte(k))).Do(t, "SET", k, "direct")
+	}
+	for _, k := range keys[1:] {
+		waitFor(t, "the direct write to "+k, func() bool { return c.do("GET", k) == "$6\r\ndirect\r\n" })
+	}
+	// One master's tracking connection dropped: the tier stops, empties,
+	// and serves again once it is back.
+	stops := counterValue(t, p.Registry, "rproxy_hotkey_tier_stops_total", nil)
+	victim := cl.MasterForSlot(t, upstream.Slot([]byte(keys[1])))
+	victim.Do(t, "CLIENT", "KILL", "ID", trackingClientID(t, victim.Server))
+	waitFor(t, "tier stop", func() bool {
+		return counterValue(t, p.Registry, "rproxy_hotkey_tier_stops_total", nil) > stops
+	})
+	waitServing(t, p)
+	if r := cached(t, p, c, keys[1]); r != "$6\r\ndirect\r\n" {
+		t.Fatalf("GET after tracking came back: %q", r)
+	}
+}

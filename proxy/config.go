@@ -130,9 +130,6 @@ func (c Config) Validate() error {
 		if len(c.ReplicaReadPrefixes) > 0 && !c.Cluster.ReplicaReads {
 			errs = append(errs, errors.New("proxy: replica read prefixes need Cluster.ReplicaReads"))
 		}
-		if c.HotKey != nil && c.HotKey.Tier {
-			errs = append(errs, errors.New("proxy: the local hot-key tier is not supported with a cluster upstream yet (its invalidations come from one server's client tracking); turn it off (hotkeys.tier: false)"))
-		}
 	}
 	if err := up.Validate(); err != nil {
 		errs = append(errs, err)

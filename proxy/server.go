@@ -137,7 +137,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		}
 	}
 	if cfg.HotKey != nil {
-		hot, err := newHotTier(*cfg.HotKey, cfg.Upstream, s.clock, s.metricsUp, reg, log.Named("hotkey"))
+		hot, err := newHotTier(*cfg.HotKey, cfg.Upstream, cfg.Cluster, s.clock, s.metricsUp, reg, log.Named("hotkey"))
 		if err != nil {
 			s.closePools()
 			return nil, fmt.Errorf("proxy: hot keys: %w", err)

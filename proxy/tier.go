@@ -68,6 +68,12 @@ type hotTier struct {
 	det   *hotkey.Detector
 	tier  *hotkey.Tier // nil: the tier was off at start (no tracking connection)
 	track *upstream.Pool
+	// On a cluster: a tracking connection per node (RESP3 pools of a
+	// cluster of their own), and which nodes' connections are up. The tier
+	// serves only while every master's is.
+	trackCluster *upstream.Cluster
+	trackRouter  *upstream.Router
+	nodeUp       map[string]bool
 	// enabled: the tier serves and is filled (HotKeyConfig.Tier); false
 	// turns it off without closing the tracking connection.
 	enabled  atomic.Bool
@@ -127,7 +133,7 @@ func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
 	return m
 }
 
-func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, coarse func() time.Time, um *upstream.Metrics, reg prometheus.Registerer, log *zap.Logger) (*hotTier, error) {
+func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.ClusterConfig, coarse func() time.Time, um *upstream.Metrics, reg prometheus.Registerer, log *zap.Logger) (*hotTier, error) {
 	now := ucfg.Now
 	ctx, cancel := context.WithCancel(context.Background())
 	detectorNow := now
@@ -166,7 +172,18 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, coarse func() time.Time,
 	if cfg.TrackingDial != nil {
 		ucfg.Dial = cfg.TrackingDial
 	}
-	if h.track, err = upstream.NewPool(ucfg, um, log.Named("tracking")); err != nil {
+	if cluster != nil {
+		// Each master tracks the keys read through its own connection
+		// and pushes their invalidations on it.
+		tc := *cluster
+		tc.Protocols, tc.ReplicaReads, tc.OnNodeState = []int{3}, false, h.onNodeState
+		h.nodeUp = make(map[string]bool)
+		if h.trackCluster, err = upstream.NewCluster(ucfg, tc, um, log.Named("tracking")); err != nil {
+			cancel()
+			return nil, err
+		}
+		h.trackRouter = h.trackCluster.Router(3)
+	} else if h.track, err = upstream.NewPool(ucfg, um, log.Named("tracking")); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -257,7 +274,7 @@ func (h *hotTier) setEnabled(on bool) {
 }
 
 func (h *hotTier) close() {
-	if h.track == nil {
+	if h.track == nil && h.trackCluster == nil {
 		h.cancel()
 		return
 	}
@@ -265,8 +282,22 @@ func (h *hotTier) close() {
 	h.closing = true
 	h.mu.Unlock()
 	h.cancel()
-	h.track.Close()
+	if h.trackCluster != nil {
+		h.trackCluster.Close()
+	} else {
+		h.track.Close()
+	}
 	h.wg.Wait()
+}
+
+// trackDo runs a batch on the tracking connection: the one, or on a
+// cluster each command's master's.
+func (h *hotTier) trackDo(b *upstream.Batch) {
+	if h.trackRouter != nil {
+		h.trackRouter.Do(b)
+		return
+	}
+	h.track.Do(b)
 }
 
 // lookup returns the tier's reply for GET key in protocol proto.
@@ -351,12 +382,27 @@ var pingCmd = resp.AppendCommandString(nil, "PING")
 
 // ping sends PING on the tracking connection and reports whether it was
 // answered: its reply follows every push Redis queued before it.
+//
+// On a cluster it pings every master's tracking connection.
 func (h *hotTier) ping() bool {
 	b := upstream.NewBatch()
-	b.Add(pingCmd)
-	h.track.Do(b)
-	r := b.Reply(0)
-	return len(r) > 0 && r[0] == '+'
+	if h.trackRouter != nil {
+		for _, slot := range h.trackRouter.Shards() {
+			b.AddSlot(pingCmd, slot)
+		}
+		if b.Len() == 0 {
+			return false // no slot map yet
+		}
+	} else {
+		b.Add(pingCmd)
+	}
+	h.trackDo(b)
+	for i := range b.Len() {
+		if r := b.Reply(i); len(r) == 0 || r[0] != '+' {
+			return false
+		}
+	}
+	return true
 }
 
 // fillLoop reads queued keys, up to fillBatch per round trip, and stores
@@ -386,11 +432,15 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 		h.filling.Add(1)
 		for _, k := range keys {
 			toks = append(toks, h.tier.Begin(k)) // before the GET leaves
-			b.Add(resp.AppendCommand(nil, []byte("GET"), k))
-			b.Add(resp.AppendCommand(nil, []byte("PTTL"), k))
+			slot := upstream.SlotAny
+			if h.trackRouter != nil {
+				slot = upstream.Slot(k)
+			}
+			b.AddSlot(resp.AppendCommand(nil, []byte("GET"), k), slot)
+			b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), k), slot)
 		}
 		sent := h.now()
-		h.track.Do(b)
+		h.trackDo(b)
 		rtt := h.now().Sub(sent)
 		for i, k := range keys {
 			h.store(toks[i], k, b.Reply(2*i), b.Reply(2*i+1), rtt)
@@ -523,8 +573,33 @@ func (h *hotTier) probeLoop(ctx context.Context) {
 	}
 }
 
+// onNodeState follows a cluster node's tracking connection.
+func (h *hotTier) onNodeState(addr string, up bool) {
+	h.mu.Lock()
+	h.nodeUp[addr] = up
+	h.connUp = h.mastersTrackedLocked()
+	h.applyLocked()
+	h.mu.Unlock()
+}
+
+// mastersTrackedLocked reports whether every master of the slot map has
+// its tracking connection up. The map may change without a node's
+// connection changing (a failover): the probe loop asks again.
+func (h *hotTier) mastersTrackedLocked() bool {
+	masters := h.trackCluster.MasterAddrs()
+	for _, a := range masters {
+		if !h.nodeUp[a] {
+			return false
+		}
+	}
+	return len(masters) > 0
+}
+
 func (h *hotTier) setLag(ok bool) {
 	h.mu.Lock()
+	if h.trackCluster != nil {
+		h.connUp = h.mastersTrackedLocked()
+	}
 	h.lagOK = ok
 	h.applyLocked()
 	h.mu.Unlock()

@@ -34,6 +34,13 @@ type ClusterConfig struct {
 	// ReplicaReads sends READONLY on every connection and lets commands
 	// marked ReplicaRead go to replicas.
 	ReplicaReads bool
+	// Protocols are the protocols each node gets a pool of (and a
+	// Router); nil means 2 and 3.
+	Protocols []int
+	// OnNodeState, if set, is told when a node's connection (of any of its
+	// pools) comes up or goes down, by node address. It replaces the base
+	// Config's OnState, which cannot tell the nodes apart.
+	OnNodeState func(addr string, up bool)
 }
 
 // Cluster routes commands to the masters of a Redis Cluster by the hash
@@ -82,7 +89,10 @@ func NewCluster(base Config, cfg ClusterConfig, m *Metrics, log *zap.Logger) (*C
 	if len(cfg.Seeds) == 0 {
 		return nil, errors.New("upstream: cluster mode needs at least one seed address")
 	}
-	for _, p := range []int{2, 3} {
+	if len(cfg.Protocols) == 0 {
+		cfg.Protocols = []int{2, 3}
+	}
+	for _, p := range cfg.Protocols {
 		check := base
 		check.Address, check.Protocol = cfg.Seeds[0], p
 		if err := check.Validate(); err != nil {
@@ -140,7 +150,7 @@ func NewCluster(base Config, cfg ClusterConfig, m *Metrics, log *zap.Logger) (*C
 			return nil, err
 		}
 	}
-	for _, p := range []int{2, 3} {
+	for _, p := range cfg.Protocols {
 		c.routers[p] = &Router{c: c, proto: p}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -178,6 +188,18 @@ func (c *Cluster) Owner(slot int) int {
 	return int(c.slots[slot].Load())
 }
 
+// MasterAddrs returns the address of each master in the slot map.
+func (c *Cluster) MasterAddrs() []string {
+	nodes := *c.nodes.Load()
+	var out []string
+	for _, s := range *c.shards.Load() {
+		if i := c.slots[s].Load(); i >= 0 {
+			out = append(out, nodes[i].addr)
+		}
+	}
+	return out
+}
+
 // MapVersion changes whenever the slot map does.
 func (c *Cluster) MapVersion() uint64 { return c.version.Load() }
 
@@ -210,9 +232,12 @@ func (c *Cluster) node(addr string) (int32, error) {
 		return i, nil
 	}
 	n := &clusterNode{addr: addr}
-	for _, proto := range []int{2, 3} {
+	for _, proto := range c.cfg.Protocols {
 		cfg := c.base
 		cfg.Address, cfg.Protocol = addr, proto
+		if on := c.cfg.OnNodeState; on != nil {
+			cfg.OnState = func(up bool) { on(addr, up) }
+		}
 		p, err := NewPool(cfg, c.metrics, c.log)
 		if err != nil {
 			for _, q := range n.pools {
@@ -331,7 +356,7 @@ func (c *Cluster) readSlotMap(addr string) ([]shard, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool := (*c.nodes.Load())[i].pools[2]
+	pool := (*c.nodes.Load())[i].pools[c.cfg.Protocols[0]]
 	if !pool.Ready() {
 		return nil, errors.New("not connected")
 	}
