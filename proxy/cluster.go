@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 
 	"github.com/tidwall/redcon"
@@ -10,6 +11,10 @@ import (
 	"github.com/rproxy/rproxy/proxy/resp"
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
+
+// discardReply: an order entry whose upstream reply the client does not
+// get (a deferred MULTI's, see deferMulti).
+const discardReply = math.MinInt32
 
 // mergeBase: an order entry o <= mergeBase stands for merge mergeBase-o,
 // whose reply is made from the replies of its parts (see session.order).
@@ -88,7 +93,8 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd redcon.Comman
 		return false
 	}
 	args := cmd.Args
-	if ss.pin == nil {
+	pinned := ss.pin != nil || ss.multiPending // commands stay whole: they go to one master
+	if !pinned {
 		switch info.Name {
 		case "scan", "keys", "randomkey":
 			s.refuseMsg(ss, string(bytes.ToUpper(args[0]))+" is not supported with a cluster upstream: it would need every master's keyspace; run it on each master")
@@ -119,7 +125,7 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd redcon.Comman
 		s.noteSaltedWrites(ss, keys)
 	}
 	ss.slot = upstream.Slot(keys[0])
-	if len(s.cfg.ReplicaReadPrefixes) > 0 && ss.pin == nil && info.Has(command.ReadOnly) && s.replicaReadable(keys) {
+	if len(s.cfg.ReplicaReadPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && s.replicaReadable(keys) {
 		ss.slot |= upstream.ReplicaRead
 	}
 	cross := false
@@ -129,7 +135,7 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd redcon.Comman
 			break
 		}
 	}
-	if !cross || ss.pin != nil {
+	if !cross || pinned {
 		return false
 	}
 	kind, ok := splitCommands[info.Name]
@@ -223,6 +229,38 @@ var (
 	helloModeCluster    = []byte("$4\r\nmode\r\n$7\r\ncluster\r\n")
 	helloModeStandalone = []byte("$4\r\nmode\r\n$10\r\nstandalone\r\n")
 )
+
+// deferMulti answers a MULTI whose transaction did not come in the same
+// read (redis-cli typed by hand) without choosing a master yet: the first
+// command of the transaction decides (startDeferredMulti). It reports
+// whether it did.
+func (s *Server) deferMulti(ss *session, args [][]byte) bool {
+	if s.cfg.Cluster == nil || len(args) != 1 || s.transactionSlot(ss, s.table.Load().Lookup(args[0])) != upstream.SlotAny {
+		return false
+	}
+	ss.multiPending = true
+	s.reply(ss, []byte("+OK\r\n"))
+	return true
+}
+
+// startDeferredMulti pins the session to the master of the command being
+// executed (any master for a keyless one) and sends the deferred MULTI
+// there, its reply dropped (the client has had it). It reports whether
+// the command can go on.
+func (s *Server) startDeferredMulti(ss *session) bool {
+	ss.multiPending = false
+	slot := ss.slot &^ upstream.ReplicaRead
+	if !s.pinSession(ss, slot) {
+		return false
+	}
+	ss.slot = slot
+	ss.batch.AddSlot(multiCmd, slot)
+	ss.order = append(ss.order, discardReply)
+	ss.track = append(ss.track, track{kind: trackMulti})
+	return true
+}
+
+var multiCmd = resp.AppendCommandString(nil, "MULTI")
 
 // transactionSlot is the slot a MULTI or WATCH pins the session to: WATCH's
 // key, or for MULTI the first key of the transaction's commands that came

@@ -1067,3 +1067,35 @@ func TestClusterTier(t *testing.T) {
 		t.Fatalf("GET after tracking came back: %q", r)
 	}
 }
+
+// TestClusterInteractiveMulti: a MULTI typed alone (redis-cli) is answered
+// at once and sent to the master of the transaction's first command.
+func TestClusterInteractiveMulti(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	c := dialClient(t, p.Addr)
+	for i := range 6 { // keys on every master
+		k := "im" + strconv.Itoa(i)
+		for _, step := range [][2]string{
+			{"MULTI", "+OK\r\n"}, {"SET " + k + " 1", "+QUEUED\r\n"}, {"INCR " + k, "+QUEUED\r\n"}, {"EXEC", "*2\r\n+OK\r\n:2\r\n"},
+		} {
+			if r := c.do(strings.Fields(step[0])...); r != step[1] {
+				t.Fatalf("%s: %q, want %q", step[0], r, step[1])
+			}
+		}
+	}
+	for _, seq := range [][][2]string{
+		{{"MULTI", "+OK\r\n"}, {"EXEC", "*0\r\n"}},
+		{{"MULTI", "+OK\r\n"}, {"DISCARD", "+OK\r\n"}},
+		{{"MULTI", "+OK\r\n"}, {"PING", "+QUEUED\r\n"}, {"EXEC", "*1\r\n+PONG\r\n"}},
+	} {
+		for _, step := range seq {
+			if r := c.do(strings.Fields(step[0])...); r != step[1] {
+				t.Fatalf("%s: %q, want %q", step[0], r, step[1])
+			}
+		}
+	}
+	if r := c.do("GET", "im0"); r != "$1\r\n2\r\n" {
+		t.Fatalf("GET after the transactions: %q", r)
+	}
+}

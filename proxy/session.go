@@ -63,8 +63,9 @@ type session struct {
 	// routeCluster, taken by forwardTracked), the rest of the read batch
 	// (so MULTI can pin to the master of the transaction's first key),
 	// split commands whose replies are merged, and key scratch.
-	slot      int
-	rest      []redcon.Command
+	slot         int
+	multiPending bool // MULTI answered, not yet sent: no master chosen yet
+	rest         []redcon.Command
 	restAt    int
 	merges    []merge
 	routeKeys [][]byte
@@ -294,8 +295,13 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	if s.hot != nil {
 		s.beforeWrite(ss, info, args, true)
 	}
-	if s.cfg.Cluster != nil && s.routeCluster(ss, info, cmd) {
-		return
+	if s.cfg.Cluster != nil {
+		if s.routeCluster(ss, info, cmd) {
+			return
+		}
+		if ss.multiPending && !s.startDeferredMulti(ss) {
+			return
+		}
 	}
 	if info == nil {
 		if bytes.EqualFold(args[0], []byte("proxy")) {
@@ -324,6 +330,9 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		ss.slowSkip = true // it waits as long as the client asked: not slow
 		s.forward(ss, cmd.Raw)
 	case command.Transaction:
+		if ss.pin == nil && info.Name == "multi" && s.deferMulti(ss, args) {
+			return
+		}
 		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss, s.transactionSlot(ss, info)) {
 			return
 		}
@@ -342,6 +351,7 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	case command.Reset:
 		s.flush(ss)
 		s.unpin(ss)
+		ss.multiPending = false
 		ss.proto, ss.name, ss.libName, ss.libVer = 2, nil, nil, nil
 		if s.cfg.Users != nil {
 			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
@@ -586,6 +596,10 @@ func (s *Server) flush(ss *session) {
 	up, over := 0, 0
 	for _, o := range ss.order {
 		var r []byte
+		if o == discardReply {
+			up++ // the upstream reply to a deferred MULTI, answered already
+			continue
+		}
 		if o <= mergeBase {
 			m := &ss.merges[mergeBase-o]
 			r = m.reply(ss.batch, up)
