@@ -48,10 +48,19 @@ type Flight struct {
 }
 
 type slot struct {
-	mu sync.Mutex
-	f  *Flight // the open flight registered here, if any
-	_  [48]byte
+	mu      sync.Mutex
+	f       *Flight       // the open flight registered here, if any
+	flights atomic.Uint64 // flights led here (written under mu, read by the metric)
+	_       [40]byte
 }
+
+// paddedCounter is a counter alone on its cache line.
+type paddedCounter struct {
+	n atomic.Uint64
+	_ [56]byte
+}
+
+const readShards = 16
 
 // Group is the table of open flights. The common case on a spread keyspace,
 // a flight nobody joins, allocates nothing: such flights are recycled.
@@ -60,16 +69,19 @@ type Group struct {
 	// seen, when not nil, is a filter of recently read key hashes: a key's
 	// first read in an epoch does not start a flight (a flight costs a lock,
 	// a table slot and a publish, and on a spread keyspace nobody joins).
-	seen    []atomic.Uint64
-	reads   atomic.Uint64
+	seen []atomic.Uint64
+	// reads counts reads for the filter's epochs, in shards picked by key
+	// hash: one shared counter would bounce between cores on every read.
+	reads   [readShards]paddedCounter
 	joins   atomic.Uint64
 	slots   [slotCount]slot
 	free    sync.Pool
 	metrics *metrics
 }
 
-// Filter sizes: 2^20 bits (128 KB), cleared every 2^16 reads, so at most ~6%
-// of the bits are set when it clears and a cold key rarely passes.
+// Filter sizes: 2^20 bits (128 KB), cleared every 2^16 reads (counted per
+// shard: when one shard reaches its 1/16th), so at most ~6% of the bits are
+// set when it clears and a cold key rarely passes.
 const (
 	seenBits  = 1 << 20
 	seenEpoch = 1 << 16
@@ -78,7 +90,8 @@ const (
 // New returns an empty group with metrics on reg (nil: unregistered). With
 // filter, only keys read at least twice in a recent epoch start flights.
 func New(window Window, filter bool, reg prometheus.Registerer) *Group {
-	g := &Group{window: window, metrics: newMetrics(reg)}
+	g := &Group{window: window}
+	g.metrics = newMetrics(reg, g)
 	if filter {
 		g.seen = make([]atomic.Uint64, seenBits/64)
 	}
@@ -101,7 +114,6 @@ func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, le
 	if f := s.f; f != nil && g.joinable(f, lastWrite) && bytes.Equal(f.key, key) {
 		f.joins++
 		s.mu.Unlock()
-		g.metrics.joins.Inc()
 		g.joins.Add(1)
 		return f, false
 	}
@@ -111,8 +123,8 @@ func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, le
 	if s.f == nil || s.f.sender.Sent() {
 		s.f = f // the newer flight is the better one to join
 	}
+	s.flights.Add(1) // the slot's line is this core's already
 	s.mu.Unlock()
-	g.metrics.flights.Inc()
 	return f, true
 }
 
@@ -125,7 +137,11 @@ func (g *Group) Joins() uint64 { return g.joins.Load() }
 // this epoch. Clearing races with marking only by losing a mark: a missed
 // saving, never a wrong reply.
 func (g *Group) seenBefore(h uint64) bool {
-	if g.reads.Add(1)%seenEpoch == 0 {
+	if g.reads[(h>>44)%readShards].n.Add(1) >= seenEpoch/readShards {
+		// The first shard to reach its share ends the epoch for all.
+		for i := range g.reads {
+			g.reads[i].n.Store(0)
+		}
 		for i := range g.seen {
 			g.seen[i].Store(0)
 		}
@@ -183,17 +199,27 @@ func (g *Group) Open() int {
 	return n
 }
 
+// metrics read the group's own counters when scraped, so that counting
+// costs the read path no extra atomic on a shared line.
 type metrics struct {
-	flights prometheus.Counter
-	joins   prometheus.Counter
+	flights prometheus.CounterFunc
+	joins   prometheus.CounterFunc
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, g *Group) *metrics {
 	m := &metrics{
-		flights: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
-			Name: "flights_total", Help: "Reads sent upstream that others could join."}),
-		joins: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
-			Name: "joins_total", Help: "Reads that joined a flight instead of going upstream (upstream calls saved)."}),
+		flights: prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
+			Name: "flights_total", Help: "Reads sent upstream that others could join."}, func() float64 {
+			var n uint64
+			for i := range g.slots {
+				n += g.slots[i].flights.Load()
+			}
+			return float64(n)
+		}),
+		joins: prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
+			Name: "joins_total", Help: "Reads that joined a flight instead of going upstream (upstream calls saved)."}, func() float64 {
+			return float64(g.joins.Load())
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.flights, m.joins)

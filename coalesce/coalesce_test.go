@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // sender is a fake leader batch whose "written" moment the test controls.
@@ -216,4 +218,30 @@ func BenchmarkColdReads(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkColdReadsParallel is BenchmarkColdReads from every core at
+// once, as sessions call Join: shared counters show up here.
+func BenchmarkColdReadsParallel(b *testing.B) {
+	keys := make([][]byte, 1<<17)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("*2\r\n$3\r\nGET\r\n$10\r\nkey:%06d\r\n", i))
+	}
+	g := New(Unsent, true, prometheus.NewRegistry())
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		s := &sender{}
+		i := int(next.Add(1) * 7919)
+		for pb.Next() {
+			i++
+			switch f, leader := g.Join(keys[i%len(keys)], s, 0); {
+			case f == nil:
+			case leader:
+				f.Publish(nil)
+			default:
+				f.Wait() // the other core's flight: it publishes at once
+			}
+		}
+	})
 }
