@@ -66,9 +66,9 @@ type session struct {
 	slot         int
 	multiPending bool // MULTI answered, not yet sent: no master chosen yet
 	rest         []redcon.Command
-	restAt    int
-	merges    []merge
-	routeKeys [][]byte
+	restAt       int
+	merges       []merge
+	routeKeys    [][]byte
 
 	// Salted fan-out, per batch: copy reads queued, salted keys written,
 	// and the replies of copy reads that missed (served from the origin).
