@@ -94,38 +94,86 @@ func (r *Router) split(b *Batch, pick uint32) {
 	// Parts are taken before any is sent: b claims to have been sent no
 	// later than any of them, so no read joins it after its bytes left.
 	b.markSent(c.base.SendSeq.Load())
-	n := b.Len()
-	dest := make([]int32, n)
+	sc := splitScratches.Get().(*splitScratch)
 	anyDest := int32(-1)
-	for i, s := range b.slots {
-		dest[i] = -1
+	for _, s := range b.slots {
+		d := int32(-1)
 		if s >= 0 {
-			dest[i] = c.dest(s, pick)
-			if anyDest < 0 {
-				anyDest = dest[i]
+			if d = c.dest(s, pick); anyDest < 0 {
+				anyDest = d
 			}
 		}
+		sc.dest = append(sc.dest, d)
 	}
 	if anyDest < 0 {
 		anyDest = r.anyNode()
 	}
-	replies := make([][]byte, n)
-	var parts []*part
-	for i := range n {
-		d := dest[i]
+	for i, d := range sc.dest {
 		if b.slots[i] < 0 {
 			d = anyDest
 		}
 		if d < 0 {
-			replies[i] = slotNotServed(int(b.slots[i]))
+			sc.loc = append(sc.loc, replyLoc{part: -1, at: int32(len(sc.local))})
+			sc.local = append(sc.local, slotNotServed(int(b.slots[i])))
 			continue
 		}
-		parts = addToPart(parts, d, b.cmds[i], int(b.slots[i]), i, false)
+		pi := -1
+		for j, n := range sc.nodes {
+			if n == d {
+				pi = j
+				break
+			}
+		}
+		if pi < 0 {
+			pi = len(sc.parts)
+			sc.parts = append(sc.parts, subBatches.Get().(*Batch))
+			sc.nodes = append(sc.nodes, d)
+		}
+		pb := sc.parts[pi]
+		sc.loc = append(sc.loc, replyLoc{part: int32(pi), at: int32(pb.Len())})
+		pb.AddSlot(b.cmds[i], int(b.slots[i]))
 	}
-	r.run(parts, replies)
-	for _, rep := range replies {
-		b.appendReply(rep)
+	nodes := *c.nodes.Load()
+	for j, pb := range sc.parts {
+		nodes[sc.nodes[j]].pools[r.proto].Send(pb)
 	}
+	for _, pb := range sc.parts {
+		pb.Wait()
+	}
+	// Straight from the parts' buffers into b, in b's order.
+	for _, l := range sc.loc {
+		if l.part < 0 {
+			b.appendReply(sc.local[l.at])
+		} else {
+			b.appendReply(sc.parts[l.part].Reply(int(l.at)))
+		}
+	}
+	sc.release()
+}
+
+// splitScratch is a split's working memory, reused.
+type splitScratch struct {
+	dest  []int32    // each command's node
+	loc   []replyLoc // where each command's reply is
+	parts []*Batch   // a batch per node, in the order first used
+	nodes []int32    // the node of each part
+	local [][]byte   // replies made here
+}
+
+// replyLoc is reply at of part (part -1: splitScratch.local[at]).
+type replyLoc struct{ part, at int32 }
+
+var splitScratches = sync.Pool{New: func() any { return new(splitScratch) }}
+
+func (sc *splitScratch) release() {
+	for i, pb := range sc.parts {
+		pb.Reset()
+		subBatches.Put(pb)
+		sc.parts[i] = nil
+	}
+	clear(sc.local)
+	sc.dest, sc.loc, sc.parts, sc.nodes, sc.local = sc.dest[:0], sc.loc[:0], sc.parts[:0], sc.nodes[:0], sc.local[:0]
+	splitScratches.Put(sc)
 }
 
 // addToPart queues cmd for node d, with ASKING first when asking.
