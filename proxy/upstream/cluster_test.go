@@ -1,8 +1,18 @@
 package upstream
 
 import (
+	"fmt"
+	"net"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/rproxy/rproxy/proxy/resp"
 )
 
 // Replies captured from a Redis 7.0 cluster of three masters.
@@ -93,4 +103,166 @@ func FuzzClusterReplies(f *testing.F) {
 		}
 		parseRedirect(b)
 	})
+}
+
+// fakeCluster is three scripted nodes: each announces the same slot map
+// (thirds of the slots) in CLUSTER SHARDS, answers GET with its own name,
+// and answers MOVED for the slots in its moved set, which truly belong to
+// the node named there.
+type fakeCluster struct {
+	nodes []*fakeRedis
+	names []string
+	mu    sync.Mutex
+	moved map[int]int // slot -> index of the node that now serves it
+	gets  []atomic.Int64
+}
+
+func startFakeCluster(t *testing.T) *fakeCluster {
+	t.Helper()
+	fc := &fakeCluster{names: []string{"A", "B", "C"}, moved: map[int]int{}, gets: make([]atomic.Int64, 3)}
+	for i := range 3 {
+		fc.nodes = append(fc.nodes, startFake(t, func(args [][]byte) string { return fc.reply(i, args) }))
+	}
+	return fc
+}
+
+func (fc *fakeCluster) owner(slot int) int { return slot * 3 / Slots }
+
+func (fc *fakeCluster) reply(i int, args [][]byte) string {
+	switch strings.ToUpper(string(args[0])) {
+	case "CLUSTER":
+		var b strings.Builder
+		b.WriteString("*3\r\n")
+		for j, n := range fc.nodes {
+			host, port, _ := net.SplitHostPort(n.ln.Addr().String())
+			lo, hi := j*Slots/3, (j+1)*Slots/3-1
+			for fc.owner(lo) != j {
+				lo++
+			}
+			for hi+1 < Slots && fc.owner(hi+1) == j {
+				hi++
+			}
+			fmt.Fprintf(&b, "*4\r\n$5\r\nslots\r\n*2\r\n:%d\r\n:%d\r\n$5\r\nnodes\r\n*1\r\n*8\r\n$4\r\nport\r\n:%s\r\n$2\r\nip\r\n$%d\r\n%s\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$6\r\nhealth\r\n$6\r\nonline\r\n",
+				lo, hi, port, len(host), host)
+		}
+		return b.String()
+	case "GET":
+		slot := Slot(args[1])
+		fc.mu.Lock()
+		to, isMoved := fc.moved[slot]
+		fc.mu.Unlock()
+		if isMoved && to != i {
+			return fmt.Sprintf("-MOVED %d %s\r\n", slot, fc.nodes[to].ln.Addr())
+		}
+		fc.gets[i].Add(1)
+		return "$1\r\n" + fc.names[i] + "\r\n"
+	}
+	return "+OK\r\n"
+}
+
+func testCluster(t *testing.T, fc *fakeCluster) (*Cluster, *Metrics) {
+	t.Helper()
+	m := NewMetrics(nil)
+	c, err := NewCluster(Config{Connections: 1, DialTimeout: time.Second, Timeout: time.Second,
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
+		ClusterConfig{Seeds: []string{fc.nodes[0].ln.Addr().String()}, Refresh: time.Hour}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	deadline := time.Now().Add(5 * time.Second)
+	for !c.Router(2).Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("cluster not ready after 5s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return c, m
+}
+
+// TestRouterRoutesSplitsAndFollowsMoved: each command of a batch reaches
+// its slot's master, replies come back in the batch's order, and a MOVED
+// is followed and corrects the map so the next command goes straight to
+// the new owner.
+func TestRouterRoutesSplitsAndFollowsMoved(t *testing.T) {
+	fc := startFakeCluster(t)
+	c, m := testCluster(t, fc)
+	r := c.Router(2)
+	b := NewBatch()
+	var want []string
+	for i := range 48 {
+		k := []byte(fmt.Sprintf("key:%d", i))
+		b.AddSlot(resp.AppendCommand(nil, []byte("GET"), k), Slot(k))
+		want = append(want, "$1\r\n"+fc.names[fc.owner(Slot(k))]+"\r\n")
+	}
+	r.Do(b)
+	for i := range want {
+		if got := string(b.Reply(i)); got != want[i] {
+			t.Fatalf("reply %d: %q, want %q", i, got, want[i])
+		}
+	}
+	// The slot of "moving" now belongs to the next node.
+	k := []byte("moving")
+	slot := Slot(k)
+	to := (fc.owner(slot) + 1) % 3
+	fc.mu.Lock()
+	fc.moved[slot] = to
+	fc.mu.Unlock()
+	for range 3 {
+		b.Reset()
+		b.AddSlot(resp.AppendCommand(nil, []byte("GET"), k), slot)
+		r.Do(b)
+		if got, want := string(b.Reply(0)), "$1\r\n"+fc.names[to]+"\r\n"; got != want {
+			t.Fatalf("GET after the slot moved: %q, want %q", got, want)
+		}
+	}
+	var moved dto.Metric
+	if err := m.redirects.WithLabelValues("moved").Write(&moved); err != nil {
+		t.Fatal(err)
+	}
+	if n := moved.GetCounter().GetValue(); n != 1 {
+		t.Errorf("MOVED followed %v times, want 1 (the map is corrected by the first)", n)
+	}
+}
+
+// BenchmarkRouterDo: batches of 16 GETs over keys of all three masters
+// (the split path) and of one slot (the single-master path), from 8
+// goroutines, against scripted nodes.
+func BenchmarkRouterDo(b *testing.B) {
+	t := &testing.T{}
+	fc := startFakeCluster(t)
+	defer func() {
+		for _, n := range fc.nodes {
+			n.close()
+		}
+	}()
+	c, _ := testCluster(t, fc)
+	defer c.Close()
+	r := c.Router(2)
+	for _, spread := range []bool{false, true} {
+		b.Run(fmt.Sprintf("spread=%v", spread), func(b *testing.B) {
+			var cmds [][]byte
+			var slots []int
+			for i := range 16 {
+				k := []byte(fmt.Sprintf("{tag}%d", i))
+				if spread {
+					k = []byte(fmt.Sprintf("key:%d", i))
+				}
+				cmds = append(cmds, resp.AppendCommand(nil, []byte("GET"), k))
+				slots = append(slots, Slot(k))
+			}
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				batch := NewBatch()
+				for pb.Next() {
+					batch.Reset()
+					for i, cmd := range cmds {
+						batch.AddSlot(cmd, slots[i])
+					}
+					r.Do(batch)
+				}
+			})
+		})
+	}
 }
