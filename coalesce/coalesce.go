@@ -105,7 +105,13 @@ func New(window Window, filter bool, reg prometheus.Registerer) *Group {
 // no flight. lastWrite is the send sequence at the caller's last
 // acknowledged write (used by the InFlight window).
 func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, leader bool) {
-	h := xxhash.Sum64(key)
+	return g.JoinHash(xxhash.Sum64(key), key, sender, lastWrite)
+}
+
+// JoinHash is Join with the key's hash computed by the caller: any 64-bit
+// hash that is equal for equal keys and well mixed in every bit (callers
+// that already hashed part of the key with xxhash reuse it).
+func (g *Group) JoinHash(h uint64, key []byte, sender Sender, lastWrite uint64) (f *Flight, leader bool) {
 	if g.seen != nil && !g.seenBefore(h) {
 		return nil, true
 	}

@@ -275,11 +275,16 @@ func (d *Detector) MemoryBytes() int64 { return d.sk.Load().memory.Load() }
 // Observe counts one read of key and reports whether key is hot now.
 // It allocates nothing unless key enters the candidate table.
 func (d *Detector) Observe(key []byte) bool {
+	return d.ObserveHash(key, xxhash.Sum64(key))
+}
+
+// ObserveHash is Observe for a caller that has already computed
+// xxhash.Sum64(key) (it must be exactly that).
+func (d *Detector) ObserveHash(key []byte, h uint64) bool {
 	s := d.sk.Load()
 	if len(key) > s.maxKeyLen {
 		return false
 	}
-	h := xxhash.Sum64(key)
 	t := d.now()
 	e, el := s.epochAt(t)
 	wc, wp := s.weights(el)

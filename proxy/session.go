@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 
@@ -400,15 +401,19 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 	if info.Has(command.Write) {
 		ss.wrote, ss.batchWrote = true, true
 	}
+	var keyHash uint64
+	hashed := false
 	if (s.hot != nil || s.salt != nil) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
 		// The tier holds db 0 as the shared connections' upstream user
 		// sees it: not for pinned sessions or passthrough users' ACLs.
 		// Hits are counted too, so a cached key stays hot and is filled
 		// again as soon as its entry expires.
+		// One hash of the key serves the detector and the coalescing table.
+		keyHash, hashed = xxhash.Sum64(args[1]), true
 		hot := false
 		if s.hot != nil {
 			var fill bool
-			hot, fill = s.hot.observe(args[1])
+			hot, fill = s.hot.observe(args[1], keyHash)
 			if r, ok := s.hot.lookup(args[1], ss.proto); ok {
 				s.reply(ss, r)
 				return
@@ -422,13 +427,17 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 			return
 		}
 	}
-	s.readMaybeJoined(ss, info, raw)
+	s.readMaybeJoined(ss, info, raw, keyHash, hashed)
 }
 
 // readMaybeJoined queues a read, or joins an identical one in flight when
 // it is eligible; it reports whether the read is in the session's own
 // batch (false: joined).
-func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte) bool {
+//
+// keyHash, when hashed, is xxhash.Sum64 of the GET's key: mixed with the
+// protocol it stands for the whole identity's hash (equal identities have
+// equal keys; the table compares the identities in full).
+func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed bool) bool {
 	if s.coalesce == nil || ss.pin != nil || ss.wrote || !s.coalesceCmds[info.Name] {
 		s.forward(ss, raw)
 		return true
@@ -437,7 +446,13 @@ func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte) bo
 	ss.key = append(ss.key[:0], byte(ss.proto), byte(len(ss.user)))
 	ss.key = append(ss.key, ss.user...)
 	ss.key = append(ss.key, raw...)
-	f, leader := s.coalesce.Join(ss.key, ss.batch, ss.lastWrite)
+	var f *coalesce.Flight
+	var leader bool
+	if hashed && len(ss.user) == 0 {
+		f, leader = s.coalesce.JoinHash(keyHash^uint64(ss.proto)*0x9e3779b97f4a7c15, ss.key, ss.batch, ss.lastWrite)
+	} else {
+		f, leader = s.coalesce.Join(ss.key, ss.batch, ss.lastWrite)
+	}
 	if leader {
 		s.forward(ss, raw)
 		if f != nil { // nil: a key not read recently starts no flight

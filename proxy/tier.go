@@ -314,10 +314,10 @@ func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
 
 // observe counts a read of key and reports whether the tier should hold
 // it: the key is hot, or under a cached prefix.
-// observe counts a read of key: hot says whether the key is hot, fill
-// whether the tier should hold it.
-func (h *hotTier) observe(key []byte) (hot, fill bool) {
-	hot = h.det.Observe(key)
+// observe counts a read of key (keyHash: xxhash.Sum64(key)): hot says
+// whether the key is hot, fill whether the tier should hold it.
+func (h *hotTier) observe(key []byte, keyHash uint64) (hot, fill bool) {
+	hot = h.det.ObserveHash(key, keyHash)
 	return hot, h.tier != nil && h.enabled.Load() && (hot || h.underPrefix(key))
 }
 
