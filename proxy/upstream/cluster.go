@@ -408,6 +408,7 @@ func hostOf(addr string) string {
 
 // install makes shards the slot map.
 func (c *Cluster) install(shards []shard, from string) error {
+	known := int32(len(*c.nodes.Load())) // nodes made from here on are new
 	owner := make([]int32, Slots)
 	for i := range owner {
 		owner[i] = -1
@@ -445,6 +446,7 @@ func (c *Cluster) install(shards []shard, from string) error {
 	if len(firsts) == 0 {
 		return errors.New("the cluster has no slots assigned")
 	}
+	c.awaitConnected(owner, firsts, known)
 	changed := 0
 	for s := range owner {
 		if c.slots[s].Swap(owner[s]) != owner[s] {
@@ -464,6 +466,25 @@ func (c *Cluster) install(shards []shard, from string) error {
 		c.metrics.refreshes.WithLabelValues("unchanged").Inc()
 	}
 	return nil
+}
+
+// awaitConnected gives the masters of a new map that rproxy had no pools
+// for (index >= known: a promoted replica, a new node) up to a dial
+// timeout to connect before slots move to them: commands sent meanwhile
+// would fail at once with "upstream unavailable". The old map serves in
+// the meantime. Known nodes that are down are not waited for.
+func (c *Cluster) awaitConnected(owner []int32, firsts []int, known int32) {
+	nodes := *c.nodes.Load()
+	deadline := time.Now().Add(min(c.base.DialTimeout, time.Second))
+	for _, s := range firsts {
+		if owner[s] < known {
+			continue
+		}
+		p := nodes[owner[s]].pools[c.cfg.Protocols[0]]
+		for !p.Ready() && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
 }
 
 // shard is one master and the slot ranges it serves.
