@@ -76,7 +76,7 @@ type salter struct {
 	log      *zap.Logger
 	metrics  *saltMetrics
 
-	mu   sync.Mutex
+	mu   sync.RWMutex // every salted GET reads keys; a new key writes it
 	keys map[string]*saltedKey
 }
 
@@ -118,7 +118,13 @@ func newSalter(cfg SaltConfig, c *upstream.Cluster, now func() time.Time, reg pr
 	if cfg.IntN == nil {
 		cfg.IntN = rand.IntN
 	}
-	s := &salter{cfg: cfg, cluster: c, ordered: c.Router(2), now: now, log: log, keys: make(map[string]*saltedKey)}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &salter{cfg: cfg, cluster: c, now: now, log: log, keys: make(map[string]*saltedKey)}
+	if c != nil { // nil only in tests of the key table
+		s.ordered = c.Router(2)
+	}
 	for _, p := range cfg.Prefixes {
 		s.prefixes = append(s.prefixes, []byte(p))
 	}
@@ -135,8 +141,8 @@ func newSalter(cfg SaltConfig, c *upstream.Cluster, now func() time.Time, reg pr
 	}
 	s.metrics.keys = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "salt_keys",
 		Help: "Keys with salted copies being served or still alive."}, func() float64 {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		s.mu.RLock()
+		defer s.mu.RUnlock()
 		return float64(len(s.keys))
 	})
 	for _, o := range []string{"copy_hit", "copy_miss", "copy_joined", "origin"} {
@@ -164,28 +170,46 @@ func (s *salter) listed(key []byte) bool {
 
 // get returns key's salted state, creating it; nil when the table is full.
 func (s *salter) get(key []byte) *saltedKey {
+	s.mu.RLock()
+	sk := s.keys[string(key)]
+	s.mu.RUnlock()
+	if sk == nil {
+		sk = s.add(key)
+		if sk == nil {
+			return nil
+		}
+	}
+	// The last use only matters to a second (sweepLocked allows for it): a
+	// hot key's readers do not all write it.
+	if now := s.now().UnixMilli(); now-sk.used.Load() >= 1000 {
+		sk.used.Store(now)
+	}
+	return sk
+}
+
+// add makes key's salted state; nil when the table is full.
+func (s *salter) add(key []byte) *saltedKey {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	sk := s.keys[string(key)]
 	if sk == nil {
 		if len(s.keys) >= maxSaltedKeys {
 			s.sweepLocked()
 		}
 		if len(s.keys) >= maxSaltedKeys {
-			s.mu.Unlock()
 			return nil
 		}
 		sk = &saltedKey{key: append([]byte(nil), key...)}
+		sk.used.Store(s.now().UnixMilli())
 		s.keys[string(sk.key)] = sk
 	}
-	s.mu.Unlock()
-	sk.used.Store(s.now().UnixMilli())
 	return sk
 }
 
 // lookup returns key's salted state if it has one.
 func (s *salter) lookup(key []byte) *saltedKey {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if len(s.keys) == 0 {
 		return nil
 	}
@@ -193,9 +217,10 @@ func (s *salter) lookup(key []byte) *saltedKey {
 }
 
 // sweepLocked forgets keys not read through a copy for longer than a
-// copy lives: none of their copies can be left.
+// copy lives (plus the second by which get may leave the last use
+// behind): none of their copies can be left.
 func (s *salter) sweepLocked() {
-	cutoff := s.now().Add(-2 * s.cfg.TTL).UnixMilli()
+	cutoff := s.now().Add(-2*s.cfg.TTL - time.Second).UnixMilli()
 	for k, sk := range s.keys {
 		if sk.used.Load() < cutoff && sk.writing.Load() == 0 {
 			delete(s.keys, k)
