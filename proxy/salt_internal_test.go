@@ -16,7 +16,7 @@ func TestSalterTableBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range maxSaltedKeys {
-		if s.get([]byte("k" + strconv.Itoa(i))) == nil {
+		if s.get([]byte("k"+strconv.Itoa(i))) == nil {
 			t.Fatalf("key %d refused below the bound", i)
 		}
 	}
