@@ -18,9 +18,9 @@ PRUNE := -path ./.git -o -path ./vendor -o -path ./bin -o -name testdata
 build: ## build bin/rproxy
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rproxy ./cmd/rproxy
 
-test: ## install redis if needed, vet, race tests, short fuzzing
+test: ## install redis if needed, gofmt and vet, race tests, short fuzzing
 	bash scripts/ensure-redis.sh
-	$(GO) vet ./...
+	$(MAKE) lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) fuzz-short
 
