@@ -1,6 +1,7 @@
 # rproxy build, test and tooling entry points. `make help` lists them.
 
 GO        ?= go
+GOFMT     ?= $(shell $(GO) env GOROOT)/bin/gofmt
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   ?= -X main.version=$(VERSION)
 FUZZTIME  ?= 10s
@@ -66,7 +67,7 @@ bench-quick: ## the suite with short runs, under 2 min: run it for every change
 	$(GO) run ./bench/cmd/suite -quick $(BENCHFLAGS)
 
 lint: ## gofmt -l must be empty; go vet
-	@files=$$(find . \( $(PRUNE) \) -prune -o -name '*.go' -type f -print | xargs -r gofmt -l); \
+	@files=$$(find . \( $(PRUNE) \) -prune -o -name '*.go' -type f -print | xargs -r $(GOFMT) -l); \
 	if [ -n "$$files" ]; then echo "gofmt needed on:"; echo "$$files"; exit 1; fi
 	$(GO) vet ./...
 
