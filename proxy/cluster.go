@@ -304,13 +304,9 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 	case mergeSum:
 		var sum int64
 		for i := range m.parts {
-			r := b.Reply(first + i)
-			if len(r) < 4 || r[0] != ':' {
-				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(r)))
-			}
-			n, err := strconv.ParseInt(string(bytes.TrimSuffix(r[1:], []byte("\r\n"))), 10, 64)
-			if err != nil {
-				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(r)))
+			n, ok := resp.Int(b.Reply(first + i))
+			if !ok {
+				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(b.Reply(first+i))))
 			}
 			sum += n
 		}
@@ -336,15 +332,10 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 
 // arrayElements splits an array reply into its elements' raw bytes.
 func arrayElements(r []byte) ([][]byte, error) {
-	end := bytes.Index(r, []byte("\r\n"))
-	if len(r) == 0 || r[0] != '*' || end < 0 {
+	n, rest, ok := resp.Header(r, '*')
+	if !ok {
 		return nil, errUnexpectedReply(r)
 	}
-	n, err := strconv.Atoi(string(r[1:end]))
-	if err != nil || n < 0 {
-		return nil, errUnexpectedReply(r)
-	}
-	rest := r[end+2:]
 	out := make([][]byte, 0, n)
 	var f resp.Framer
 	for range n {

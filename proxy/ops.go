@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -84,21 +83,19 @@ func onOff(b bool) string {
 // bulk string (RESP2) or a verbatim string (RESP3). Anything else (an
 // error) is returned unchanged.
 func (s *Server) appendProxyInfo(dst, reply []byte) []byte {
-	if len(reply) < 4 || (reply[0] != '$' && reply[0] != '=') {
+	if len(reply) == 0 || (reply[0] != '$' && reply[0] != '=') {
 		return append(dst, reply...)
 	}
-	hdrEnd := bytes.Index(reply, []byte("\r\n"))
-	n, err := strconv.Atoi(string(reply[1:hdrEnd]))
-	if err != nil || n < 0 || hdrEnd+2+n+2 != len(reply) {
+	body, ok := resp.Payload(reply, reply[0])
+	if !ok {
 		return append(dst, reply...)
 	}
-	body := reply[hdrEnd+2 : hdrEnd+2+n]
 	extra := s.proxyInfo()
 	if len(body) > 0 && !(reply[0] == '=' && len(body) == 4) { // "txt:" alone is empty
 		extra = "\r\n" + extra
 	}
 	dst = append(dst, reply[0])
-	dst = strconv.AppendInt(dst, int64(n+len(extra)), 10)
+	dst = strconv.AppendInt(dst, int64(len(body)+len(extra)), 10)
 	dst = append(dst, "\r\n"...)
 	dst = append(dst, body...)
 	dst = append(dst, extra...)

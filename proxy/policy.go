@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"strconv"
 
 	"github.com/tidwall/redcon"
 
@@ -137,12 +136,8 @@ func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd redcon.Command
 	s.doProbe(ss, b)
 	rewrite := false
 	for j, i := range sized {
-		r := b.Reply(j)
-		if len(r) < 4 || r[0] != ':' {
-			return cmd, true
-		}
-		n, err := strconv.ParseInt(string(r[1:len(r)-2]), 10, 64)
-		if err != nil {
+		n, ok := resp.Int(b.Reply(j))
+		if !ok {
 			return cmd, true
 		}
 		over, reply := pol.DelVerdict(keys[i], types[i], n)

@@ -268,16 +268,14 @@ func (n *saltNames) add(name []byte, slot int) {
 // else at the end of the key.
 func saltedName(key []byte, i int) []byte {
 	salt := saltMarker + strconv.Itoa(i)
-	if open := bytes.IndexByte(key, '{'); open >= 0 {
-		if end := bytes.IndexByte(key[open+1:], '}'); end > 0 {
-			at := open + 1 + end
-			out := make([]byte, 0, len(key)+len(salt))
-			out = append(out, key[:at]...)
-			out = append(out, salt...)
-			return append(out, key[at:]...)
-		}
+	at := len(key)
+	if _, end, ok := upstream.HashTag(key); ok {
+		at = end
 	}
-	return append(append(make([]byte, 0, len(key)+len(salt)), key...), salt...)
+	out := make([]byte, 0, len(key)+len(salt))
+	out = append(out, key[:at]...)
+	out = append(out, salt...)
+	return append(out, key[at:]...)
 }
 
 // saltRead is a GET of a copy queued in the session's batch.
@@ -327,24 +325,6 @@ func (s *Server) noteSaltedWrites(ss *session, keys [][]byte) {
 	}
 }
 
-// isNullReply reports a missing key's GET reply in RESP2 or RESP3.
-func isNullReply(r []byte) bool {
-	return string(r) == "$-1\r\n" || string(r) == "_\r\n"
-}
-
-// bulkValue returns the payload of a bulk string reply.
-func bulkValue(r []byte) ([]byte, bool) {
-	end := bytes.Index(r, []byte("\r\n"))
-	if len(r) < 4 || r[0] != '$' || end < 0 {
-		return nil, false
-	}
-	n, err := strconv.Atoi(string(r[1:end]))
-	if err != nil || n < 0 || end+2+n+2 != len(r) {
-		return nil, false
-	}
-	return r[end+2 : end+2+n], true
-}
-
 // saltAfterBatch runs once the batch's replies are in: it deletes the
 // copies of salted keys the batch wrote, then serves the copy reads that
 // missed from the origin, filling their copies.
@@ -387,7 +367,7 @@ func (s *Server) saltAfterBatch(ss *session) {
 	var misses []saltRead
 	hits := 0
 	for _, sr := range ss.saltReads {
-		if r := ss.batch.Reply(sr.idx); isNullReply(r) {
+		if r := ss.batch.Reply(sr.idx); resp.IsNull(r) {
 			misses = append(misses, sr)
 		} else {
 			hits++
@@ -419,8 +399,8 @@ func (s *Server) saltAfterBatch(ss *session) {
 	for i, sr := range misses {
 		val := b.Reply(2 * i)
 		ss.saltOver = append(ss.saltOver, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
-		v, isBulk := bulkValue(val)
-		if isNullReply(val) {
+		v, isBulk := resp.Payload(val, '$')
+		if resp.IsNull(val) {
 			// A hot missing key: its copies would only add a second read
 			// per GET. Read the origin (coalesced) until a copy could have
 			// lived, or until it is written through rproxy.
@@ -431,8 +411,8 @@ func (s *Server) saltAfterBatch(ss *session) {
 			continue
 		}
 		ttl := s.salt.cfg.TTL.Milliseconds()
-		pttl, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimPrefix(b.Reply(2*i+1), []byte(":")), []byte("\r\n"))), 10, 64)
-		if err != nil || pttl == -2 || pttl == 0 {
+		pttl, ok := resp.Int(b.Reply(2*i + 1))
+		if !ok || pttl == -2 || pttl == 0 {
 			continue // gone, expiring, or not a number: no copy
 		}
 		if pttl > 0 {

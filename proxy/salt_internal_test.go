@@ -37,3 +37,18 @@ func TestSalterTableBound(t *testing.T) {
 		t.Fatal("an old key was kept")
 	}
 }
+
+// TestSaltedName: the copy number goes inside a hash tag (so copies of
+// tagged keys hash by the salted tag), else at the end of the key.
+func TestSaltedName(t *testing.T) {
+	for key, want := range map[string]string{
+		"user:{42}:profile": "user:{42#rproxy-copy-3}:profile",
+		"plain":             "plain#rproxy-copy-3",
+		"empty{}tag":        "empty{}tag#rproxy-copy-3",
+		"open{only":         "open{only#rproxy-copy-3",
+	} {
+		if got := string(saltedName([]byte(key), 3)); got != want {
+			t.Errorf("saltedName(%q) = %q, want %q", key, got, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -463,11 +462,11 @@ var (
 // some point within it, so the entry's life is cut by it to end no later
 // than the key on Redis.
 func (h *hotTier) store(tok hotkey.Token, key, get, pttl []byte, rtt time.Duration) {
-	if len(get) == 0 || (get[0] != '$' && get[0] != '_') || len(pttl) < 3 || pttl[0] != ':' {
+	ms, ok := resp.Int(pttl)
+	if len(get) == 0 || (get[0] != '$' && get[0] != '_') || !ok {
 		return // an error (WRONGTYPE, upstream down): nothing to cache
 	}
-	ms, err := strconv.ParseInt(string(pttl[1:len(pttl)-2]), 10, 64)
-	if err != nil || ms == 0 || (ms == -2 && get[0] != '_') {
+	if ms == 0 || (ms == -2 && get[0] != '_') {
 		return
 	}
 	ttl := time.Duration(0) // no TTL on Redis: the tier's cap applies

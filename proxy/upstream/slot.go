@@ -1,5 +1,7 @@
 package upstream
 
+import "bytes"
+
 // Slots is the number of hash slots of a Redis Cluster.
 const Slots = 16384
 
@@ -15,21 +17,25 @@ const ReplicaRead = Slots
 // its hash tag (the bytes between the first '{' and the next '}', when not
 // empty), modulo 16384, as Redis computes it.
 func Slot(key []byte) int {
-	for i, c := range key {
-		if c != '{' {
-			continue
-		}
-		for j := i + 1; j < len(key); j++ {
-			if key[j] == '}' {
-				if j > i+1 {
-					key = key[i+1 : j]
-				}
-				return int(crc16(key)) & (Slots - 1)
-			}
-		}
-		break // no '}' after the first '{': the whole key
+	if start, end, ok := HashTag(key); ok {
+		key = key[start:end]
 	}
 	return int(crc16(key)) & (Slots - 1)
+}
+
+// HashTag finds key's hash tag, key[start:end]: the bytes between the
+// first '{' and the next '}', when there are any. Without one (no '{', no
+// '}' after it, or "{}") the whole key hashes.
+func HashTag(key []byte) (start, end int, ok bool) {
+	open := bytes.IndexByte(key, '{')
+	if open < 0 {
+		return 0, 0, false
+	}
+	n := bytes.IndexByte(key[open+1:], '}')
+	if n <= 0 {
+		return 0, 0, false
+	}
+	return open + 1, open + 1 + n, true
 }
 
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), table driven.
