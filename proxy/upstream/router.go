@@ -78,14 +78,6 @@ func (r *Router) anyNode() int32 {
 	return r.c.slots[shards[int(r.next.Add(1))%len(shards)]].Load()
 }
 
-// part is the commands of a split batch that go to one node.
-type part struct {
-	node int32
-	b    *Batch
-	idx  []int  // the parent batch's index of each of b's commands
-	skip []bool // b's command is an ASKING whose reply is not the client's
-}
-
 // split sends each command to its slot's master, one sub-batch per master,
 // and assembles the replies in b's order. Keyless commands go with the
 // first keyed one's master.
@@ -117,53 +109,77 @@ func (r *Router) split(b *Batch, pick uint32) {
 			sc.local = append(sc.local, slotNotServed(int(b.slots[i])))
 			continue
 		}
-		pi := -1
-		for j, n := range sc.nodes {
-			if n == d {
-				pi = j
-				break
-			}
-		}
-		if pi < 0 {
-			pi = len(sc.parts)
-			sc.parts = append(sc.parts, subBatches.Get().(*Batch))
-			sc.nodes = append(sc.nodes, d)
-		}
-		pb := sc.parts[pi]
-		sc.loc = append(sc.loc, replyLoc{part: int32(pi), at: int32(pb.Len())})
-		pb.AddSlot(b.cmds[i], int(b.slots[i]))
+		sc.loc = append(sc.loc, sc.add(d, b.cmds[i], int(b.slots[i])))
 	}
-	nodes := *c.nodes.Load()
+	r.sendAll(sc)
+	// Straight from the parts' buffers into b, in b's order.
+	for _, l := range sc.loc {
+		b.appendReply(sc.reply(l))
+	}
+	sc.release()
+}
+
+// splitScratch is the working memory of a split or a redirect round:
+// sub-batches per node and where each reply will be. Reused.
+type splitScratch struct {
+	dest  []int32    // split: each command's node
+	loc   []replyLoc // where each reply is
+	parts []*Batch   // a batch per node, in the order first used
+	nodes []int32    // the node of each part
+	local [][]byte   // replies made here
+	old   []byte     // redirect: b's replies before the round
+	ends  []int
+}
+
+// replyLoc is reply at of part; part -1: local[at]; part -2: the old
+// reply at.
+type replyLoc struct{ part, at int32 }
+
+var splitScratches = sync.Pool{New: func() any { return new(splitScratch) }}
+
+// add queues cmd for node d and returns where its reply will be.
+func (sc *splitScratch) add(d int32, cmd []byte, slot int) replyLoc {
+	pi := -1
+	for j, n := range sc.nodes {
+		if n == d {
+			pi = j
+			break
+		}
+	}
+	if pi < 0 {
+		pi = len(sc.parts)
+		sc.parts = append(sc.parts, subBatches.Get().(*Batch))
+		sc.nodes = append(sc.nodes, d)
+	}
+	pb := sc.parts[pi]
+	pb.AddSlot(cmd, slot)
+	return replyLoc{part: int32(pi), at: int32(pb.Len() - 1)}
+}
+
+func (sc *splitScratch) reply(l replyLoc) []byte {
+	switch l.part {
+	case -1:
+		return sc.local[l.at]
+	case -2:
+		start := 0
+		if l.at > 0 {
+			start = sc.ends[l.at-1]
+		}
+		return sc.old[start:sc.ends[l.at]]
+	}
+	return sc.parts[l.part].Reply(int(l.at))
+}
+
+// sendAll sends every part to its node at once and waits for them all.
+func (r *Router) sendAll(sc *splitScratch) {
+	nodes := *r.c.nodes.Load()
 	for j, pb := range sc.parts {
 		nodes[sc.nodes[j]].pools[r.proto].Send(pb)
 	}
 	for _, pb := range sc.parts {
 		pb.Wait()
 	}
-	// Straight from the parts' buffers into b, in b's order.
-	for _, l := range sc.loc {
-		if l.part < 0 {
-			b.appendReply(sc.local[l.at])
-		} else {
-			b.appendReply(sc.parts[l.part].Reply(int(l.at)))
-		}
-	}
-	sc.release()
 }
-
-// splitScratch is a split's working memory, reused.
-type splitScratch struct {
-	dest  []int32    // each command's node
-	loc   []replyLoc // where each command's reply is
-	parts []*Batch   // a batch per node, in the order first used
-	nodes []int32    // the node of each part
-	local [][]byte   // replies made here
-}
-
-// replyLoc is reply at of part (part -1: splitScratch.local[at]).
-type replyLoc struct{ part, at int32 }
-
-var splitScratches = sync.Pool{New: func() any { return new(splitScratch) }}
 
 func (sc *splitScratch) release() {
 	for i, pb := range sc.parts {
@@ -173,53 +189,14 @@ func (sc *splitScratch) release() {
 	}
 	clear(sc.local)
 	sc.dest, sc.loc, sc.parts, sc.nodes, sc.local = sc.dest[:0], sc.loc[:0], sc.parts[:0], sc.nodes[:0], sc.local[:0]
+	if cap(sc.old) > maxRetained {
+		sc.old = nil
+	}
+	sc.old, sc.ends = sc.old[:0], sc.ends[:0]
 	splitScratches.Put(sc)
 }
 
-// addToPart queues cmd for node d, with ASKING first when asking.
-func addToPart(parts []*part, d int32, cmd []byte, slot, idx int, asking bool) []*part {
-	var p *part
-	for _, q := range parts {
-		if q.node == d {
-			p = q
-			break
-		}
-	}
-	if p == nil {
-		p = &part{node: d, b: subBatches.Get().(*Batch)}
-		parts = append(parts, p)
-	}
-	if asking {
-		p.b.AddSlot(askingCmd, slot)
-		p.idx = append(p.idx, -1)
-		p.skip = append(p.skip, true)
-	}
-	p.b.AddSlot(cmd, slot)
-	p.idx = append(p.idx, idx)
-	p.skip = append(p.skip, false)
-	return parts
-}
-
 var askingCmd = resp.AppendCommandString(nil, "ASKING")
-
-// run sends every part at once, waits for them all and stores each reply
-// (copied) at its command's index.
-func (r *Router) run(parts []*part, replies [][]byte) {
-	nodes := *r.c.nodes.Load()
-	for _, p := range parts {
-		nodes[p.node].pools[r.proto].Send(p.b)
-	}
-	for _, p := range parts {
-		p.b.Wait()
-		for j, i := range p.idx {
-			if !p.skip[j] {
-				replies[i] = append([]byte(nil), p.b.Reply(j)...)
-			}
-		}
-		p.b.Reset()
-		subBatches.Put(p.b)
-	}
-}
 
 // followRedirects re-sends the commands whose replies are cluster
 // redirections, up to MaxRedirects rounds, and asks for a slot map refresh
@@ -243,19 +220,20 @@ func (r *Router) followRedirects(b *Batch) {
 		if len(redo) == 0 || round >= c.cfg.MaxRedirects {
 			return
 		}
-		replies := make([][]byte, b.Len())
-		for i := range replies {
-			replies[i] = b.Reply(i)
+		sc := splitScratches.Get().(*splitScratch)
+		// Every reply as it is now; the redone ones are replaced below.
+		sc.old = append(sc.old[:0], b.replies...)
+		sc.ends = append(sc.ends[:0], b.replyEnds...)
+		for i := range b.replyEnds {
+			sc.loc = append(sc.loc, replyLoc{part: -2, at: int32(i)})
 		}
-		var parts []*part
 		paused := false
 		for _, i := range redo {
-			rep := replies[i]
-			kind, slot, addr, ok := parseRedirect(rep)
+			kind, slot, addr, ok := parseRedirect(b.Reply(i))
 			if !ok {
 				continue // malformed: the client gets it as it is
 			}
-			var d int32
+			d := int32(-1)
 			switch kind {
 			case "moved", "ask":
 				var err error
@@ -281,20 +259,21 @@ func (r *Router) followRedirects(b *Batch) {
 			if d < 0 {
 				continue
 			}
-			parts = addToPart(parts, d, b.cmds[i], int(b.slots[i]), i, kind == "ask")
+			if kind == "ask" {
+				sc.add(d, askingCmd, int(b.slots[i])) // its reply is not the client's
+			}
+			sc.loc[i] = sc.add(d, b.cmds[i], int(b.slots[i]))
 		}
-		if len(parts) == 0 {
+		if len(sc.parts) == 0 {
+			sc.release()
 			return
 		}
-		// replies alias b.replies: copy what stays before b is rebuilt.
-		for i := range replies {
-			replies[i] = append([]byte(nil), replies[i]...)
-		}
-		r.run(parts, replies)
+		r.sendAll(sc)
 		b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
-		for _, rep := range replies {
-			b.appendReply(rep)
+		for _, l := range sc.loc {
+			b.appendReply(sc.reply(l))
 		}
+		sc.release()
 	}
 }
 
@@ -326,9 +305,8 @@ func parseRedirect(rep []byte) (kind string, slot int, addr string, ok bool) {
 	}
 	addr = string(f[2])
 	if bytes.HasPrefix(f[2], []byte(":")) {
-		// An unknown endpoint: Redis sends ":port"; the host is the one
-		// that replied, which the caller cannot tell here; use loopback
-		// only if nothing better is known.
+		// An unknown endpoint (":port"): the host would be the node that
+		// replied, which is not known here; the client gets the reply.
 		return "", 0, "", false
 	}
 	return string(bytes.ToLower(f[0])), s, addr, true
