@@ -1,99 +1,14 @@
 package main
 
 import (
-	"encoding/xml"
-	"errors"
-	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rproxy/rproxy/bench/internal/svgtest"
 )
-
-// svgDoc is what the tests read back from a rendered chart.
-type svgDoc struct {
-	width, height float64
-	texts         []svgText
-	polylines     []string // points attributes
-}
-
-type svgText struct {
-	x, y float64
-	s    string
-}
-
-// parseSVG decodes doc with encoding/xml, failing the test if it is not
-// well-formed or has no SVG root.
-func parseSVG(t *testing.T, doc string) svgDoc {
-	t.Helper()
-	var out svgDoc
-	d := xml.NewDecoder(strings.NewReader(doc))
-	var cur *svgText
-	depth := 0
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("SVG is not well-formed XML: %v\n%s", err, doc)
-		}
-		switch tok := tok.(type) {
-		case xml.StartElement:
-			depth++
-			attr := func(name string) string {
-				for _, a := range tok.Attr {
-					if a.Name.Local == name {
-						return a.Value
-					}
-				}
-				return ""
-			}
-			num := func(name string) float64 {
-				v, err := strconv.ParseFloat(attr(name), 64)
-				if err != nil {
-					t.Fatalf("<%s %s=%q>: %v", tok.Name.Local, name, attr(name), err)
-				}
-				return v
-			}
-			switch tok.Name.Local {
-			case "svg":
-				if depth != 1 || tok.Name.Space != "http://www.w3.org/2000/svg" {
-					t.Fatalf("root is not an SVG element: %v", tok.Name)
-				}
-				out.width, out.height = num("width"), num("height")
-			case "text":
-				cur = &svgText{x: num("x"), y: num("y")}
-			case "polyline":
-				out.polylines = append(out.polylines, attr("points"))
-			}
-		case xml.CharData:
-			if cur != nil {
-				cur.s += string(tok)
-			}
-		case xml.EndElement:
-			depth--
-			if tok.Name.Local == "text" && cur != nil {
-				out.texts = append(out.texts, *cur)
-				cur = nil
-			}
-		}
-	}
-	if out.width == 0 {
-		t.Fatal("no <svg> root with a width")
-	}
-	return out
-}
-
-func (d svgDoc) text(s string) (svgText, bool) {
-	for _, x := range d.texts {
-		if x.s == s {
-			return x, true
-		}
-	}
-	return svgText{}, false
-}
 
 func testChart() chart {
 	pts := func(vs ...float64) []point {
@@ -127,49 +42,49 @@ func testChart() chart {
 func TestChartSVG(t *testing.T) {
 	c := testChart()
 	doc := c.svg()
-	d := parseSVG(t, doc)
-	if d.width != chartW || d.height < 300 || d.height > 600 {
-		t.Errorf("size %gx%g", d.width, d.height)
+	d := svgtest.Parse(t, doc)
+	if d.Width != chartW || d.Height < 300 || d.Height > 600 {
+		t.Errorf("size %gx%g", d.Width, d.Height)
 	}
 	for _, want := range []string{"ops <&> test", "sub", "seconds", "commands per second", "tier serving", "denied/s",
 		"client commands/s", "GETs reaching Redis/s", `KEYS denied/s {action="deny"}`, "stopped 50 ms",
 		"hot key joins", "tracking connection killed", "close by", "KEYS client leaves",
 		"0", "30", "60", "100k", "10"} {
-		if _, ok := d.text(want); !ok {
+		if _, ok := d.Text(want); !ok {
 			t.Errorf("no text %q", want)
 		}
 	}
 	// The NaN splits the Redis line in two; every polyline's points are
 	// inside the chart.
-	if len(d.polylines) != 4 {
-		t.Errorf("%d polylines, want 4 (client, Redis in two pieces, denied)", len(d.polylines))
+	if len(d.Polylines) != 4 {
+		t.Errorf("%d polylines, want 4 (client, Redis in two pieces, denied)", len(d.Polylines))
 	}
-	for _, pl := range d.polylines {
+	for _, pl := range d.Polylines {
 		for _, p := range strings.Fields(pl) {
 			xs, ys, _ := strings.Cut(p, ",")
 			x, _ := strconv.ParseFloat(xs, 64)
 			y, _ := strconv.ParseFloat(ys, 64)
-			if x < marginL || x > chartW-marginR || y < 0 || y > d.height {
+			if x < marginL || x > chartW-marginR || y < 0 || y > d.Height {
 				t.Errorf("point %s outside the plot", p)
 			}
 		}
 	}
 	// A value a hair above 10 keeps the denied panel's axis at 10.
-	for _, x := range d.texts {
-		if x.x == marginL-6 && x.s == "20" {
+	for _, x := range d.Texts {
+		if x.X == marginL-6 && x.S == "20" {
 			t.Error("denied panel's axis went to 20 for a top of 10.02")
 		}
 	}
 	// Labels of events 1 s apart go on different rows; none runs off the
 	// right edge.
-	a, _ := d.text("tracking connection killed")
-	b, _ := d.text("close by")
-	if a.y == b.y {
-		t.Errorf("overlapping event labels on one row, y=%g", a.y)
+	a, _ := d.Text("tracking connection killed")
+	b, _ := d.Text("close by")
+	if a.Y == b.Y {
+		t.Errorf("overlapping event labels on one row, y=%g", a.Y)
 	}
-	for _, x := range d.texts {
-		if x.x+textWidth(x.s, fontSize) > chartW+1 {
-			t.Errorf("text %q at x=%g runs off the chart", x.s, x.x)
+	for _, x := range d.Texts {
+		if x.X+textWidth(x.S, fontSize) > chartW+1 {
+			t.Errorf("text %q at x=%g runs off the chart", x.S, x.X)
 		}
 	}
 }
@@ -212,8 +127,8 @@ func TestBuildChartAndReport(t *testing.T) {
 		rec.samples = append(rec.samples, s)
 	}
 	f := newFigures(rec.samples)
-	d := parseSVG(t, buildChart(rec, f, "test machine").svg())
-	if _, ok := d.text("stopped 52 ms (rproxy log)"); !ok {
+	d := svgtest.Parse(t, buildChart(rec, f, "test machine").svg())
+	if _, ok := d.Text("stopped 52 ms (rproxy log)"); !ok {
 		t.Error("no outage label")
 	}
 	md := renderReport(meta{date: "2026-11-21", machine: "2 CPUs", chartFile: "ops.png"}, rec, f)

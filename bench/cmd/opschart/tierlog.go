@@ -25,8 +25,8 @@ type outage struct {
 
 // parseTierLog reads rproxy's JSON log (zap: "ts" in seconds since the
 // epoch, "msg") and returns the tier's outages after start; one still
-// open at the end of the log lasts until end. Lines that are not JSON are
-// skipped.
+// open at the end of the log lasts until end. Lines that do not start with
+// '{' are skipped; a line that does but is not valid JSON is an error.
 func parseTierLog(log string, start time.Time, end float64) ([]outage, error) {
 	var out []outage
 	open := false

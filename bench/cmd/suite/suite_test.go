@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rproxy/rproxy/bench/internal/svgtest"
 	"github.com/rproxy/rproxy/internal/redistest"
 )
 
@@ -69,5 +70,5 @@ func TestSuiteQuickAgainstRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parseSVG(t, string(b))
+	svgtest.Parse(t, string(b))
 }

@@ -48,7 +48,7 @@ const (
 	groupGap    = 12
 )
 
-// targetColors are colour-blind-safe (Okabe-Ito) colours per target.
+// targetColor is a colour-blind-safe (Okabe-Ito) colour per target.
 func targetColor(t string) string {
 	switch t {
 	case "redis":

@@ -118,8 +118,8 @@ func BuildRproxy(root, dir string) (string, error) {
 	cmd := exec.Command("go", "build", "-o", out, "./cmd/rproxy")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/rproxy failed (%v); pass -rproxy BINARY or "+
-			"-targets redis,twemproxy:\n%s", err, b)
+		return "", fmt.Errorf("go build ./cmd/rproxy failed (%v); pass -rproxy BINARY "+
+			"(compare and suite: or -targets redis,twemproxy):\n%s", err, b)
 	}
 	return out, nil
 }
