@@ -263,7 +263,8 @@ type Coalesce struct {
 
 // HotKeys configures hot-key detection and the local tier that serves hot
 // keys' GETs from memory, kept coherent with Redis by client tracking.
-// Reloaded on SIGHUP, except turning on a tier that was off at start.
+// Reloaded on SIGHUP, except turning on a tier that was off at start and
+// the salt section.
 type HotKeys struct {
 	Tier      bool     `yaml:"tier"`      // serve hot keys from the local tier; default true; false = detection only
 	Threshold float64  `yaml:"threshold"` // reads per second from which a key is hot; default 500; > 0

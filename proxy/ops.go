@@ -152,7 +152,7 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 			"INFO -- the proxy's own figures (also the # Proxy section of INFO).",
 			"HOTKEYS -- the keys currently detected as hot, with reads per second.",
 			"CONFIG GET -- the running configuration, secrets redacted.",
-			"RELOAD -- re-read the configuration file (policy, jitter, hot keys and tier, log level, limits).",
+			"RELOAD -- re-read the configuration file (policy, jitter, hot keys and tier, log level and request logging, limits).",
 			"SLOWLOG GET [count] | LEN | RESET -- client batches slower than slowlog.threshold (command names only).",
 		}
 		r = fmt.Appendf(nil, "*%d\r\n", len(lines))

@@ -3,10 +3,10 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -163,10 +163,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	if lc, ok := nc.(*limitedConn); ok {
 		lc.exemptIdle() // Redis never closes an idle subscriber
 	}
-	var w io.Writer = nc
-	if t := s.limits.Load().ClientWriteTimeout; t > 0 {
-		w = &deadlineWriter{nc: nc, timeout: t}
-	}
+	w := &deadlineWriter{nc: nc, limits: &s.limits, clock: s.clock, wd: ss.writeDeadline}
 	go func() {
 		err := pin.StreamTo(w)
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
@@ -191,16 +188,18 @@ func (s *Server) sendStream(ss *session) {
 	ss.streamCmds = ss.streamCmds[:0]
 }
 
-// deadlineWriter bounds each write to a streaming client: a subscriber that
-// stops reading is closed instead of holding its goroutine and pinned
-// connection for good.
+// deadlineWriter bounds writes to a streaming client with the current
+// limits.client_write_timeout: a subscriber that stops reading is closed
+// instead of holding its goroutine and pinned connection for good.
 type deadlineWriter struct {
-	nc      net.Conn
-	timeout time.Duration
+	nc     net.Conn
+	limits *atomic.Pointer[Limits]
+	clock  func() time.Time
+	wd     writeDeadline
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {
-	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	w.wd.arm(w.nc, w.clock(), w.limits.Load().ClientWriteTimeout)
 	return w.nc.Write(p)
 }
 

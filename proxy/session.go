@@ -11,6 +11,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/policy"
@@ -120,13 +121,13 @@ type session struct {
 
 	infoAt []int // batch indexes of INFO commands that get the # Proxy section
 
-	writeDeadline time.Time   // the client socket's write deadline (ClientWriteTimeout)
-	slowNames     []string    // the batch's first command names, for the slow log
-	slowCount     int         // the batch's commands, for the slow log
-	slowSkip      bool        // the batch blocked by request (BLPOP...): not logged
-	writeTimedOut atomic.Bool // a large reply's or a stream's write hit the deadline
-	batches       uint64      // read batches served, for sampling their latency
-	timed         bool        // this batch is being timed
+	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
+	slowNames     []string      // the batch's first command names, for the slow log
+	slowCount     int           // the batch's commands, for the slow log
+	slowSkip      bool          // the batch blocked by request (BLPOP...): not logged
+	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
+	batches       uint64        // read batches served, for sampling their latency
+	timed         bool          // this batch is being timed
 
 	// Request logging (Server.SetRequestLog), per batch: whether this
 	// batch is logged, when it started, and what became of its commands.
@@ -150,6 +151,41 @@ func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
 	return ss
 }
 
+// resetBatchNames forgets the batch's command names (slow log, request log).
+func (ss *session) resetBatchNames() {
+	if ss.slowCount > 0 {
+		clear(ss.slowNames)
+		ss.slowNames, ss.slowCount = ss.slowNames[:0], 0
+	}
+	ss.slowSkip = false
+}
+
+// writeDeadline keeps a client socket's write deadline at the current
+// limits.client_write_timeout t: re-armed when less than half of it is left
+// (so a write blocked on a client that stopped reading ends within
+// [t/2, t], and a deadline costs a timer update only now and then) or more
+// than t (a reload lowered it), and cleared when t is 0.
+type writeDeadline struct{ at time.Time }
+
+func (w *writeDeadline) arm(nc net.Conn, now time.Time, t time.Duration) {
+	left := w.at.Sub(now)
+	switch {
+	case t <= 0:
+		if !w.at.IsZero() {
+			w.at = time.Time{}
+			nc.SetWriteDeadline(w.at)
+		}
+	case left < t/2 || left > t:
+		w.reset(nc, now, t)
+	}
+}
+
+// reset gives the next write a whole t.
+func (w *writeDeadline) reset(nc net.Conn, now time.Time, t time.Duration) {
+	w.at = now.Add(t)
+	nc.SetWriteDeadline(w.at)
+}
+
 // closeIfIdle closes the connection unless a batch is being served; a busy
 // session closes itself when its replies are written (see handle).
 func (ss *session) closeIfIdle() {
@@ -166,21 +202,16 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if !ss.state.CompareAndSwap(stateIdle, stateBusy) {
 		return // closing for shutdown
 	}
-	if t := s.limits.Load().ClientWriteTimeout; t > 0 {
-		// Re-arm the write deadline when less than half of it is left, so
-		// a write blocked on a client that stopped reading ends within
-		// [t/2, t], and a deadline costs a timer update only now and then.
-		if now := s.clock(); ss.writeDeadline.Sub(now) < t/2 {
-			ss.writeDeadline = now.Add(t)
-			c.NetConn().SetWriteDeadline(ss.writeDeadline)
-		}
+	if !ss.stream { // in stream mode the stream's writer keeps it
+		ss.writeDeadline.arm(c.NetConn(), s.clock(), s.limits.Load().ClientWriteTimeout)
 	}
 	var slowStart time.Time
 	if s.slow != nil {
 		slowStart = s.clock() // millisecond clock: cheap enough for every batch
 	}
-	// One atomic load per batch when request logging is off.
-	if ss.logReq = s.reqLog.Load(); ss.logReq {
+	// One atomic load per batch when request logging is off; nothing is
+	// measured for lines the log level would drop.
+	if ss.logReq = s.reqLog.Load() && s.log.Core().Enabled(zapcore.DebugLevel); ss.logReq {
 		ss.reqStart = time.Now()
 	}
 	var start time.Time
@@ -206,10 +237,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		if ss.logReq {
 			s.logBatch(ss, "stream")
 		}
-		if s.slow != nil || ss.logReq {
-			clear(ss.slowNames)
-			ss.slowNames, ss.slowCount, ss.slowSkip = ss.slowNames[:0], 0, false
-		}
+		ss.resetBatchNames()
 		ss.state.Store(stateIdle)
 		return
 	}
@@ -226,10 +254,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if ss.logReq {
 		s.logBatch(ss, "")
 	}
-	if s.slow != nil || ss.logReq {
-		clear(ss.slowNames)
-		ss.slowNames, ss.slowCount, ss.slowSkip = ss.slowNames[:0], 0, false
-	}
+	ss.resetBatchNames()
 	if ss.quit || s.draining.Load() {
 		ss.state.Store(stateClosing)
 		c.Close()
@@ -683,8 +708,7 @@ func (s *Server) write(ss *session, r []byte) {
 		// but reading client is progress, not a stalled client.
 		n := min(len(r), directWriteChunk)
 		if t := s.limits.Load().ClientWriteTimeout; t > 0 {
-			ss.writeDeadline = time.Now().Add(t)
-			nc.SetWriteDeadline(ss.writeDeadline)
+			ss.writeDeadline.reset(nc, time.Now(), t)
 		}
 		if _, err := nc.Write(r[:n]); err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {

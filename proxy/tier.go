@@ -264,12 +264,10 @@ func (h *hotTier) setEnabled(on bool) {
 	}
 	if on {
 		h.log.Info("local tier turned on by configuration")
-		h.applyLocked()
-		return
+	} else {
+		h.log.Info("local tier turned off by configuration: emptied, detection goes on")
 	}
-	h.tier.SetServing(false)
-	h.metrics.serving.Set(0)
-	h.log.Info("local tier turned off by configuration: emptied, detection goes on")
+	h.applyLocked() // off: not counted as a stop
 }
 
 func (h *hotTier) close() {
@@ -311,10 +309,9 @@ func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
 	return h.tier.Get(key, v)
 }
 
-// observe counts a read of key and reports whether the tier should hold
-// it: the key is hot, or under a cached prefix.
 // observe counts a read of key (keyHash: xxhash.Sum64(key)): hot says
-// whether the key is hot, fill whether the tier should hold it.
+// whether the key is hot, fill whether the tier should hold it (hot, or
+// under a cached prefix).
 func (h *hotTier) observe(key []byte, keyHash uint64) (hot, fill bool) {
 	hot = h.det.ObserveHash(key, keyHash)
 	return hot, h.tier != nil && h.enabled.Load() && (hot || h.underPrefix(key))

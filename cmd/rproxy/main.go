@@ -175,7 +175,8 @@ func run(args []string) error {
 
 	// reload re-reads the config file and applies what can change without a
 	// restart (see reloadable): the policy (rules, big keys, jitter), the
-	// hot-key detector and tier, the log level and the client limits. A bad
+	// hot-key detector and tier, the log level, request logging and the
+	// client limits. A bad
 	// file changes nothing. Changed keys that need a restart keep their
 	// running values; they are logged and returned, for the reply.
 	var reloadMu sync.Mutex
@@ -347,11 +348,12 @@ func proxyConfig(c config.Config) proxy.Config {
 // at start (the tier's tracking connection is made at start).
 func reloadable(tierAtStart bool) func(key string) bool {
 	return func(key string) bool {
+		if strings.HasPrefix(key, "hotkeys.salt.") {
+			return false // the salter is built at start
+		}
 		switch key {
 		case "hotkeys.tier":
 			return tierAtStart
-		case "hotkeys.salt.copies", "hotkeys.salt.ttl", "hotkeys.salt.prefixes":
-			return false // the salter is built at start
 		case "log.level", "log.requests",
 			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.client_write_timeout",
 			"limits.idle_timeout":
