@@ -18,4 +18,10 @@
 // Config.Timeout while requests wait) fails every waiting command with
 // "-ERR upstream unavailable: <reason>" and is redialled with backoff; while it
 // is down, new commands fail at once with the same error.
+//
+// For a Redis Cluster, a Cluster keeps a Pool per node and protocol and the
+// slot map (CLUSTER SHARDS, or CLUSTER SLOTS), and a Router per protocol
+// takes the Pool's place: it sends each command of a batch (Batch.AddSlot)
+// to its slot's master, splitting a batch that spans masters, and follows
+// MOVED, ASK and TRYAGAIN.
 package upstream
