@@ -214,15 +214,7 @@ func loadCAs(key, path string, readFile func(string) ([]byte, error)) (*x509.Cer
 func (u Upstream) Password(readFile func(string) ([]byte, error), getenv func(string) string) (string, error) {
 	switch {
 	case u.PasswordFile != "":
-		b, err := readFile(u.PasswordFile)
-		if err != nil {
-			return "", fmt.Errorf("upstream.password_file: %w", err)
-		}
-		p := strings.TrimRight(string(b), "\r\n")
-		if p == "" {
-			return "", fmt.Errorf("upstream.password_file: %s is empty", u.PasswordFile)
-		}
-		return p, nil
+		return readSecretFile("upstream.password_file", u.PasswordFile, readFile)
 	case u.PasswordEnv != "":
 		p := getenv(u.PasswordEnv)
 		if p == "" {
@@ -340,15 +332,21 @@ func (c Config) AdminToken(readFile func(string) ([]byte, error)) (string, error
 	if c.AdminTokenFile == "" {
 		return "", nil
 	}
-	b, err := readFile(c.AdminTokenFile)
+	return readSecretFile("admin_token_file", c.AdminTokenFile, readFile)
+}
+
+// readSecretFile reads a one-line secret: the file's content without its
+// trailing newline, which must not be empty. Errors name the config key.
+func readSecretFile(key, path string, readFile func(string) ([]byte, error)) (string, error) {
+	b, err := readFile(path)
 	if err != nil {
-		return "", fmt.Errorf("admin_token_file: %w", err)
+		return "", fmt.Errorf("%s: %w", key, err)
 	}
-	tok := strings.TrimRight(string(b), "\r\n")
-	if tok == "" {
-		return "", fmt.Errorf("admin_token_file: %s is empty", c.AdminTokenFile)
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s: %s is empty", key, path)
 	}
-	return tok, nil
+	return s, nil
 }
 
 // PolicyConfig maps the policy and jitter sections onto policy.Config.

@@ -155,7 +155,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
 		// Under the drain listener and limitedConn, so that redcon, the
 		// limits and the session read and write the *tls.Conn.
-		ln = newTLSListener(ln, s.cfg.TLS, s.cfg.TLSHandshakeTimeout, s.cfg.MaxClients, s.refuseTLS)
+		maxClients := func() int64 { return int64(s.limits.Load().MaxClients) }
+		ln = newTLSListener(ln, s.cfg.TLS, s.cfg.TLSHandshakeTimeout, maxClients, s.refuseTLS)
 	}
 	dl := newDrainListener(ln, func(c net.Conn) net.Conn {
 		lim := s.limits.Load()

@@ -69,7 +69,9 @@ type slowEntry struct {
 type slowLog struct {
 	mu      sync.Mutex
 	next    int64
-	entries []slowEntry // newest last
+	entries []slowEntry // grows to max, then entries[head] is overwritten
+	head    int         // where the next entry goes once full
+	n       int         // entries held
 	max     int
 }
 
@@ -78,23 +80,25 @@ func (l *slowLog) add(e slowEntry) {
 	defer l.mu.Unlock()
 	e.id = l.next
 	l.next++
-	if len(l.entries) == l.max {
-		copy(l.entries, l.entries[1:])
-		l.entries = l.entries[:len(l.entries)-1]
+	if len(l.entries) < l.max {
+		l.entries = append(l.entries, e)
+	} else {
+		l.entries[l.head] = e
 	}
-	l.entries = append(l.entries, e)
+	l.head = (l.head + 1) % l.max
+	l.n = min(l.n+1, l.max)
 }
 
 // get returns up to n entries, newest first (n < 0: all).
 func (l *slowLog) get(n int) []slowEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n < 0 || n > len(l.entries) {
-		n = len(l.entries)
+	if n < 0 || n > l.n {
+		n = l.n
 	}
 	out := make([]slowEntry, n)
 	for i := range out {
-		out[i] = l.entries[len(l.entries)-1-i]
+		out[i] = l.entries[(l.head-1-i+l.max)%l.max]
 	}
 	return out
 }
@@ -102,12 +106,13 @@ func (l *slowLog) get(n int) []slowEntry {
 func (l *slowLog) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.entries)
+	return l.n
 }
 
+// reset forgets the entries; ids go on, as in Redis.
 func (l *slowLog) reset() {
 	l.mu.Lock()
-	l.entries = l.entries[:0]
+	l.n = 0
 	l.mu.Unlock()
 }
 

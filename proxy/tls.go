@@ -31,7 +31,7 @@ type tlsListener struct {
 	net.Listener // TCP
 	config       *tls.Config
 	timeout      time.Duration
-	maxPending   int64 // most handshakes in progress at once
+	maxPending   func() int64 // most handshakes in progress at once (limits.max_clients, reloadable)
 	// refuse is called, on the handshake's goroutine, with each connection
 	// whose handshake failed or was refused, before it is closed.
 	refuse func(c net.Conn, reason string, err error)
@@ -45,7 +45,7 @@ type tlsListener struct {
 	wg       sync.WaitGroup // handshakes
 }
 
-func newTLSListener(ln net.Listener, config *tls.Config, timeout time.Duration, maxPending int,
+func newTLSListener(ln net.Listener, config *tls.Config, timeout time.Duration, maxPending func() int64,
 	refuse func(c net.Conn, reason string, err error)) *tlsListener {
 	if timeout <= 0 {
 		timeout = defaultTLSHandshakeTimeout
@@ -55,7 +55,7 @@ func newTLSListener(ln net.Listener, config *tls.Config, timeout time.Duration, 
 		Listener:   ln,
 		config:     config,
 		timeout:    timeout,
-		maxPending: int64(maxPending),
+		maxPending: maxPending,
 		refuse:     refuse,
 		ctx:        ctx,
 		cancel:     cancel,
@@ -107,9 +107,9 @@ func (l *tlsListener) acceptLoop() {
 			}
 			continue
 		}
-		if l.pending.Add(1) > l.maxPending {
+		if max := l.maxPending(); l.pending.Add(1) > max {
 			l.pending.Add(-1)
-			l.refuse(c, fmt.Sprintf("%d TLS handshakes already in progress", l.maxPending), nil)
+			l.refuse(c, fmt.Sprintf("%d TLS handshakes already in progress", max), nil)
 			c.Close()
 			continue
 		}
