@@ -1099,3 +1099,53 @@ func TestClusterInteractiveMulti(t *testing.T) {
 		t.Fatalf("GET after the transactions: %q", r)
 	}
 }
+
+// TestClusterSaltRetiredCopiesDeleted: when the slot map changes, a key's
+// copies are chosen again; a copy the new map no longer names is still
+// deleted by the next write, so no copy with an old value is left where a
+// later map could read it.
+func TestClusterSaltRetiredCopiesDeleted(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 30 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+	})
+	c := dialClient(t, p.Addr)
+	const key = "hot:m"
+	c.do("SET", key, "v1")
+	for range 9 {
+		c.do("GET", key)
+	}
+	origin := cl.MasterForSlot(t, upstream.Slot([]byte(key)))
+	var copyName string
+	for _, m := range cl.Masters() {
+		if m == origin {
+			continue
+		}
+		r := m.Do(t, "KEYS", key+"#rproxy-copy-*")
+		v, err := resp.Parse(r)
+		if err != nil || len(v.Elems) != 1 {
+			t.Fatalf("copies on %s: %q", m.Addr, r)
+		}
+		copyName = string(v.Elems[0].Str)
+	}
+	// Move that copy's slot to the origin's master: the new map cannot
+	// keep it as a copy.
+	cl.MigrateSlot(t, upstream.Slot([]byte(copyName)), origin)
+	c.do("GET", copyName) // a MOVED teaches rproxy the new map
+	for range 9 {
+		if r := c.do("GET", key); r != "$2\r\nv1\r\n" {
+			t.Fatalf("GET after the map changed: %q", r)
+		}
+	}
+	if r := c.do("SET", key, "v2"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	if owner := cl.MasterForSlot(t, upstream.Slot([]byte(copyName))); string(owner.Do(t, "EXISTS", copyName)) != ":0\r\n" {
+		t.Errorf("the retired copy %s is still on %s after a write", copyName, owner.Addr)
+	}
+	for range 9 {
+		if r := c.do("GET", key); r != "$2\r\nv2\r\n" {
+			t.Fatalf("GET after the write: %q", r)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,21 @@ type saltNames struct {
 	names   [][]byte
 	slots   []int
 	gets    [][]byte // GET <name>, encoded
+	// retired are the previous map's copies that this one no longer
+	// names: no read uses them, but they may live until their TTL, and a
+	// later map could name them again, so writes delete them too.
+	retiredNames [][]byte
+	retiredSlots []int
+}
+
+// deletable calls f with every copy a write must delete.
+func (n *saltNames) deletable(f func(name []byte, slot int)) {
+	for i := 1; i < len(n.names); i++ {
+		f(n.names[i], n.slots[i])
+	}
+	for i, name := range n.retiredNames {
+		f(name, n.retiredSlots[i])
+	}
 }
 
 type saltMetrics struct {
@@ -232,8 +248,9 @@ func (s *salter) sweepLocked() {
 // again when the map has changed since.
 func (s *salter) current(sk *saltedKey) *saltNames {
 	v := s.cluster.MapVersion()
-	if n := sk.names.Load(); n != nil && n.version == v {
-		return n
+	old := sk.names.Load()
+	if old != nil && old.version == v {
+		return old
 	}
 	n := &saltNames{version: v}
 	origin := upstream.Slot(sk.key)
@@ -252,6 +269,14 @@ func (s *salter) current(sk *saltedKey) *saltNames {
 		}
 		used[owner] = true
 		n.add(name, slot)
+	}
+	if old != nil {
+		for i := 1; i < len(old.names); i++ {
+			if !slices.ContainsFunc(n.names, func(x []byte) bool { return bytes.Equal(x, old.names[i]) }) {
+				n.retiredNames = append(n.retiredNames, old.names[i])
+				n.retiredSlots = append(n.retiredSlots, old.slots[i])
+			}
+		}
 	}
 	sk.names.Store(n)
 	return n
@@ -333,13 +358,12 @@ func (s *Server) saltAfterBatch(ss *session) {
 		var dels []*upstream.Batch
 		var owners []*saltedKey
 		for _, sk := range ss.saltWrites {
-			n := s.salt.current(sk)
-			for i := 1; i < len(n.names); i++ {
+			s.salt.current(sk).deletable(func(name []byte, slot int) {
 				b := upstream.NewBatch()
-				b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), n.names[i]), n.slots[i])
+				b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
 				s.salt.ordered.SendOrdered(b)
 				dels, owners = append(dels, b), append(owners, sk)
-			}
+			})
 		}
 		failed := map[*saltedKey]bool{}
 		for i, b := range dels {

@@ -271,6 +271,7 @@ func (c *Cluster) requestRefresh() {
 func (c *Cluster) refreshLoop(ctx context.Context) {
 	retry := 10 * time.Millisecond
 	for ctx.Err() == nil {
+		last := time.Now()
 		err := c.refresh(ctx)
 		wait := c.cfg.Refresh
 		if err != nil {
@@ -298,7 +299,9 @@ func (c *Cluster) refreshLoop(ctx context.Context) {
 		case <-timer.C:
 		case <-c.trigger:
 			timer.Stop()
-			if !sleep(ctx, c.cfg.MinRefreshGap) {
+			// Only what is left of the gap since the last read began: a
+			// MOVED after a quiet period is acted on at once.
+			if !sleep(ctx, c.cfg.MinRefreshGap-time.Since(last)) {
 				return
 			}
 		}
@@ -312,14 +315,10 @@ const refreshTimeout = time.Second
 // refresh reads the slot map from the first known master or seed that
 // answers, and installs it.
 func (c *Cluster) refresh(ctx context.Context) error {
-	var candidates []string
+	candidates := c.MasterAddrs()
 	seen := make(map[string]bool)
-	nodes := *c.nodes.Load()
-	for _, slot := range *c.shards.Load() {
-		if i := c.slots[slot].Load(); i >= 0 && !seen[nodes[i].addr] {
-			seen[nodes[i].addr] = true
-			candidates = append(candidates, nodes[i].addr)
-		}
+	for _, a := range candidates {
+		seen[a] = true
 	}
 	for _, s := range c.cfg.Seeds {
 		if !seen[s] {
