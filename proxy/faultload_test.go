@@ -121,14 +121,7 @@ func faultRun(t *testing.T, rs *redistest.Server, p *proxytest.Proxy, clients in
 		errs += lc.errs
 		slowest = max(slowest, lc.slowest)
 		// Acknowledged writes are in Redis; an unacknowledged one may be.
-		r := string(rs.Do(t, "GET", lc.key))
-		got := 0
-		if i := strings.Index(r, "\r\n"); i > 0 && r[0] == '$' && r[1] != '-' {
-			got, _ = strconv.Atoi(strings.TrimSuffix(r[i+2:], "\r\n"))
-		}
-		if got < lc.acked || got > lc.tried {
-			t.Errorf("%s: Redis holds %d; acknowledged %d, last tried %d", lc.key, got, lc.acked, lc.tried)
-		}
+		checkCounter(t, rs, lc.key, lc.acked, lc.tried)
 	}
 	t.Logf("%d clients: %d replies ok, %d upstream-unavailable errors, slowest reply %v", clients, ok, errs, slowest)
 	if ok == 0 {
@@ -228,5 +221,20 @@ func TestFaultHalfCommand(t *testing.T) {
 	})
 	if r := string(rs.Do(t, "EXISTS", "k")); r != ":0\r\n" {
 		t.Fatalf("a half-sent SET reached Redis: EXISTS = %q", r)
+	}
+}
+
+// checkCounter requires key's value on Redis to hold every acknowledged
+// write (acked) and nothing newer than the last one sent (tried): an
+// unacknowledged write may or may not have been applied.
+func checkCounter(t *testing.T, rs *redistest.Server, key string, acked, tried int) {
+	t.Helper()
+	r := string(rs.Do(t, "GET", key))
+	got := 0
+	if i := strings.Index(r, "\r\n"); i > 0 && r[0] == '$' && r[1] != '-' {
+		got, _ = strconv.Atoi(strings.TrimSuffix(r[i+2:], "\r\n"))
+	}
+	if got < acked || got > tried {
+		t.Errorf("%s: Redis holds %d; acknowledged %d, last tried %d", key, got, acked, tried)
 	}
 }

@@ -302,14 +302,7 @@ func TestSoak(t *testing.T) {
 			t.Errorf("%s: %s", lc.key, b)
 		}
 		ok, errs = ok+lc.ok, errs+lc.errs
-		r := string(rs.Do(t, "GET", lc.key))
-		got := 0
-		if i := strings.Index(r, "\r\n"); i > 0 && r[0] == '$' && r[1] != '-' {
-			got, _ = strconv.Atoi(strings.TrimSuffix(r[i+2:], "\r\n"))
-		}
-		if got < lc.acked || got > lc.tried {
-			t.Errorf("%s: Redis holds %d; acknowledged %d, last tried %d", lc.key, got, lc.acked, lc.tried)
-		}
+		checkCounter(t, rs, lc.key, lc.acked, lc.tried)
 	}
 	t.Logf("soak %v, %d upstream restarts: %d GET/SET ok, %d unavailable; %d pipelined GETs, %d transactions, %d pub/sub messages, %d blocking pops",
 		*soakDuration, restarts, ok, errs, pipelined.Load(), txns.Load(), messages.Load(), pops.Load())
