@@ -45,13 +45,17 @@ type Flight struct {
 	done   chan struct{}
 	reply  []byte
 	joins  int // joiners, under slot.mu
+	// prev, when not nil, is the key's previous flight, sent and shared:
+	// this one is held until prev's reply is in (see AwaitTurn).
+	prev *Flight
 }
 
 type slot struct {
 	mu      sync.Mutex
 	f       *Flight       // the open flight registered here, if any
 	flights atomic.Uint64 // flights led here (written under mu, read by the metric)
-	_       [40]byte
+	held    atomic.Uint64 // of those, flights held behind the key's previous one
+	_       [32]byte
 }
 
 // paddedCounter is a counter alone on its cache line.
@@ -124,10 +128,19 @@ func (g *Group) JoinHash(h uint64, key []byte, sender Sender, lastWrite uint64) 
 		return f, false
 	}
 	f = g.free.Get().(*Flight)
-	f.group, f.slot, f.sender, f.joins, f.reply = g, s, sender, 0, nil
+	f.group, f.slot, f.sender, f.joins, f.reply, f.prev = g, s, sender, 0, nil, nil
 	f.key = append(f.key[:0], key...)
-	if s.f == nil || s.f.sender.Sent() {
-		s.f = f // the newer flight is the better one to join
+	if p := s.f; p == nil || p.sender.Sent() {
+		// The newer flight is the better one to join. If the one it
+		// replaces is the same key's, sent and shared, the key is read
+		// concurrently: this flight waits for that reply before it is
+		// sent, and gathers joiners meanwhile. A flight nobody joined is
+		// recycled at its publish, so only shared ones are waited on.
+		if p != nil && p.joins > 0 && bytes.Equal(p.key, key) {
+			f.prev = p
+			s.held.Add(1)
+		}
+		s.f = f
 	}
 	s.flights.Add(1) // the slot's line is this core's already
 	s.mu.Unlock()
@@ -164,6 +177,20 @@ func (g *Group) joinable(f *Flight, lastWrite uint64) bool {
 	return g.window == InFlight && f.sender.SentSeq() > lastWrite
 }
 
+// AwaitTurn returns once the key's previous flight, if this one is held
+// behind it, has its reply. The leader calls it before sending its command,
+// so a key read concurrently has at most one flight on its way to Redis and
+// the next one keeps taking joiners until then. Joiners of the held flight
+// still get a value read after they joined. The wait cannot form a cycle:
+// prev was already sent, and its leader publishes before it waits on
+// anything.
+func (f *Flight) AwaitTurn() {
+	if p := f.prev; p != nil {
+		<-p.done
+		f.prev = nil
+	}
+}
+
 // Publish gives the reply to every joiner; only the leader calls it, once,
 // whatever the reply (an error reply fans out like any other). The leader
 // must not use f afterwards.
@@ -177,7 +204,7 @@ func (f *Flight) Publish(reply []byte) {
 	s.mu.Unlock()
 	if joins == 0 {
 		// Unregistered and never joined: no one else holds f.
-		f.sender = nil
+		f.sender, f.prev = nil, nil
 		f.group.free.Put(f)
 		return
 	}
@@ -209,6 +236,7 @@ func (g *Group) Open() int {
 // costs the read path no extra atomic on a shared line.
 type metrics struct {
 	flights prometheus.CounterFunc
+	held    prometheus.CounterFunc
 	joins   prometheus.CounterFunc
 }
 
@@ -222,13 +250,21 @@ func newMetrics(reg prometheus.Registerer, g *Group) *metrics {
 			}
 			return float64(n)
 		}),
+		held: prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
+			Name: "held_flights_total", Help: "Flights held until the same key's previous shared flight had its reply."}, func() float64 {
+			var n uint64
+			for i := range g.slots {
+				n += g.slots[i].held.Load()
+			}
+			return float64(n)
+		}),
 		joins: prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
 			Name: "joins_total", Help: "Reads that joined a flight instead of going upstream (upstream calls saved)."}, func() float64 {
 			return float64(g.joins.Load())
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.flights, m.joins)
+		reg.MustRegister(m.flights, m.held, m.joins)
 	}
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -244,4 +245,102 @@ func BenchmarkColdReadsParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestHeldBehindSharedFlight: once a shared flight is on the wire, the
+// key's next flight waits for its reply before it is sent, and takes
+// joiners meanwhile; it still reads after each of them joined.
+func TestHeldBehindSharedFlight(t *testing.T) {
+	g := New(Unsent, false, nil)
+	sa := &sender{}
+	a, _ := g.Join([]byte("k"), sa, 0)
+	ja, _ := g.Join([]byte("k"), &sender{}, 0)
+	sa.sent.Store(true)
+
+	b, leader := g.Join([]byte("k"), &sender{}, 0)
+	if !leader || b == a {
+		t.Fatal("a reader after the send did not lead a new flight")
+	}
+	if b.prev != a {
+		t.Fatal("the new flight is not held behind the shared one on the wire")
+	}
+	jb, leader := g.Join([]byte("k"), &sender{}, 0)
+	if leader || jb != b {
+		t.Fatal("the held flight did not take a joiner")
+	}
+	turn := make(chan struct{})
+	go func() {
+		b.AwaitTurn()
+		close(turn)
+	}()
+	a.Publish([]byte("$1\r\n1\r\n")) // the held flight's turn comes with this reply
+	<-turn
+	if got := string(ja.Wait()); got != "$1\r\n1\r\n" {
+		t.Fatalf("the first flight's joiner got %q", got)
+	}
+	b.Publish([]byte("$1\r\n2\r\n"))
+	if got := string(jb.Wait()); got != "$1\r\n2\r\n" {
+		t.Fatalf("the held flight's joiner got %q", got)
+	}
+	if g.Open() != 0 {
+		t.Fatalf("%d flights left open", g.Open())
+	}
+}
+
+// TestNotHeldBehindUnsharedFlight: a flight nobody joined does not hold the
+// next one (a key read by one client at a time pays no extra wait), nor
+// does another key's flight in the same table slot.
+func TestNotHeldBehindUnsharedFlight(t *testing.T) {
+	g := New(Unsent, false, nil)
+	sa := &sender{}
+	a, _ := g.Join([]byte("k"), sa, 0)
+	sa.sent.Store(true)
+	b, leader := g.Join([]byte("k"), &sender{}, 0)
+	if !leader || b.prev != nil {
+		t.Fatal("a flight was held behind one nobody joined")
+	}
+	b.AwaitTurn() // returns at once
+	b.Publish(nil)
+	a.Publish(nil)
+
+	// Find a key that shares k's slot.
+	other := ""
+	for i := 0; ; i++ {
+		o := fmt.Sprintf("o%d", i)
+		if xxhash.Sum64String(o)%slotCount == xxhash.Sum64String("k")%slotCount {
+			other = o
+			break
+		}
+	}
+	sc := &sender{}
+	c, _ := g.Join([]byte("k"), sc, 0)
+	g.Join([]byte("k"), &sender{}, 0)
+	sc.sent.Store(true)
+	d, _ := g.Join([]byte(other), &sender{}, 0)
+	if d.prev != nil {
+		t.Fatal("a flight was held behind another key's flight")
+	}
+	c.Publish(nil)
+	d.Publish(nil)
+}
+
+// TestHeldInFlightWindow: with InFlight, a reader that may not join the
+// flight on the wire (its write was acknowledged after that send) leads a
+// flight held behind it.
+func TestHeldInFlightWindow(t *testing.T) {
+	g := New(InFlight, false, nil)
+	sa := &sender{seq: 10}
+	a, _ := g.Join([]byte("k"), sa, 0)
+	g.Join([]byte("k"), &sender{}, 0)
+	sa.sent.Store(true)
+	if f, leader := g.Join([]byte("k"), &sender{}, 5); leader || f != a {
+		t.Fatal("a reader with no later write did not join the flight on the wire")
+	}
+	b, leader := g.Join([]byte("k"), &sender{}, 11)
+	if !leader || b.prev != a {
+		t.Fatal("a reader that wrote after the send was not given a flight held behind it")
+	}
+	a.Publish(nil)
+	b.AwaitTurn()
+	b.Publish(nil)
 }

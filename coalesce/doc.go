@@ -12,6 +12,14 @@
 // flights awaiting their reply that were sent after the joiner's last
 // acknowledged write.
 //
+// A key read concurrently has at most one flight on its way to Redis: when
+// a flight that others joined is on the wire, the key's next flight is held
+// (Flight.AwaitTurn) until that reply is in, and keeps taking joiners
+// meanwhile. It still reads after every joiner arrived, so the Unsent
+// window's promise holds; what it costs is up to one round trip of extra
+// wait for the held flight's readers, and what it buys is that joiners
+// gather for a whole round trip instead of only while a write is queued.
+//
 // Flights live in a fixed table of slots by key hash, and a flight nobody
 // joined is recycled. With the filter on, a key read for the first time in
 // an epoch starts no flight at all: on a spread keyspace nobody would join.

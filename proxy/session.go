@@ -590,6 +590,9 @@ func (s *Server) flush(ss *session) {
 			ss.batchWrote = true // pinned batches may write in ways not flagged here
 			s.doPinned(ss)
 		} else {
+			for _, l := range ss.leads {
+				l.f.AwaitTurn() // a key read concurrently: one flight at a time
+			}
 			ss.pools[ss.proto].Do(ss.batch)
 		}
 		if ss.timed {
