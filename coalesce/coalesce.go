@@ -58,41 +58,31 @@ type slot struct {
 	_       [32]byte
 }
 
-// paddedCounter is a counter alone on its cache line.
-type paddedCounter struct {
-	n atomic.Uint64
-	_ [56]byte
-}
-
-const readShards = 16
-
 // Group is the table of open flights. The common case on a spread keyspace,
 // a flight nobody joins, allocates nothing: such flights are recycled.
 type Group struct {
 	window Window
 	// seen, when not nil, is a filter of recently read key hashes: a key's
-	// first read in an epoch does not start a flight (a flight costs a lock,
-	// a table slot and a publish, and on a spread keyspace nobody joins).
-	seen []atomic.Uint64
-	// reads counts reads for the filter's epochs, in shards picked by key
-	// hash: one shared counter would bounce between cores on every read.
-	reads   [readShards]paddedCounter
+	// first read since the last Forget does not start a flight (a flight
+	// costs a lock, a table slot and a publish, and on a spread keyspace
+	// nobody joins).
+	seen    []atomic.Uint64
 	joins   atomic.Uint64
 	slots   [slotCount]slot
 	free    sync.Pool
 	metrics *metrics
 }
 
-// Filter sizes: 2^20 bits (128 KB), cleared every 2^16 reads (counted per
-// shard: when one shard reaches its 1/16th), so at most ~6% of the bits are
-// set when it clears and a cold key rarely passes.
-const (
-	seenBits  = 1 << 20
-	seenEpoch = 1 << 16
-)
+// seenBits sizes the filter: 2^18 bits (32 KB). Forgotten every few
+// milliseconds, it holds the reads of that span: at a million reads per
+// second and a 5 ms period, 5,000 marks set about 2% of the bits, so a cold
+// key rarely passes for a warm one (which would cost a flight, never a
+// wrong reply).
+const seenBits = 1 << 18
 
 // New returns an empty group with metrics on reg (nil: unregistered). With
-// filter, only keys read at least twice in a recent epoch start flights.
+// filter, only keys read at least twice since the last Forget start
+// flights; the owner calls Forget every few milliseconds.
 func New(window Window, filter bool, reg prometheus.Registerer) *Group {
 	g := &Group{window: window}
 	g.metrics = newMetrics(reg, g)
@@ -116,7 +106,7 @@ func (g *Group) Join(key []byte, sender Sender, lastWrite uint64) (f *Flight, le
 // hash that is equal for equal keys and well mixed in every bit (callers
 // that already hashed part of the key with xxhash reuse it).
 func (g *Group) JoinHash(h uint64, key []byte, sender Sender, lastWrite uint64) (f *Flight, leader bool) {
-	if g.seen != nil && !g.seenBefore(h) {
+	if !g.Seen(h) {
 		return nil, true
 	}
 	s := &g.slots[h%slotCount]
@@ -152,22 +142,33 @@ func (g *Group) JoinHash(h uint64, key []byte, sender Sender, lastWrite uint64) 
 // the write queue, yet it shows that clients are still arriving.
 func (g *Group) Joins() uint64 { return g.joins.Load() }
 
-// seenBefore marks h as read and reports whether it was already marked in
-// this epoch. Clearing races with marking only by losing a mark: a missed
-// saving, never a wrong reply.
-func (g *Group) seenBefore(h uint64) bool {
-	if g.reads[(h>>44)%readShards].n.Add(1) >= seenEpoch/readShards {
-		// The first shard to reach its share ends the epoch for all.
-		for i := range g.reads {
-			g.reads[i].n.Store(0)
-		}
-		for i := range g.seen {
-			g.seen[i].Store(0)
-		}
+// Seen marks a read of the identity whose hash is h (as JoinHash takes it)
+// and reports whether one was marked since the last Forget; without the
+// filter it is always true. A caller may ask it before building the
+// identity: a read it says no to starts no flight, and JoinHash would say
+// the same.
+func (g *Group) Seen(h uint64) bool {
+	if g.seen == nil {
+		return true
 	}
 	bit := (h >> 20) % seenBits // high bits: the slot index uses the low ones
 	w, m := &g.seen[bit/64], uint64(1)<<(bit%64)
+	if w.Load()&m != 0 {
+		return true // a warm key's read writes nothing shared
+	}
 	return w.Or(m)&m != 0
+}
+
+// Forget clears the filter, so that only keys read again from now on start
+// flights. Its period is the filter's notion of "recently": reads closer
+// than that are the ones that may overlap. It races with Seen only by
+// losing a mark: a missed saving, never a wrong reply.
+func (g *Group) Forget() {
+	for i := range g.seen {
+		if g.seen[i].Load() != 0 {
+			g.seen[i].Store(0)
+		}
+	}
 }
 
 func (g *Group) joinable(f *Flight, lastWrite uint64) bool {

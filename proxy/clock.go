@@ -8,7 +8,9 @@ import (
 
 // newCoarseClock returns a clock that reads a time refreshed every tick
 // until ctx ends: cheap for callers that need millisecond accuracy only.
-func newCoarseClock(ctx context.Context, tick time.Duration) func() time.Time {
+// onTick, if not nil, runs on the clock's goroutine after each refresh, for
+// periodic work too small to deserve a goroutine of its own.
+func newCoarseClock(ctx context.Context, tick time.Duration, onTick func()) func() time.Time {
 	var ns atomic.Int64
 	ns.Store(time.Now().UnixNano())
 	go func() {
@@ -20,6 +22,9 @@ func newCoarseClock(ctx context.Context, tick time.Duration) func() time.Time {
 				return
 			case now := <-t.C:
 				ns.Store(now.UnixNano())
+				if onTick != nil {
+					onTick()
+				}
 			}
 		}
 	}()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
@@ -46,7 +47,8 @@ func pipelinedGets(c *rawClient, key string, n int) []string {
 // eight join it; Redis sees two GETs and every reply is the same bytes.
 func TestCoalescedPipelineOneUpstreamCall(t *testing.T) {
 	rs := redistest.Start(t)
-	p := proxytest.Start(t, rs.Addr)
+	// The filter must not forget the first read before the second.
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.CoalesceRecent = time.Hour })
 	rs.Do(t, "SET", "hot", "value")
 	rs.Do(t, "CONFIG", "RESETSTAT")
 	for i, got := range pipelinedGets(dialClient(t, p.Addr), "hot", 10) {

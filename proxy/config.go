@@ -53,6 +53,11 @@ type Config struct {
 	// CoalesceInFlight widens the join window from flights not yet written
 	// upstream to flights whose reply has not arrived (see package coalesce).
 	CoalesceInFlight bool
+	// CoalesceRecent is how long the coalescing filter remembers a read:
+	// only a key read again within it starts a flight. Zero means 5ms: reads
+	// further apart than a few round trips do not overlap, and a short span
+	// keeps a spread keyspace from paying for flights nobody joins.
+	CoalesceRecent time.Duration
 
 	// Salt, when not nil, spreads hot keys' GETs over salted copies on
 	// other masters (cluster upstream only; hot keys from HotKey's

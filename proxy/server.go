@@ -41,6 +41,7 @@ type Server struct {
 	coalesce     *coalesce.Group // nil: off
 	sendSeq      *atomic.Uint64  // numbers upstream writes, shared by all pools
 	coalesceCmds map[string]bool
+	coalesceGet  bool              // coalesceCmds["get"], the common case, without the lookup
 	hot          *hotTier          // nil: hot-key detection off
 	cluster      *upstream.Cluster // the shared pools' cluster (nil: standalone)
 	salt         *salter           // nil: salted fan-out off
@@ -100,23 +101,37 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	s.limits.Store(&lim)
 	s.setTable(command.Builtin())
 	s.reqLog.Store(cfg.LogRequests)
-	var clockCtx context.Context
-	clockCtx, s.stopClock = context.WithCancel(context.Background())
-	s.clock = newCoarseClock(clockCtx, time.Millisecond)
 	s.sendSeq = cfg.Upstream.SendSeq
+	var onTick func()
 	if len(cfg.Coalesce) > 0 {
 		window := coalesce.Unsent
 		if cfg.CoalesceInFlight {
 			window = coalesce.InFlight
 		}
-		s.coalesce = coalesce.New(window, true, reg)
-		cfg.Upstream.GatherProgress = s.coalesce.Joins
-		s.cfg.Upstream.GatherProgress = s.coalesce.Joins
+		g := coalesce.New(window, true, reg)
+		s.coalesce = g
+		cfg.Upstream.GatherProgress = g.Joins
+		s.cfg.Upstream.GatherProgress = g.Joins
 		s.coalesceCmds = make(map[string]bool)
 		for _, name := range cfg.Coalesce {
 			s.coalesceCmds[strings.ToLower(name)] = true
 		}
+		s.coalesceGet = s.coalesceCmds["get"]
+		recent := cfg.CoalesceRecent
+		if recent <= 0 {
+			recent = 5 * time.Millisecond
+		}
+		every := max(int(recent/time.Millisecond), 1) // clock ticks
+		ticks := 0
+		onTick = func() {
+			if ticks++; ticks%every == 0 {
+				g.Forget()
+			}
+		}
 	}
+	var clockCtx context.Context
+	clockCtx, s.stopClock = context.WithCancel(context.Background())
+	s.clock = newCoarseClock(clockCtx, time.Millisecond, onTick)
 	s.metricsUp = upstream.NewMetrics(reg)
 	if err := s.newPoolSet(&s.pools, cfg.Upstream); err != nil {
 		s.closePools()

@@ -428,12 +428,13 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 	}
 	var keyHash uint64
 	hashed := false
-	if (s.hot != nil || s.salt != nil) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
+	if (s.hot != nil || s.salt != nil || s.coalesceGet) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
 		// The tier holds db 0 as the shared connections' upstream user
 		// sees it: not for pinned sessions or passthrough users' ACLs.
 		// Hits are counted too, so a cached key stays hot and is filled
 		// again as soon as its entry expires.
-		// One hash of the key serves the detector and the coalescing table.
+		// One hash of the key serves the detector, the coalescing filter
+		// and its table.
 		keyHash, hashed = xxhash.Sum64(args[1]), true
 		hot := false
 		if s.hot != nil {
@@ -463,9 +464,18 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 // protocol it stands for the whole identity's hash (equal identities have
 // equal keys; the table compares the identities in full).
 func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed bool) bool {
-	if s.coalesce == nil || ss.pin != nil || ss.wrote || !s.coalesceCmds[info.Name] {
+	// A hashed read is a GET: its eligibility needs no lookup by name.
+	if s.coalesce == nil || ss.pin != nil || ss.wrote || !(hashed && s.coalesceGet || s.coalesceCmds[info.Name]) {
 		s.forward(ss, raw)
 		return true
+	}
+	hashed = hashed && len(ss.user) == 0
+	if hashed {
+		keyHash ^= uint64(ss.proto) * 0x9e3779b97f4a7c15
+		if !s.coalesce.Seen(keyHash) {
+			s.forward(ss, raw) // not read recently: no flight, no identity to build
+			return true
+		}
 	}
 	// Identity: protocol, upstream user, and the command as sent.
 	ss.key = append(ss.key[:0], byte(ss.proto), byte(len(ss.user)))
@@ -473,8 +483,8 @@ func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, ke
 	ss.key = append(ss.key, raw...)
 	var f *coalesce.Flight
 	var leader bool
-	if hashed && len(ss.user) == 0 {
-		f, leader = s.coalesce.JoinHash(keyHash^uint64(ss.proto)*0x9e3779b97f4a7c15, ss.key, ss.batch, ss.lastWrite)
+	if hashed {
+		f, leader = s.coalesce.JoinHash(keyHash, ss.key, ss.batch, ss.lastWrite)
 	} else {
 		f, leader = s.coalesce.Join(ss.key, ss.batch, ss.lastWrite)
 	}
