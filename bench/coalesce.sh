@@ -5,14 +5,16 @@
 #  1. hot key: redis-benchmark -c 200 GET on one key; Redis's INFO commandstats
 #     counts the GETs that reached it (target: <= 1 per 10 client GETs, with
 #     throughput not below coalescing off).
-#  2. overhead on a uniform keyspace: -c 50 -r 100000 GET at -P 1 and -P 16
+#  2. overhead on a uniform keyspace: -c 50 -r 100000 GET at -P 1 (200k GETs)
+#     and -P 16 (2M GETs)
 #     (target: within 3% of coalescing off).
 # Besides ops/s it reports each rproxy's CPU time per client request (utime +
 # stime from /proc over the run): on this shared 2-core box, where the load
 # generator competes with rproxy for the cores, it is the steadier measure.
-# Usage: bench/coalesce.sh [rounds]   (default 5; needs redis-server, redis-benchmark, go)
+# Usage: bench/coalesce.sh [rounds]   (default 6, about 3 minutes; needs redis-server,
+# redis-benchmark, go)
 set -euo pipefail
-rounds=${1:-5}
+rounds=${1:-6}
 tmp=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
@@ -43,40 +45,46 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 usper() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", t / hz * 1e6 / n}'; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# ratio A B: the median over rounds of A's value divided by B's in the same
+# round (each round runs every mode back to back, so a round's ratio cancels
+# most of what this shared machine was doing then).
+ratio() { paste <(tr ' ' '\n' <<<"${r[$1]}") <(tr ' ' '\n' <<<"${r[$2]}") | awk 'NF == 2 && $2 > 0 {printf "%.4f\n", $1 / $2}' | median | awk '{printf "%.3f", $1}'; }
+
 declare -A r
 n=200000
+# Every order of the three modes in turn, so none always runs first or last.
+perms=("on inflight off" "inflight off on" "off on inflight" "off inflight on" "on off inflight" "inflight on off")
 for round in $(seq "$rounds"); do
-	order=(on inflight off); [ $((round % 2)) -eq 0 ] && order=(off inflight on)
-	for mode in "${order[@]}"; do
-		case $mode in on) port=$on ;; off) port=$off ;; inflight) port=$infl ;; esac
-		redis-cli -p "$rport" config resetstat >/dev/null
-		t0=$(ticks "${pid[$mode]}")
-		r[hot_rps_$mode]+="$(rps "$port" -c 200 -n $n) "
-		r[hot_cpu_$mode]+="$(usper $(($(ticks "${pid[$mode]}") - t0)) $n) "
-		r[hot_up_$mode]+="$(gets) "
-		for P in 1 16; do
-			k=$((n * (P == 1 ? 1 : 4)))
+	read -ra order <<<"${perms[$(((round - 1) % 6))]}"
+	for sc in hot uni1 uni16; do
+		for mode in "${order[@]}"; do
+			case $mode in on) port=$on ;; off) port=$off ;; inflight) port=$infl ;; esac
+			case $sc in
+			hot) k=$n args=(-c 200) ;;
+			uni1) k=$n args=(-c 50 -r 100000 -P 1) ;;
+			uni16) k=$((n * 10)) args=(-c 50 -r 100000 -P 16) ;;
+			esac
+			redis-cli -p "$rport" config resetstat >/dev/null
 			t0=$(ticks "${pid[$mode]}")
-			r[uni${P}_$mode]+="$(rps "$port" -c 50 -r 100000 -P $P -n $k) "
-			r[uni${P}_cpu_$mode]+="$(usper $(($(ticks "${pid[$mode]}") - t0)) $k) "
+			r[${sc}_rps_$mode]+="$(rps "$port" "${args[@]}" -n $k) "
+			r[${sc}_cpu_$mode]+="$(usper $(($(ticks "${pid[$mode]}") - t0)) $k) "
+			[ $sc = hot ] && r[hot_up_$mode]+="$(gets) "
 		done
 	done
 done
 
 m() { echo ${r[$1]} | tr ' ' '\n' | median; }
-echo "## coalescing: $(date -u +%F), $(nproc) cores, $rounds interleaved rounds, medians"
+echo "## coalescing: $(date -u +%F), $(nproc) cores, $rounds interleaved rounds; values are medians, ratios are medians of per-round ratios"
 echo
 echo "| scenario | on (window unsent) | on (window inflight) | off | unsent/off | inflight/off |"
 echo "|---|---:|---:|---:|---:|---:|"
-for k in hot_rps uni1 uni16; do
-	a=$(m ${k}_on); i=$(m ${k}_inflight); b=$(m ${k}_off)
-	case $k in hot_rps) name="200 clients GET one key (rps)";; uni1) name="uniform keyspace GET -P 1 (rps)";; uni16) name="uniform keyspace GET -P 16 (rps)";; esac
-	echo "| $name | $a | $i | $b | $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}') | $(awk -v a="$i" -v b="$b" 'BEGIN{printf "%.3f", a/b}') |"
+for sc in hot uni1 uni16; do
+	case $sc in hot) what="200 clients GET one key" ;; uni1) what="uniform keyspace GET -P 1" ;; uni16) what="uniform keyspace GET -P 16" ;; esac
+	echo "| $what: ops/s | $(m ${sc}_rps_on) | $(m ${sc}_rps_inflight) | $(m ${sc}_rps_off) | $(ratio ${sc}_rps_on ${sc}_rps_off) | $(ratio ${sc}_rps_inflight ${sc}_rps_off) |"
+	echo "| $what: rproxy CPU µs/request | $(m ${sc}_cpu_on) | $(m ${sc}_cpu_inflight) | $(m ${sc}_cpu_off) | $(ratio ${sc}_cpu_on ${sc}_cpu_off) | $(ratio ${sc}_cpu_inflight ${sc}_cpu_off) |"
 done
-for k in hot_cpu uni1_cpu uni16_cpu; do
-	a=$(m ${k}_on); i=$(m ${k}_inflight); b=$(m ${k}_off)
-	case $k in hot_cpu) name="200 clients GET one key: rproxy CPU us/request";; uni1_cpu) name="uniform GET -P 1: rproxy CPU us/request";; uni16_cpu) name="uniform GET -P 16: rproxy CPU us/request";; esac
-	echo "| $name | $a | $i | $b | $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}') | $(awk -v a="$i" -v b="$b" 'BEGIN{printf "%.3f", a/b}') |"
-done
-a=$(m hot_up_on); i=$(m hot_up_inflight); b=$(m hot_up_off)
-echo "| 200 clients GET one key: GETs reaching Redis per $n client GETs | $a (1 per $(awk -v a="$a" -v n=$n 'BEGIN{printf "%.1f", n/a}')) | $i (1 per $(awk -v a="$i" -v n=$n 'BEGIN{printf "%.1f", n/a}')) | $b | | |"
+per() { echo ${r[$1]} | tr ' ' '\n' | awk -v n=$n 'NF {printf "%.1f\n", n / $1}' | median; }
+echo "| 200 clients GET one key: client GETs per GET reaching Redis | $(per hot_up_on) | $(per hot_up_inflight) | 1 | | |"
+echo
+echo "Per round, client GETs per GET reaching Redis (unsent): $(echo ${r[hot_up_on]} | tr ' ' '\n' | awk -v n=$n 'NF {printf "%.1f ", n / $1}')"
+echo "Per round (inflight): $(echo ${r[hot_up_inflight]} | tr ' ' '\n' | awk -v n=$n 'NF {printf "%.1f ", n / $1}')"
