@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
@@ -147,5 +149,128 @@ func TestCoalesceOffWithoutConfig(t *testing.T) {
 	pipelinedGets(dialClient(t, p.Addr), "k", 10)
 	if n := upstreamGets(t, rs); n != 10 {
 		t.Fatalf("Redis saw %d GETs with coalescing off, want 10", n)
+	}
+}
+
+// waitCounter waits until the counter name reaches want; it fails the test
+// if that takes more than 5 seconds.
+func waitCounter(t *testing.T, reg *prometheus.Registry, name string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for counterValue(t, reg, name, nil) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want %v", name, counterValue(t, reg, name, nil), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stagedProxy starts Redis with k = "old", a relay in front of it that the
+// test can hold replies in, and a proxy on the relay (no tier, a filter that
+// does not forget within the test), and reads k once through the proxy so
+// that its next read leads a flight.
+func stagedProxy(t *testing.T, inflight bool) (*redistest.Server, *redistest.Relay, *proxytest.Proxy) {
+	t.Helper()
+	rs := redistest.Start(t)
+	relay := redistest.StartRelay(t, rs.Addr)
+	p := proxytest.Start(t, relay.Addr, func(c *proxy.Config) {
+		c.HotKey = nil
+		c.CoalesceRecent = time.Hour
+		c.CoalesceInFlight = inflight
+	})
+	rs.Do(t, "SET", "k", "old")
+	if got := dialClient(t, p.Addr).do("GET", "k"); got != "$3\r\nold\r\n" {
+		t.Fatalf("GET k = %q", got)
+	}
+	return rs, relay, p
+}
+
+var getK = resp.AppendCommandString(nil, "GET", "k")
+
+// TestCoalesceStagedReadYourWrites: while client B's GET of k is on its way
+// (written to Redis, reply held by the relay), client A pipelines SET k new
+// and GET k. A's GET must go to Redis itself, after its SET, and read "new";
+// B reads "old". In both windows: with inflight, only the rule that a read
+// after a write in the same batch never joins keeps A off B's flight.
+func TestCoalesceStagedReadYourWrites(t *testing.T) {
+	for _, inflight := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inflight=%v", inflight), func(t *testing.T) {
+			_, relay, p := stagedProxy(t, inflight)
+			a, b := dialClient(t, p.Addr), dialClient(t, p.Addr)
+			relay.Hold()
+			b.send(getK)
+			relay.WaitCount(t, getK, 2) // B's flight is on the wire
+			a.send(append(resp.AppendCommandString(nil, "SET", "k", "new"), getK...))
+			relay.WaitCount(t, getK, 3) // A's own GET went up: it did not join
+			relay.Release()
+			if got := string(b.read()); got != "$3\r\nold\r\n" {
+				t.Fatalf("B read %q, want old", got)
+			}
+			for i, want := range []string{"+OK\r\n", "$3\r\nnew\r\n"} {
+				if got := string(a.read()); got != want {
+					t.Fatalf("A's reply %d = %q, want %q (read-your-writes broken)", i, got, want)
+				}
+			}
+			if j := counterValue(t, p.Registry, "rproxy_coalesce_joins_total", nil); j != 0 {
+				t.Fatalf("joins = %v, want 0", j)
+			}
+		})
+	}
+}
+
+// TestCoalesceStagedJoinInFlight: with window inflight, a GET arriving while
+// an identical one awaits its reply joins it: Redis sees one GET and both
+// clients get the same bytes.
+func TestCoalesceStagedJoinInFlight(t *testing.T) {
+	_, relay, p := stagedProxy(t, true)
+	b, c := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	relay.Hold()
+	b.send(getK)
+	relay.WaitCount(t, getK, 2)
+	c.send(getK)
+	waitCounter(t, p.Registry, "rproxy_coalesce_joins_total", 1)
+	relay.Release()
+	rb, rc := string(b.read()), string(c.read())
+	if rb != "$3\r\nold\r\n" || rc != rb {
+		t.Fatalf("leader read %q, joiner %q: want the same old value", rb, rc)
+	}
+	if n := relay.Count(getK); n != 2 {
+		t.Fatalf("Redis was sent %d GETs of k, want 2 (one before the flight, the flight)", n)
+	}
+}
+
+// TestCoalesceStagedHeldFlight: with the default window, a shared flight
+// is on its way (reply held); the next client's GET leads a flight that is
+// held, not sent, until that reply is in, and a third client joins it
+// meanwhile. A value written straight to Redis before the release is what
+// the held flight reads: it ran after its joiners arrived.
+func TestCoalesceStagedHeldFlight(t *testing.T) {
+	rs, relay, p := stagedProxy(t, false)
+	b, c, d := dialClient(t, p.Addr), dialClient(t, p.Addr), dialClient(t, p.Addr)
+	relay.Hold()
+	b.send(append(append([]byte(nil), getK...), getK...)) // a flight and its joiner
+	relay.WaitCount(t, getK, 2)
+	waitCounter(t, p.Registry, "rproxy_coalesce_joins_total", 1)
+	c.send(getK)
+	waitCounter(t, p.Registry, "rproxy_coalesce_held_flights_total", 1)
+	d.send(getK)
+	waitCounter(t, p.Registry, "rproxy_coalesce_joins_total", 2)
+	if n := relay.Count(getK); n != 2 {
+		t.Fatalf("the held flight was sent before the reply it waits for (%d GETs sent, want 2)", n)
+	}
+	rs.Do(t, "SET", "k", "new")
+	relay.Release()
+	for i, cl := range []*rawClient{b, b} {
+		if got := string(cl.read()); got != "$3\r\nold\r\n" {
+			t.Fatalf("first flight's reply %d = %q, want old", i, got)
+		}
+	}
+	for i, cl := range []*rawClient{c, d} {
+		if got := string(cl.read()); got != "$3\r\nnew\r\n" {
+			t.Fatalf("held flight's reader %d got %q, want new (read after it joined)", i, got)
+		}
+	}
+	if n := relay.Count(getK); n != 3 {
+		t.Fatalf("%d GETs of k sent, want 3", n)
 	}
 }
