@@ -274,3 +274,28 @@ func TestCoalesceStagedHeldFlight(t *testing.T) {
 		t.Fatalf("%d GETs of k sent, want 3", n)
 	}
 }
+
+// TestCoalesceStagedCancellation: with window inflight, a flight's leader
+// and one joiner disconnect while it awaits its reply; the other joiner still
+// gets the reply, and the proxy goes on serving the key.
+func TestCoalesceStagedCancellation(t *testing.T) {
+	_, relay, p := stagedProxy(t, true)
+	leader, gone, stays := dialClient(t, p.Addr), dialClient(t, p.Addr), dialClient(t, p.Addr)
+	relay.Hold()
+	leader.send(getK)
+	relay.WaitCount(t, getK, 2)
+	gone.send(getK)
+	stays.send(getK)
+	waitCounter(t, p.Registry, "rproxy_coalesce_joins_total", 2)
+	// Their sessions are blocked on the flight and see the close only when
+	// it ends; what matters is that the clients are gone before the reply.
+	leader.nc.Close()
+	gone.nc.Close()
+	relay.Release()
+	if got := string(stays.read()); got != "$3\r\nold\r\n" {
+		t.Fatalf("the remaining joiner got %q", got)
+	}
+	if got := dialClient(t, p.Addr).do("GET", "k"); got != "$3\r\nold\r\n" {
+		t.Fatalf("a later GET got %q", got)
+	}
+}
