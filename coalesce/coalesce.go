@@ -180,8 +180,8 @@ func (g *Group) joinable(f *Flight, lastWrite uint64) bool {
 
 // AwaitTurn returns once the key's previous flight, if this one is held
 // behind it, has its reply. The leader calls it before sending its command,
-// so a key read concurrently has at most one flight on its way to Redis and
-// the next one keeps taking joiners until then. Joiners of the held flight
+// so while a shared flight of the key is on its way to Redis, the next one
+// stays unsent and keeps taking joiners. Joiners of the held flight
 // still get a value read after they joined. The wait cannot form a cycle:
 // prev was already sent, and its leader publishes before it waits on
 // anything.

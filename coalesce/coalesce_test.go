@@ -184,7 +184,7 @@ func TestInFlightWindow(t *testing.T) {
 }
 
 // TestFilterSkipsColdKeys: with the filter, a key's first read starts no
-// flight; the second read of it (still in the epoch) does, and a third joins.
+// flight; the second read of it (before a Forget) does, and a third joins.
 func TestFilterSkipsColdKeys(t *testing.T) {
 	g := New(Unsent, true, nil)
 	if f, leader := g.Join([]byte("cold"), &sender{}, 0); f != nil || !leader {

@@ -12,8 +12,7 @@
 // flights awaiting their reply that were sent after the joiner's last
 // acknowledged write.
 //
-// A key read concurrently has at most one flight on its way to Redis: when
-// a flight that others joined is on the wire, the key's next flight is held
+// When a flight that others joined is on the wire, the key's next flight is held
 // (Flight.AwaitTurn) until that reply is in, and keeps taking joiners
 // meanwhile. It still reads after every joiner arrived, so the Unsent
 // window's promise holds; what it costs is up to one round trip of extra
@@ -21,8 +20,9 @@
 // gather for a whole round trip instead of only while a write is queued.
 //
 // Flights live in a fixed table of slots by key hash, and a flight nobody
-// joined is recycled. With the filter on, a key read for the first time in
-// an epoch starts no flight at all: on a spread keyspace nobody would join.
+// joined is recycled. With the filter on, a key not read since the owner's
+// last Forget (every 5 ms in the proxy) starts no flight at all: on a spread
+// keyspace nobody would join.
 //
 // The package knows nothing about sessions or connections; the proxy decides
 // which commands are eligible and when a session may join at all (never when
