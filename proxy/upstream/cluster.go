@@ -54,8 +54,12 @@ type Cluster struct {
 	metrics *Metrics
 	log     *zap.Logger
 
-	mu     sync.Mutex // guards node creation
-	byAddr map[string]int32
+	mu     sync.Mutex       // guards node creation and retirement
+	byAddr map[string]int32 // live nodes only: a retired node's address is made anew
+	// absent counts, per live node, the slot map reads in a row that left
+	// it out (under mu); seeds holds the seed addresses, never retired.
+	absent map[int32]int
+	seeds  map[string]bool
 	nodes  atomic.Pointer[[]*clusterNode] // append-only: an index names a node for good
 	slots  [Slots]atomic.Int32            // index of the slot's master in nodes; -1: none
 	shards atomic.Pointer[[]int]          // one slot of each master, for commands every master runs
@@ -126,7 +130,12 @@ func NewCluster(base Config, cfg ClusterConfig, m *Metrics, log *zap.Logger) (*C
 		metrics: m,
 		log:     log,
 		byAddr:  make(map[string]int32),
+		absent:  make(map[int32]int),
+		seeds:   make(map[string]bool),
 		trigger: make(chan struct{}, 1),
+	}
+	for _, a := range cfg.Seeds {
+		c.seeds[a] = true
 	}
 	empty := []*clusterNode{}
 	c.nodes.Store(&empty)
@@ -415,6 +424,7 @@ func (c *Cluster) install(shards []shard, from string) error {
 	var firsts []int
 	assigned := 0
 	replicas := map[int32][]int32{}
+	inMap := map[int32]bool{}
 	for _, sh := range shards {
 		if sh.master == "" || len(sh.ranges) == 0 {
 			continue
@@ -423,6 +433,7 @@ func (c *Cluster) install(shards []shard, from string) error {
 		if err != nil {
 			return err
 		}
+		inMap[idx] = true
 		if c.cfg.ReplicaReads {
 			for _, ra := range sh.replicas {
 				ri, err := c.node(ra)
@@ -430,6 +441,7 @@ func (c *Cluster) install(shards []shard, from string) error {
 					return err
 				}
 				replicas[idx] = append(replicas[idx], ri)
+				inMap[ri] = true
 			}
 		}
 		firsts = append(firsts, sh.ranges[0][0])
@@ -464,7 +476,50 @@ func (c *Cluster) install(shards []shard, from string) error {
 	} else {
 		c.metrics.refreshes.WithLabelValues("unchanged").Inc()
 	}
+	c.retireAbsent(inMap)
 	return nil
+}
+
+// retireAfter is how many slot map reads in a row must leave a node out
+// before its connections are closed: a failed master that was replaced, a
+// node removed from the cluster. Until then a node that comes back (or a
+// MOVED that names it) finds its connections up.
+const retireAfter = 3
+
+// retireAbsent counts the slot map reads that left each node out of inMap
+// and closes the pools of those left out retireAfter times in a row, so
+// they stop reconnecting (and logging) for good. The node's index stays,
+// with closed pools that fail at once, since stale routing may still hold
+// it; if its address comes back, node gives it a new index and new pools.
+// Seeds are kept: they are where a lost map is read again.
+func (c *Cluster) retireAbsent(inMap map[int32]bool) {
+	var closing []*Pool
+	c.mu.Lock()
+	nodes := *c.nodes.Load()
+	for addr, i := range c.byAddr {
+		if inMap[i] || c.seeds[addr] {
+			delete(c.absent, i)
+			continue
+		}
+		if c.absent[i]++; c.absent[i] < retireAfter {
+			continue
+		}
+		delete(c.absent, i)
+		delete(c.byAddr, addr)
+		for _, p := range nodes[i].pools {
+			if p != nil {
+				closing = append(closing, p)
+			}
+		}
+		c.log.Info("cluster node left the slot map: its connections are closed",
+			zap.String("node", addr), zap.Int("slot_map_reads", retireAfter))
+	}
+	c.mu.Unlock()
+	// Outside mu: closing waits for the pools' goroutines, whose state
+	// callbacks must not wait on node creation.
+	for _, p := range closing {
+		p.Close()
+	}
 }
 
 // awaitConnected gives the masters of a new map that rproxy had no pools

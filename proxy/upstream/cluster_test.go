@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -223,6 +224,91 @@ func TestRouterRoutesSplitsAndFollowsMoved(t *testing.T) {
 	if n := moved.GetCounter().GetValue(); n != 1 {
 		t.Errorf("MOVED followed %v times, want 1 (the map is corrected by the first)", n)
 	}
+}
+
+// TestClusterRetiresNodesLeftOutOfTheMap: a node the slot map no longer
+// names (a replaced master) keeps its connections for retireAfter-1 map
+// reads, then they are closed and stop reconnecting; a seed is kept; the
+// masters in the map are never touched; a retired address that comes back
+// gets new connections.
+func TestClusterRetiresNodesLeftOutOfTheMap(t *testing.T) {
+	fc := startFakeCluster(t)
+	gone := startFake(t, func([][]byte) string { return "+OK\r\n" })
+	seed := startFake(t, func([][]byte) string { return "+OK\r\n" })
+	c, _ := testCluster(t, fc)
+	c.seeds[seed.ln.Addr().String()] = true
+	goneAt, err := c.node(gone.ln.Addr().String()) // as if it had been a master
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedAt, err := c.node(seed.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := func(i int32) *Pool { return (*c.nodes.Load())[i].pools[2] }
+	waitReady := func(p *Pool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !p.Ready() {
+			if time.Now().After(deadline) {
+				t.Fatal("pool not connected after 5s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitReady(pool(goneAt))
+	ctx := context.Background()
+	for i := 1; i < retireAfter; i++ {
+		if err := c.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !pool(goneAt).Ready() {
+			t.Fatalf("the node's connections were closed after %d map reads left it out, want %d", i, retireAfter)
+		}
+	}
+	if err := c.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pool(goneAt).Ready() {
+		t.Fatalf("the node's connections are still up after %d map reads left it out", retireAfter)
+	}
+	b := NewBatch()
+	b.Add(resp.AppendCommandString(nil, "PING"))
+	pool(goneAt).Do(b) // stale routing to it fails at once
+	if got := string(b.Reply(0)); !strings.HasPrefix(got, "-ERR upstream unavailable") {
+		t.Fatalf("a command to the retired node got %q", got)
+	}
+	gone.mu.Lock()
+	conns := len(gone.conns)
+	gone.mu.Unlock()
+	for range 2 * retireAfter {
+		if err := c.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // two reconnect backoffs of the test pools
+	gone.mu.Lock()
+	if len(gone.conns) != conns {
+		t.Errorf("the retired node was dialled again (%d connections, had %d)", len(gone.conns), conns)
+	}
+	gone.mu.Unlock()
+	if !pool(seedAt).Ready() {
+		t.Error("a seed left out of the map was retired")
+	}
+	for _, a := range c.MasterAddrs() {
+		i, _ := c.node(a)
+		if !pool(i).Ready() {
+			t.Errorf("master %s in the map lost its connections", a)
+		}
+	}
+	back, err := c.node(gone.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back == goneAt {
+		t.Fatal("a retired address came back on its closed pools")
+	}
+	waitReady(pool(back))
 }
 
 // BenchmarkRouterDo: batches of 16 GETs over keys of all three masters
