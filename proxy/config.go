@@ -34,14 +34,9 @@ type Config struct {
 	// master (their values may lag the master's by the replication delay).
 	ReplicaReadPrefixes []string
 
-	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
-	MaxBulkLen     int64         // a client's declared bulk length above this closes it
-	MaxQueryBuffer int64         // a client's incomplete command above this many bytes closes it
-	IdleTimeout    time.Duration // close clients idle this long (not blocked or pub/sub ones); 0 = never
-	// ClientWriteTimeout closes a client whose replies cannot be written
-	// for this long (it stopped reading); 0 = never.
-	ClientWriteTimeout time.Duration
-	ShutdownDrain      time.Duration // how long Shutdown lets in-flight replies reach clients
+	// Limits are the client limits, which SetLimits changes at run time.
+	Limits
+	ShutdownDrain time.Duration // how long Shutdown lets in-flight replies reach clients
 
 	// Users, when not nil, are the credentials clients must AUTH with
 	// (auth mode "proxy"); until then they get -NOAUTH.
@@ -98,16 +93,28 @@ type Config struct {
 // Limits are the client limits that can change while the server runs
 // (SetLimits); the Config fields of the same names are their start values.
 type Limits struct {
-	MaxClients         int
-	MaxBulkLen         int64
-	MaxQueryBuffer     int64
+	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
+	MaxBulkLen     int64         // a client's declared bulk length above this closes it
+	MaxQueryBuffer int64         // a client's incomplete command above this many bytes closes it
+	IdleTimeout    time.Duration // close clients idle this long (not blocked or pub/sub ones); 0 = never
+	// ClientWriteTimeout closes a client whose replies cannot be written
+	// for this long (it stopped reading); 0 = never.
 	ClientWriteTimeout time.Duration
-	IdleTimeout        time.Duration
 }
 
-func (c Config) limits() Limits {
-	return Limits{MaxClients: c.MaxClients, MaxBulkLen: c.MaxBulkLen, MaxQueryBuffer: c.MaxQueryBuffer,
-		ClientWriteTimeout: c.ClientWriteTimeout, IdleTimeout: c.IdleTimeout}
+// Validate reports every problem with l.
+func (l Limits) Validate() error {
+	var errs []error
+	if l.MaxClients < 1 {
+		errs = append(errs, fmt.Errorf("proxy: max clients must be at least 1, got %d", l.MaxClients))
+	}
+	if l.MaxBulkLen < 1 || l.MaxQueryBuffer < 1 {
+		errs = append(errs, fmt.Errorf("proxy: max bulk length and query buffer must be positive (got %d, %d)", l.MaxBulkLen, l.MaxQueryBuffer))
+	}
+	if l.IdleTimeout < 0 || l.ClientWriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("proxy: idle timeout and client write timeout must not be negative (got %v, %v)", l.IdleTimeout, l.ClientWriteTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // Validate reports every problem with c.
@@ -139,11 +146,8 @@ func (c Config) Validate() error {
 	if err := up.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.MaxClients < 1 {
-		errs = append(errs, fmt.Errorf("proxy: max clients must be at least 1, got %d", c.MaxClients))
-	}
-	if c.MaxBulkLen < 1 || c.MaxQueryBuffer < 1 {
-		errs = append(errs, fmt.Errorf("proxy: max bulk length and query buffer must be positive (got %d, %d)", c.MaxBulkLen, c.MaxQueryBuffer))
+	if err := c.Limits.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Users != nil && c.AuthPassthrough {
 		errs = append(errs, errors.New("proxy: users and auth passthrough exclude each other"))
@@ -169,8 +173,8 @@ func (c Config) Validate() error {
 	if c.TLSHandshakeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("proxy: TLS handshake timeout must not be negative, got %v", c.TLSHandshakeTimeout))
 	}
-	if c.IdleTimeout < 0 || c.ShutdownDrain < 0 || c.ClientWriteTimeout < 0 {
-		errs = append(errs, errors.New("proxy: idle timeout, client write timeout and shutdown drain must not be negative"))
+	if c.ShutdownDrain < 0 {
+		errs = append(errs, fmt.Errorf("proxy: shutdown drain must not be negative, got %v", c.ShutdownDrain))
 	}
 	return errors.Join(errs...)
 }

@@ -97,7 +97,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if cfg.SlowLogThreshold > 0 {
 		s.slow = &slowLog{max: cfg.SlowLogLen}
 	}
-	lim := cfg.limits()
+	lim := cfg.Limits
 	s.limits.Store(&lim)
 	s.setTable(command.Builtin())
 	s.reqLog.Store(cfg.LogRequests)
@@ -224,8 +224,8 @@ func (s *Server) ListenAndServe() error {
 // limits for connections accepted from now on. Connections over a lowered
 // max_clients stay connected.
 func (s *Server) SetLimits(l Limits) error {
-	if l.MaxClients < 1 || l.MaxBulkLen < 1 || l.MaxQueryBuffer < 1 || l.ClientWriteTimeout < 0 || l.IdleTimeout < 0 {
-		return fmt.Errorf("proxy: invalid limits %+v", l)
+	if err := l.Validate(); err != nil {
+		return err
 	}
 	old := s.limits.Swap(&l)
 	if old.IdleTimeout != l.IdleTimeout {

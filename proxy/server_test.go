@@ -557,8 +557,28 @@ func TestSetLimitsAtRunTime(t *testing.T) {
 	if got := d.expectClosed(); !strings.Contains(got, "invalid bulk length") {
 		t.Fatalf("2 MB bulk with max_bulk_len 1 MB: %q", got)
 	}
-	if err := p.Server.SetLimits(proxy.Limits{}); err == nil {
-		t.Fatal("zero limits accepted")
+	if err := p.Server.SetLimits(proxy.Limits{}); err == nil || !strings.Contains(err.Error(), "max clients must be at least 1") {
+		t.Fatalf("zero limits: %v", err)
+	}
+}
+
+// TestLimitsValidate: the limits are checked by one function, whether they
+// come with the whole Config at start or alone at a reload, and every
+// problem is named.
+func TestLimitsValidate(t *testing.T) {
+	bad := proxy.Limits{MaxClients: 0, MaxBulkLen: 1, MaxQueryBuffer: -1, IdleTimeout: -time.Second}
+	want := []string{"max clients must be at least 1, got 0", "query buffer must be positive (got 1, -1)", "idle timeout and client write timeout must not be negative (got -1s, 0s)"}
+	cfg := proxytest.Config("127.0.0.1:6379")
+	cfg.Limits = bad
+	for _, err := range []error{bad.Validate(), cfg.Validate()} {
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Fatalf("error %v does not say %q", err, w)
+			}
+		}
+	}
+	if err := proxytest.Config("127.0.0.1:6379").Limits.Validate(); err != nil {
+		t.Fatalf("the test defaults are invalid: %v", err)
 	}
 }
 

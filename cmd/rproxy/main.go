@@ -205,6 +205,10 @@ func run(args []string) error {
 		if err := hk.Validate(); err != nil { // before anything changes
 			return reject(err)
 		}
+		limits := proxyLimits(next.Limits)
+		if err := limits.Validate(); err != nil {
+			return reject(err)
+		}
 		if err := srv.SetPolicy(next.PolicyConfig()); err != nil {
 			return reject(err)
 		}
@@ -212,7 +216,7 @@ func run(args []string) error {
 			log.Warn("reload: hot-key settings not applied", zap.Error(err))
 			return "", err
 		}
-		if err := srv.SetLimits(proxyLimits(next.Limits)); err != nil { // Validate has checked them
+		if err := srv.SetLimits(limits); err != nil { // checked above: not expected
 			log.Warn("reload: limits not applied", zap.Error(err))
 			return "", err
 		}
@@ -325,11 +329,7 @@ func proxyConfig(c config.Config) proxy.Config {
 		Cluster:             cluster,
 		ReplicaReadPrefixes: c.Upstream.Cluster.ReplicaReadPrefixes,
 		Salt:                saltConfig(c.HotKeys.Salt),
-		MaxClients:          c.Limits.MaxClients,
-		MaxBulkLen:          c.Limits.MaxBulkLen.Bytes(),
-		MaxQueryBuffer:      c.Limits.MaxQueryBuffer.Bytes(),
-		IdleTimeout:         c.Limits.IdleTimeout.D(),
-		ClientWriteTimeout:  c.Limits.WriteTimeout.D(),
+		Limits:              proxyLimits(c.Limits),
 		ShutdownDrain:       c.Limits.ShutdownDrain.D(),
 		Users:               proxyUsers(c.Auth),
 		AuthPassthrough:     c.Auth.Mode == "passthrough",
@@ -376,7 +376,7 @@ func warnRequestLog(log *zap.Logger, on bool, lvl zapcore.Level) {
 	}
 }
 
-// proxyLimits maps the limits a reload can change.
+// proxyLimits maps the client limits (those a reload can change).
 func proxyLimits(l config.Limits) proxy.Limits {
 	return proxy.Limits{
 		MaxClients:         l.MaxClients,

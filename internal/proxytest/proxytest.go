@@ -38,15 +38,17 @@ func Config(upstreamAddr string) proxy.Config {
 			BackoffMin:   10 * time.Millisecond,
 			BackoffMax:   200 * time.Millisecond,
 		},
-		MaxClients:     10000,
-		MaxBulkLen:     512 << 20,
-		MaxQueryBuffer: 1 << 30,
-		ShutdownDrain:  5 * time.Second,
-		// Short, so the deadline code runs in every test.
-		ClientWriteTimeout: 10 * time.Second,
-		TableRetry:         20 * time.Millisecond,
-		Coalesce:           []string{"get"},
-		HotKey:             HotKeyConfig(),
+		Limits: proxy.Limits{
+			MaxClients:     10000,
+			MaxBulkLen:     512 << 20,
+			MaxQueryBuffer: 1 << 30,
+			// Short, so the deadline code runs in every test.
+			ClientWriteTimeout: 10 * time.Second,
+		},
+		ShutdownDrain: 5 * time.Second,
+		TableRetry:    20 * time.Millisecond,
+		Coalesce:      []string{"get"},
+		HotKey:        HotKeyConfig(),
 	}
 }
 
