@@ -80,10 +80,11 @@ type limitedConn struct {
 	mu        sync.Mutex
 	pending   []byte
 	watchErr  error
-	watching  bool // a watcher reads: no idle deadline
-	noIdle    bool // pub/sub (stream mode): never idle
-	reading   bool // Read waits on the client, since readSince
-	armed     bool // a read deadline for the idle timeout is set
+	watching  bool      // a watcher reads: no idle deadline
+	noIdle    bool      // pub/sub (stream mode): never idle
+	reading   bool      // Read waits on the client, since readSince
+	armed     bool      // a read deadline for the idle timeout is set, at deadline
+	deadline  time.Time // valid while armed
 	readSince time.Time
 	// idleTimedOut: a read ended on the idle deadline (the close callback
 	// tells an idle client from one whose replies could not be written).
@@ -91,16 +92,42 @@ type limitedConn struct {
 }
 
 // armIdleLocked sets, or clears, the read deadline for idle timeout d from
-// the start of the read under way.
+// the start of the read under way. Setting a deadline costs about as much
+// as a small read, so a deadline already set is kept when it is not later
+// than the one wanted: it may then fire early, and Read re-arms it when it
+// does (staleDeadline). A client reading often thus sets its deadline
+// about once per idle timeout, not once per read.
 func (c *limitedConn) armIdleLocked(d time.Duration) {
 	switch {
 	case d > 0 && !c.noIdle && !c.watching:
-		c.Conn.SetReadDeadline(c.readSince.Add(d))
-		c.armed = true
+		want := c.readSince.Add(d)
+		if c.armed && !c.deadline.After(want) {
+			return
+		}
+		c.Conn.SetReadDeadline(want)
+		c.armed, c.deadline = true, want
 	case c.armed:
 		c.Conn.SetReadDeadline(time.Time{})
 		c.armed = false
 	}
+}
+
+// staleDeadlineLocked is called when a read ended on its deadline: if the
+// read under way has not waited the whole idle timeout (the deadline was
+// armed for an earlier read), it moves the deadline and reports true, and
+// the read goes on.
+func (c *limitedConn) staleDeadlineLocked() bool {
+	d := c.limits.Load().IdleTimeout
+	if d <= 0 || c.noIdle || c.watching {
+		return false
+	}
+	want := c.readSince.Add(d)
+	if !want.After(c.deadline) {
+		return false // it was this read's own deadline: the client is idle
+	}
+	c.Conn.SetReadDeadline(want)
+	c.armed, c.deadline = true, want
+	return true
 }
 
 // setIdle applies a new idle timeout to a read under way (a reload); the
@@ -205,14 +232,26 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 	c.armIdleLocked(c.limits.Load().IdleTimeout)
 	c.mu.Unlock()
 	n, err := c.Conn.Read(p)
-	c.mu.Lock()
-	c.reading = false
-	if err != nil && c.armed {
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+	for {
+		c.mu.Lock()
+		timedOut := false
+		if err != nil && c.armed {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				timedOut = true
+			}
+		}
+		if timedOut && n == 0 && c.staleDeadlineLocked() {
+			c.mu.Unlock()
+			n, err = c.Conn.Read(p) // the client was not idle that long
+			continue
+		}
+		c.reading = false
+		if timedOut {
 			c.idleTimedOut.Store(true)
 		}
+		c.mu.Unlock()
+		break
 	}
-	c.mu.Unlock()
 	if n > 0 {
 		if lerr := c.limiter.Feed(p[:n]); lerr != nil {
 			var le *resp.LimitError
