@@ -242,23 +242,23 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, g *Group) *metrics {
+	// sumSlots adds one counter of every slot.
+	sumSlots := func(counter func(*slot) *atomic.Uint64) func() float64 {
+		return func() float64 {
+			var n uint64
+			for i := range g.slots {
+				n += counter(&g.slots[i]).Load()
+			}
+			return float64(n)
+		}
+	}
 	m := &metrics{
 		flights: prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
-			Name: "flights_total", Help: "Reads sent upstream that others could join."}, func() float64 {
-			var n uint64
-			for i := range g.slots {
-				n += g.slots[i].flights.Load()
-			}
-			return float64(n)
-		}),
+			Name: "flights_total", Help: "Reads sent upstream that others could join."},
+			sumSlots(func(s *slot) *atomic.Uint64 { return &s.flights })),
 		held: prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
-			Name: "held_flights_total", Help: "Flights held until the same key's previous shared flight had its reply."}, func() float64 {
-			var n uint64
-			for i := range g.slots {
-				n += g.slots[i].held.Load()
-			}
-			return float64(n)
-		}),
+			Name: "held_flights_total", Help: "Flights held until the same key's previous shared flight had its reply."},
+			sumSlots(func(s *slot) *atomic.Uint64 { return &s.held })),
 		joins: prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "coalesce",
 			Name: "joins_total", Help: "Reads that joined a flight instead of going upstream (upstream calls saved)."}, func() float64 {
 			return float64(g.joins.Load())

@@ -187,6 +187,16 @@ func stagedProxy(t *testing.T, inflight bool) (*redistest.Server, *redistest.Rel
 
 var getK = resp.AppendCommandString(nil, "GET", "k")
 
+// expectReplies requires the next reply of each client to be want.
+func expectReplies(t *testing.T, what, want string, clients ...*rawClient) {
+	t.Helper()
+	for i, c := range clients {
+		if got := string(c.read()); got != want {
+			t.Fatalf("%s: reader %d got %q, want %q", what, i, got, want)
+		}
+	}
+}
+
 // TestCoalesceStagedReadYourWrites: while client B's GET of k is on its way
 // (written to Redis, reply held by the relay), client A pipelines SET k new
 // and GET k. A's GET must go to Redis itself, after its SET, and read "new";
@@ -230,10 +240,7 @@ func TestCoalesceStagedJoinInFlight(t *testing.T) {
 	c.send(getK)
 	waitCounter(t, p.Registry, "rproxy_coalesce_joins_total", 1)
 	relay.Release()
-	rb, rc := string(b.read()), string(c.read())
-	if rb != "$3\r\nold\r\n" || rc != rb {
-		t.Fatalf("leader read %q, joiner %q: want the same old value", rb, rc)
-	}
+	expectReplies(t, "leader and joiner", "$3\r\nold\r\n", b, c)
 	if n := relay.Count(getK); n != 2 {
 		t.Fatalf("Redis was sent %d GETs of k, want 2 (one before the flight, the flight)", n)
 	}
@@ -260,16 +267,8 @@ func TestCoalesceStagedHeldFlight(t *testing.T) {
 	}
 	rs.Do(t, "SET", "k", "new")
 	relay.Release()
-	for i, cl := range []*rawClient{b, b} {
-		if got := string(cl.read()); got != "$3\r\nold\r\n" {
-			t.Fatalf("first flight's reply %d = %q, want old", i, got)
-		}
-	}
-	for i, cl := range []*rawClient{c, d} {
-		if got := string(cl.read()); got != "$3\r\nnew\r\n" {
-			t.Fatalf("held flight's reader %d got %q, want new (read after it joined)", i, got)
-		}
-	}
+	expectReplies(t, "the first flight", "$3\r\nold\r\n", b, b)
+	expectReplies(t, "the held flight (it read after they joined)", "$3\r\nnew\r\n", c, d)
 	if n := relay.Count(getK); n != 3 {
 		t.Fatalf("%d GETs of k sent, want 3", n)
 	}
@@ -292,9 +291,7 @@ func TestCoalesceStagedCancellation(t *testing.T) {
 	leader.nc.Close()
 	gone.nc.Close()
 	relay.Release()
-	if got := string(stays.read()); got != "$3\r\nold\r\n" {
-		t.Fatalf("the remaining joiner got %q", got)
-	}
+	expectReplies(t, "the remaining joiner", "$3\r\nold\r\n", stays)
 	if got := dialClient(t, p.Addr).do("GET", "k"); got != "$3\r\nold\r\n" {
 		t.Fatalf("a later GET got %q", got)
 	}
