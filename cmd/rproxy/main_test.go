@@ -78,16 +78,8 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	// DEBUG is denied by the default policy; a rule allows it from loopback.
 	os.WriteFile(path, []byte("upstream:\n  address: 127.0.0.1:1\nlog:\n  format: json\n"+
 		"policy:\n  rules:\n    - {name: local-debug, commands: [debug], addrs: [127.0.0.0/8], action: allow}\n"), 0o644)
-	cmd := exec.Command(bin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	logs := make(chan string, 1)
-	go func() { b, _ := io.ReadAll(stderr); logs <- string(b) }()
+	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
 
-	waitHTTP(t, "http://"+admin+"/readyz", 200)
 	if code := httpStatus(t, "http://"+admin+"/healthz"); code != 200 {
 		t.Fatalf("/healthz = %d", code)
 	}
@@ -152,15 +144,7 @@ func TestReloadPolicy(t *testing.T) {
 		}
 	}
 	write("policy:\n  rules:\n    - {name: allow-keys, commands: [keys], action: allow}\n")
-	cmd := exec.Command(bin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	logs := make(chan string, 1)
-	go func() { b, _ := io.ReadAll(stderr); logs <- string(b) }()
-	waitHTTP(t, "http://"+admin+"/readyz", 200)
+	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
 
 	c, err := net.Dial("tcp", listen)
 	if err != nil {
@@ -293,15 +277,7 @@ upstream:
     cert_file: %s
     key_file: %s
 `, certs.ServerCert, certs.ServerKey, certs.CA, tlsPort, pwFile, certs.CA, certs.ClientCert, certs.ClientKey)), 0o644)
-	cmd := exec.Command(bin, "-config", path, "-listen", listen, "-admin", admin)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	logs := make(chan string, 1)
-	go func() { b, _ := io.ReadAll(stderr); logs <- string(b) }()
-	waitHTTP(t, "http://"+admin+"/readyz", 200) // the upstream answered COMMAND over TLS
+	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-admin", admin) // the upstream answered COMMAND over TLS
 
 	nc, err := tls.Dial("tcp", listen, certs.ClientConfig(true))
 	if err != nil {
@@ -416,4 +392,22 @@ func TestTLSBadFilesStopStartup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startBinary runs bin with args, kills it when the test ends, and waits
+// until admin's /readyz answers 200. logs receives the process's whole
+// stderr once it has exited (read it before cmd.Wait, which closes the
+// pipe).
+func startBinary(t *testing.T, bin, admin string, args ...string) (cmd *exec.Cmd, logs <-chan string) {
+	t.Helper()
+	cmd = exec.Command(bin, args...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	out := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(stderr); out <- string(b) }()
+	waitHTTP(t, "http://"+admin+"/readyz", 200)
+	return cmd, out
 }

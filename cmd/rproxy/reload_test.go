@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -40,15 +39,7 @@ func runReloadableAt(t *testing.T, first string) (write func(string), do func(..
 		}
 	}
 	write(first)
-	cmd := exec.Command(bin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	logs := make(chan string, 1)
-	go func() { b, _ := io.ReadAll(stderr); logs <- string(b) }()
-	waitHTTP(t, "http://"+admin+"/readyz", 200)
+	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
 	c, err := net.Dial("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
