@@ -733,6 +733,12 @@ func yamlKey(f reflect.StructField) string {
 // declaration order, with its dotted yaml path (e.g. "upstream.timeout").
 // Struct fields other than Duration/ByteSize are sections and are descended.
 func walkFields(t reflect.Type, prefix string, fn func(path string, f reflect.StructField)) {
+	walkFieldsAt(t, prefix, nil, fn)
+}
+
+// walkFieldsAt is walkFields below the field at index; each field's Index
+// is its whole index from the top (for reflect.Value.FieldByIndex).
+func walkFieldsAt(t reflect.Type, prefix string, index []int, fn func(path string, f reflect.StructField)) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		k := yamlKey(f)
@@ -740,9 +746,10 @@ func walkFields(t reflect.Type, prefix string, fn func(path string, f reflect.St
 			continue
 		}
 		path := join(prefix, k)
+		f.Index = append(index[:len(index):len(index)], i)
 		fn(path, f)
 		if f.Type.Kind() == reflect.Struct {
-			walkFields(f.Type, path, fn)
+			walkFieldsAt(f.Type, path, f.Index, fn)
 		}
 	}
 }
@@ -1018,27 +1025,17 @@ func (c Config) String() string {
 func Merge(running, next Config, reloadable func(key string) bool) (Config, []string) {
 	merged := next
 	var pending []string
-	var walk func(dst, old reflect.Value, prefix string)
-	walk = func(dst, old reflect.Value, prefix string) {
-		t := dst.Type()
-		for i := range t.NumField() {
-			k := yamlKey(t.Field(i))
-			if k == "" {
-				continue
-			}
-			path := join(prefix, k)
-			d, o := dst.Field(i), old.Field(i)
-			if d.Kind() == reflect.Struct {
-				walk(d, o, path)
-				continue
-			}
-			if reloadable(path) || reflect.DeepEqual(d.Interface(), o.Interface()) {
-				continue
-			}
-			d.Set(o)
-			pending = append(pending, path)
+	dst, old := reflect.ValueOf(&merged).Elem(), reflect.ValueOf(running)
+	walkFields(dst.Type(), "", func(path string, f reflect.StructField) {
+		if f.Type.Kind() == reflect.Struct {
+			return // its fields come next
 		}
-	}
-	walk(reflect.ValueOf(&merged).Elem(), reflect.ValueOf(running), "")
+		d, o := dst.FieldByIndex(f.Index), old.FieldByIndex(f.Index)
+		if reloadable(path) || reflect.DeepEqual(d.Interface(), o.Interface()) {
+			return
+		}
+		d.Set(o)
+		pending = append(pending, path)
+	})
 	return merged, pending
 }
