@@ -98,6 +98,13 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			c.mu.Unlock()
 			return
 		}
+		if len(c.wbuf) == 0 {
+			// A wake for commands an earlier write already took (a send
+			// during the gather leaves one behind). Swapping now would
+			// drop the empty buffer and make the next write grow a new one.
+			c.mu.Unlock()
+			continue
+		}
 		// Double buffering: senders fill the spare while buf is written.
 		buf, count := c.wbuf, c.wcount
 		c.wbuf, c.wcount, c.spare = c.spare[:0], 0, nil
@@ -109,9 +116,6 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		}
 		c.unsent = c.unsent[:0]
 		c.mu.Unlock()
-		if len(buf) == 0 {
-			continue
-		}
 		_, err := nc.Write(buf)
 		c.pool.metrics.observeWrite(count, len(buf))
 		c.mu.Lock()

@@ -324,9 +324,11 @@ func TestConfigValidate(t *testing.T) {
 
 // BenchmarkPoolDo measures the upstream path per batch against an
 // in-process fake server: framing, matching and the writer/reader hand-offs.
+// The 100 KB case shows the write buffers being reused, not regrown.
 func BenchmarkPoolDo(b *testing.B) {
-	for _, size := range []int{1, 16} {
-		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+	for _, c := range []struct{ size, value int }{{1, 3}, {16, 3}, {1, 100 << 10}} {
+		size := c.size
+		b.Run(fmt.Sprintf("batch=%d/value=%d", size, c.value), func(b *testing.B) {
 			t := &testing.T{}
 			f := startFake(t, func([][]byte) string { return "$5\r\nvalue\r\n" })
 			defer f.close()
@@ -339,7 +341,7 @@ func BenchmarkPoolDo(b *testing.B) {
 			for !p.Ready() {
 				time.Sleep(time.Millisecond)
 			}
-			cmd := resp.AppendCommandString(nil, "GET", "key:000001")
+			cmd := resp.AppendCommandString(nil, "SET", "key:000001", strings.Repeat("v", c.value))
 			b.ReportAllocs()
 			b.SetParallelism(8)
 			b.RunParallel(func(pb *testing.PB) {
