@@ -253,6 +253,11 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 		break
 	}
 	if n > 0 {
+		// The input limits in force when the bytes came (the read may have
+		// waited across a reload), as Redis applies a CONFIG SET of
+		// proto-max-bulk-len to connected clients too.
+		lim := c.limits.Load()
+		c.limiter.MaxBulkLen, c.limiter.MaxQueryBuffer = lim.MaxBulkLen, lim.MaxQueryBuffer
 		if lerr := c.limiter.Feed(p[:n]); lerr != nil {
 			var le *resp.LimitError
 			reason := lerr.Error()

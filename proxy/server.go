@@ -218,11 +218,11 @@ func (s *Server) ListenAndServe() error {
 	return s.Serve(ln)
 }
 
-// SetLimits changes the client limits from now on: max clients, the
-// client write timeout and the idle timeout at once (connected clients
-// included: one idle longer than a lowered timeout is closed now), input
-// limits for connections accepted from now on. Connections over a lowered
-// max_clients stay connected.
+// SetLimits changes the client limits at once, for connected clients too:
+// the input limits for the bytes each client sends next, the client write
+// timeout from its next write, the idle timeout now (one idle longer than a
+// lowered timeout is closed now). Connections over a lowered max_clients
+// stay connected.
 func (s *Server) SetLimits(l Limits) error {
 	if err := l.Validate(); err != nil {
 		return err

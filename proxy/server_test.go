@@ -549,13 +549,16 @@ func TestSetLimitsAtRunTime(t *testing.T) {
 	if r := a.do("PING"); r != "+PONG\r\n" {
 		t.Fatalf("connected client after lowering max_clients: %q", r)
 	}
-	// The lowered bulk limit applies to new connections.
+	// The lowered bulk limit applies to new connections and to a client
+	// connected before it.
 	lim.MaxClients = 10
 	p.Server.SetLimits(lim)
 	d := dialClient(t, p.Addr)
-	d.send([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\n"))
-	if got := d.expectClosed(); !strings.Contains(got, "invalid bulk length") {
-		t.Fatalf("2 MB bulk with max_bulk_len 1 MB: %q", got)
+	for _, cl := range []*rawClient{d, b} {
+		cl.send([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\n"))
+		if got := cl.expectClosed(); !strings.Contains(got, "invalid bulk length") {
+			t.Fatalf("2 MB bulk with max_bulk_len 1 MB: %q", got)
+		}
 	}
 	if err := p.Server.SetLimits(proxy.Limits{}); err == nil || !strings.Contains(err.Error(), "max clients must be at least 1") {
 		t.Fatalf("zero limits: %v", err)
