@@ -450,10 +450,7 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 	}
 }
 
-var (
-	resp3Null = []byte("_\r\n")
-	resp2Null = []byte("$-1\r\n")
-)
+var resp2Null = []byte("$-1\r\n")
 
 // store caches a fill. rtt is the fill's round trip: PTTL was measured at
 // some point within it, so the entry's life is cut by it to end no later
