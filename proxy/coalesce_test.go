@@ -135,7 +135,8 @@ func TestCoalescingAcrossClients(t *testing.T) {
 	}
 	n := upstreamGets(t, rs)
 	total := len(clients) * rounds
-	t.Logf("%d client GETs, %d reached Redis", total, n)
+	t.Logf("%d client GETs, %d reached Redis; %v flights held behind a shared one", total, n,
+		counterValue(t, p.Registry, "rproxy_coalesce_held_flights_total", nil))
 	if n >= total {
 		t.Fatalf("%d client GETs, %d reached Redis: nothing was coalesced", total, n)
 	}
