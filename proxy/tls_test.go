@@ -316,3 +316,26 @@ func TestUpstreamTLSPassthroughAuth(t *testing.T) {
 		t.Fatalf("ACL WHOAMI after AUTH = %q", r)
 	}
 }
+
+// TestTLSIdleTimeoutWhileActive: over TLS, a client that keeps sending
+// commands for several idle timeouts stays connected (the read deadline set
+// for an earlier read fires and is moved on, which must leave the TLS
+// stream intact), and is closed once it goes quiet.
+func TestTLSIdleTimeoutWhileActive(t *testing.T) {
+	certs := tlstest.New(t)
+	rs := redistest.Start(t)
+	const idle = 150 * time.Millisecond
+	p, _ := startTLSProxy(t, certs, false, rs.Addr, func(c *proxy.Config) { c.IdleTimeout = idle })
+	c := dialTLS(t, p.Addr, certs.ClientConfig(false))
+	var last time.Time
+	for end := time.Now().Add(4 * idle); time.Now().Before(end); time.Sleep(idle / 3) {
+		if got := c.do("PING"); got != "+PONG\r\n" {
+			t.Fatalf("PING while active = %q", got)
+		}
+		last = time.Now()
+	}
+	c.expectClosed()
+	if waited := time.Since(last); waited < idle*9/10 {
+		t.Fatalf("closed %v after the last command, before the %v idle timeout", waited, idle)
+	}
+}
