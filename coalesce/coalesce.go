@@ -144,9 +144,9 @@ func (g *Group) Joins() uint64 { return g.joins.Load() }
 
 // Seen marks a read of the identity whose hash is h (as JoinHash takes it)
 // and reports whether one was marked since the last Forget; without the
-// filter it is always true. A caller may ask it before building the
-// identity: a read it says no to starts no flight, and JoinHash would say
-// the same.
+// filter it is always true. A caller may ask it first, before building the
+// identity, and send a read it says no to without JoinHash (JoinHash would
+// start no flight for it either); after a yes, JoinHash finds the mark.
 func (g *Group) Seen(h uint64) bool {
 	if g.seen == nil {
 		return true
