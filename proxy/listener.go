@@ -114,17 +114,19 @@ func (c *limitedConn) armIdleLocked(d time.Duration) {
 
 // staleDeadlineLocked is called when a read ended on its deadline: if the
 // read under way has not waited the whole idle timeout (the deadline was
-// armed for an earlier read), it moves the deadline and reports true, and
-// the read goes on.
+// armed for an earlier read, or a reload moved it meanwhile), it moves the
+// deadline and reports true, and the read goes on.
 func (c *limitedConn) staleDeadlineLocked() bool {
 	d := c.limits.Load().IdleTimeout
 	if d <= 0 || c.noIdle || c.watching {
 		return false
 	}
-	want := c.readSince.Add(d)
-	if !want.After(c.deadline) {
-		return false // it was this read's own deadline: the client is idle
+	// Wall-clock time, as the deadline that fired: the coarse clock may lag
+	// it and make a read that waited the whole timeout look shorter.
+	if time.Since(c.readSince) >= d {
+		return false // the client has been idle the whole timeout
 	}
+	want := c.readSince.Add(d)
 	c.Conn.SetReadDeadline(want)
 	c.armed, c.deadline = true, want
 	return true
