@@ -102,8 +102,8 @@ func TestCoalescedErrorsFanOut(t *testing.T) {
 	}
 }
 
-// TestCoalescingAcrossClients: 200 clients GET one key at once; fewer GETs
-// reach Redis than clients sent, and every client gets the right bytes.
+// TestCoalescingAcrossClients: 200 clients GET one key at once; at most a
+// quarter of their GETs reach Redis, and every client gets the right bytes.
 func TestCoalescingAcrossClients(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
@@ -137,8 +137,10 @@ func TestCoalescingAcrossClients(t *testing.T) {
 	total := len(clients) * rounds
 	t.Logf("%d client GETs, %d reached Redis; %v flights held behind a shared one", total, n,
 		counterValue(t, p.Registry, "rproxy_coalesce_held_flights_total", nil))
-	if n >= total {
-		t.Fatalf("%d client GETs, %d reached Redis: nothing was coalesced", total, n)
+	// Here about 1 in 50 reaches Redis; a quarter leaves room for a slow,
+	// loaded machine and still fails if coalescing mostly stopped working.
+	if n > total/4 {
+		t.Fatalf("%d client GETs, %d reached Redis: want at most a quarter", total, n)
 	}
 }
 
