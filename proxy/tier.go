@@ -177,11 +177,19 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 		tc := *cluster
 		tc.Protocols, tc.ReplicaReads, tc.OnNodeState = []int{3}, false, h.onNodeState
 		h.nodeUp = make(map[string]bool)
-		if h.trackCluster, err = upstream.NewCluster(ucfg, tc, um, log.Named("tracking")); err != nil {
+		trackCluster, err := upstream.NewCluster(ucfg, tc, um, log.Named("tracking"))
+		if err != nil {
 			cancel()
 			return nil, err
 		}
-		h.trackRouter = h.trackCluster.Router(3)
+		// Its connections may already have reported (onNodeState), before
+		// it was known here: take it under mu and look at them again.
+		h.mu.Lock()
+		h.trackCluster = trackCluster
+		h.connUp = h.mastersTrackedLocked()
+		h.applyLocked()
+		h.mu.Unlock()
+		h.trackRouter = trackCluster.Router(3)
 	} else if h.track, err = upstream.NewPool(ucfg, um, log.Named("tracking")); err != nil {
 		cancel()
 		return nil, err
@@ -579,6 +587,9 @@ func (h *hotTier) onNodeState(addr string, up bool) {
 // its tracking connection up. The map may change without a node's
 // connection changing (a failover): the probe loop asks again.
 func (h *hotTier) mastersTrackedLocked() bool {
+	if h.trackCluster == nil {
+		return false // still being made: newHotTier looks again once it is
+	}
 	masters := h.trackCluster.MasterAddrs()
 	for _, a := range masters {
 		if !h.nodeUp[a] {

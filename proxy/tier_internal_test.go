@@ -1,0 +1,31 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/hotkey"
+)
+
+// TestTierNodeStateBeforeClusterKnown: a tracking connection of a cluster
+// may come up (and report) before newHotTier has the cluster in hand; the
+// report is kept, and the tier does not serve on it alone. (CI once caught
+// this as a nil dereference in a cluster test.)
+func TestTierNodeStateBeforeClusterKnown(t *testing.T) {
+	tier, err := hotkey.NewTier(hotkey.DefaultTierConfig(), time.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hotTier{tier: tier, nodeUp: map[string]bool{}, metrics: newTierMetrics(nil), log: zap.NewNop()}
+	h.enabled.Store(true)
+	h.lagOK = true
+	h.onNodeState("127.0.0.1:7000", true)
+	if h.connUp || tier.Serving() {
+		t.Fatal("the tier serves before the tracking cluster is known")
+	}
+	if !h.nodeUp["127.0.0.1:7000"] {
+		t.Fatal("the node's state was not kept for the later look")
+	}
+}
