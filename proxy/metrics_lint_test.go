@@ -44,6 +44,7 @@ var metricLabels = map[string]bool{
 	"command":  true, // rproxy_proxy_command_calls_total: command table names, "unknown" for others
 	"stage":    true, // rproxy_proxy_batch_duration_seconds: client, upstream
 	"protocol": true, // rproxy_upstream_*: 2, 3
+	"node":     true, // rproxy_upstream_cluster_master_up: the masters' addresses
 	"kind":     true, // rproxy_upstream_errors_total: dial, read, write, timeout
 	"rule":     true, // rproxy_policy_decisions_total: rule names from the config and built-ins
 	"action":   true, // rproxy_policy_decisions_total: allow, deny, rewrite, log_*
@@ -154,8 +155,8 @@ func lintTraffic(t *testing.T) ([]*dto.MetricFamily, []string) {
 
 // lintClusterTraffic drives a cluster-mode rproxy with salted fan-out:
 // split commands, a redirect, salted reads, fills and deletes. Its
-// salt stage's families are returned (the others, cluster metrics
-// included, are in lintTraffic's too).
+// salt stage's families and the per-master gauge are returned (the
+// others, cluster metrics included, are in lintTraffic's too).
 func lintClusterTraffic(t *testing.T) ([]*dto.MetricFamily, []string) {
 	t.Helper()
 	cl := redistest.StartCluster(t, 3, 0)
@@ -173,7 +174,8 @@ func lintClusterTraffic(t *testing.T) ([]*dto.MetricFamily, []string) {
 	c.do("SET", hot, "w")
 	var fams []*dto.MetricFamily
 	for _, mf := range lintGather(t, p.Registry) {
-		if strings.HasPrefix(mf.GetName(), "rproxy_hotkey_salt_") { // the rest are in lintTraffic's too
+		// The rest are in lintTraffic's too.
+		if strings.HasPrefix(mf.GetName(), "rproxy_hotkey_salt_") || mf.GetName() == "rproxy_upstream_cluster_master_up" {
 			fams = append(fams, mf)
 		}
 	}

@@ -137,6 +137,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		s.closePools()
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	if s.cluster != nil && reg != nil {
+		reg.MustRegister(s.cluster.MasterCollector())
+	}
 	s.policyMetrics = policy.NewMetrics(reg)
 	if cfg.Policy != nil {
 		if err := s.SetPolicy(*cfg.Policy); err != nil {

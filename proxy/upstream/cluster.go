@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -658,4 +659,36 @@ func parseClusterSlots(reply []byte, askedHost string) ([]shard, error) {
 		out[i].ranges = append(out[i].ranges, [2]int{lo, hi})
 	}
 	return out, nil
+}
+
+// masterUpDesc describes the gauge MasterCollector exports.
+var masterUpDesc = prometheus.NewDesc("rproxy_upstream_cluster_master_up",
+	"1 while rproxy has a connection up to this master of the cluster slot map, else 0.", []string{"node"}, nil)
+
+// MasterCollector exports, when scraped, a gauge per master of the current
+// slot map, labelled by its address: 1 while its shared pool has a
+// connection up. Register it for one Cluster per registry (the proxy's
+// main one, not the hot-key tier's tracking cluster).
+func (c *Cluster) MasterCollector() prometheus.Collector { return masterCollector{c} }
+
+type masterCollector struct{ c *Cluster }
+
+func (m masterCollector) Describe(ch chan<- *prometheus.Desc) { ch <- masterUpDesc }
+
+func (m masterCollector) Collect(ch chan<- prometheus.Metric) {
+	c := m.c
+	nodes := *c.nodes.Load()
+	seen := map[int32]bool{}
+	for _, s := range *c.shards.Load() {
+		i := c.slots[s].Load()
+		if i < 0 || seen[i] {
+			continue // a MOVED may have pointed two shards' slots at one node
+		}
+		seen[i] = true
+		up := 0.0
+		if nodes[i].pools[c.cfg.Protocols[0]].Ready() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(masterUpDesc, prometheus.GaugeValue, up, nodes[i].addr)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -309,6 +310,47 @@ func TestClusterRetiresNodesLeftOutOfTheMap(t *testing.T) {
 		t.Fatal("a retired address came back on its closed pools")
 	}
 	waitReady(pool(back))
+}
+
+// TestClusterMasterUpGauge: one series per master of the slot map, by
+// address, 1 while its pool is connected and 0 once its server is gone.
+func TestClusterMasterUpGauge(t *testing.T) {
+	fc := startFakeCluster(t)
+	c, _ := testCluster(t, fc)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.MasterCollector())
+	up := func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	got := up()
+	if len(got) != 3 {
+		t.Fatalf("series %v, want one per master", got)
+	}
+	for _, n := range fc.nodes {
+		if got[n.ln.Addr().String()] != 1 {
+			t.Fatalf("master %s: %v, want 1 (connected)", n.ln.Addr(), got)
+		}
+	}
+	gone := fc.nodes[1].ln.Addr().String()
+	fc.nodes[1].close()
+	deadline := time.Now().Add(5 * time.Second)
+	for up()[gone] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("master %s still reported connected 5s after its server closed: %v", gone, up())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // BenchmarkRouterDo: batches of 16 GETs over keys of all three masters
