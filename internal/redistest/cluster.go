@@ -232,12 +232,13 @@ func keySlot(key string) int {
 			key = key[open+1 : open+1+end]
 		}
 	}
-	return int(crc16(key) % NumSlots)
+	return int(CRC16(key) % NumSlots)
 }
 
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the variant
-// Redis Cluster uses.
-func crc16(s string) uint16 {
+// CRC16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the variant
+// Redis Cluster uses, computed bit by bit: the reference that faster
+// implementations are tested against.
+func CRC16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
 		crc ^= uint16(s[i]) << 8

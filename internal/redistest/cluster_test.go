@@ -86,8 +86,8 @@ func TestClusterSlot(t *testing.T) {
 	wantReply(t, n.Server, "*2\r\n$12\r\ncluster-port\r\n"+bulk(strconv.Itoa(n.BusPort)), "CONFIG", "GET", "cluster-port")
 
 	// The reference value of CRC-16/XMODEM.
-	if got := crc16("123456789"); got != 0x31C3 {
-		t.Fatalf("crc16(123456789) = %#x, want 0x31c3", got)
+	if got := CRC16("123456789"); got != 0x31C3 {
+		t.Fatalf("CRC16(123456789) = %#x, want 0x31c3", got)
 	}
 	keys := []string{"", "{}", "{a", "a}", "}{", "a{b}c", "{b}{c}", "{}{c}", "{{b}}", "x{}y{z}", "foo", "{user1000}.following", "{user1000}.followers", "\x00{\xff}"}
 	seed := uint64(time.Now().UnixNano())

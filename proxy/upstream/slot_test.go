@@ -3,6 +3,8 @@ package upstream
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/rproxy/rproxy/internal/redistest"
 )
 
 func TestSlotKnownValues(t *testing.T) {
@@ -37,24 +39,8 @@ func BenchmarkSlot(b *testing.B) {
 	}
 }
 
-// crc16Bytewise is the textbook CRC-16/XMODEM, one bit at a time: the
-// reference the table-driven crc16 must match.
-func crc16Bytewise(b []byte) uint16 {
-	var crc uint16
-	for _, c := range b {
-		crc ^= uint16(c) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// TestCRC16MatchesReference: every length from 0 to 70 (both sides of the
+// TestCRC16MatchesReference: the table-driven crc16 against the bitwise
+// reference of the test harness, every length from 0 to 70 (both sides of the
 // eight-byte steps), over random bytes.
 func TestCRC16MatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -64,7 +50,7 @@ func TestCRC16MatchesReference(t *testing.T) {
 			for i := range b {
 				b[i] = byte(rng.Uint32())
 			}
-			if got, want := crc16(b), crc16Bytewise(b); got != want {
+			if got, want := crc16(b), redistest.CRC16(string(b)); got != want {
 				t.Fatalf("crc16(% x) = %#04x, want %#04x", b, got, want)
 			}
 		}
@@ -75,7 +61,7 @@ func FuzzCRC16(f *testing.F) {
 	f.Add([]byte("123456789"))
 	f.Add([]byte("key:000000012345"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := crc16(b), crc16Bytewise(b); got != want {
+		if got, want := crc16(b), redistest.CRC16(string(b)); got != want {
 			t.Fatalf("crc16(% x) = %#04x, want %#04x", b, got, want)
 		}
 	})
