@@ -91,7 +91,7 @@ type Config struct {
 }
 
 // Limits are the client limits that can change while the server runs
-// (SetLimits); the Config fields of the same names are their start values.
+// (SetLimits); Config.Limits holds their start values.
 type Limits struct {
 	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
 	MaxBulkLen     int64         // a client's declared bulk length above this closes it

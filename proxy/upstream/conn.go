@@ -98,7 +98,7 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			c.mu.Unlock()
 			return
 		}
-		if len(c.wbuf) == 0 {
+		if len(c.wbuf) == 0 && len(c.unsent) == 0 {
 			// A wake for commands an earlier write already took (a send
 			// during the gather leaves one behind). Swapping now would
 			// drop the empty buffer and make the next write grow a new one.
