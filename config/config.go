@@ -283,7 +283,7 @@ type Salt struct {
 }
 
 // Policy refuses, rewrites or logs commands by rule (see policy/ and the
-// README's policy section). Reloaded on SIGHUP.
+// docs/policy.md). Reloaded on SIGHUP.
 type Policy struct {
 	// Defaults appends the built-in rules after Rules: KEYS, FLUSHALL,
 	// FLUSHDB, DEBUG, SHUTDOWN, CONFIG SET, MONITOR, REPLICAOF and cluster

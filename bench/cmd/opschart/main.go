@@ -1,5 +1,5 @@
 // Command opschart runs rproxy through one scripted minute of traffic and
-// charts its Prometheus metrics over time, for the README's operations
+// charts its Prometheus metrics over time, for docs/operations.md
 // section: client commands/s, GETs reaching Redis/s, hot-key tier hits/s,
 // whether the tier serves, and policy denials/s.
 //
