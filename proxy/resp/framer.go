@@ -12,7 +12,11 @@ import (
 const MaxLength = 1 << 40
 
 // DefaultMaxDepth is the nesting limit a Framer uses when MaxDepth is 0.
-const DefaultMaxDepth = 1024
+// Redis nests as deep as a Lua script's reply goes before Lua's own stack
+// limit stops it (about 8,000 levels for a table that holds itself), and
+// deeper still from a module; each level costs the sender at least four
+// bytes, so the bound is a guard against a corrupt stream, not a budget.
+const DefaultMaxDepth = 1 << 16
 
 // frameState says what the framer expects next inside the current reply.
 type frameState uint8
@@ -279,9 +283,11 @@ func (f *Framer) begin(b byte) error {
 	f.typ = b
 	f.neg, f.signed, f.digits, f.num = false, false, 0, 0
 	switch b {
-	case '+', '-', ',':
+	case '+', '-', ',', '(':
+		// A big number is digits by the spec, but Redis relays what a Lua
+		// script's big_number holds ("123  123"): any text, as a line.
 		f.state = stText
-	case ':', '(':
+	case ':':
 		f.state = stNumber
 	case '#':
 		f.state = stBoolean

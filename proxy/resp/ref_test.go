@@ -42,7 +42,7 @@ func (r *refParser) value(pos, depth int) (int, byte, error) {
 		}
 		t := b[pos]
 		switch t {
-		case '+', '-', ',':
+		case '+', '-', ',', '(':
 			for i := pos + 1; i < len(b); i++ {
 				switch b[i] {
 				case '\n':
@@ -53,7 +53,7 @@ func (r *refParser) value(pos, depth int) (int, byte, error) {
 				}
 			}
 			return r.fail(len(b), errRefIncomplete)
-		case ':', '(':
+		case ':':
 			i := pos + 1
 			if i < len(b) && (b[i] == '+' || b[i] == '-') {
 				i++
