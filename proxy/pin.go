@@ -64,7 +64,7 @@ func (s *Server) pinSession(ss *session, slot int) bool {
 		return false
 	}
 	ss.pin, ss.pinPool = d, pool
-	ss.inMulti, ss.watching, ss.db, ss.dbUnknown = false, false, 0, false
+	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown = false, false, false, 0, false
 	return true
 }
 
@@ -81,6 +81,12 @@ func (s *Server) doPinned(ss *session) {
 		if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
 			stop = lc.watch(ss.pin.Interrupt)
 		}
+	}
+	// The connection state the session holds, or asks for in this batch:
+	// losing it must not go unnoticed.
+	held := ss.inMulti || ss.multiSent || ss.watching || ss.db != 0 || ss.dbUnknown
+	for _, t := range ss.track {
+		held = held || t.kind != trackNone
 	}
 	ss.pin.Do(ss.batch, timeout)
 	if stop != nil {
@@ -115,14 +121,31 @@ func (s *Server) doPinned(ss *session) {
 		}
 	}
 	ss.track = ss.track[:0]
+	// Redis's answers settle what the client's commands began: a MULTI
+	// that failed opened no transaction.
+	ss.multiSent = ss.inMulti
 	if ss.pin.Broken() {
-		// The connection and its state are gone, as for a direct client
-		// whose connection dropped; later commands use a fresh start.
-		s.log.Info("pinned upstream connection lost", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
-			zap.String("command", batchCommand(ss.batch)))
+		// The connection and its state are gone. A session that held state
+		// (a database, a transaction, a watch) is closed after these
+		// replies, as a direct client's connection would drop: continuing
+		// on a fresh connection would run its next commands in db 0 or
+		// outside its transaction. One that held none goes on.
+		fields := []zap.Field{zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+			zap.String("command", batchCommand(ss.batch))}
+		if held {
+			ss.quit = true
+			s.log.Warn("client closed: its pinned upstream connection was lost while it held connection state", fields...)
+		} else {
+			s.log.Info("pinned upstream connection lost", fields...)
+		}
 		s.unpin(ss)
 	}
 }
+
+// inTransaction reports whether the client has opened a transaction, as it
+// has sent its commands: from the MULTI on, not from Redis's reply to it.
+// Nothing rproxy adds may land inside it.
+func (ss *session) inTransaction() bool { return ss.multiSent || ss.multiPending }
 
 // pinNoLongerNeeded reports whether the session holds no connection state.
 func (ss *session) pinNoLongerNeeded() bool {
@@ -139,7 +162,7 @@ func (s *Server) unpin(ss *session) {
 	}
 	ss.pinPool.Release(ss.pin)
 	ss.pin = nil
-	ss.inMulti, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, 0, false, false
+	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
 	ss.track = ss.track[:0]
 }
 

@@ -60,10 +60,13 @@ func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info
 	if info == nil {
 		return cmd, info, true
 	}
-	if out, applied := pol.Jitter(info.Name, cmd.Args); applied {
+	if ss.inTransaction() {
+		// TTLs set together in a transaction are coupled on purpose (a key
+		// and the tag set that indexes it): no jitter there.
+	} else if out, applied := pol.Jitter(info.Name, cmd.Args); applied {
 		cmd = redcon.Command{Raw: resp.AppendCommand(nil, out...), Args: out}
 	}
-	if info.Name == "del" && len(cmd.Args) > 1 && pol.BigKeyCheck() && !ss.inMulti && !ss.stream {
+	if info.Name == "del" && len(cmd.Args) > 1 && pol.BigKeyCheck() && !ss.inTransaction() && !ss.stream {
 		var ok bool
 		if cmd, ok = s.checkBigDel(ss, pol, cmd); !ok {
 			return cmd, info, false
@@ -84,9 +87,31 @@ func (s *Server) deny(ss *session, reply []byte) {
 			[]byte("EVAL"), []byte("return redis.error_reply(ARGV[1])"), []byte("0"), msg))
 		return
 	}
+	s.abortTransaction(ss)
 	ss.local = append(ss.local, reply...)
 	ss.localEnds = append(ss.localEnds, len(ss.local))
 	ss.order = append(ss.order, len(ss.localEnds)-1)
+}
+
+// poisonCmd is a command Redis rejects when it is queued (GET without its
+// key), which flags the transaction so that its EXEC is refused.
+var poisonCmd = resp.AppendCommandString(nil, "GET")
+
+// abortTransaction makes Redis refuse the EXEC of the client's open
+// transaction, as Redis does after any command it rejected at queue time:
+// the client gets EXECABORT from Redis itself, and nothing of the
+// transaction is applied. Redis's reply to the poison is not shown: the
+// client sees rproxy's refusal in its place.
+func (s *Server) abortTransaction(ss *session) {
+	if !ss.inTransaction() || ss.stream {
+		return
+	}
+	if ss.multiPending && !s.startDeferredMulti(ss) {
+		return // no connection for the transaction: its error is queued
+	}
+	ss.batch.AddSlot(poisonCmd, upstream.SlotAny)
+	ss.order = append(ss.order, discardReply)
+	ss.track = append(ss.track, track{})
 }
 
 // lengthCommands gives, by TYPE reply, the O(1) command that sizes a value.

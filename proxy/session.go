@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -83,7 +85,8 @@ type session struct {
 	// batch while pinned, the state it may change; the replies decide.
 	pin       *upstream.Dedicated
 	pinPool   *upstream.Pool // the pool the pin came from
-	inMulti   bool
+	inMulti   bool           // Redis answered MULTI; set from replies, after the batch
+	multiSent bool           // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
 	watching  bool
 	db        int  // database selected on the pin
 	dbUnknown bool // a SELECT ran inside a transaction: keep the pin
@@ -304,6 +307,12 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 			ss.slowNames = append(ss.slowNames, ss.lastCmd)
 		}
 	}
+	if ss.inTransaction() && answeredByProxy(info, args) {
+		// Redis would queue it and run it at EXEC, inside the array it
+		// returns; rproxy answers it for the session, so it cannot.
+		s.refuseMsg(ss, strings.ToUpper(commandLabel(info, args))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
+		return
+	}
 	if isAuth(args[0]) {
 		s.auth(ss, cmd)
 		return
@@ -320,6 +329,10 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	}
 	if s.hot != nil {
 		s.beforeWrite(ss, info, args, true)
+	}
+	if info != nil && (info.Name == "script" || info.Name == "function") && len(args) == 2 && bytes.EqualFold(args[1], []byte("kill")) && !ss.inTransaction() {
+		s.killOutOfBand(ss, cmd.Raw)
+		return
 	}
 	if s.cfg.Cluster != nil {
 		if s.routeCluster(ss, info, cmd) {
@@ -357,12 +370,19 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		s.forward(ss, cmd.Raw)
 	case command.Transaction:
 		if ss.pin == nil && info.Name == "multi" && s.deferMulti(ss, args) {
+			ss.multiSent = true
 			return
 		}
 		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss, s.transactionSlot(ss, info)) {
 			return
 		}
 		s.forwardTracked(ss, cmd.Raw, transactionTrack(info.Name))
+		switch info.Name {
+		case "multi":
+			ss.multiSent = true
+		case "exec", "discard":
+			ss.multiSent = false
+		}
 	case command.Subscribe:
 		s.startStream(ss, cmd.Raw)
 	case command.Unsupported:
@@ -392,6 +412,70 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	default:
 		s.forward(ss, cmd.Raw)
 	}
+}
+
+// killOutOfBand sends SCRIPT KILL or FUNCTION KILL on a connection of its
+// own: on the shared connection it would wait behind the very script it is
+// to stop. On a cluster it goes to every master, and the reply is the
+// first that is not NOTBUSY.
+func (s *Server) killOutOfBand(ss *session, raw []byte) {
+	s.flush(ss) // replies stay in order
+	backend := ss.pools[ss.proto]
+	var reply []byte
+	for _, slot := range backend.Shards() {
+		pool := backend.PinPool(slot)
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Upstream.Timeout)
+		d, err := pool.Acquire(ctx)
+		cancel()
+		if err != nil {
+			if reply == nil {
+				reply = resp.AppendError(nil, "ERR upstream unavailable: "+err.Error())
+			}
+			continue
+		}
+		b := upstream.NewBatch()
+		b.Add(raw)
+		d.Do(b, s.cfg.Upstream.Timeout)
+		r := b.Reply(0)
+		pool.Release(d)
+		if reply == nil || bytes.HasPrefix(reply, []byte("-ERR upstream")) || !bytes.HasPrefix(r, []byte("-NOTBUSY")) {
+			reply = r
+		}
+	}
+	s.reply(ss, reply)
+}
+
+// answeredByProxy reports whether rproxy answers the command for the
+// session itself (or starts stream mode for it) rather than forwarding it.
+func answeredByProxy(info *command.Info, args [][]byte) bool {
+	if isAuth(args[0]) {
+		return true
+	}
+	if info == nil {
+		return bytes.EqualFold(args[0], []byte("proxy"))
+	}
+	switch info.Handling {
+	case command.Hello, command.Subscribe:
+		return true
+	case command.Client:
+		if len(args) < 2 {
+			return false
+		}
+		switch string(bytes.ToLower(args[1])) {
+		case "id", "getname", "setname", "setinfo", "kill", "tracking", "reply", "caching", "no-evict", "no-touch":
+			return true
+		}
+	}
+	return false
+}
+
+// commandLabel names a command for a message: its name, with the
+// subcommand for a container command such as CLIENT.
+func commandLabel(info *command.Info, args [][]byte) string {
+	if info != nil && info.Handling == command.Client && len(args) > 1 {
+		return string(args[0]) + " " + string(args[1])
+	}
+	return string(args[0])
 }
 
 // isNonBlockingRead reports whether an XREAD/XREADGROUP has no BLOCK option,
@@ -528,6 +612,7 @@ func (s *Server) refuse(ss *session, name []byte, why string) {
 // refuseMsg queues "-ERR rproxy: msg" in order with the other replies.
 func (s *Server) refuseMsg(ss *session, msg string) {
 	ss.refusedCount++
+	s.abortTransaction(ss)
 	ss.local = resp.AppendError(ss.local, "ERR rproxy: "+msg)
 	ss.localEnds = append(ss.localEnds, len(ss.local))
 	ss.order = append(ss.order, len(ss.localEnds)-1)

@@ -120,12 +120,17 @@ func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
 		p.dmu.Unlock()
 		return nil, errors.New("proxy shutting down")
 	}
-	if n := len(p.idle); n > 0 {
+	for n := len(p.idle); n > 0; n = len(p.idle) {
 		d := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.dmu.Unlock()
-		p.metrics.pinned.Inc()
-		return d, nil
+		if d.idleAlive() {
+			p.metrics.pinned.Inc()
+			p.keepSpare()
+			return d, nil
+		}
+		d.close() // Redis closed it while idle (its timeout, a restart)
+		p.dmu.Lock()
 	}
 	p.dmu.Unlock()
 	nc, err := p.dial(ctx)
@@ -142,7 +147,42 @@ func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
 	p.lent[d] = struct{}{}
 	p.dmu.Unlock()
 	p.metrics.pinned.Inc()
+	p.keepSpare()
 	return d, nil
+}
+
+// keepSpare dials, in the background, an idle connection for the next
+// Acquire when none is left: a session that subscribes, or opens a
+// transaction, then gets its connection without waiting for a dial (a
+// SUBSCRIBE reaches Redis about one round trip after the client sent it,
+// as it would directly, so a PUBLISH that follows is not missed). A pool
+// whose sessions never pin dials none.
+func (p *Pool) keepSpare() {
+	p.dmu.Lock()
+	if p.closed || len(p.idle) > 0 || p.dialingSpare {
+		p.dmu.Unlock()
+		return
+	}
+	p.dialingSpare = true
+	p.dmu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+		nc, err := p.dial(ctx)
+		cancel()
+		p.dmu.Lock()
+		defer p.dmu.Unlock()
+		p.dialingSpare = false
+		if err != nil {
+			return // the next Acquire dials, and reports the failure
+		}
+		if p.closed || len(p.idle) >= maxIdleDedicated {
+			nc.Close()
+			return
+		}
+		d := &Dedicated{pool: p, nc: nc, buf: make([]byte, 16<<10)}
+		p.lent[d] = struct{}{}
+		p.idle = append(p.idle, d)
+	}()
 }
 
 // Release takes back a lent connection. A healthy one is reset (RESET, then
@@ -177,7 +217,30 @@ func (d *Dedicated) reset() bool {
 	return b.Len() == 1 || (b.Reply(1)[0] != '-' && b.Reply(1)[0] != '!')
 }
 
-// Broken reports whether the connection failed (it is closed on Release).
+// idleAlive reports whether an idle connection is still open, without a
+// round trip: a peek that must return at once finds either nothing (alive)
+// or the end Redis sent when it closed the connection.
+func (d *Dedicated) idleAlive() bool {
+	if d.r < d.w {
+		return false // Redis sent something unasked: its state is unknown
+	}
+	nc := d.nc
+	tlsConn, isTLS := nc.(*tls.Conn)
+	if isTLS {
+		nc = tlsConn.NetConn()
+	}
+	switch peekConn(nc) {
+	case peekClosed:
+		return false
+	case peekData:
+		// Over TLS, pending bytes may be a record that is no reply (a
+		// session ticket); in the clear, Redis sent something unasked.
+		return isTLS
+	}
+	return true
+}
+
+// Broken reports whether// Broken reports whether the connection failed (it is closed on Release).
 func (d *Dedicated) Broken() bool { return d.broken.Load() }
 
 // Interrupt closes the connection from another goroutine, ending a Do that
@@ -225,6 +288,9 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 				reason := "read: " + err.Error()
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
+					if d.pool.scriptBusy(context.Background()) {
+						continue // behind a long script: wait, as on Redis
+					}
 					reason = fmt.Sprintf("no reply within %v", timeout)
 				}
 				d.fail(b, reason)
@@ -317,4 +383,16 @@ type dedicatedState struct {
 	lent   map[*Dedicated]struct{}
 	idle   []*Dedicated
 	closed bool
+	// dialingSpare: keepSpare's dial is under way.
+	dialingSpare bool
 }
+
+// peekResult is what peekConn found on a connection.
+type peekResult uint8
+
+const (
+	peekUnknown peekResult = iota // could not look
+	peekNothing                   // open, nothing pending
+	peekData                      // bytes pending
+	peekClosed                    // the peer closed it, or it failed
+)

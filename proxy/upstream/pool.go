@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/proxy/resp"
 )
 
 // Config configures one Pool: the shared connections of one protocol.
@@ -224,10 +227,34 @@ func (p *Pool) watch(ctx context.Context) {
 		}
 		now := p.cfg.Now().UnixNano()
 		for _, c := range p.conns {
-			if c.stalledSince(now) > p.cfg.Timeout {
-				p.metrics.errors.WithLabelValues("timeout").Inc()
-				c.closeWith(fmt.Sprintf("no reply within %v", p.cfg.Timeout))
+			if c.stalledSince(now) <= p.cfg.Timeout {
+				continue
 			}
+			if p.scriptBusy(ctx) {
+				// Redis is running a long script (or function) and answers
+				// nothing else until it ends or is killed: the connection is
+				// not dead, so its callers wait as on Redis. Look again
+				// after another timeout.
+				c.lastProgress.Store(p.cfg.Now().UnixNano())
+				continue
+			}
+			p.metrics.errors.WithLabelValues("timeout").Inc()
+			c.closeWith(fmt.Sprintf("no reply within %v", p.cfg.Timeout))
 		}
 	}
 }
+
+// scriptBusy reports whether Redis answers -BUSY on a new connection: it is
+// running a script or function past its busy threshold, so a connection
+// waiting for a reply is stalled behind it, not dead.
+func (p *Pool) scriptBusy(ctx context.Context) bool {
+	nc, err := p.dial(ctx)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	err = handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), pingCmd)
+	return err != nil && strings.Contains(err.Error(), `"-BUSY `)
+}
+
+var pingCmd = resp.AppendCommandString(nil, "PING")

@@ -1,0 +1,270 @@
+package proxy_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// pipeline encodes commands as one write, as client libraries send a
+// transaction.
+func pipeline(cmds ...[]string) []byte {
+	var b []byte
+	for _, c := range cmds {
+		b = resp.AppendCommandString(b, c...)
+	}
+	return b
+}
+
+// sendAll sends cmds in one write and reads one reply each.
+func sendAll(c *rawClient, cmds ...[]string) []string {
+	c.t.Helper()
+	c.send(pipeline(cmds...))
+	out := make([]string, len(cmds))
+	for i := range cmds {
+		out[i] = string(c.read())
+	}
+	return out
+}
+
+// A transaction sent in one write gets Redis's exact replies through the
+// default config (policy with big-key probes and TTL jitter on): nothing
+// rproxy adds (the DEL's size probe) lands inside it, and a TTL set in it
+// is not spread.
+func TestTransactionInOneWriteMatchesRedis(t *testing.T) {
+	direct := redistest.Start(t)
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	seqs := [][][]string{
+		{{"MULTI"}, {"DEL", "a"}, {"GET", "b"}, {"INCR", "n"}, {"EXEC"}},
+		{{"SET", "a", "1"}, {"MULTI"}, {"DEL", "a", "b"}, {"SET", "k", "v", "EX", "3600"}, {"TTL", "k"}, {"EXEC"}},
+		{{"MULTI"}, {"SETEX", "p:1", "100", "x"}, {"SADD", "tag", "p:1"}, {"EXPIRE", "tag", "100"}, {"TTL", "p:1"}, {"EXEC"}},
+	}
+	for _, seq := range seqs {
+		want := sendAll(dialClient(t, direct.Addr), seq...)
+		got := sendAll(dialClient(t, p.Addr), seq...)
+		if strings.Join(got, "") != strings.Join(want, "") {
+			t.Errorf("%v:\n through rproxy %q\n direct         %q", seq, got, want)
+		}
+	}
+	// Outside a transaction the same SET is still spread (not above the TTL
+	// asked for is issue 19's; here: jitter still runs outside MULTI).
+	c := dialClient(t, p.Addr)
+	if r := c.do("SET", "k2", "v", "EX", "3600"); r != "+OK\r\n" {
+		t.Fatalf("SET = %q", r)
+	}
+}
+
+// A command the policy refuses inside MULTI aborts the transaction as a
+// queue-time error does on Redis: EXEC gets EXECABORT, nothing is applied.
+func TestRefusedCommandAbortsTransaction(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	seq := [][]string{{"MULTI"}, {"SET", "s1", "x"}, {"FLUSHALL"}, {"SET", "s2", "y"}, {"EXEC"}}
+	check := func(t *testing.T, got []string) {
+		t.Helper()
+		if got[0] != "+OK\r\n" || got[1] != "+QUEUED\r\n" || got[3] != "+QUEUED\r\n" {
+			t.Errorf("replies %q", got)
+		}
+		if !strings.HasPrefix(got[2], "-DENIED ") {
+			t.Errorf("FLUSHALL = %q, want -DENIED", got[2])
+		}
+		if got[4] != "-EXECABORT Transaction discarded because of previous errors.\r\n" {
+			t.Errorf("EXEC = %q, want Redis's EXECABORT", got[4])
+		}
+		if n := string(rs.Do(t, "EXISTS", "s1", "s2")); n != ":0\r\n" {
+			t.Errorf("EXISTS s1 s2 = %q: the aborted transaction was applied", n)
+		}
+	}
+	t.Run("OneWrite", func(t *testing.T) {
+		check(t, sendAll(dialClient(t, p.Addr), seq...))
+	})
+	t.Run("RoundTrips", func(t *testing.T) {
+		c := dialClient(t, p.Addr)
+		var got []string
+		for _, cmd := range seq {
+			got = append(got, c.do(cmd...))
+		}
+		check(t, got)
+		// The session goes on, out of the transaction, in a clean state.
+		if r := c.do("SET", "after", "1"); r != "+OK\r\n" {
+			t.Errorf("SET after the aborted transaction = %q", r)
+		}
+	})
+	t.Run("BigKeyDelInside", func(t *testing.T) {
+		// A DEL inside MULTI is not probed: Redis queues it as sent.
+		c := dialClient(t, p.Addr)
+		got := sendAll(c, []string{"MULTI"}, []string{"DEL", "nokey"}, []string{"EXEC"})
+		if got[1] != "+QUEUED\r\n" || got[2] != "*1\r\n:0\r\n" {
+			t.Errorf("MULTI DEL EXEC = %q", got)
+		}
+	})
+}
+
+// Commands rproxy answers itself cannot run inside Redis's transaction:
+// they are refused there, and the transaction is aborted as Redis aborts on
+// a queue-time error, instead of being answered out of order.
+func TestProxyAnsweredCommandInsideMultiAborts(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c := dialClient(t, p.Addr)
+	got := sendAll(c, []string{"MULTI"}, []string{"SET", "m", "1"}, []string{"CLIENT", "SETNAME", "x"}, []string{"EXEC"}, []string{"CLIENT", "GETNAME"})
+	if !strings.HasPrefix(got[2], "-ERR rproxy: CLIENT SETNAME inside MULTI") {
+		t.Errorf("CLIENT SETNAME in MULTI = %q", got[2])
+	}
+	if !strings.HasPrefix(got[3], "-EXECABORT") {
+		t.Errorf("EXEC = %q, want EXECABORT", got[3])
+	}
+	if got[4] != "$-1\r\n" {
+		t.Errorf("CLIENT GETNAME = %q: the refused SETNAME was applied", got[4])
+	}
+	if n := string(rs.Do(t, "EXISTS", "m")); n != ":0\r\n" {
+		t.Errorf("EXISTS m = %q", n)
+	}
+}
+
+// clientIDWhere returns the id of the first Redis client whose CLIENT LIST
+// line has all the fields given (e.g. "db=9").
+func clientIDWhere(t *testing.T, rs *redistest.Server, fields ...string) string {
+	t.Helper()
+	for _, line := range strings.Split(string(rs.Do(t, "CLIENT", "LIST")), "\n") {
+		ok := true
+		for _, f := range fields {
+			ok = ok && strings.Contains(" "+line+" ", " "+f+" ")
+		}
+		if ok && strings.HasPrefix(line, "id=") {
+			return strings.TrimPrefix(strings.Fields(line)[0], "id=")
+		}
+	}
+	return ""
+}
+
+// A session in db 9 whose pinned connection dies is closed, as a direct
+// client's connection would drop; its next write never lands in db 0.
+func TestPinnedConnectionLostClosesStatefulSession(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c := dialClient(t, p.Addr)
+	if r := c.do("SELECT", "9"); r != "+OK\r\n" {
+		t.Fatalf("SELECT 9 = %q", r)
+	}
+	if r := c.do("SET", "a", "1"); r != "+OK\r\n" {
+		t.Fatalf("SET = %q", r)
+	}
+	id := clientIDWhere(t, rs, "db=9")
+	if id == "" {
+		t.Fatal("no Redis connection in db 9")
+	}
+	if r := string(rs.Do(t, "CLIENT", "KILL", "ID", id)); r != ":1\r\n" {
+		t.Fatalf("CLIENT KILL = %q", r)
+	}
+	c.send(pipeline([]string{"SET", "b", "2"}, []string{"SET", "c", "3"}))
+	c.expectClosed()
+	for _, db := range []string{"0", "9"} {
+		cl := dialClient(t, rs.Addr)
+		cl.do("SELECT", db)
+		if r := cl.do("EXISTS", "b", "c"); r != ":0\r\n" {
+			t.Errorf("db %s: EXISTS b c = %q after the pinned connection was lost", db, r)
+		}
+	}
+	// A session without state goes on after losing a blocking command's
+	// connection: nothing it set is lost.
+	c2 := dialClient(t, p.Addr)
+	c2.send(resp.AppendCommandString(nil, "BLPOP", "nothing", "0"))
+	waitFor(t, "BLPOP blocked on Redis", func() bool { return clientIDWhere(t, rs, "cmd=blpop") != "" })
+	rs.Do(t, "CLIENT", "KILL", "ID", clientIDWhere(t, rs, "cmd=blpop"))
+	if r := string(c2.read()); !strings.HasPrefix(r, "-ERR upstream unavailable") {
+		t.Errorf("BLPOP after its connection was killed = %q", r)
+	}
+	if r := c2.do("PING"); r != "+PONG\r\n" {
+		t.Errorf("PING after = %q", r)
+	}
+}
+
+// An idle pinned connection that Redis closed (its timeout, a kill) is not
+// lent again: the next transaction runs on a live connection.
+func TestIdlePinnedConnectionCheckedBeforeLent(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c := dialClient(t, p.Addr)
+	got := sendAll(c, []string{"MULTI"}, []string{"SET", "x", "1"}, []string{"EXEC"})
+	if got[2] != "*1\r\n+OK\r\n" {
+		t.Fatalf("first transaction: %q", got)
+	}
+	// The released connection was reset: its last command was RESET (or
+	// the handshake after it, when there is one).
+	var id string
+	waitFor(t, "the pinned connection released", func() bool {
+		id = clientIDWhere(t, rs, "cmd=reset")
+		return id != ""
+	})
+	rs.Do(t, "CLIENT", "KILL", "ID", id)
+	for i := 0; i < 3; i++ {
+		got := sendAll(c, []string{"MULTI"}, []string{"INCR", "n"}, []string{"EXEC"})
+		if got[0] != "+OK\r\n" || !bytes.HasPrefix([]byte(got[2]), []byte("*1\r\n:")) {
+			t.Fatalf("transaction %d after the idle connection was killed: %q", i, got)
+		}
+	}
+}
+
+// busyScript is a script that runs for about ms milliseconds of Redis's
+// clock, or for ever with ms 0.
+const busyScript = `local t = redis.call('TIME')
+local ms = tonumber(ARGV[1])
+while true do
+  local n = redis.call('TIME')
+  if ms > 0 and (n[1]-t[1])*1000 + (n[2]-t[2])/1000 > ms then return 'done' end
+end`
+
+// waitBusy waits until Redis answers BUSY: a script is past its threshold.
+func waitBusy(t *testing.T, rs *redistest.Server) {
+	t.Helper()
+	waitFor(t, "Redis busy with the script", func() bool {
+		r, err := rs.Exec("PING")
+		return err == nil && strings.HasPrefix(string(r), "-BUSY")
+	})
+}
+
+// A script that runs longer than upstream.timeout completes for its caller
+// (and for clients queued behind it on the shared connection), instead of
+// a "no reply" error and a reset connection; SCRIPT KILL through rproxy
+// reaches Redis while the script runs.
+func TestLongScriptAndScriptKill(t *testing.T) {
+	rs := redistest.Start(t, "--busy-reply-threshold", "100")
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Upstream.Timeout = 300 * time.Millisecond })
+
+	t.Run("CompletesPastTimeout", func(t *testing.T) {
+		caller, other := dialClient(t, p.Addr), dialClient(t, p.Addr)
+		caller.send(resp.AppendCommandString(nil, "EVAL", busyScript, "0", "1200"))
+		waitBusy(t, rs)
+		otherReply := make(chan string, 1)
+		go func() { otherReply <- other.doErr("ECHO", "behind") }()
+		if r := string(caller.read()); r != "$4\r\ndone\r\n" {
+			t.Errorf("long EVAL = %q, want its result", r)
+		}
+		if r := <-otherReply; r != "$6\r\nbehind\r\n" {
+			t.Errorf("command queued behind the script = %q", r)
+		}
+	})
+
+	t.Run("ScriptKill", func(t *testing.T) {
+		caller, killer := dialClient(t, p.Addr), dialClient(t, p.Addr)
+		caller.send(resp.AppendCommandString(nil, "EVAL", busyScript, "0", "0"))
+		waitBusy(t, rs)
+		if r := killer.do("SCRIPT", "KILL"); r != "+OK\r\n" {
+			t.Fatalf("SCRIPT KILL = %q", r)
+		}
+		if r := string(caller.read()); !strings.Contains(r, "killed by user") {
+			t.Errorf("killed EVAL = %q", r)
+		}
+		if r := killer.do("SCRIPT", "KILL"); !strings.HasPrefix(r, "-NOTBUSY") {
+			t.Errorf("SCRIPT KILL with no script = %q", r)
+		}
+	})
+}
