@@ -285,9 +285,10 @@ type Salt struct {
 // Policy refuses, rewrites or logs commands by rule (see policy/ and the
 // docs/policy.md). Reloaded on SIGHUP.
 type Policy struct {
-	// Defaults appends the built-in rules after Rules: KEYS, FLUSHALL,
-	// FLUSHDB, DEBUG, SHUTDOWN, CONFIG SET, MONITOR, REPLICAOF and cluster
-	// topology changes are denied; default true.
+	// Defaults appends the built-in rules after Rules (policy.DefaultRules):
+	// KEYS, FLUSHALL, FLUSHDB, server administration, ACL commands on
+	// users, CONFIG GET of secrets, commands that affect every client and
+	// cluster topology changes are denied; default true.
 	Defaults bool    `yaml:"defaults"`
 	Rules    []Rule  `yaml:"rules"` // checked in order before the defaults; first match wins; default []
 	BigKeys  BigKeys `yaml:"big_keys"`
@@ -352,7 +353,8 @@ func readSecretFile(key, path string, readFile func(string) ([]byte, error)) (st
 // PolicyConfig maps the policy and jitter sections onto policy.Config.
 func (c Config) PolicyConfig() policy.Config {
 	pc := policy.Config{
-		NoDefaults: !c.Policy.Defaults,
+		NoDefaults:  !c.Policy.Defaults,
+		Passthrough: c.Auth.Mode == "passthrough",
 		BigKeys: policy.BigKeyConfig{
 			DelMaxElements: c.Policy.BigKeys.DelMaxElements,
 			DelMaxBytes:    c.Policy.BigKeys.DelMaxBytes.Bytes(),

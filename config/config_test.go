@@ -680,6 +680,9 @@ jitter:
 	if pc.Jitter.MaxFraction != 0.05 || pc.Jitter.Exclude[0] != "lock:*" || pc.Jitter.Disabled {
 		t.Fatalf("jitter config %+v", pc.Jitter)
 	}
+	if c.Auth.Mode = "passthrough"; !c.PolicyConfig().Passthrough {
+		t.Error("auth.mode passthrough does not reach the policy (its credential rules then cover unauthenticated clients only)")
+	}
 	_, err = Parse([]byte("policy:\n  rules:\n    - name: x\n      commands: [get]\n      action: explode\n"), "t.yaml")
 	if err == nil || !strings.Contains(err.Error(), "config: t.yaml: policy: rules[0] (x)") {
 		t.Fatalf("bad action: %v", err)
