@@ -173,6 +173,14 @@ func run(args []string) error {
 	if err := sec.addCerts("upstream.tls.cert_file", cfg.Upstream.TLS.CertFile, pcfg.Upstream.TLS); err != nil {
 		return err
 	}
+	if err := sec.addCAFile("tls.client_ca_file", cfg.TLS.ClientCAFile, os.ReadFile); err != nil {
+		return err
+	}
+	if cfg.Upstream.TLS.Enabled {
+		if err := sec.addCAFile("upstream.tls.ca_file", cfg.Upstream.TLS.CAFile, os.ReadFile); err != nil {
+			return err
+		}
+	}
 	sec.checkCerts()
 	startPolicy, err := policy.New(cfg.PolicyConfig(), nil, nil) // what the upstream user check probes
 	if err != nil {

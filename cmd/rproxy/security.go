@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -49,10 +50,10 @@ type security struct {
 	last    userCheck // the last check that got an answer
 }
 
-// namedCert is a certificate rproxy presents, by the config key of its
-// file.
+// namedCert is a certificate rproxy presents, or the first to expire of a
+// CA file it verifies peers with, by the config key of its file.
 type namedCert struct {
-	key  string // "tls.cert_file" or "upstream.tls.cert_file"
+	key  string // "tls.cert_file", "upstream.tls.cert_file", "tls.client_ca_file", "upstream.tls.ca_file"
 	file string
 	leaf *x509.Certificate
 }
@@ -111,6 +112,40 @@ func (s *security) addCerts(key, file string, c *tls.Config) error {
 	return nil
 }
 
+// addCAFile records the CA certificate of the PEM file at path (""
+// none) that expires first, under key: once it has expired, the peers it
+// verifies are refused.
+func (s *security) addCAFile(key, path string, readFile func(string) ([]byte, error)) error {
+	if path == "" {
+		return nil
+	}
+	b, err := readFile(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	var first *x509.Certificate
+	for {
+		var block *pem.Block
+		if block, b = pem.Decode(b); block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", key, path, err)
+		}
+		if first == nil || c.NotAfter.Before(first.NotAfter) {
+			first = c
+		}
+	}
+	if first != nil {
+		s.certs = append(s.certs, namedCert{key: key, file: path, leaf: first})
+	}
+	return nil
+}
+
 // checkCerts warns about each certificate that has expired or expires
 // within certWarnBefore.
 func (s *security) checkCerts() {
@@ -133,7 +168,7 @@ func (s *security) checkCerts() {
 type certCollector struct{ s *security }
 
 var certExpiryDesc = prometheus.NewDesc("rproxy_tls_certificate_expiry_seconds",
-	"Seconds until a certificate rproxy presents expires (negative once expired), by config key: tls.cert_file (to clients), upstream.tls.cert_file (to Redis).",
+	"Seconds until a certificate expires (negative once expired), by config key: tls.cert_file (presented to clients), upstream.tls.cert_file (to Redis), tls.client_ca_file and upstream.tls.ca_file (the first of the file's CAs to expire).",
 	[]string{"key"}, nil)
 
 func (c certCollector) Describe(ch chan<- *prometheus.Desc) { ch <- certExpiryDesc }
@@ -325,7 +360,7 @@ func (s *security) infoFields() []string {
 	}
 	now := s.now()
 	for _, c := range s.certs {
-		name := strings.ReplaceAll(strings.TrimSuffix(c.key, ".cert_file"), ".", "_")
+		name := strings.ReplaceAll(strings.TrimSuffix(strings.TrimSuffix(c.key, "_file"), ".cert"), ".", "_")
 		out = append(out, name+"_cert_expiry_seconds:"+strconv.FormatInt(int64(c.leaf.NotAfter.Sub(now).Seconds()), 10))
 	}
 	return out

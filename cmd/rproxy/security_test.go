@@ -235,7 +235,18 @@ func TestCertExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A CA file: its first CA to expire counts (tlstest's CAs run a day
+	// past their certificates).
+	if err := s.addCAFile("tls.client_ca_file", soon.CA, os.ReadFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.addCAFile("upstream.tls.ca_file", filepath.Join(t.TempDir(), "missing.pem"), os.ReadFile); err == nil {
+		t.Error("a missing CA file was accepted")
+	}
 	s.checkCerts()
+	if got := logs.FilterMessageSnippet("expires soon").FilterField(zap.String("key", "tls.client_ca_file")).Len(); got != 1 {
+		t.Errorf("CA expiring in 4 days: %d warnings: %v", got, logs.All())
+	}
 	if got := logs.FilterMessageSnippet("has expired").FilterField(zap.String("key", "tls.cert_file")).Len(); got != 1 {
 		t.Errorf("expired certificate: %d warnings: %v", got, logs.All())
 	}
@@ -246,12 +257,13 @@ func TestCertExpiry(t *testing.T) {
 		t.Errorf("a certificate valid 60 more days was warned about: %v", logs.All())
 	}
 	got := gathered(t, reg, "rproxy_tls_certificate_expiry_seconds")
-	want := map[string]float64{`key="tls.cert_file"`: -3600, `key="upstream.tls.cert_file"`: 3 * 24 * 3600, `key="later"`: 60 * 24 * 3600}
+	want := map[string]float64{`key="tls.cert_file"`: -3600, `key="upstream.tls.cert_file"`: 3 * 24 * 3600, `key="later"`: 60 * 24 * 3600,
+		`key="tls.client_ca_file"`: 4 * 24 * 3600}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rproxy_tls_certificate_expiry_seconds = %v, want %v", got, want)
 	}
 	if info := strings.Join(s.infoFields(), "\n"); !strings.Contains(info, "tls_cert_expiry_seconds:-3600") ||
-		!strings.Contains(info, "upstream_tls_cert_expiry_seconds:259200") {
+		!strings.Contains(info, "upstream_tls_cert_expiry_seconds:259200") || !strings.Contains(info, "tls_client_ca_cert_expiry_seconds:345600") {
 		t.Errorf("INFO fields:\n%s", info)
 	}
 }
