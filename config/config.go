@@ -31,6 +31,11 @@ type Config struct {
 	// AdminTokenFile holds a token the admin endpoints require (Bearer),
 	// except /healthz and /readyz; "" = no token (bind admin to loopback).
 	AdminTokenFile string `yaml:"admin_token_file"`
+	// AdminAllowUnauthenticated lets admin listen on an address other than
+	// loopback without admin_token_file (as Redis's protected-mode no):
+	// anyone who reaches it can reload the configuration and read
+	// /debug/pprof. Default false: such a config is refused.
+	AdminAllowUnauthenticated bool `yaml:"admin_allow_unauthenticated"`
 	// Procs is how many OS threads run Go code (GOMAXPROCS); default 1,
 	// 0 = Go's default (the GOMAXPROCS variable, else the CPU count); 0..1024.
 	Procs    int      `yaml:"procs"`
@@ -285,9 +290,10 @@ type Salt struct {
 // Policy refuses, rewrites or logs commands by rule (see policy/ and the
 // docs/policy.md). Reloaded on SIGHUP.
 type Policy struct {
-	// Defaults appends the built-in rules after Rules: KEYS, FLUSHALL,
-	// FLUSHDB, DEBUG, SHUTDOWN, CONFIG SET, MONITOR, REPLICAOF and cluster
-	// topology changes are denied; default true.
+	// Defaults appends the built-in rules after Rules (policy.DefaultRules):
+	// KEYS, FLUSHALL, FLUSHDB, server administration, ACL commands on
+	// users, CONFIG GET of secrets, commands that affect every client and
+	// cluster topology changes are denied; default true.
 	Defaults bool    `yaml:"defaults"`
 	Rules    []Rule  `yaml:"rules"` // checked in order before the defaults; first match wins; default []
 	BigKeys  BigKeys `yaml:"big_keys"`
@@ -352,7 +358,8 @@ func readSecretFile(key, path string, readFile func(string) ([]byte, error)) (st
 // PolicyConfig maps the policy and jitter sections onto policy.Config.
 func (c Config) PolicyConfig() policy.Config {
 	pc := policy.Config{
-		NoDefaults: !c.Policy.Defaults,
+		NoDefaults:  !c.Policy.Defaults,
+		Passthrough: c.Auth.Mode == "passthrough",
 		BigKeys: policy.BigKeyConfig{
 			DelMaxElements: c.Policy.BigKeys.DelMaxElements,
 			DelMaxBytes:    c.Policy.BigKeys.DelMaxBytes.Bytes(),
@@ -767,6 +774,8 @@ func (c Config) Validate() error {
 	if c.Admin != "" {
 		if err := checkHostPort(c.Admin, 0); err != nil {
 			add("admin %v (use \"\" to disable)", err)
+		} else if c.AdminTokenFile == "" && !c.AdminAllowUnauthenticated && !loopback(c.Admin) {
+			add("admin %s is not a loopback address and admin_token_file is not set: anyone who reaches it could reload the configuration and read /debug/pprof; set admin_token_file, bind admin to 127.0.0.1, or set admin_allow_unauthenticated: true if a firewall keeps others out", c.Admin)
 		}
 	}
 
@@ -961,6 +970,20 @@ func (c Config) validateTLS(add func(format string, args ...any)) {
 	if u.InsecureSkipVerify && u.CAFile != "" {
 		add("upstream.tls.insecure_skip_verify accepts any certificate, so upstream.tls.ca_file would be ignored: set one of them")
 	}
+}
+
+// loopback reports whether the host of addr (host:port) is a loopback
+// address or "localhost". An empty host is every interface: not loopback.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // checkHostPort checks that addr is host:port with a numeric port of at least

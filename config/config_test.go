@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 85 {
-		t.Errorf("Config has %d yaml keys, test expects 85: %v", len(want), want)
+	if len(want) != 86 {
+		t.Errorf("Config has %d yaml keys, test expects 86: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -275,6 +275,16 @@ func TestValidateRules(t *testing.T) {
 		{"listen ipv6", func(c *Config) { c.Listen = "[::1]:6380" }, ""},
 		{"admin on", func(c *Config) { c.Admin = "127.0.0.1:9121" }, ""},
 		{"admin bad", func(c *Config) { c.Admin = "9121" }, "admin must be host:port"},
+		// Protected admin: off loopback it needs a token, or an explicit opt-out.
+		{"admin all interfaces", func(c *Config) { c.Admin = ":9121" }, "admin :9121 is not a loopback address and admin_token_file is not set"},
+		{"admin 0.0.0.0", func(c *Config) { c.Admin = "0.0.0.0:9121" }, "set admin_token_file, bind admin to 127.0.0.1, or set admin_allow_unauthenticated: true"},
+		{"admin private", func(c *Config) { c.Admin = "10.0.0.12:9121" }, "admin 10.0.0.12:9121 is not a loopback address"},
+		{"admin host name", func(c *Config) { c.Admin = "node1:9121" }, "is not a loopback address"},
+		{"admin ipv6 loopback", func(c *Config) { c.Admin = "[::1]:9121" }, ""},
+		{"admin localhost", func(c *Config) { c.Admin = "localhost:9121" }, ""},
+		{"admin 127.0.0.2", func(c *Config) { c.Admin = "127.0.0.2:9121" }, ""},
+		{"admin with token", func(c *Config) { c.Admin, c.AdminTokenFile = "0.0.0.0:9121", "/run/secrets/token" }, ""},
+		{"admin explicitly open", func(c *Config) { c.Admin, c.AdminAllowUnauthenticated = "0.0.0.0:9121", true }, ""},
 		{"address empty", func(c *Config) { c.Upstream.Address = "" }, "upstream.address must be host:port"},
 		{"address port 0", func(c *Config) { c.Upstream.Address = "redis:0" }, "upstream.address must have a port between 1 and 65535"},
 		{"address port big", func(c *Config) { c.Upstream.Address = "redis:65536" }, "upstream.address must have a port"},
@@ -679,6 +689,9 @@ jitter:
 	}
 	if pc.Jitter.MaxFraction != 0.05 || pc.Jitter.Exclude[0] != "lock:*" || pc.Jitter.Disabled {
 		t.Fatalf("jitter config %+v", pc.Jitter)
+	}
+	if c.Auth.Mode = "passthrough"; !c.PolicyConfig().Passthrough {
+		t.Error("auth.mode passthrough does not reach the policy (its credential rules then cover unauthenticated clients only)")
 	}
 	_, err = Parse([]byte("policy:\n  rules:\n    - name: x\n      commands: [get]\n      action: explode\n"), "t.yaml")
 	if err == nil || !strings.Contains(err.Error(), "config: t.yaml: policy: rules[0] (x)") {

@@ -29,11 +29,23 @@
 // of the same Redis (the comments in DefaultRules say why for each): KEYS
 // (blocks Redis for the whole keyspace walk: use SCAN), FLUSHALL and
 // FLUSHDB (irreversible; the operator allows them, e.g. only with ASYNC),
-// server administration (DEBUG, SHUTDOWN, CONFIG SET, MONITOR, REPLICAOF,
-// SLAVEOF), cluster topology changes (CLUSTER ADDSLOTS, SETSLOT, RESET,
-// FORGET, MEET, ...) and CLIENT KILL other than by ID (behind a proxy it
-// would close a shared connection), and PROXY RELOAD except from loopback.
-// NoDefaults drops them all.
+// server administration (DEBUG, SHUTDOWN, CONFIG SET and REWRITE, MONITOR,
+// REPLICAOF, SLAVEOF, FAILOVER, MODULE LOAD), Redis's credentials (ACL
+// subcommands that read or change users, CONFIG GET of a pattern that can
+// match a password parameter: rproxy's clients share its upstream user),
+// persistence on demand (SAVE, BGSAVE, BGREWRITEAOF), commands that change
+// what every other client sees (SWAPDB, CLIENT PAUSE, SCRIPT FLUSH,
+// FUNCTION FLUSH, ...), cluster topology changes (CLUSTER ADDSLOTS,
+// SETSLOT, RESET, FORGET, MEET, ...) and CLIENT KILL other than by ID
+// (behind a proxy it would close a shared connection), and PROXY RELOAD
+// except from loopback. NoDefaults drops them all. With Passthrough the
+// credential rules cover only clients that have not AUTHed: the others
+// are Redis's own ACL users, and Redis decides.
+//
+// A rule's Patterns dimension is the reverse of Keys: the command's
+// arguments are read as globs (as CONFIG GET reads them) and matched
+// against the rule's names, so CONFIG GET * is refused by a rule naming
+// requirepass.
 //
 // # Big keys
 //

@@ -31,6 +31,12 @@ type Config struct {
 	NoDefaults bool   // true: DefaultRules are not appended
 	BigKeys    BigKeyConfig
 	Jitter     JitterConfig
+	// Passthrough is auth.mode passthrough: a client that has AUTHed runs
+	// as one of Redis's own ACL users and Redis decides what it may read
+	// of Redis's users and settings, so the default credential rules
+	// (deny-acl, deny-config-get-secrets) apply only to clients that have
+	// not AUTHed (User ""), whose commands run as rproxy's upstream user.
+	Passthrough bool
 }
 
 // DefaultConfig is the configuration a fresh install should run with: the
@@ -154,7 +160,12 @@ func New(cfg Config, m *Metrics, log *zap.Logger) (*Policy, error) {
 
 	rules := slices.Clip(cfg.Rules)
 	if !cfg.NoDefaults {
-		rules = append(rules, DefaultRules()...)
+		for _, r := range DefaultRules() {
+			if cfg.Passthrough && credentialRules[r.Name] {
+				r.Users = []string{""}
+			}
+			rules = append(rules, r)
+		}
 	}
 	for i := range rules {
 		c, err := compile(&rules[i], m)

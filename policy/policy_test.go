@@ -241,6 +241,17 @@ func TestDefaults(t *testing.T) {
 		"CLUSTER FLUSHSLOTS", "CLUSTER FAILOVER", "CLUSTER FORGET id", "CLUSTER MEET h 1", "CLUSTER REPLICATE id",
 		"CLUSTER RESET HARD", "CLUSTER SETSLOT 1 NODE id", "CLUSTER SAVECONFIG", "CLUSTER BUMPEPOCH",
 		"CLUSTER SET-CONFIG-EPOCH 1",
+		// issue 17: credentials, and commands that affect every client
+		"ACL LIST", "acl users", "ACL GETUSER default", "ACL SETUSER default resetpass >x",
+		"ACL SETUSER evil on >e ~* +@all", "ACL DELUSER rproxy", "ACL SAVE", "ACL LOAD", "ACL LOG",
+		"ACL DRYRUN default FLUSHALL", "ACL NOSUCHSUB",
+		"CONFIG GET requirepass", "config get MasterAuth", "CONFIG GET *", "CONFIG GET *pass*",
+		"CONFIG GET master*", "CONFIG GET maxmemory requirepass", "CONFIG GET tls-*", "CONFIG GET ?equirepass",
+		"CONFIG GET [rm]*", "CONFIG REWRITE", "CONFIG RESETSTAT",
+		"SWAPDB 0 1", "CLIENT PAUSE 1000", "client pause 1000 write", "CLIENT UNPAUSE",
+		"SAVE", "BGSAVE", "BGSAVE SCHEDULE", "BGREWRITEAOF", "SCRIPT FLUSH", "script flush async",
+		"FUNCTION FLUSH", "FUNCTION RESTORE payload", "FAILOVER", "MODULE LOAD /tmp/x.so", "MODULE UNLOAD m",
+		"MODULE LOADEX /tmp/x.so",
 	} {
 		d := p.Check(cmd(line))
 		if d.Action != Deny || !strings.HasPrefix(string(d.Reply), "-DENIED ") || !strings.HasSuffix(string(d.Reply), "\r\n") {
@@ -250,6 +261,12 @@ func TestDefaults(t *testing.T) {
 	for _, line := range []string{
 		"GET k", "SCAN 0 MATCH user:*", "CONFIG GET maxmemory", "CLUSTER INFO", "CLUSTER SLOTS",
 		"cluster shards", "DEL k", "INFO", "PING",
+		// what redis-benchmark, redis-py and go-redis send, and harmless ACL
+		"CONFIG GET save", "CONFIG GET appendonly", "config get maxmemory-policy", "CONFIG GET max*",
+		"CONFIG GET", "ACL WHOAMI", "ACL CAT", "acl cat dangerous", "ACL GENPASS", "ACL HELP",
+		"CLIENT SETINFO lib-name redis-py", "CLIENT SETNAME app", "CLIENT LIST", "CLIENT ID",
+		"SCRIPT LOAD x", "SCRIPT EXISTS x", "SCRIPT KILL", "FUNCTION LOAD x", "FUNCTION LIST", "FUNCTION KILL",
+		"LASTSAVE", "MODULE LIST", "HELLO 3", "DBSIZE",
 	} {
 		if d := p.Check(cmd(line)); d.Action != Allow {
 			t.Errorf("%s: got %s by %s", line, d.Action, d.Rule)
@@ -260,6 +277,57 @@ func TestDefaults(t *testing.T) {
 	}
 	if got := string(p.Check(cmd("FLUSHALL")).Reply); !strings.Contains(got, "async") {
 		t.Errorf("the FLUSHALL message does not say how to allow it: %q", got)
+	}
+}
+
+// In auth.mode passthrough a client that has AUTHed is one of Redis's own
+// ACL users and Redis decides; a client that has not rides rproxy's
+// upstream user and gets the credential rules. The other defaults apply
+// to everyone.
+func TestDefaultCredentialRulesPassthrough(t *testing.T) {
+	p, _ := mustNew(t, Config{Passthrough: true})
+	for _, line := range []string{"ACL LIST", "ACL SETUSER x on", "CONFIG GET requirepass"} {
+		if d := p.Check(cmd(line)); d.Action != Deny {
+			t.Errorf("%s before AUTH: %s, want deny", line, d.Action)
+		}
+		if d := p.Check(cmd(line, user("alice"))); d.Action != Allow {
+			t.Errorf("%s as Redis user alice: %s by %s, want allow (Redis decides)", line, d.Action, d.Rule)
+		}
+	}
+	if d := p.Check(cmd("SWAPDB 0 1", user("alice"))); d.Action != Deny {
+		t.Errorf("SWAPDB as alice: %s, want deny (affects every client)", d.Action)
+	}
+	// In proxy mode every user shares rproxy's upstream user.
+	p, _ = mustNew(t, Config{})
+	if d := p.Check(cmd("ACL LIST", user("alice"))); d.Action != Deny {
+		t.Errorf("ACL LIST as proxy user alice: %s, want deny", d.Action)
+	}
+	if got := string(p.Check(cmd("ACL LIST")).Reply); !strings.Contains(got, "Redis directly") {
+		t.Errorf("the ACL message does not say where to do it: %q", got)
+	}
+	if got := string(p.Check(cmd("CONFIG GET *")).Reply); !strings.Contains(got, "Redis directly") {
+		t.Errorf("the CONFIG GET message does not say where to do it: %q", got)
+	}
+}
+
+// Patterns reads the command's arguments as globs and matches them against
+// the rule's names, case-insensitively, after the subcommand only.
+func TestRulePatterns(t *testing.T) {
+	p, _ := mustNew(t, Config{NoDefaults: true, Rules: []Rule{
+		{Name: "p", Commands: []string{"config|get"}, Patterns: []string{"Secret-Param"}, Action: Deny},
+		{Name: "q", Commands: []string{"echo"}, Patterns: []string{"x"}, Action: Deny},
+	}})
+	for line, want := range map[string]Action{
+		"CONFIG GET secret-param": Deny, "CONFIG GET SECRET-*": Deny, "CONFIG GET a b *": Deny,
+		"CONFIG GET secret": Allow, "CONFIG GET s[a-d]cret-param": Allow, "CONFIG GET": Allow,
+		"CONFIG GET get": Allow, "ECHO x": Deny, "ECHO y": Allow, "ECHO": Allow,
+	} {
+		if d := p.Check(cmd(line)); d.Action != want {
+			t.Errorf("%s: %s, want %s", line, d.Action, want)
+		}
+	}
+	if err := (Config{Rules: []Rule{{Name: "e", Commands: []string{"x"}, Patterns: []string{""}, Action: Deny}}}).Validate(); err == nil || !strings.Contains(err.Error(), "patterns") {
+		t.Errorf("an empty pattern name: %v", err)
 	}
 }
 

@@ -16,6 +16,7 @@ type Rule struct {
 	Commands  []string // required: command names, any case; "config|set" for a subcommand (CONFIG SET in any case)
 	Args      []string // optional: the arguments after the command (after the subcommand for "x|y") start with these, case-insensitive
 	Keys      []string // optional: Redis glob patterns; any key of the command matching any of them matches. A command without keys never matches
+	Patterns  []string // optional, the reverse of Keys: some argument after the command (after the subcommand for "x|y"), read as a glob the way CONFIG GET reads it (case-insensitive), matches one of these names: [requirepass] matches CONFIG GET *pass* and *, not maxmemory
 	Users     []string // optional: proxy user names; "" is the unauthenticated / default user
 	Addrs     []string // optional: client source IPs or CIDR prefixes
 	Action    Action   // allow, deny, rewrite or log (dry run)
@@ -23,6 +24,18 @@ type Rule struct {
 	RewriteTo string   // rewrite (or log of a rewrite): the command name that replaces args[0]
 	LogAction Action   // log: what the rule would do, deny or rewrite
 }
+
+// SecretParams are the Redis configuration parameters that hold a
+// password or name the identity Redis uses elsewhere: CONFIG GET of a
+// pattern matching one of them is refused by default.
+var SecretParams = []string{"requirepass", "masterauth", "masteruser", "tls-key-file-pass", "tls-client-key-file-pass"}
+
+// credentialRules are the default rules that keep Redis's own credentials
+// out of clients' reach. In auth.mode passthrough (Config.Passthrough) a
+// client that has AUTHed is one of Redis's own ACL users and Redis decides
+// what it may run, so there they cover only clients that have not AUTHed,
+// whose commands ride rproxy's own upstream user.
+var credentialRules = map[string]bool{"deny-acl": true, "deny-config-get-secrets": true}
 
 // Names reserved for the checks that are not rules but are counted like them.
 const (
@@ -72,11 +85,70 @@ func DefaultRules() []Rule {
 			// write files on the host); MONITOR streams every command of
 			// every client, values and passwords included, and costs Redis
 			// a copy of each; REPLICAOF/SLAVEOF turns the server into a
-			// replica and discards its data.
-			Name:     "deny-admin",
-			Commands: []string{"debug", "shutdown", "config|set", "monitor", "replicaof", "slaveof"},
+			// replica and discards its data; FAILOVER hands the master role
+			// to a replica; CONFIG REWRITE writes the server's config file;
+			// MODULE LOAD runs a shared library's code inside Redis.
+			Name: "deny-admin",
+			Commands: []string{"debug", "shutdown", "config|set", "config|rewrite", "monitor", "replicaof", "slaveof",
+				"failover", "module|load", "module|loadex", "module|unload"},
+			Action:  Deny,
+			Message: "restricted admin command; run it on the Redis server directly, or ask the operator for a policy rule allowing it for your user or address",
+		},
+		{
+			// Every client of rproxy shares rproxy's upstream user, so a
+			// client that reads or changes Redis's users reads or changes
+			// everyone's: ACL LIST and GETUSER show the users and their
+			// rules, ACL SETUSER default resetpass locks rproxy itself out
+			// at its next reconnect, ACL SETUSER evil on >e +@all makes a
+			// user with every right. WHOAMI (the user's name only), CAT
+			// (the command categories, no user data), GENPASS (a random
+			// string from Redis) and HELP reveal and change nothing.
+			Name:     "allow-acl-self",
+			Commands: []string{"acl|whoami", "acl|cat", "acl|genpass", "acl|help"},
+			Action:   Allow,
+		},
+		{
+			Name:     "deny-acl",
+			Commands: []string{"acl"},
 			Action:   Deny,
-			Message:  "restricted admin command; run it on the Redis server directly, or ask the operator for a policy rule allowing it for your user or address",
+			Message:  "ACL commands that read or change Redis users are refused: rproxy's clients share its upstream user; manage users on Redis directly, as a Redis admin (ACL WHOAMI and ACL CAT are allowed)",
+		},
+		{
+			// CONFIG GET * or *pass* returns requirepass and masterauth in
+			// clear: the upstream password that rproxy keeps out of its own
+			// /config and logs. A pattern that cannot match a secret
+			// (CONFIG GET save, appendonly, maxmemory: what
+			// redis-benchmark and monitoring ask) goes through.
+			Name:     "deny-config-get-secrets",
+			Commands: []string{"config|get"},
+			Patterns: SecretParams,
+			Action:   Deny,
+			Message:  "CONFIG GET of a pattern that can match a password parameter (requirepass, masterauth, masteruser, tls-key-file-pass, tls-client-key-file-pass) is refused; name the parameters you need (CONFIG GET maxmemory), or read secrets on Redis directly, as a Redis admin",
+		},
+		{
+			// Persistence on demand: SAVE blocks Redis for the whole dump;
+			// BGSAVE and BGREWRITEAOF fork, which on a large dataset stalls
+			// Redis for the fork and can double its memory under writes.
+			// The schedule belongs to the operator (save, appendonly).
+			Name:     "deny-persistence",
+			Commands: []string{"save", "bgsave", "bgrewriteaof"},
+			Action:   Deny,
+			Message:  "SAVE, BGSAVE and BGREWRITEAOF are operator actions (they block or fork Redis); run them on the Redis server directly, or ask the operator for a policy rule allowing them",
+		},
+		{
+			// Commands that change what every other client sees: SWAPDB
+			// swaps two databases under every client; CLIENT PAUSE freezes
+			// every client, rproxy's own shared connections included (and
+			// UNPAUSE ends an operator's pause, e.g. during a failover);
+			// SCRIPT FLUSH and FUNCTION FLUSH delete the scripts and
+			// libraries other clients' EVALSHA and FCALL need, FUNCTION
+			// RESTORE replaces them; CONFIG RESETSTAT zeroes the server's
+			// statistics that monitoring reads.
+			Name: "deny-server-wide",
+			Commands: []string{"swapdb", "client|pause", "client|unpause", "script|flush", "function|flush",
+				"function|restore", "config|resetstat"},
+			Action:  Deny,
+			Message: "this command affects every client of the Redis server; run it on the Redis server directly, as an admin, or ask the operator for a policy rule allowing it",
 		},
 		{
 			// Cluster writes change slot ownership or membership: a wrong
@@ -157,6 +229,11 @@ func (r *Rule) problems() []string {
 			add("keys: an empty pattern matches only the empty key; use * for any key")
 		}
 	}
+	for _, n := range r.Patterns {
+		if n == "" {
+			add("patterns: an empty name matches nothing")
+		}
+	}
 	for _, a := range r.Addrs {
 		if _, err := parsePrefix(a); err != nil {
 			add("addrs: %v", err)
@@ -213,6 +290,7 @@ type compiledRule struct {
 	logAction Action
 	args      []string // lower-case (ASCII)
 	keys      []glob
+	patterns  []string // lower-case (ASCII)
 	users     []string
 	addrs     []netip.Prefix
 	reply     []byte
@@ -234,6 +312,9 @@ func compile(r *Rule, m *Metrics) (*compiledRule, error) {
 	}
 	for _, k := range r.Keys {
 		c.keys = append(c.keys, glob(k))
+	}
+	for _, n := range r.Patterns {
+		c.patterns = append(c.patterns, asciiLower(n))
 	}
 	for _, a := range r.Addrs {
 		pfx, err := parsePrefix(a)
@@ -290,7 +371,26 @@ func (e *entry) match(r *Request) bool {
 	if len(c.keys) > 0 && !anyKeyMatches(c.keys, r.Keys) {
 		return false
 	}
+	if len(c.patterns) > 0 && !anyPatternMatches(r.Args[min(off, len(r.Args)):], c.patterns) {
+		return false
+	}
 	return true
+}
+
+// anyPatternMatches reports whether one of args, read as a glob pattern
+// matched case-insensitively (as CONFIG GET matches parameter names),
+// matches one of names (lower-case). Only rules with Patterns get here,
+// so the lower-casing copy is not on the path of other commands.
+func anyPatternMatches(args [][]byte, names []string) bool {
+	for _, a := range args {
+		g := glob(asciiLower(string(a)))
+		for _, n := range names {
+			if g.match([]byte(n)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *compiledRule) addrMatch(a netip.Addr) bool {

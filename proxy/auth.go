@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -85,8 +86,7 @@ func (s *Server) auth(ss *session, cmd redcon.Command) {
 // login checks credentials and, if they match, authenticates the session.
 func (s *Server) login(ss *session, user, pass []byte) bool {
 	if !s.cfg.Users.verify(user, pass) {
-		s.log.Info("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
-			zap.String("command", ss.lastCmd), zap.ByteString("user", user))
+		s.authFailed(ss, user)
 		return false
 	}
 	ss.authed, ss.user = true, string(user)
@@ -117,6 +117,44 @@ func (s *Server) helloAuth(ss *session, user, pass []byte, hasAuth bool) bool {
 	return true
 }
 
+// authFailed counts a failed AUTH (or HELLO AUTH) and logs it at warn, at
+// most one line per authLogEvery: a brute-force run is one line a second
+// with the count of those not logged, not one line per guess.
+func (s *Server) authFailed(ss *session, user []byte) {
+	s.metrics.authFailures.Inc()
+	ok, suppressed := s.authLog.allow(s.clock())
+	if !ok {
+		return
+	}
+	s.log.Warn("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+		zap.String("command", ss.lastCmd), zap.ByteString("user", user), zap.Int("not_logged_since_last", suppressed))
+}
+
+// authLogEvery is the shortest interval between two failed-AUTH lines.
+const authLogEvery = time.Second
+
+// logLimiter lets one event in per authLogEvery and counts the others.
+// The zero value is ready.
+type logLimiter struct {
+	mu         sync.Mutex
+	next       time.Time // no line before this
+	suppressed int       // events not logged since the last line
+}
+
+// allow reports whether an event at now is logged and, if so, how many
+// were not since the last one that was.
+func (l *logLimiter) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.next) {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.next, l.suppressed = now.Add(authLogEvery), 0
+	return true, n
+}
+
 func isAuth(name []byte) bool { return bytes.EqualFold(name, []byte("auth")) }
 
 // maxUserPools bounds the distinct upstream credentials that get pools of
@@ -136,8 +174,7 @@ func (s *Server) loginUpstream(ss *session, user, pass []byte) ([]byte, bool) {
 		return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()), false
 	}
 	if string(r) != "+OK\r\n" {
-		s.log.Info("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
-			zap.String("command", ss.lastCmd), zap.ByteString("user", user))
+		s.authFailed(ss, user)
 		return r, false
 	}
 	ps, err := s.userPoolSet(string(user), string(pass))

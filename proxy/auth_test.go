@@ -4,6 +4,11 @@ import (
 	"crypto/sha256"
 	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
@@ -201,4 +206,55 @@ func TestAuthPassthrough(t *testing.T) {
 		t.Fatalf("GET after HELLO 3 AUTH = %q (want RESP3 null)", got)
 	}
 	assertNoPins(t, p)
+}
+
+// A brute-force run is counted in full and logged at warn, at most one line
+// a second (each with the count it stands for), not one line per guess;
+// passthrough failures, which Redis decides, are counted too.
+func TestAuthFailuresCountedAndRateLimited(t *testing.T) {
+	rs := redistest.Start(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	p := proxytest.StartLogged(t, zap.New(core), rs.Addr, func(c *proxy.Config) {
+		c.Users = proxy.Users{"alice": sha("alicepw")}
+	})
+	c := dialClient(t, p.Addr)
+	start := time.Now()
+	const guesses = 200
+	var batch []byte
+	for i := 0; i < guesses; i++ {
+		batch = resp.AppendCommandString(batch, "AUTH", "alice", "guess"+strings.Repeat("x", i%7))
+	}
+	c.send(batch)
+	for i := 0; i < guesses; i++ {
+		if got := string(c.read()); !strings.HasPrefix(got, "-WRONGPASS") {
+			t.Fatalf("guess %d = %q", i, got)
+		}
+	}
+	if got := c.do("HELLO", "3", "AUTH", "alice", "bad"); !strings.HasPrefix(got, "-WRONGPASS") {
+		t.Fatalf("HELLO AUTH = %q", got)
+	}
+	elapsed := time.Since(start)
+	if n := counterValue(t, p.Registry, "rproxy_proxy_auth_failures_total", nil); n != guesses+1 {
+		t.Errorf("rproxy_proxy_auth_failures_total = %v, want %d", n, guesses+1)
+	}
+	lines := logs.FilterMessage("client authentication failed").All()
+	if max := 1 + int(elapsed/time.Second); len(lines) == 0 || len(lines) > max {
+		t.Fatalf("%d failed-AUTH lines in %v, want 1..%d", len(lines), elapsed, max)
+	}
+	for _, l := range lines {
+		if l.Level != zapcore.WarnLevel {
+			t.Errorf("failed AUTH logged at %s, want warn", l.Level)
+		}
+		if _, ok := l.ContextMap()["not_logged_since_last"]; !ok {
+			t.Errorf("the line does not say how many were not logged: %v", l.ContextMap())
+		}
+	}
+
+	pt := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.AuthPassthrough = true })
+	if got := dialClient(t, pt.Addr).do("AUTH", "nobody", "x"); !strings.HasPrefix(got, "-WRONGPASS") {
+		t.Fatalf("passthrough AUTH = %q", got)
+	}
+	if n := counterValue(t, pt.Registry, "rproxy_proxy_auth_failures_total", nil); n != 1 {
+		t.Errorf("passthrough: rproxy_proxy_auth_failures_total = %v, want 1", n)
+	}
 }

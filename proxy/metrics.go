@@ -24,6 +24,7 @@ type metrics struct {
 	unknownCalls    prometheus.Counter
 	batchSeconds    prometheus.Observer
 	upstreamSeconds prometheus.Observer
+	authFailures    prometheus.Counter
 }
 
 // latencySample: one client batch in this many is timed. time.Now costs
@@ -88,9 +89,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		batchCommands: batch,
 		tableFromServer: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "command_table_loaded", Help: "1 once the command table has been loaded from the upstream's COMMAND reply."}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "auth_failures_total", Help: "Failed AUTH and HELLO AUTH attempts (wrong password or unknown user), checked by rproxy (auth.mode proxy) or by Redis (passthrough)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.clients, m.accepted, m.rejected, commands, batch, m.tableFromServer, calls, latency)
+		reg.MustRegister(m.clients, m.accepted, m.rejected, commands, batch, m.tableFromServer, calls, latency, m.authFailures)
 	}
 	return m
 }

@@ -19,6 +19,10 @@ type OpsHooks struct {
 	Reload func() (note string, err error)
 	// EffectiveConfig renders the running configuration, secrets redacted.
 	EffectiveConfig func() string
+	// Info, if set, gives more "field:value" lines for INFO's # Proxy
+	// section (cmd/rproxy's checks: the upstream user's rights, the
+	// certificates' expiry).
+	Info func() []string
 }
 
 // infoWantsProxy reports whether an INFO command's sections include the
@@ -60,6 +64,12 @@ func (s *Server) proxyInfo() string {
 			field("tier_misses", st.Misses)
 			field("tier_invalidations", st.Invalidations)
 			field("tier_evictions", st.Evictions)
+		}
+	}
+	if s.cfg.Ops.Info != nil {
+		for _, l := range s.cfg.Ops.Info() {
+			b.WriteString(oneLine(l))
+			b.WriteString("\r\n")
 		}
 	}
 	return b.String()

@@ -65,6 +65,7 @@ type Server struct {
 	slow      *slowLog // nil: off
 	limits    atomic.Pointer[Limits]
 	clock     func() time.Time // millisecond clock, cheap to read
+	authLog   logLimiter       // failed-AUTH log lines (auth.go)
 	stopClock context.CancelFunc
 	mu        sync.Mutex
 	sessions  map[*session]struct{}

@@ -30,6 +30,7 @@ import (
 	"github.com/rproxy/rproxy/admin"
 	"github.com/rproxy/rproxy/config"
 	"github.com/rproxy/rproxy/hotkey"
+	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
@@ -139,11 +140,21 @@ func run(args []string) error {
 	effective := func() string { return running.Load().Redacted().String() }
 	var reload func() (string, error) // set below, once the server exists
 
+	sec := newSecurity(reg, log, time.Now)
 	pcfg := proxyConfig(cfg)
 	pcfg.Ops = proxy.OpsHooks{
 		Version:         version,
 		Reload:          func() (string, error) { return reload() },
 		EffectiveConfig: effective,
+		Info:            sec.infoFields,
+	}
+	// Each time a shared upstream connection comes up (at start and at
+	// every reconnect) the upstream user's rights are checked again,
+	// off that connection's goroutine.
+	pcfg.Upstream.OnState = func(up bool) {
+		if up {
+			sec.requestCheck()
+		}
 	}
 	if pcfg.Upstream.Password, err = cfg.Upstream.Password(os.ReadFile, os.Getenv); err != nil {
 		return err
@@ -156,6 +167,29 @@ func run(args []string) error {
 	if pcfg.Upstream.TLS, err = cfg.Upstream.TLSConfig(os.ReadFile); err != nil {
 		return err
 	}
+	if err := sec.addCerts("tls.cert_file", cfg.TLS.CertFile, pcfg.TLS); err != nil {
+		return err
+	}
+	if err := sec.addCerts("upstream.tls.cert_file", cfg.Upstream.TLS.CertFile, pcfg.Upstream.TLS); err != nil {
+		return err
+	}
+	if err := sec.addCAFile("tls.client_ca_file", cfg.TLS.ClientCAFile, os.ReadFile); err != nil {
+		return err
+	}
+	if cfg.Upstream.TLS.Enabled {
+		if err := sec.addCAFile("upstream.tls.ca_file", cfg.Upstream.TLS.CAFile, os.ReadFile); err != nil {
+			return err
+		}
+	}
+	sec.checkCerts()
+	startPolicy, err := policy.New(cfg.PolicyConfig(), nil, nil) // what the upstream user check probes
+	if err != nil {
+		return err
+	}
+	sec.setPolicy(startPolicy)
+	checkCtx, stopChecks := context.WithCancel(context.Background())
+	defer stopChecks()
+	go sec.runUserChecks(checkCtx, dialUpstreamUser(pcfg.Upstream))
 	srv, err := proxy.New(pcfg, reg, log.Named("proxy"))
 	if err != nil {
 		return err
@@ -189,9 +223,12 @@ func run(args []string) error {
 		}
 		reject := func(err error) (string, error) {
 			log.Warn("reload rejected", zap.Error(err))
+			sec.reloaded(false)
 			return "", err
 		}
-		next, err := config.Load(*configPath)
+		// A file that sets nothing (empty, comments only, truncated) is
+		// refused: read as "all defaults" it would drop every rule.
+		next, err := config.LoadNonEmpty(*configPath)
 		if err != nil {
 			return reject(err)
 		}
@@ -212,6 +249,9 @@ func run(args []string) error {
 		if err := srv.SetPolicy(next.PolicyConfig()); err != nil {
 			return reject(err)
 		}
+		if p, err := policy.New(next.PolicyConfig(), nil, nil); err == nil { // SetPolicy compiled it: not expected to fail
+			sec.setPolicy(p)
+		}
 		if err := srv.SetHotKeys(*hk); err != nil { // checked above: not expected
 			log.Warn("reload: hot-key settings not applied", zap.Error(err))
 			return "", err
@@ -223,13 +263,16 @@ func run(args []string) error {
 		level.SetLevel(lvl)
 		srv.SetRequestLog(next.Log.Requests)
 		warnRequestLog(log, next.Log.Requests, lvl)
+		changes := config.Diff(*running.Load(), next)
 		running.Store(&next)
+		sec.reloaded(true)
 		note := ""
 		if len(pending) > 0 {
 			note = "not applied until restart: " + strings.Join(pending, ", ")
 			log.Warn("reload: changed settings that need a restart were not applied", zap.Strings("keys", pending))
 		}
-		log.Info("configuration reloaded", zap.String("file", *configPath), zap.Int("policy_rules", len(next.Policy.Rules)))
+		logReload(log, *configPath, len(next.Policy.Rules), changes)
+		sec.checkCerts() // time has passed since start: warn again if a certificate is near its end
 		return note, nil
 	}
 
@@ -341,6 +384,19 @@ func proxyConfig(c config.Config) proxy.Config {
 		LogRequests:         c.Log.Requests,
 		Policy:              &pc,
 	}
+}
+
+// logReload says what a successful reload changed: at warn when it
+// changed something (an operator wants to see rules vanish or limits
+// jump), at info when the file was the same.
+func logReload(log *zap.Logger, file string, rules int, ch config.Changes) {
+	if ch.Empty() {
+		log.Info("configuration reloaded", zap.String("file", file), zap.Int("policy_rules", rules), zap.Bool("changed", false))
+		return
+	}
+	log.Warn("configuration reloaded", zap.String("file", file), zap.Int("policy_rules", rules),
+		zap.Strings("changed", ch.Keys), zap.Strings("rules_added", ch.RulesAdded),
+		zap.Strings("rules_removed", ch.RulesRemoved), zap.Strings("rules_changed", ch.RulesChanged))
 }
 
 // reloadable reports whether a config key takes effect at a reload;

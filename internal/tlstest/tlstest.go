@@ -49,6 +49,15 @@ type Certs struct {
 // a new t.TempDir().
 func New(tb testing.TB) *Certs {
 	tb.Helper()
+	now := time.Now()
+	return NewValid(tb, now.Add(-time.Hour), now.Add(24*time.Hour))
+}
+
+// NewValid is New with the server and client certificates valid from
+// notBefore to notAfter (the CA from an hour before to a day after both):
+// an expired set is NewValid(t, now.Add(-48*time.Hour), now.Add(-time.Hour)).
+func NewValid(tb testing.TB, notBefore, notAfter time.Time) *Certs {
+	tb.Helper()
 	dir := tb.TempDir()
 	c := &Certs{
 		Dir:        dir,
@@ -58,13 +67,19 @@ func New(tb testing.TB) *Certs {
 		ClientCert: filepath.Join(dir, "client.pem"),
 		ClientKey:  filepath.Join(dir, "client-key.pem"),
 	}
-	now := time.Now()
+	caFrom, caTo := time.Now(), time.Now()
+	if notBefore.Before(caFrom) {
+		caFrom = notBefore
+	}
+	if notAfter.After(caTo) {
+		caTo = notAfter
+	}
 	caKey := newKey(tb)
 	caTmpl := &x509.Certificate{
 		SerialNumber:          serial(tb),
 		Subject:               pkix.Name{CommonName: "rproxy test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
+		NotBefore:             caFrom.Add(-time.Hour),
+		NotAfter:              caTo.Add(24 * time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
@@ -86,8 +101,8 @@ func New(tb testing.TB) *Certs {
 		tmpl := &x509.Certificate{
 			SerialNumber: serial(tb),
 			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(24 * time.Hour),
+			NotBefore:    notBefore,
+			NotAfter:     notAfter,
 			KeyUsage:     x509.KeyUsageDigitalSignature,
 			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 			DNSNames:     dns,
