@@ -96,7 +96,7 @@ func TestReloadHotKeysAndRestartKeys(t *testing.T) {
 		t.Fatalf("POST /reload = %d %q", code, body)
 	}
 	do("GET", "k")
-	if h := httpBody(t, "http://"+admin+"/hotkeys"); !strings.Contains(h, `"Key":"k"`) {
+	if h := httpBody(t, "http://"+admin+"/hotkeys"); !strings.Contains(h, `"key":"k"`) {
 		t.Fatalf("hot keys after threshold 2: %s", h)
 	}
 	shown := httpBody(t, "http://"+admin+"/config")
