@@ -57,10 +57,11 @@ func run(args []string) error {
 		listen      = fs.String("listen", "", "client listen address (config: listen; default 127.0.0.1:6380)")
 		upstreamArg = fs.String("upstream", "", "Redis server address host:port (config: upstream.address; default 127.0.0.1:6379)")
 		configPath  = fs.String("config", "", "YAML config file, strictly checked (unknown keys are errors)")
-		adminAddr   = fs.String("admin", "", "admin HTTP address for /healthz, /readyz, /metrics (config: admin; default off)")
+		adminAddr   = fs.String("admin", "", adminFlagHelp())
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (config: log.level; default info)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 		healthcheck = fs.String("healthcheck", "", "check http://ADDR/healthz and exit 0 if it answers 200, else 1 (for container HEALTHCHECKs, which have no shell or curl)")
+		checkOnly   = fs.Bool("check", false, "check the flags and the -config file as start-up does (and the files it names), print the effective configuration and exit 0, or list every problem and exit 1; serves and dials nothing")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -110,6 +111,9 @@ func run(args []string) error {
 		})
 	}
 	applyFlags(&cfg)
+	if *checkOnly {
+		return checkConfig(cfg, *configPath, checkEnv{readFile: os.ReadFile, getenv: os.Getenv, out: os.Stdout, errOut: os.Stderr})
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -259,7 +263,7 @@ func run(args []string) error {
 			Ready:    ready,
 			Gatherer: reg,
 			Reload:   reload,
-			HotKeys:  func() any { return srv.HotKeys() },
+			HotKeys:  func() any { return hotKeysView(srv.HotKeys()) },
 			Config:   effective,
 		}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rproxy/rproxy/admin"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/internal/tlstest"
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -41,9 +42,14 @@ func TestVersionAndHelp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, flag := range []string{"-listen", "-upstream", "-config", "-admin", "-log-level", "-version"} {
+	for _, flag := range []string{"-listen", "-upstream", "-config", "-admin", "-log-level", "-version", "-check"} {
 		if !strings.Contains(string(out), flag) {
 			t.Errorf("-h does not document %s:\n%s", flag, out)
+		}
+	}
+	for _, p := range admin.Paths {
+		if !strings.Contains(string(out), p) {
+			t.Errorf("-h does not list the admin endpoint %s:\n%s", p, out)
 		}
 	}
 }
@@ -92,6 +98,16 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	body := httpBody(t, "http://"+admin+"/metrics")
 	if !strings.Contains(body, "rproxy_upstream_connections") || !strings.Contains(body, "rproxy_proxy_commands_total") {
 		t.Fatalf("/metrics lacks rproxy metrics:\n%.500s", body)
+	}
+	// Error counters are there, at zero, before any error.
+	for _, series := range []string{`rproxy_proxy_client_closed_by_proxy_total{reason="idle"} 0`,
+		`rproxy_upstream_errors_total{kind="dial",protocol="2"} 0`} {
+		if !strings.Contains(body, series+"\n") {
+			t.Errorf("/metrics right after start lacks %s", series)
+		}
+	}
+	if hot := httpBody(t, "http://"+admin+"/hotkeys"); hot != "[]\n" {
+		t.Errorf("/hotkeys with no hot key = %q, want []", hot)
 	}
 
 	c, err := net.Dial("tcp", listen)
