@@ -43,6 +43,7 @@ var metricLabels = map[string]bool{
 	"reason":   true, // rproxy_proxy_client_closed_by_proxy_total: max_clients, input_limit, idle, write_timeout, tls_handshake
 	"command":  true, // rproxy_proxy_command_calls_total: command table names, "unknown" for others
 	"stage":    true, // rproxy_proxy_batch_duration_seconds: client, upstream
+	"family":   true, // rproxy_proxy_command_duration_seconds: command families from the command table's flags (read, write, ...)
 	"protocol": true, // rproxy_upstream_*: 2, 3
 	"node":     true, // rproxy_upstream_cluster_master_up: the masters' addresses
 	"kind":     true, // rproxy_upstream_errors_total: dial, read, write, timeout

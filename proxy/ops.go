@@ -50,6 +50,7 @@ func (s *Server) proxyInfo() string {
 	field("command_table", s.table.Load().Source())
 	field("coalesce", onOff(s.coalesce != nil))
 	field("policy", onOff(s.policy.Load() != nil))
+	s.latencyInfo(field)
 	if s.hot != nil {
 		field("hot_keys", len(s.hot.det.Hot()))
 		if st, ok := s.TierStats(); ok {

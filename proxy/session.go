@@ -126,8 +126,7 @@ type session struct {
 	slowCount     int           // the batch's commands, for the slow log
 	slowSkip      bool          // the batch blocked by request (BLPOP...): not logged
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
-	batches       uint64        // read batches served, for sampling their latency
-	timed         bool          // this batch is being timed
+	timed         bool          // this batch is being timed (metrics.sampler)
 
 	// Request logging (Server.SetRequestLog), per batch: whether this
 	// batch is logged, when it started, and what became of its commands.
@@ -215,9 +214,8 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		ss.reqStart = time.Now()
 	}
 	var start time.Time
-	if ss.batches++; ss.batches%latencySample == 0 {
+	if ss.timed = !ss.stream && s.metrics.sampler.sample(s.clock().UnixMilli()); ss.timed {
 		start = time.Now()
-		ss.timed = true
 	}
 	rest := c.ReadPipeline()
 	ss.rest, ss.restAt = rest, 0
@@ -243,7 +241,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	}
 	s.flush(ss)
 	if ss.timed {
-		s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+		s.observeBatch(start, cmd, rest)
 		ss.timed = false
 	}
 	if s.slow != nil {
