@@ -287,7 +287,7 @@ wait:
 		case <-hups:
 			reload() // logged either way
 		case sig := <-sigs:
-			log.Info("shutting down", zap.String("signal", sig.String()), zap.Duration("drain", cfg.Limits.ShutdownDrain.D()))
+			log.Info("shutting down", zap.String("signal", sig.String()), zap.Duration("drain_seconds", cfg.Limits.ShutdownDrain.D()))
 			break wait
 		}
 	}
@@ -472,6 +472,10 @@ func loggerConfig(c config.Log) (zap.Config, error) {
 		zc.Development = false
 	}
 	zc.Level = zap.NewAtomicLevelAt(lvl)
+	// ISO-8601 times, and durations as seconds (float) in fields whose
+	// names end in _seconds, in both formats (TestLogDurationKeys).
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	zc.EncoderConfig.EncodeDuration = zapcore.SecondsDurationEncoder
 	// By default every line: at info there are connection events and
 	// errors only, nothing per command.
 	zc.Sampling = nil
