@@ -136,6 +136,8 @@ type session struct {
 	req      reqStats
 	lastCmd  string
 
+	view clientView // what PROXY CLIENTS shows (publishView)
+
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
 	// the bookkeeping.
@@ -144,6 +146,7 @@ type session struct {
 
 func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
 	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch(), slot: upstream.SlotAny}
+	ss.view.created = time.Now()
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr()); err == nil {
 		ss.addr = ap.Addr().Unmap()
 	}
@@ -235,6 +238,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		if ss.logReq {
 			s.logBatch(ss, "stream")
 		}
+		s.publishView(ss)
 		ss.resetBatchNames()
 		ss.state.Store(stateIdle)
 		return
@@ -252,6 +256,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if ss.logReq {
 		s.logBatch(ss, "")
 	}
+	s.publishView(ss)
 	ss.resetBatchNames()
 	if ss.quit || s.draining.Load() {
 		ss.state.Store(stateClosing)
