@@ -98,9 +98,10 @@ func (c DetectorConfig) memoryBytes() int64 {
 }
 
 // HotKey is a hot key and its estimated rate.
+// Its JSON form (GET /hotkeys) is {"key": ..., "rate": ...}.
 type HotKey struct {
-	Key  string
-	Rate float64 // reads per second over the window
+	Key  string  `json:"key"`
+	Rate float64 `json:"rate"` // reads per second over the window
 }
 
 // Detector finds the keys read at or above a rate. It is safe for

@@ -1,6 +1,7 @@
 package hotkey
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -631,4 +632,15 @@ func TestDetectorSetConfigConcurrent(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+}
+
+// GET /hotkeys serves HotKeys as JSON: snake_case field names.
+func TestHotKeyJSON(t *testing.T) {
+	b, err := json.Marshal([]HotKey{{Key: "user:1", Rate: 812.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), `[{"key":"user:1","rate":812.5}]`; got != want {
+		t.Errorf("JSON = %s, want %s", got, want)
+	}
 }

@@ -85,6 +85,11 @@ type Config struct {
 	// upstream user its own shared connections (auth mode "passthrough").
 	AuthPassthrough bool
 
+	// ConnSummaryEvery is how often the info line summing up client
+	// connections opened and closed is logged (connection events
+	// themselves are at debug); 0 means one minute, negative turns it off.
+	ConnSummaryEvery time.Duration
+
 	// TableRetry is the longest wait between requests for the command
 	// table while the upstream does not answer; 0 means one second.
 	TableRetry time.Duration

@@ -49,8 +49,9 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 			}
 		}
 	}
-	// 16 batches, one in 8 timed.
-	if timed != 2 {
-		t.Errorf("client batch latency samples = %d, want 2", timed)
+	// 16 batches, one at a time: every one is timed, unless more than 8
+	// fall in one millisecond (then 8 of those are).
+	if timed < 8 || timed > 16 {
+		t.Errorf("client batch latency samples = %d, want 8 to 16", timed)
 	}
 }

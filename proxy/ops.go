@@ -54,6 +54,7 @@ func (s *Server) proxyInfo() string {
 	field("command_table", s.table.Load().Source())
 	field("coalesce", onOff(s.coalesce != nil))
 	field("policy", onOff(s.policy.Load() != nil))
+	s.latencyInfo(field)
 	if s.hot != nil {
 		field("hot_keys", len(s.hot.det.Hot()))
 		if st, ok := s.TierStats(); ok {
@@ -112,7 +113,8 @@ func (s *Server) appendProxyInfo(dst, reply []byte) []byte {
 	return append(dst, "\r\n"...)
 }
 
-// proxyCommand answers PROXY INFO | HOTKEYS | CONFIG GET | RELOAD | HELP.
+// proxyCommand answers PROXY INFO | HOTKEYS | CONFIG GET | CLIENTS |
+// RELOAD | SLOWLOG | HELP.
 // The policy has already checked it (PROXY RELOAD is loopback-only by
 // default).
 func (s *Server) proxyCommand(ss *session, args [][]byte) {
@@ -132,12 +134,17 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 			r = resp.AppendBulk(r, []byte(h.Key))
 			r = resp.AppendBulk(r, []byte(strconv.FormatFloat(h.Rate, 'f', 1, 64)))
 		}
-	case sub == "config" && len(args) == 3 && strings.EqualFold(string(args[2]), "get"):
-		if s.cfg.Ops.EffectiveConfig == nil {
+	case sub == "config" && len(args) >= 3 && strings.EqualFold(string(args[2]), "get"):
+		switch {
+		case s.cfg.Ops.EffectiveConfig == nil:
 			r = resp.AppendError(nil, "ERR rproxy: no configuration to show")
-		} else {
+		case len(args) == 3:
 			r = resp.AppendBulk(nil, []byte(s.cfg.Ops.EffectiveConfig()))
+		default:
+			r = configGet(s.cfg.Ops.EffectiveConfig(), args[3:])
 		}
+	case sub == "clients" && len(args) == 2:
+		r = s.clientsList(ss)
 	case sub == "reload" && len(args) == 2:
 		switch {
 		case s.cfg.Ops.Reload == nil:
@@ -161,7 +168,8 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 			"PROXY <subcommand>. Subcommands are:",
 			"INFO -- the proxy's own figures (also the # Proxy section of INFO).",
 			"HOTKEYS -- the keys currently detected as hot, with reads per second.",
-			"CONFIG GET -- the running configuration, secrets redacted.",
+			"CONFIG GET [pattern ...] -- the running configuration, secrets redacted: all of it as YAML, or the keys matching a glob pattern (limits.*) as key, value pairs.",
+			"CLIENTS -- the connected clients: id, address, name, age, idle, db, last command, user, shared or pinned upstream connection.",
 			"RELOAD -- re-read the configuration file (policy, jitter, hot keys and tier, log level and request logging, limits).",
 			"SLOWLOG GET [count] | LEN | RESET -- client batches slower than slowlog.threshold (command names only).",
 		}

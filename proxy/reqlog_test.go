@@ -65,7 +65,7 @@ func TestRequestLog(t *testing.T) {
 	f := e.ContextMap()
 	if e.Level != zapcore.DebugLevel || f["client"] != c.nc.LocalAddr().String() || f["id"] == nil ||
 		f["count"] != int64(5) || f["outcome"] != "error_replies" || f["errors"] != int64(3) ||
-		f["upstream"] != int64(4) || f["refused"] != int64(1) || f["duration"] == nil {
+		f["upstream"] != int64(4) || f["refused"] != int64(1) || f["duration_seconds"] == nil {
 		t.Errorf("batch line: level %v, fields %v", e.Level, f)
 	}
 	if names, _ := f["commands"].([]any); !slices.Equal(names, []any{"set", "get", "lpush", "unknown", "keys"}) {

@@ -472,7 +472,7 @@ func (s *salter) checkReply(sk *saltedKey, b *upstream.Batch, what string) bool 
 	}
 	sk.bypassUntil.Store(s.now().Add(s.cfg.TTL).UnixMilli())
 	s.log.Warn("salted fan-out: "+what+" failed; the key is read from its origin until its copies expire",
-		zap.ByteString("reply", bytes.TrimSpace(r)), zap.Duration("for", s.cfg.TTL))
+		zap.ByteString("reply", bytes.TrimSpace(r)), zap.Duration("for_seconds", s.cfg.TTL))
 	return false
 }
 

@@ -130,9 +130,10 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 			}
 		}
 	}
-	var clockCtx context.Context
-	clockCtx, s.stopClock = context.WithCancel(context.Background())
+	clockCtx, stopClock := context.WithCancel(context.Background())
 	s.clock = newCoarseClock(clockCtx, time.Millisecond, onTick)
+	summaryDone := s.startConnSummary(clockCtx, cfg.ConnSummaryEvery)
+	s.stopClock = func() { stopClock(); <-summaryDone } // the last summary line is written
 	s.metricsUp = upstream.NewMetrics(reg)
 	if err := s.newPoolSet(&s.pools, cfg.Upstream); err != nil {
 		s.closePools()
@@ -426,7 +427,7 @@ func (s *Server) accept(c redcon.Conn) bool {
 	s.mu.Unlock()
 	s.metrics.clients.Inc()
 	s.metrics.accepted.Inc()
-	s.log.Info("client connected", zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id))
+	s.log.Debug("client connected", zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)) // info: the summary (connlog.go)
 	return true
 }
 
@@ -453,7 +454,7 @@ func (s *Server) closed(c redcon.Conn, err error) {
 	switch {
 	case lc != nil && lc.idleTimedOut.Load() && !ss.writeTimedOut.Load():
 		s.metrics.rejected.WithLabelValues("idle").Inc()
-		s.log.Info("client closed: idle timeout", fields...)
+		s.log.Debug("client closed: idle timeout", fields...)
 	case ss.writeTimedOut.Load() || (errors.As(err, &ne) && ne.Timeout()):
 		// Reads time out only on the idle deadline: this was a write's.
 		s.metrics.rejected.WithLabelValues("write_timeout").Inc()
@@ -462,9 +463,9 @@ func (s *Server) closed(c redcon.Conn, err error) {
 		s.metrics.rejected.WithLabelValues("input_limit").Inc()
 		s.log.Warn("client closed: "+le.reason, fields...)
 	case err != nil && !errors.Is(err, net.ErrClosed):
-		s.log.Info("client disconnected", append(fields, zap.Error(err))...)
+		s.log.Debug("client disconnected", append(fields, zap.Error(err))...)
 	default:
-		s.log.Info("client disconnected", fields...)
+		s.log.Debug("client disconnected", fields...)
 	}
 }
 

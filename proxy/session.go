@@ -129,8 +129,7 @@ type session struct {
 	slowCount     int           // the batch's commands, for the slow log
 	slowSkip      bool          // the batch blocked by request (BLPOP...): not logged
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
-	batches       uint64        // read batches served, for sampling their latency
-	timed         bool          // this batch is being timed
+	timed         bool          // this batch is being timed (metrics.sampler)
 
 	// Request logging (Server.SetRequestLog), per batch: whether this
 	// batch is logged, when it started, and what became of its commands.
@@ -140,6 +139,8 @@ type session struct {
 	req      reqStats
 	lastCmd  string
 
+	view clientView // what PROXY CLIENTS shows (publishView)
+
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
 	// the bookkeeping.
@@ -148,6 +149,7 @@ type session struct {
 
 func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
 	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch(), slot: upstream.SlotAny}
+	ss.view.created = time.Now()
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr()); err == nil {
 		ss.addr = ap.Addr().Unmap()
 	}
@@ -218,9 +220,8 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		ss.reqStart = time.Now()
 	}
 	var start time.Time
-	if ss.batches++; ss.batches%latencySample == 0 {
+	if ss.timed = !ss.stream && s.metrics.sampler.sample(s.clock().UnixMilli()); ss.timed {
 		start = time.Now()
-		ss.timed = true
 	}
 	rest := c.ReadPipeline()
 	ss.rest, ss.restAt = rest, 0
@@ -240,13 +241,14 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		if ss.logReq {
 			s.logBatch(ss, "stream")
 		}
+		s.publishView(ss)
 		ss.resetBatchNames()
 		ss.state.Store(stateIdle)
 		return
 	}
 	s.flush(ss)
 	if ss.timed {
-		s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+		s.observeBatch(start, cmd, rest)
 		ss.timed = false
 	}
 	if s.slow != nil {
@@ -257,6 +259,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if ss.logReq {
 		s.logBatch(ss, "")
 	}
+	s.publishView(ss)
 	ss.resetBatchNames()
 	if ss.quit || s.draining.Load() {
 		ss.state.Store(stateClosing)

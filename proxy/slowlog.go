@@ -44,7 +44,7 @@ func (s *Server) logBatch(ss *session, outcome string) {
 		// A copy: a core may encode after the session reuses its slice.
 		ce.Write(zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
 			zap.Strings("commands", slices.Clone(ss.slowNames)), zap.Int("count", ss.slowCount),
-			zap.Duration("duration", time.Since(ss.reqStart)), zap.String("outcome", outcome),
+			zap.Duration("duration_seconds", time.Since(ss.reqStart)), zap.String("outcome", outcome),
 			zap.Int("upstream", ss.req.upstream), zap.Int("local", ss.req.local), zap.Int("refused", ss.req.refused),
 			zap.Int("joined", ss.req.joined), zap.Int("errors", ss.req.errors))
 	}

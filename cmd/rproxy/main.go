@@ -58,10 +58,11 @@ func run(args []string) error {
 		listen      = fs.String("listen", "", "client listen address (config: listen; default 127.0.0.1:6380)")
 		upstreamArg = fs.String("upstream", "", "Redis server address host:port (config: upstream.address; default 127.0.0.1:6379)")
 		configPath  = fs.String("config", "", "YAML config file, strictly checked (unknown keys are errors)")
-		adminAddr   = fs.String("admin", "", "admin HTTP address for /healthz, /readyz, /metrics (config: admin; default off)")
+		adminAddr   = fs.String("admin", "", adminFlagHelp())
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (config: log.level; default info)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 		healthcheck = fs.String("healthcheck", "", "check http://ADDR/healthz and exit 0 if it answers 200, else 1 (for container HEALTHCHECKs, which have no shell or curl)")
+		checkOnly   = fs.Bool("check", false, "check the flags and the -config file as start-up does (and the files it names), print the effective configuration and exit 0, or list every problem and exit 1; serves and dials nothing")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -111,6 +112,9 @@ func run(args []string) error {
 		})
 	}
 	applyFlags(&cfg)
+	if *checkOnly {
+		return checkConfig(cfg, *configPath, checkEnv{readFile: os.ReadFile, getenv: os.Getenv, out: os.Stdout, errOut: os.Stderr})
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -302,7 +306,7 @@ func run(args []string) error {
 			Ready:    ready,
 			Gatherer: reg,
 			Reload:   reload,
-			HotKeys:  func() any { return srv.HotKeys() },
+			HotKeys:  func() any { return hotKeysView(srv.HotKeys()) },
 			Config:   effective,
 		}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
@@ -326,7 +330,7 @@ wait:
 		case <-hups:
 			reload() // logged either way
 		case sig := <-sigs:
-			log.Info("shutting down", zap.String("signal", sig.String()), zap.Duration("drain", cfg.Limits.ShutdownDrain.D()))
+			log.Info("shutting down", zap.String("signal", sig.String()), zap.Duration("drain_seconds", cfg.Limits.ShutdownDrain.D()))
 			break wait
 		}
 	}
@@ -524,6 +528,10 @@ func loggerConfig(c config.Log) (zap.Config, error) {
 		zc.Development = false
 	}
 	zc.Level = zap.NewAtomicLevelAt(lvl)
+	// ISO-8601 times, and durations as seconds (float) in fields whose
+	// names end in _seconds, in both formats (TestLogDurationKeys).
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	zc.EncoderConfig.EncodeDuration = zapcore.SecondsDurationEncoder
 	// By default every line: at info there are connection events and
 	// errors only, nothing per command.
 	zc.Sampling = nil

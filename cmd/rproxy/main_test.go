@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rproxy/rproxy/admin"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/internal/tlstest"
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -41,9 +42,14 @@ func TestVersionAndHelp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, flag := range []string{"-listen", "-upstream", "-config", "-admin", "-log-level", "-version"} {
+	for _, flag := range []string{"-listen", "-upstream", "-config", "-admin", "-log-level", "-version", "-check"} {
 		if !strings.Contains(string(out), flag) {
 			t.Errorf("-h does not document %s:\n%s", flag, out)
+		}
+	}
+	for _, p := range admin.Paths {
+		if !strings.Contains(string(out), p) {
+			t.Errorf("-h does not list the admin endpoint %s:\n%s", p, out)
 		}
 	}
 }
@@ -93,6 +99,16 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(body, "rproxy_upstream_connections") || !strings.Contains(body, "rproxy_proxy_commands_total") {
 		t.Fatalf("/metrics lacks rproxy metrics:\n%.500s", body)
 	}
+	// Error counters are there, at zero, before any error.
+	for _, series := range []string{`rproxy_proxy_client_closed_by_proxy_total{reason="idle"} 0`,
+		`rproxy_upstream_errors_total{kind="dial",protocol="2"} 0`} {
+		if !strings.Contains(body, series+"\n") {
+			t.Errorf("/metrics right after start lacks %s", series)
+		}
+	}
+	if hot := httpBody(t, "http://"+admin+"/hotkeys"); hot != "[]\n" {
+		t.Errorf("/hotkeys with no hot key = %q, want []", hot)
+	}
 
 	c, err := net.Dial("tcp", listen)
 	if err != nil {
@@ -120,10 +136,14 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, out)
 	}
-	for _, want := range []string{`"msg":"shutting down"`, `"msg":"stopped"`, `"msg":"client connected"`} {
+	// Connection events are at debug; the summary says what happened.
+	for _, want := range []string{`"msg":"shutting down"`, `"drain_seconds":5`, `"msg":"stopped"`, `"msg":"client connections"`, `"opened":1`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, `"msg":"client connected"`) {
+		t.Errorf("connection events at info:\n%s", out)
 	}
 	if strings.Contains(out, `"GET"`) || strings.Contains(out, `"SET"`) {
 		t.Errorf("info log mentions commands:\n%s", out)

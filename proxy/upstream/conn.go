@@ -200,7 +200,7 @@ func (c *conn) run(ctx context.Context) {
 				log.Warn("upstream connect failed", zap.Error(err))
 				wasUp = false
 			} else {
-				log.Debug("upstream connect failed", zap.Error(err), zap.Duration("backoff", backoff))
+				log.Debug("upstream connect failed", zap.Error(err), zap.Duration("backoff_seconds", backoff))
 			}
 			if !sleep(ctx, backoff) {
 				break

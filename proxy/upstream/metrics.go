@@ -6,6 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// ErrorKinds are the values of errors_total's kind label.
+var ErrorKinds = []string{"dial", "read", "write", "timeout"}
+
 // Metrics are the upstream connections' Prometheus metrics, shared by the
 // pools of every protocol (labelled by protocol).
 type Metrics struct {
@@ -62,6 +65,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, o := range []string{"changed", "unchanged", "error"} {
 		m.refreshes.WithLabelValues(o)
+	}
+	for _, p := range []string{"2", "3"} {
+		for _, k := range ErrorKinds {
+			m.errors.WithLabelValues(p, k)
+		}
 	}
 	if reg != nil {
 		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned,
