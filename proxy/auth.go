@@ -9,7 +9,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -69,8 +71,18 @@ func (s *Server) auth(ss *session, cmd redcon.Command) {
 		return
 	}
 	if s.cfg.AuthPassthrough {
-		if r, ok := s.loginUpstream(ss, user, pass); !ok {
+		// Redis judges the command as the client sent it: AUTH <password>
+		// without a password configured is an error there, while AUTH
+		// default <anything> is not.
+		if r, ok := s.loginUpstream(ss, args[1:], user, pass); !ok {
 			s.reply(ss, r)
+			return
+		}
+		if ss.pin != nil {
+			// The pinned connection (a database, a watch) becomes the
+			// user's too, and gives the reply; it is reset for the pool's
+			// own user when it is released.
+			s.forward(ss, cmd.Raw)
 			return
 		}
 		s.reply(ss, []byte("+OK\r\n"))
@@ -97,7 +109,7 @@ func (s *Server) login(ss *session, user, pass []byte) bool {
 // whether the HELLO may go on (with AUTH removed); if not, it has replied.
 func (s *Server) helloAuth(ss *session, user, pass []byte, hasAuth bool) bool {
 	if hasAuth && s.cfg.AuthPassthrough {
-		if r, ok := s.loginUpstream(ss, user, pass); !ok {
+		if r, ok := s.loginUpstream(ss, [][]byte{user, pass}, user, pass); !ok {
 			s.reply(ss, r)
 			return false
 		}
@@ -164,12 +176,13 @@ const maxUserPools = 64
 // loginUpstream checks credentials against Redis itself (passthrough mode)
 // and, if Redis accepts them, moves the session to shared connections
 // authenticated as that user, so ACL rules apply as on Redis. Otherwise it
-// returns the reply to give the client: Redis's own, byte for byte.
-func (s *Server) loginUpstream(ss *session, user, pass []byte) ([]byte, bool) {
-	if ss.pin != nil {
-		return resp.AppendError(nil, "ERR rproxy: AUTH inside a transaction, WATCH or SELECT of another database is not supported"), false
+// returns the reply to give the client: Redis's own, byte for byte. authArgs
+// are AUTH's arguments as the client sent them.
+func (s *Server) loginUpstream(ss *session, authArgs [][]byte, user, pass []byte) ([]byte, bool) {
+	if ss.pin != nil && (ss.inTransaction() || ss.stream) {
+		return resp.AppendError(nil, "ERR rproxy: AUTH inside a transaction or in pub/sub mode is not supported"), false
 	}
-	r, err := s.checkUpstreamAuth(user, pass)
+	r, err := s.checkUpstreamAuth(authArgs)
 	if err != nil {
 		return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()), false
 	}
@@ -181,13 +194,21 @@ func (s *Server) loginUpstream(ss *session, user, pass []byte) ([]byte, bool) {
 	if err != nil {
 		return resp.AppendError(nil, "ERR rproxy: "+err.Error()), false
 	}
-	ss.pools, ss.user = ps, string(user)
+	ss.setPools(ps)
+	ss.user = string(user)
 	return nil, true
 }
 
-// checkUpstreamAuth sends AUTH user pass on a fresh connection and returns
+// setPools moves the session to other shared connections, and publishes
+// which, so that closeUserSessions can find it.
+func (ss *session) setPools(ps *poolSet) {
+	ss.pools = ps
+	ss.poolsRef.Store(ps)
+}
+
+// checkUpstreamAuth sends AUTH with args on a fresh connection and returns
 // Redis's reply.
-func (s *Server) checkUpstreamAuth(user, pass []byte) ([]byte, error) {
+func (s *Server) checkUpstreamAuth(args [][]byte) ([]byte, error) {
 	up := s.cfg.Upstream
 	nc, err := upstream.Dial(context.Background(), up) // TLS too, when configured
 	if err != nil {
@@ -195,10 +216,52 @@ func (s *Server) checkUpstreamAuth(user, pass []byte) ([]byte, error) {
 	}
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(up.Timeout))
-	if _, err := nc.Write(resp.AppendCommand(nil, []byte("AUTH"), user, pass)); err != nil {
+	cmd := append([][]byte{[]byte("AUTH")}, args...)
+	if _, err := nc.Write(resp.AppendCommand(nil, cmd...)); err != nil {
 		return nil, err
 	}
 	return resp.ReadReply(bufio.NewReader(nc), nil)
+}
+
+// userGone is called when a connection of a user's shared pools is lost:
+// Redis closes a user's connections when the user is deleted (ACL DELUSER)
+// or killed (CLIENT KILL USER). If the credentials no longer work, the
+// sessions logged in with them are closed, as Redis closed its own, and the
+// pools go: a later AUTH, once the user exists again, gets fresh ones.
+func (s *Server) userGone(key, user, pass string, checking *atomic.Bool) {
+	if !checking.CompareAndSwap(false, true) {
+		return
+	}
+	defer checking.Store(false)
+	r, err := s.checkUpstreamAuth([][]byte{[]byte(user), []byte(pass)})
+	if err != nil || string(r) == "+OK\r\n" {
+		return // Redis unreachable (its connections come back), or the user still logs in
+	}
+	s.umu.Lock()
+	ps := s.userPools[key]
+	delete(s.userPools, key)
+	s.umu.Unlock()
+	if ps == nil {
+		return
+	}
+	var gone []*session
+	s.mu.Lock()
+	for ss := range s.sessions {
+		if ss.poolsRef.Load() == ps {
+			gone = append(gone, ss)
+		}
+	}
+	s.mu.Unlock()
+	s.log.Warn("closing the sessions of an upstream user that no longer logs in", zap.String("user", user),
+		zap.Int("sessions", len(gone)), zap.String("reply", strings.TrimSpace(string(r))))
+	for _, ss := range gone {
+		ss.conn.NetConn().Close()
+	}
+	for _, p := range ps {
+		if p != nil {
+			p.Close()
+		}
+	}
 }
 
 // userPoolSet returns the shared pools authenticated as user, creating them
@@ -219,6 +282,12 @@ func (s *Server) userPoolSet(user, pass string) (*poolSet, error) {
 		}
 		ucfg := s.cfg.Upstream
 		ucfg.Username, ucfg.Password = user, pass
+		checking := new(atomic.Bool)
+		ucfg.OnState = func(up bool) {
+			if !up && !s.draining.Load() {
+				go s.userGone(key, user, pass, checking)
+			}
+		}
 		ps = new(poolSet)
 		if err := s.newPoolSet(ps, ucfg); err != nil {
 			s.umu.Unlock()

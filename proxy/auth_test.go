@@ -258,3 +258,50 @@ func TestAuthFailuresCountedAndRateLimited(t *testing.T) {
 		t.Errorf("passthrough: rproxy_proxy_auth_failures_total = %v, want 1", n)
 	}
 }
+
+// Passthrough AUTH as Redis: the one-argument form is judged as sent, AUTH
+// works on a session in another database, a deleted user's sessions are
+// closed (Redis closes its own), and the user re-created logs in again.
+func TestAuthPassthroughAsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.AuthPassthrough = true })
+	direct, proxied := dialClient(t, rs.Addr), dialClient(t, p.Addr)
+	for _, st := range [][]string{{"AUTH", "pw"}, {"AUTH", "default", "pw"}} {
+		if d, pr := direct.do(st...), proxied.do(st...); d != pr {
+			t.Errorf("%q: direct %q, rproxy %q", st, d, pr)
+		}
+	}
+	admin := dialClient(t, rs.Addr)
+	if r := admin.do("ACL", "SETUSER", "alice", "on", ">alicepw", "~*", "+@all"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	c := dialClient(t, p.Addr)
+	for _, st := range [][]string{{"SELECT", "9"}, {"AUTH", "alice", "alicepw"}, {"SET", "in9", "x"}} {
+		if r := c.do(st...); r != "+OK\r\n" {
+			t.Fatalf("%q = %q", st, r)
+		}
+	}
+	if r := c.do("ACL", "WHOAMI"); r != "$5\r\nalice\r\n" {
+		t.Errorf("WHOAMI after AUTH in db 9 = %q", r)
+	}
+	c.do("SELECT", "0")
+	shared := dialClient(t, p.Addr)
+	if r := shared.do("AUTH", "alice", "alicepw"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	if r := admin.do("ACL", "DELUSER", "alice"); r != ":1\r\n" {
+		t.Fatal(r)
+	}
+	shared.expectClosed()
+	c.expectClosed()
+	if r := admin.do("ACL", "SETUSER", "alice", "on", ">alicepw", "~*", "+@all"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	fresh := dialClient(t, p.Addr)
+	if r := fresh.do("AUTH", "alice", "alicepw"); r != "+OK\r\n" {
+		t.Fatalf("AUTH of the re-created user = %q", r)
+	}
+	if r := fresh.do("SET", "after", "1"); r != "+OK\r\n" {
+		t.Errorf("SET as the re-created user = %q", r)
+	}
+}

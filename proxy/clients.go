@@ -32,6 +32,9 @@ type clientState struct {
 	cmd    string // the last command's name
 	db     int
 	pinned bool // on a dedicated upstream connection (transaction, db, blocking, pub/sub)
+	multi  bool // in a transaction (CLIENT LIST's x flag)
+	stream bool // in stream mode: pub/sub, MONITOR, tracking (CLIENT LIST's P flag, TYPE pubsub)
+	proto  int  // 2 or 3
 }
 
 // publishView publishes the session's state after a batch. It allocates
@@ -40,14 +43,16 @@ func (s *Server) publishView(ss *session) {
 	v := &ss.view
 	v.active.Store(s.clock().UnixNano())
 	pinned := ss.pin != nil || ss.stream
-	if string(ss.name) == v.last.name && ss.user == v.last.user && ss.lastCmd == v.last.cmd && ss.db == v.last.db && pinned == v.last.pinned {
+	multi := ss.inTransaction()
+	if string(ss.name) == v.last.name && ss.user == v.last.user && ss.lastCmd == v.last.cmd && ss.db == v.last.db && pinned == v.last.pinned &&
+		multi == v.last.multi && ss.stream == v.last.stream && ss.proto == v.last.proto {
 		return
 	}
 	name := v.last.name
 	if string(ss.name) != name {
 		name = string(ss.name)
 	}
-	v.last = clientState{name: name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: pinned}
+	v.last = clientState{name: name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: pinned, multi: multi, stream: ss.stream, proto: ss.proto}
 	v.mu.Lock()
 	v.pub = v.last
 	v.mu.Unlock()

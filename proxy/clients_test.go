@@ -416,7 +416,7 @@ func proxyConn(t *testing.T, addr string) *rawConn {
 }
 
 // TestRefusedCommands: commands that need state rproxy does not keep yet
-// (AUTH, tracking with REDIRECT, replication) are refused with
+// (AUTH with auth.mode none, replication) are refused with
 // "ERR rproxy: <CMD> ..." and the connection stays usable.
 func TestRefusedCommands(t *testing.T) {
 	_, proxyAddr := directAndProxied(t)
@@ -426,7 +426,6 @@ func TestRefusedCommands(t *testing.T) {
 	}{
 		{[]string{"AUTH", "x"}, "AUTH"},
 		{[]string{"AUTH", "user", "pass"}, "AUTH"},
-		{[]string{"CLIENT", "TRACKING", "on", "REDIRECT", "5"}, "CLIENT TRACKING REDIRECT"},
 		{[]string{"PSYNC", "?", "-1"}, "PSYNC"},
 	}
 	check := func(t *testing.T, args []string, name string, r []byte) {

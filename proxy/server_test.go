@@ -488,16 +488,13 @@ func TestClientKillOwnSession(t *testing.T) {
 	other := dialClient(t, p.Addr)
 	c := dialClient(t, p.Addr)
 	id := strings.TrimSuffix(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"), "\r\n")
-	otherID := strings.TrimSuffix(strings.TrimPrefix(other.do("CLIENT", "ID"), ":"), "\r\n")
-	if got := c.do("CLIENT", "KILL", "ID", otherID); !strings.HasPrefix(got, "-ERR rproxy: CLIENT KILL ID is not supported yet") {
-		t.Fatalf("CLIENT KILL ID <other> = %q", got)
+	// As on Redis, the caller is skipped unless SKIPME no.
+	if got := c.do("CLIENT", "KILL", "ID", id); got != ":0\r\n" {
+		t.Fatalf("CLIENT KILL ID <own> = %q, want :0 (SKIPME yes by default)", got)
 	}
-	if got := other.do("PING"); got != "+PONG\r\n" {
-		t.Fatalf("other client after a refused kill: %q", got)
-	}
-	c.send(resp.AppendCommandString(nil, "CLIENT", "KILL", "ID", id))
+	c.send(resp.AppendCommandString(nil, "CLIENT", "KILL", "ID", id, "SKIPME", "no"))
 	if got := c.expectClosed(); got != ":1\r\n" {
-		t.Fatalf("CLIENT KILL ID <own> = %q, want :1 and a close", got)
+		t.Fatalf("CLIENT KILL ID <own> SKIPME no = %q, want :1 and a close", got)
 	}
 	if got := other.do("PING"); got != "+PONG\r\n" {
 		t.Fatalf("other client after a kill: %q", got)

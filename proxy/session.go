@@ -45,13 +45,15 @@ type session struct {
 	addr  netip.Addr // the client's address, for policy rules
 	state atomic.Int32
 
-	proto   int      // 2 or 3, as set by HELLO
-	pools   *poolSet // shared connections: the server's, or those of the upstream user it AUTHed as
-	authed  bool     // true once AUTH succeeded, or when clients need not authenticate
-	user    string   // the rproxy user it authenticated as
-	name    []byte   // CLIENT SETNAME
-	libName []byte   // CLIENT SETINFO LIB-NAME
-	libVer  []byte   // CLIENT SETINFO LIB-VER
+	proto int      // 2 or 3, as set by HELLO
+	pools *poolSet // shared connections: the server's, or those of the upstream user it AUTHed as
+	// poolsRef is pools, for other goroutines (closing a deleted user's sessions).
+	poolsRef atomic.Pointer[poolSet]
+	authed   bool   // true once AUTH succeeded, or when clients need not authenticate
+	user     string // the rproxy user it authenticated as
+	name     []byte // CLIENT SETNAME
+	libName  []byte // CLIENT SETINFO LIB-NAME
+	libVer   []byte // CLIENT SETINFO LIB-VER
 
 	// The batch being built from one read of pipelined commands: commands for
 	// the upstream go into batch; replies made here go into local; order says,
@@ -85,6 +87,7 @@ type session struct {
 	// batch while pinned, the state it may change; the replies decide.
 	pin       *upstream.Dedicated
 	pinPool   *upstream.Pool // the pool the pin came from
+	pinID     atomic.Int64   // Redis's client id of pin, 0 when none: read by other sessions (CLIENT UNBLOCK)
 	inMulti   bool           // Redis answered MULTI; set from replies, after the batch
 	multiSent bool           // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
 	watching  bool
@@ -150,6 +153,7 @@ type session struct {
 func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
 	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch(), slot: upstream.SlotAny}
 	ss.view.created = time.Now()
+	ss.poolsRef.Store(pools)
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr()); err == nil {
 		ss.addr = ap.Addr().Unmap()
 	}
@@ -303,6 +307,11 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 	ss.lastCmd = "unknown"
 	if info != nil {
 		ss.lastCmd = info.Name
+		if info.Subcommands != nil && len(args) > 1 && len(args[1]) <= 32 {
+			// As CLIENT LIST's cmd= shows it (client|setname); container
+			// commands are rare on the hot path.
+			ss.lastCmd = info.Name + "|" + strings.ToLower(string(args[1]))
+		}
 	}
 	if s.slow != nil || ss.logReq {
 		ss.slowCount++
@@ -406,7 +415,8 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
 		}
 		if s.cfg.AuthPassthrough {
-			ss.pools, ss.user = &s.pools, ""
+			ss.setPools(&s.pools)
+			ss.user = ""
 		}
 		s.reply(ss, []byte("+RESET\r\n"))
 	case command.Quit:
@@ -465,7 +475,7 @@ func answeredByProxy(info *command.Info, args [][]byte) bool {
 			return false
 		}
 		switch string(bytes.ToLower(args[1])) {
-		case "id", "getname", "setname", "setinfo", "kill", "tracking", "reply", "caching", "no-evict", "no-touch":
+		case "id", "getname", "setname", "setinfo", "kill", "list", "info", "unblock", "tracking", "reply", "caching", "no-evict", "no-touch":
 			return true
 		}
 	}
@@ -888,20 +898,26 @@ func (s *Server) client(ss *session, cmd redcon.Command) {
 		s.clientSetInfo(ss, args)
 	case "kill":
 		s.clientKill(ss, cmd)
-	case "list", "pause", "unpause", "unblock", "help", "getredir", "trackinginfo", "info":
-		// Read-only or server-wide: safe on a shared connection. (LIST and
-		// INFO describe the shared connection, not this client.)
+	case "list":
+		s.reply(ss, s.clientList(ss, cmd))
+	case "info":
+		if len(args) != 2 {
+			s.forward(ss, cmd.Raw)
+			return
+		}
+		s.reply(ss, appendText(nil, ss.proto, s.clientLine(nil, ss, ss, cmd, s.clock())))
+	case "unblock":
+		s.clientUnblock(ss, cmd)
+	case "pause", "unpause", "help", "getredir", "trackinginfo":
+		// Read-only or server-wide: safe on a shared connection.
 		s.forward(ss, cmd.Raw)
 	case "tracking":
-		for _, a := range args[2:] {
-			if bytes.EqualFold(a, []byte("redirect")) {
-				// REDIRECT names a connection id: the proxy's ids are not
-				// Redis's, so the invalidations could not be routed.
-				s.refuse(ss, []byte("CLIENT TRACKING REDIRECT"), "use RESP3 (HELLO 3) tracking, whose invalidations arrive on the same connection")
-				return
-			}
+		raw, errReply := s.trackingRedirect(cmd)
+		if errReply != nil {
+			s.reply(ss, errReply)
+			return
 		}
-		s.startStream(ss, cmd.Raw)
+		s.startStream(ss, raw)
 	case "reply", "caching", "no-evict", "no-touch":
 		// Connection state for this client alone: from now on the session
 		// has its own connection (stream mode).
@@ -909,28 +925,6 @@ func (s *Server) client(ss *session, cmd redcon.Command) {
 	default:
 		s.forward(ss, cmd.Raw) // Redis's "unknown subcommand"
 	}
-}
-
-// clientKill handles CLIENT KILL ID: clients know rproxy's session ids, not
-// Redis's, so an id is never forwarded (Redis would kill whichever of its
-// connections has that id, possibly a shared one). Killing the session's own
-// id closes it after the reply, as on Redis; other ids are refused. Filters
-// other than ID (ADDR, USER, ...) are forwarded.
-func (s *Server) clientKill(ss *session, cmd redcon.Command) {
-	args := cmd.Args
-	for i := 2; i+1 < len(args); i += 2 {
-		if !bytes.EqualFold(args[i], []byte("id")) {
-			continue
-		}
-		if id, err := strconv.ParseInt(string(args[i+1]), 10, 64); err == nil && id == ss.id && len(args) == 4 {
-			s.reply(ss, []byte(":1\r\n"))
-			ss.quit = true
-			return
-		}
-		s.refuse(ss, []byte("CLIENT KILL ID"), "only a session's own id can be killed through rproxy")
-		return
-	}
-	s.forward(ss, cmd.Raw)
 }
 
 func (s *Server) clientSetInfo(ss *session, args [][]byte) {

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -265,6 +266,101 @@ func TestLongScriptAndScriptKill(t *testing.T) {
 		}
 		if r := killer.do("SCRIPT", "KILL"); !strings.HasPrefix(r, "-NOTBUSY") {
 			t.Errorf("SCRIPT KILL with no script = %q", r)
+		}
+	})
+}
+
+// clientID returns a client's rproxy id (CLIENT ID).
+func clientID(c *rawClient) string {
+	c.t.Helper()
+	return strings.TrimSuffix(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"), "\r\n")
+}
+
+// CLIENT LIST, INFO, KILL, UNBLOCK and TRACKING REDIRECT speak in the ids
+// rproxy hands out, and LIST/INFO use Redis's line format.
+func TestClientIDsWork(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c := dialClient(t, p.Addr)
+	other := dialClient(t, p.Addr)
+	if r := other.do("CLIENT", "SETNAME", "worker"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	other.do("SELECT", "9")
+	id, otherID := clientID(c), clientID(other)
+
+	t.Run("ListAndInfo", func(t *testing.T) {
+		list := c.do("CLIENT", "LIST")
+		// The glob Redis's own suite matches CLIENT LIST against.
+		line := regexp.MustCompile(`id=` + id + ` addr=\S+:\d+ laddr=\S+:\d+ fd=\S+ name= age=\d+ idle=\d+ flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=26 qbuf-free=\d+ argv-mem=\d+ multi-mem=0 rbs=\d+ rbp=\d+ obl=0 oll=0 omem=0 tot-mem=\d+ events=r cmd=client\|list user=default redir=-1 resp=2\n`)
+		if !line.MatchString(list) {
+			t.Errorf("CLIENT LIST lacks the caller's line in Redis's format:\n%s", list)
+		}
+		if !strings.Contains(list, "id="+otherID+" ") || !strings.Contains(list, " name=worker ") || !strings.Contains(list, " db=9 ") {
+			t.Errorf("CLIENT LIST lacks the other session (name worker, db 9):\n%s", list)
+		}
+		if r := c.do("CLIENT", "LIST", "ID", otherID); strings.Count(r, "id=") != 1 || !strings.Contains(r, "name=worker") || !strings.Contains(r, "cmd=client|id") {
+			t.Errorf("CLIENT LIST ID %s = %q", otherID, r)
+		}
+		if r := c.do("CLIENT", "LIST", "TYPE", "foo"); r != "-ERR Unknown client type 'foo'\r\n" {
+			t.Errorf("CLIENT LIST TYPE foo = %q", r)
+		}
+		if r := c.do("CLIENT", "INFO"); !strings.Contains(r, "id="+id+" ") || !strings.Contains(r, "cmd=client|info") {
+			t.Errorf("CLIENT INFO = %q", r)
+		}
+	})
+
+	t.Run("Unblock", func(t *testing.T) {
+		blocked := dialClient(t, p.Addr)
+		bid := clientID(blocked)
+		blocked.send(resp.AppendCommandString(nil, "BLPOP", "nothing", "0"))
+		waitFor(t, "BLPOP blocked on Redis", func() bool { return clientIDWhere(t, rs, "cmd=blpop") != "" })
+		if r := c.do("CLIENT", "UNBLOCK", bid); r != ":1\r\n" {
+			t.Fatalf("CLIENT UNBLOCK %s = %q, want :1", bid, r)
+		}
+		if r := string(blocked.read()); r != "*-1\r\n" {
+			t.Errorf("the unblocked BLPOP = %q, want a timeout's null", r)
+		}
+		if r := c.do("CLIENT", "UNBLOCK", bid); r != ":0\r\n" {
+			t.Errorf("CLIENT UNBLOCK of a client not blocked = %q", r)
+		}
+	})
+
+	t.Run("TrackingRedirect", func(t *testing.T) {
+		sub := dialClient(t, p.Addr)
+		subID := clientID(sub)
+		if r := sub.do("SUBSCRIBE", "__redis__:invalidate"); !strings.HasPrefix(r, "*3\r\n$9\r\nsubscribe") {
+			t.Fatalf("SUBSCRIBE = %q", r)
+		}
+		tr := dialClient(t, p.Addr)
+		if r := tr.do("CLIENT", "TRACKING", "on", "REDIRECT", "999999"); r != "-ERR The client ID you want redirect to does not exist\r\n" {
+			t.Errorf("REDIRECT to no client = %q", r)
+		}
+		if r := tr.do("CLIENT", "TRACKING", "on", "REDIRECT", subID); r != "+OK\r\n" {
+			t.Fatalf("CLIENT TRACKING on REDIRECT %s = %q", subID, r)
+		}
+		tr.do("GET", "tracked")
+		if r := string(rs.Do(t, "SET", "tracked", "1")); r != "+OK\r\n" {
+			t.Fatal(r)
+		}
+		if r := string(sub.read()); !strings.Contains(r, "invalidate") || !strings.Contains(r, "tracked") {
+			t.Errorf("the redirected invalidation = %q", r)
+		}
+	})
+
+	t.Run("Kill", func(t *testing.T) {
+		if r := c.do("CLIENT", "KILL", "ID", otherID); r != ":1\r\n" {
+			t.Fatalf("CLIENT KILL ID %s = %q", otherID, r)
+		}
+		other.expectClosed()
+		if r := c.do("CLIENT", "KILL", "ID", otherID); r != ":0\r\n" {
+			t.Errorf("CLIENT KILL of a closed client = %q", r)
+		}
+		if r := c.do("CLIENT", "KILL", "1.2.3.4:5"); r != "-ERR No such client\r\n" {
+			t.Errorf("CLIENT KILL addr = %q", r)
+		}
+		if r := c.do("CLIENT", "KILL", "ID", "abc"); r != "-ERR client-id should be greater than 0\r\n" {
+			t.Errorf("CLIENT KILL ID abc = %q", r)
 		}
 	})
 }

@@ -158,7 +158,7 @@ func (s *security) checkCerts() {
 		case left <= 0:
 			s.log.Warn("TLS certificate has expired: peers that verify it refuse the connection; replace the file and restart", fields...)
 		case left < certWarnBefore:
-			s.log.Warn("TLS certificate expires soon: replace the file and restart", append(fields, zap.Duration("left", left.Round(time.Second)))...)
+			s.log.Warn("TLS certificate expires soon: replace the file and restart", append(fields, zap.Duration("left_seconds", left.Round(time.Second)))...)
 		}
 	}
 }

@@ -318,12 +318,19 @@ func (c *conn) dial(ctx context.Context) (net.Conn, error) {
 
 // handshake sends one command and requires a non-error reply.
 func handshake(nc net.Conn, deadline time.Time, cmd []byte) error {
+	_, err := roundTrip(nc, deadline, cmd)
+	return err
+}
+
+// roundTrip sends cmd on a connection nothing else uses and returns its one
+// reply; an error reply is returned as an error.
+func roundTrip(nc net.Conn, deadline time.Time, cmd []byte) ([]byte, error) {
 	if err := nc.SetDeadline(deadline); err != nil {
-		return err
+		return nil, err
 	}
 	defer nc.SetDeadline(time.Time{})
 	if _, err := nc.Write(cmd); err != nil {
-		return err
+		return nil, err
 	}
 	var fr resp.Framer
 	var reply []byte
@@ -333,21 +340,21 @@ func handshake(nc net.Conn, deadline time.Time, cmd []byte) error {
 		if n > 0 {
 			k, done, ferr := fr.Next(buf[:n])
 			if ferr != nil {
-				return ferr
+				return nil, ferr
 			}
 			reply = append(reply, buf[:k]...)
 			if done {
 				if k != n {
-					return errors.New("unexpected data after the reply")
+					return nil, errors.New("unexpected data after the reply")
 				}
 				if reply[0] == '-' || reply[0] == '!' {
-					return fmt.Errorf("server replied %q", string(reply))
+					return nil, fmt.Errorf("server replied %q", string(reply))
 				}
-				return nil
+				return reply, nil
 			}
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 }

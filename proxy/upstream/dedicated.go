@@ -28,7 +28,24 @@ type Dedicated struct {
 	r, w   int
 	fr     resp.Framer
 	broken atomic.Bool // set on any failure: the connection is closed, not reused
+	id     int64       // Redis's CLIENT ID for it; 0 when unknown
 }
+
+// ID is Redis's client id of the connection (CLIENT ID), so that commands
+// naming a session's connection (CLIENT UNBLOCK, CLIENT TRACKING REDIRECT)
+// can be given the id Redis knows; 0 when Redis did not say.
+func (d *Dedicated) ID() int64 { return d.id }
+
+// newDedicated wraps a dialled connection, asking Redis for its client id.
+func (p *Pool) newDedicated(nc net.Conn) *Dedicated {
+	d := &Dedicated{pool: p, nc: nc, buf: make([]byte, 16<<10)}
+	if r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), clientIDCmd); err == nil {
+		d.id, _ = resp.Int(r)
+	}
+	return d
+}
+
+var clientIDCmd = resp.AppendCommandString(nil, "CLIENT", "ID")
 
 // Dial connects to cfg.Address with cfg.Dial (a net.Dialer when nil) and,
 // when cfg.TLS is set, completes the TLS handshake, both within
@@ -137,7 +154,7 @@ func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dedicated{pool: p, nc: nc, buf: make([]byte, 16<<10)}
+	d := p.newDedicated(nc)
 	p.dmu.Lock()
 	if p.closed {
 		p.dmu.Unlock()
@@ -169,6 +186,10 @@ func (p *Pool) keepSpare() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
 		nc, err := p.dial(ctx)
 		cancel()
+		var d *Dedicated
+		if err == nil {
+			d = p.newDedicated(nc)
+		}
 		p.dmu.Lock()
 		defer p.dmu.Unlock()
 		p.dialingSpare = false
@@ -179,7 +200,6 @@ func (p *Pool) keepSpare() {
 			nc.Close()
 			return
 		}
-		d := &Dedicated{pool: p, nc: nc, buf: make([]byte, 16<<10)}
 		p.lent[d] = struct{}{}
 		p.idle = append(p.idle, d)
 	}()

@@ -248,12 +248,18 @@ func (p *Pool) watch(ctx context.Context) {
 // running a script or function past its busy threshold, so a connection
 // waiting for a reply is stalled behind it, not dead.
 func (p *Pool) scriptBusy(ctx context.Context) bool {
+	// Redis answers BUSY at once while a script runs (it serves events
+	// between the script's steps); a paused or hung Redis answers nothing,
+	// and its connection must still time out close to upstream.timeout.
+	wait := min(p.cfg.DialTimeout, max(p.cfg.Timeout/4, 50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	nc, err := p.dial(ctx)
 	if err != nil {
 		return false
 	}
 	defer nc.Close()
-	err = handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), pingCmd)
+	err = handshake(nc, p.cfg.Now().Add(wait), pingCmd)
 	return err != nil && strings.Contains(err.Error(), `"-BUSY `)
 }
 

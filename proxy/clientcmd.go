@@ -1,0 +1,362 @@
+package proxy
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// The CLIENT subcommands that name clients speak in the ids rproxy hands
+// out (CLIENT ID), since those are the only ids a client of rproxy knows:
+// LIST and INFO describe rproxy's sessions in Redis's own line format,
+// KILL closes sessions, and UNBLOCK and TRACKING REDIRECT are sent to Redis
+// with the id Redis knows for the named session's pinned connection.
+
+// sessionsByID returns the sessions, oldest first.
+func (s *Server) sessionsByID() []*session {
+	s.mu.Lock()
+	all := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		all = append(all, ss)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b *session) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	return all
+}
+
+// sessionByID returns the session with rproxy id id, or nil.
+func (s *Server) sessionByID(id int64) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ss := range s.sessions {
+		if ss.id == id {
+			return ss
+		}
+	}
+	return nil
+}
+
+// clientStateOf returns what other sessions may read of ss: its live fields
+// when ss is the caller, else what it published after its last batch.
+func (s *Server) clientStateOf(ss, caller *session) clientState {
+	if ss == caller {
+		return clientState{name: string(ss.name), user: ss.user, db: ss.db, pinned: ss.pin != nil || ss.stream,
+			multi: ss.inTransaction(), stream: ss.stream, proto: ss.proto}
+	}
+	ss.view.mu.Lock()
+	defer ss.view.mu.Unlock()
+	return ss.view.pub
+}
+
+// clientLine appends ss's line of CLIENT LIST, in Redis 7.0's field order.
+// Fields rproxy has no counterpart for (buffers, memory) are given as Redis
+// gives them for an idle client; the caller's own query buffer is its
+// command's length, as on Redis.
+func (s *Server) clientLine(dst []byte, ss, caller *session, cmd redcon.Command, now time.Time) []byte {
+	st := s.clientStateOf(ss, caller)
+	cmdName := st.cmd
+	qbuf := 0
+	idle := now.Sub(ss.view.created)
+	if ss == caller {
+		cmdName = "client|" + string(bytes.ToLower(cmd.Args[1]))
+		qbuf = len(cmd.Raw)
+		idle = 0
+	} else if at := ss.view.active.Load(); at != 0 {
+		idle = now.Sub(time.Unix(0, at))
+	}
+	if cmdName == "" {
+		cmdName = "NULL"
+	}
+	flags, multi := "N", -1
+	switch {
+	case st.multi:
+		flags, multi = "x", 0
+	case st.stream:
+		flags = "P"
+	}
+	user := st.user
+	if user == "" {
+		user = "default"
+	}
+	proto := st.proto
+	if proto == 0 {
+		proto = 2
+	}
+	dst = append(dst, "id="...)
+	dst = strconv.AppendInt(dst, ss.id, 10)
+	dst = append(dst, " addr="...)
+	dst = append(dst, ss.conn.RemoteAddr()...)
+	dst = append(dst, " laddr="...)
+	dst = append(dst, ss.conn.NetConn().LocalAddr().String()...)
+	dst = append(dst, " fd=-1 name="...)
+	dst = append(dst, st.name...)
+	dst = append(dst, " age="...)
+	dst = strconv.AppendInt(dst, int64(max(now.Sub(ss.view.created), 0).Seconds()), 10)
+	dst = append(dst, " idle="...)
+	dst = strconv.AppendInt(dst, int64(max(idle, 0).Seconds()), 10)
+	dst = append(dst, " flags="...)
+	dst = append(dst, flags...)
+	dst = append(dst, " db="...)
+	dst = strconv.AppendInt(dst, int64(st.db), 10)
+	dst = append(dst, " sub=0 psub=0 ssub=0 multi="...)
+	dst = strconv.AppendInt(dst, int64(multi), 10)
+	dst = append(dst, " qbuf="...)
+	dst = strconv.AppendInt(dst, int64(qbuf), 10)
+	dst = append(dst, " qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd="...)
+	dst = append(dst, cmdName...)
+	dst = append(dst, " user="...)
+	dst = append(dst, user...)
+	dst = append(dst, " redir=-1 resp="...)
+	dst = strconv.AppendInt(dst, int64(proto), 10)
+	return append(dst, '\n')
+}
+
+// appendText appends text as CLIENT LIST's reply type: a bulk string in
+// RESP2, a verbatim "txt" string in RESP3.
+func appendText(dst []byte, proto int, text []byte) []byte {
+	if proto != 3 {
+		return resp.AppendBulk(dst, text)
+	}
+	dst = append(dst, '=')
+	dst = strconv.AppendInt(dst, int64(len(text)+4), 10)
+	dst = append(dst, "\r\ntxt:"...)
+	dst = append(dst, text...)
+	return append(dst, "\r\n"...)
+}
+
+// clientType is CLIENT LIST's and CLIENT KILL's TYPE of a session.
+func clientType(st clientState) string {
+	if st.stream {
+		return "pubsub"
+	}
+	return "normal"
+}
+
+// validClientType reports whether Redis knows the TYPE name.
+func validClientType(t []byte) bool {
+	switch string(bytes.ToLower(t)) {
+	case "normal", "master", "replica", "slave", "pubsub":
+		return true
+	}
+	return false
+}
+
+// clientList answers CLIENT LIST [TYPE type] [ID id ...].
+func (s *Server) clientList(ss *session, cmd redcon.Command) []byte {
+	args := cmd.Args
+	var typ []byte
+	var ids []int64
+	for i := 2; i < len(args); i++ {
+		switch {
+		case bytes.EqualFold(args[i], []byte("type")) && i+1 < len(args) && ids == nil:
+			typ = bytes.ToLower(args[i+1])
+			if !validClientType(typ) {
+				return resp.AppendError(nil, "ERR Unknown client type '"+string(args[i+1])+"'")
+			}
+			if string(typ) == "slave" {
+				typ = []byte("replica")
+			}
+			i++
+		case bytes.EqualFold(args[i], []byte("id")) && i+1 < len(args) && typ == nil:
+			for _, a := range args[i+1:] {
+				id, err := strconv.ParseInt(string(a), 10, 64)
+				if err != nil || id <= 0 {
+					return resp.AppendError(nil, "ERR Invalid client ID")
+				}
+				ids = append(ids, id)
+			}
+			i = len(args)
+		default:
+			return resp.AppendError(nil, "ERR syntax error")
+		}
+	}
+	now := s.clock()
+	var text []byte
+	for _, other := range s.sessionsByID() {
+		if ids != nil && !slices.Contains(ids, other.id) {
+			continue
+		}
+		if typ != nil && clientType(s.clientStateOf(other, ss)) != string(typ) {
+			continue
+		}
+		text = s.clientLine(text, other, ss, cmd, now)
+	}
+	return appendText(nil, ss.proto, text)
+}
+
+// clientKill answers CLIENT KILL: the old form (an address) and the
+// filters ID, TYPE, USER, ADDR, LADDR and SKIPME, applied to rproxy's
+// sessions as Redis applies them to its clients. Nothing is forwarded:
+// Redis would kill whichever of its connections matched, possibly one that
+// every client shares. A killed session is closed; the caller, when it
+// asked for itself (SKIPME no, or the old form), after the reply.
+func (s *Server) clientKill(ss *session, cmd redcon.Command) {
+	args := cmd.Args
+	if len(args) == 3 {
+		for _, other := range s.sessionsByID() {
+			if other.conn.RemoteAddr() == string(args[2]) {
+				s.reply(ss, []byte("+OK\r\n"))
+				s.killSession(ss, other)
+				return
+			}
+		}
+		s.reply(ss, []byte("-ERR No such client\r\n"))
+		return
+	}
+	if len(args) < 3 || len(args)%2 != 0 {
+		s.reply(ss, []byte("-ERR syntax error\r\n"))
+		return
+	}
+	var (
+		id              int64
+		typ, user       []byte
+		addr, laddr     []byte
+		skipMe, hasType = true, false
+	)
+	for i := 2; i < len(args); i += 2 {
+		v := args[i+1]
+		switch string(bytes.ToLower(args[i])) {
+		case "id":
+			n, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil || n <= 0 {
+				s.reply(ss, []byte("-ERR client-id should be greater than 0\r\n"))
+				return
+			}
+			id = n
+		case "type":
+			if !validClientType(v) {
+				s.reply(ss, resp.AppendError(nil, "ERR Unknown client type '"+string(v)+"'"))
+				return
+			}
+			typ, hasType = bytes.ToLower(v), true
+			if string(typ) == "slave" {
+				typ = []byte("replica")
+			}
+		case "user":
+			user = v
+		case "addr":
+			addr = v
+		case "laddr":
+			laddr = v
+		case "skipme":
+			switch string(bytes.ToLower(v)) {
+			case "yes":
+				skipMe = true
+			case "no":
+				skipMe = false
+			default:
+				s.reply(ss, []byte("-ERR syntax error\r\n"))
+				return
+			}
+		default:
+			s.reply(ss, []byte("-ERR syntax error\r\n"))
+			return
+		}
+	}
+	var victims []*session
+	for _, other := range s.sessionsByID() {
+		st := s.clientStateOf(other, ss)
+		u := st.user
+		if u == "" {
+			u = "default"
+		}
+		switch {
+		case id != 0 && other.id != id,
+			hasType && clientType(st) != string(typ),
+			user != nil && u != string(user),
+			addr != nil && other.conn.RemoteAddr() != string(addr),
+			laddr != nil && other.conn.NetConn().LocalAddr().String() != string(laddr),
+			skipMe && other == ss:
+			continue
+		}
+		victims = append(victims, other)
+	}
+	s.reply(ss, resp.AppendInt(nil, int64(len(victims))))
+	for _, v := range victims {
+		s.killSession(ss, v)
+	}
+}
+
+// killSession closes victim: at once, or, when it is the caller, after the
+// replies of its batch.
+func (s *Server) killSession(caller, victim *session) {
+	if victim == caller {
+		caller.quit = true
+		return
+	}
+	victim.conn.NetConn().Close()
+}
+
+// clientUnblock answers CLIENT UNBLOCK id [TIMEOUT|ERROR]: the session's
+// blocking command waits on its pinned connection, so Redis is asked to
+// unblock that connection, by the id Redis knows it by.
+func (s *Server) clientUnblock(ss *session, cmd redcon.Command) {
+	args := cmd.Args
+	if len(args) != 3 && len(args) != 4 {
+		s.forward(ss, cmd.Raw) // Redis's arity error
+		return
+	}
+	id, err := strconv.ParseInt(string(args[2]), 10, 64)
+	if err != nil {
+		s.reply(ss, []byte("-ERR value is not an integer or out of range\r\n"))
+		return
+	}
+	if len(args) == 4 && !bytes.EqualFold(args[3], []byte("timeout")) && !bytes.EqualFold(args[3], []byte("error")) {
+		s.reply(ss, []byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
+		return
+	}
+	target := s.sessionByID(id)
+	var upstreamID int64
+	if target != nil {
+		upstreamID = target.pinID.Load()
+	}
+	if upstreamID == 0 {
+		s.reply(ss, []byte(":0\r\n")) // not blocked: it has no connection of its own
+		return
+	}
+	out := [][]byte{args[0], args[1], strconv.AppendInt(nil, upstreamID, 10)}
+	out = append(out, args[3:]...)
+	s.forward(ss, resp.AppendCommand(nil, out...))
+}
+
+// trackingRedirect rewrites CLIENT TRACKING ... REDIRECT id with the id
+// Redis knows for that session's own connection (a session that has
+// subscribed to __redis__:invalidate has one). It returns the command to
+// send, or the error to reply.
+func (s *Server) trackingRedirect(cmd redcon.Command) ([]byte, []byte) {
+	args := cmd.Args
+	for i := 2; i+1 < len(args); i++ {
+		if !bytes.EqualFold(args[i], []byte("redirect")) {
+			continue
+		}
+		id, err := strconv.ParseInt(string(args[i+1]), 10, 64)
+		if err != nil {
+			return nil, []byte("-ERR value is not an integer or out of range\r\n")
+		}
+		target := s.sessionByID(id)
+		var upstreamID int64
+		if target != nil {
+			upstreamID = target.pinID.Load()
+		}
+		if upstreamID == 0 {
+			return nil, []byte("-ERR The client ID you want redirect to does not exist\r\n")
+		}
+		out := slices.Clone(args)
+		out[i+1] = strconv.AppendInt(nil, upstreamID, 10)
+		return resp.AppendCommand(nil, out...), nil
+	}
+	return cmd.Raw, nil
+}
