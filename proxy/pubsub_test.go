@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,5 +156,43 @@ func TestMonitorAndTracking(t *testing.T) {
 	}
 	if got := c.do("GET", "tk"); got != "$1\r\nx\r\n" {
 		t.Fatalf("GET after invalidation = %q", got)
+	}
+}
+
+// A SUBSCRIBE reaches Redis about one round trip after the client sent it
+// (its connection is a warm spare, not dialled on demand), so a PUBLISH
+// another client sends right after it is seldom missed: the same race
+// direct to Redis. Measured: before the spare, 37 of 50 were missed.
+func TestSubscribeThenPublishAtOnce(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	warm := dialClient(t, p.Addr)
+	warm.do("MULTI") // the first pin leaves the pool a spare
+	warm.do("DISCARD")
+	pub := dialClient(t, p.Addr)
+	const rounds = 50
+	missed := 0
+	for i := 0; i < rounds; i++ {
+		ch := fmt.Sprintf("race:%d", i)
+		waitFor(t, "a spare dedicated connection", func() bool {
+			return counterValue(t, p.Registry, "rproxy_upstream_pinned_connections", nil) == 0
+		})
+		sub := dialClient(t, p.Addr)
+		sub.send(resp.AppendCommandString(nil, "SUBSCRIBE", ch))
+		n := pub.do("PUBLISH", ch, "m")
+		if n == ":0\r\n" {
+			missed++
+		}
+		sub.read() // the subscribe confirmation
+		if n == ":1\r\n" {
+			if m := string(sub.read()); !strings.Contains(m, "message") {
+				t.Fatalf("round %d: got %q, want the message", i, m)
+			}
+		}
+		sub.nc.Close()
+	}
+	t.Logf("%d of %d publishes sent right after a SUBSCRIBE found no subscriber", missed, rounds)
+	if missed > rounds/5 {
+		t.Errorf("%d of %d publishes missed the subscriber (before warm connections: 37)", missed, rounds)
 	}
 }
