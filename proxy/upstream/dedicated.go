@@ -17,6 +17,13 @@ import (
 // maxIdleDedicated bounds the reset connections a pool keeps for reuse.
 const maxIdleDedicated = 16
 
+// spareDedicated is how many idle connections a pool that has pinned keeps
+// dialled ahead: clients that block or subscribe in a burst (two deferred
+// BRPOPLPUSH then an LPUSH, as Redis's own tests do) get connections
+// without waiting for a dial, so their commands reach Redis in the order
+// they were sent, as they would directly.
+const spareDedicated = 2
+
 // Dedicated is an upstream connection lent to one session while that session
 // holds connection state (a transaction, WATCH, a database other than 0, a
 // blocking command). Only the session uses it, one batch at a time, so it
@@ -168,15 +175,16 @@ func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
 	return d, nil
 }
 
-// keepSpare dials, in the background, an idle connection for the next
-// Acquire when none is left: a session that subscribes, or opens a
+// keepSpare dials, in the background, idle connections for the next
+// Acquires while fewer than spareDedicated are left: a session that
+// subscribes, or opens a
 // transaction, then gets its connection without waiting for a dial (a
 // SUBSCRIBE reaches Redis about one round trip after the client sent it,
 // as it would directly, so a PUBLISH that follows is not missed). A pool
 // whose sessions never pin dials none.
 func (p *Pool) keepSpare() {
 	p.dmu.Lock()
-	if p.closed || len(p.idle) > 0 || p.dialingSpare {
+	if p.closed || len(p.idle) >= spareDedicated || p.dialingSpare {
 		p.dmu.Unlock()
 		return
 	}
@@ -202,6 +210,9 @@ func (p *Pool) keepSpare() {
 		}
 		p.lent[d] = struct{}{}
 		p.idle = append(p.idle, d)
+		if len(p.idle) < spareDedicated {
+			go p.keepSpare()
+		}
 	}()
 }
 
