@@ -396,6 +396,10 @@ type Limits struct {
 	MaxClients     int      `yaml:"max_clients"`      // default 10000; >= 1
 	MaxBulkLen     ByteSize `yaml:"max_bulk_len"`     // default 512mb (Redis proto-max-bulk-len); >= 1kb
 	MaxQueryBuffer ByteSize `yaml:"max_query_buffer"` // default 1gb (Redis client-query-buffer-limit); >= 1kb
+	// MaxReplyBuffer bounds the replies rproxy holds for one client: a read
+	// of pipelined commands is sent upstream in parts whose replies are
+	// expected to fit, each part's replies written before the next is sent.
+	MaxReplyBuffer ByteSize `yaml:"max_reply_buffer"` // default 16mb; 0 = unbounded; >= 64kb
 	IdleTimeout    Duration `yaml:"idle_timeout"`     // close clients idle this long (not blocked or subscribed ones); 0 = never (default); >= 0
 	// WriteTimeout closes a client whose replies cannot be written for this
 	// long: it stopped reading (Redis's client-output-buffer-limit, in time).
@@ -477,6 +481,7 @@ func Default() Config {
 			MaxClients:     10000,
 			MaxBulkLen:     512 * Megabyte,
 			MaxQueryBuffer: 1 * Gigabyte,
+			MaxReplyBuffer: 16 * Megabyte,
 			IdleTimeout:    0,
 			WriteTimeout:   Duration(time.Minute),
 			ShutdownDrain:  Duration(5 * time.Second),
@@ -911,6 +916,9 @@ func (c Config) Validate() error {
 	}
 	if l.MaxQueryBuffer < Kilobyte {
 		add("limits.max_query_buffer must be at least 1kb, got %s", l.MaxQueryBuffer)
+	}
+	if l.MaxReplyBuffer != 0 && l.MaxReplyBuffer < 64*Kilobyte {
+		add("limits.max_reply_buffer must be 0 (unbounded) or at least 64kb, got %s", l.MaxReplyBuffer)
 	}
 	if l.IdleTimeout < 0 {
 		add("limits.idle_timeout must not be negative (0 = never), got %s", l.IdleTimeout)

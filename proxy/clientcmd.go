@@ -22,7 +22,9 @@ func (s *Server) sessionsByID() []*session {
 	s.mu.Lock()
 	all := make([]*session, 0, len(s.sessions))
 	for ss := range s.sessions {
-		all = append(all, ss)
+		if !ss.killed.Load() {
+			all = append(all, ss)
+		}
 	}
 	s.mu.Unlock()
 	slices.SortFunc(all, func(a, b *session) int {
@@ -42,11 +44,25 @@ func (s *Server) sessionByID(id int64) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ss := range s.sessions {
-		if ss.id == id {
+		if ss.id == id && !ss.killed.Load() {
 			return ss
 		}
 	}
 	return nil
+}
+
+// pinnedRedisID returns the Redis client id of the pinned connection of
+// session id, or 0 when there is no such session or it has none.
+func (s *Server) pinnedRedisID(id int64) int64 {
+	target := s.sessionByID(id)
+	if target == nil {
+		return 0
+	}
+	d := target.pinRef.Load()
+	if d == nil {
+		return 0
+	}
+	return d.RedisID()
 }
 
 // clientStateOf returns what other sessions may read of ss: its live fields
@@ -293,6 +309,7 @@ func (s *Server) clientKill(ss *session, cmd redcon.Command) {
 // killSession closes victim: at once, or, when it is the caller, after the
 // replies of its batch.
 func (s *Server) killSession(caller, victim *session) {
+	victim.killed.Store(true)
 	if victim == caller {
 		caller.quit = true
 		return
@@ -318,11 +335,7 @@ func (s *Server) clientUnblock(ss *session, cmd redcon.Command) {
 		s.reply(ss, []byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
 		return
 	}
-	target := s.sessionByID(id)
-	var upstreamID int64
-	if target != nil {
-		upstreamID = target.pinID.Load()
-	}
+	upstreamID := s.pinnedRedisID(id)
 	if upstreamID == 0 {
 		s.reply(ss, []byte(":0\r\n")) // not blocked: it has no connection of its own
 		return
@@ -346,11 +359,7 @@ func (s *Server) trackingRedirect(cmd redcon.Command) ([]byte, []byte) {
 		if err != nil {
 			return nil, []byte("-ERR value is not an integer or out of range\r\n")
 		}
-		target := s.sessionByID(id)
-		var upstreamID int64
-		if target != nil {
-			upstreamID = target.pinID.Load()
-		}
+		upstreamID := s.pinnedRedisID(id)
 		if upstreamID == 0 {
 			return nil, []byte("-ERR The client ID you want redirect to does not exist\r\n")
 		}

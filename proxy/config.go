@@ -98,9 +98,13 @@ type Config struct {
 // Limits are the client limits that can change while the server runs
 // (SetLimits); Config.Limits holds their start values.
 type Limits struct {
-	MaxClients     int           // clients beyond this get "-ERR max number of clients reached"
-	MaxBulkLen     int64         // a client's declared bulk length above this closes it
-	MaxQueryBuffer int64         // a client's incomplete command above this many bytes closes it
+	MaxClients     int   // clients beyond this get "-ERR max number of clients reached"
+	MaxBulkLen     int64 // a client's declared bulk length above this closes it
+	MaxQueryBuffer int64 // a client's incomplete command above this many bytes closes it
+	// MaxReplyBuffer bounds the replies held for one client: a read's
+	// commands go upstream in parts sized from the replies seen so far;
+	// 0 = unbounded.
+	MaxReplyBuffer int64
 	IdleTimeout    time.Duration // close clients idle this long (not blocked or pub/sub ones); 0 = never
 	// ClientWriteTimeout closes a client whose replies cannot be written
 	// for this long (it stopped reading); 0 = never.
@@ -115,6 +119,9 @@ func (l Limits) Validate() error {
 	}
 	if l.MaxBulkLen < 1 || l.MaxQueryBuffer < 1 {
 		errs = append(errs, fmt.Errorf("proxy: max bulk length and query buffer must be positive (got %d, %d)", l.MaxBulkLen, l.MaxQueryBuffer))
+	}
+	if l.MaxReplyBuffer < 0 {
+		errs = append(errs, fmt.Errorf("proxy: max reply buffer must not be negative (0 = unbounded), got %d", l.MaxReplyBuffer))
 	}
 	if l.IdleTimeout < 0 || l.ClientWriteTimeout < 0 {
 		errs = append(errs, fmt.Errorf("proxy: idle timeout and client write timeout must not be negative (got %v, %v)", l.IdleTimeout, l.ClientWriteTimeout))

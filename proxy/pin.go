@@ -64,7 +64,7 @@ func (s *Server) pinSession(ss *session, slot int) bool {
 		return false
 	}
 	ss.pin, ss.pinPool = d, pool
-	ss.pinID.Store(d.ID())
+	ss.pinRef.Store(d)
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown = false, false, false, 0, false
 	return true
 }
@@ -161,7 +161,7 @@ func (s *Server) unpin(ss *session) {
 	if ss.stream {
 		ss.pin.Interrupt() // ends the stream goroutine; never reused
 	}
-	ss.pinID.Store(0)
+	ss.pinRef.Store(nil)
 	ss.pinPool.Release(ss.pin)
 	ss.pin = nil
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false

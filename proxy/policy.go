@@ -88,9 +88,7 @@ func (s *Server) deny(ss *session, reply []byte) {
 		return
 	}
 	s.abortTransaction(ss)
-	ss.local = append(ss.local, reply...)
-	ss.localEnds = append(ss.localEnds, len(ss.local))
-	ss.order = append(ss.order, len(ss.localEnds)-1)
+	ss.queueLocal(reply, false)
 }
 
 // poisonCmd is a command Redis rejects when it is queued (GET without its

@@ -62,6 +62,7 @@ type session struct {
 	batch     *upstream.Batch
 	local     []byte
 	localEnds []int
+	localRefs [][]byte // per local reply: a large shared reply (a tier entry) kept by reference, or nil
 	order     []int
 	quit      bool
 
@@ -86,10 +87,11 @@ type session struct {
 	// a dedicated upstream connection. track holds, for each command in
 	// batch while pinned, the state it may change; the replies decide.
 	pin       *upstream.Dedicated
-	pinPool   *upstream.Pool // the pool the pin came from
-	pinID     atomic.Int64   // Redis's client id of pin, 0 when none: read by other sessions (CLIENT UNBLOCK)
-	inMulti   bool           // Redis answered MULTI; set from replies, after the batch
-	multiSent bool           // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
+	pinPool   *upstream.Pool                     // the pool the pin came from
+	pinRef    atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
+	killed    atomic.Bool                        // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
+	inMulti   bool                               // Redis answered MULTI; set from replies, after the batch
+	multiSent bool                               // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
 	watching  bool
 	db        int  // database selected on the pin
 	dbUnknown bool // a SELECT ran inside a transaction: keep the pin
@@ -148,6 +150,11 @@ type session struct {
 	// per-command atomic adds on shared counters cost more than the rest of
 	// the bookkeeping.
 	localCount, refusedCount int
+
+	replyAvg int // average upstream reply size in bytes, smoothed over batches (boundReplies)
+	// The most reply and local bytes one flush of this client read held,
+	// to decide whether to keep the buffers for the next read.
+	replyHigh, localHigh int
 }
 
 func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
@@ -231,6 +238,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	ss.rest, ss.restAt = rest, 0
 	s.exec(ss, cmd)
 	for i := 0; i < len(rest) && !ss.quit; i++ {
+		s.boundReplies(ss)
 		ss.restAt = i + 1
 		s.exec(ss, rest[i])
 	}
@@ -251,6 +259,13 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		return
 	}
 	s.flush(ss)
+	// After a burst of large replies, give the memory back: at the first
+	// read that used little of it (a burst spans many reads).
+	if cap(ss.local) > maxLocalRetained && ss.localHigh < cap(ss.local)/4 {
+		ss.local = nil
+	}
+	ss.batch.ShrinkTo(ss.replyHigh)
+	ss.localHigh, ss.replyHigh = 0, 0
 	if ss.timed {
 		s.observeBatch(start, cmd, rest)
 		ss.timed = false
@@ -271,6 +286,40 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 		return
 	}
 	ss.state.Store(stateIdle)
+}
+
+// maxLocalRetained bounds the buffer of replies made here that a session
+// keeps between batches.
+const maxLocalRetained = 1 << 20
+
+// firstPart is how many commands of a client's read go upstream together
+// before the size of their replies is known.
+const firstPart = 64
+
+// boundReplies sends the commands queued so far, and writes their replies
+// to the client, once their replies could pass limits.max_reply_buffer
+// (judged from the average reply the session has had): so a pipeline of
+// 6,000 GETs of 100 KB values holds a few megabytes at a time, not 600 MB,
+// and a client that reads slowly is not read from until its replies are
+// written (as Redis's client-output-buffer-limit bounds what it holds).
+//
+// Replies made here (the local tier's, refusals) count by their size.
+func (s *Server) boundReplies(ss *session) {
+	n := ss.batch.Len()
+	if len(ss.order) == 0 || ss.stream {
+		return
+	}
+	limit := s.limits.Load().MaxReplyBuffer
+	if limit <= 0 {
+		return
+	}
+	part := firstPart
+	if ss.replyAvg > 0 {
+		part = int(max(limit/int64(ss.replyAvg), 1))
+	}
+	if n >= part || int64(len(ss.local)) >= limit {
+		s.flush(ss)
+	}
 }
 
 // exec classifies one command and either queues it for the upstream or
@@ -538,7 +587,7 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 			var fill bool
 			hot, fill = s.hot.observe(args[1], keyHash)
 			if r, ok := s.hot.lookup(args[1], ss.proto); ok {
-				s.reply(ss, r)
+				s.replyShared(ss, r)
 				return
 			}
 			if fill {
@@ -610,12 +659,30 @@ func (s *Server) forwardTracked(ss *session, raw []byte, t track) {
 	}
 }
 
+// queueLocal queues a reply made here, in order with the upstream ones. A
+// large shared reply, one nobody changes (a tier entry), is kept by
+// reference instead of copied: a burst of them costs no memory per reply.
+func (ss *session) queueLocal(r []byte, shared bool) {
+	if shared && len(r) >= directWriteMin {
+		ss.localRefs = append(ss.localRefs, r)
+	} else {
+		ss.local = append(ss.local, r...)
+		ss.localRefs = append(ss.localRefs, nil)
+	}
+	ss.localEnds = append(ss.localEnds, len(ss.local))
+	ss.order = append(ss.order, len(ss.localEnds)-1)
+}
+
+// replyShared queues a reply from the local tier (never modified).
+func (s *Server) replyShared(ss *session, r []byte) {
+	ss.localCount++
+	ss.queueLocal(r, true)
+}
+
 // reply queues a reply made by the proxy, in order with the upstream ones.
 func (s *Server) reply(ss *session, r []byte) {
 	ss.localCount++
-	ss.local = append(ss.local, r...)
-	ss.localEnds = append(ss.localEnds, len(ss.local))
-	ss.order = append(ss.order, len(ss.localEnds)-1)
+	ss.queueLocal(r, false)
 }
 
 func (s *Server) refuse(ss *session, name []byte, why string) {
@@ -626,9 +693,7 @@ func (s *Server) refuse(ss *session, name []byte, why string) {
 func (s *Server) refuseMsg(ss *session, msg string) {
 	ss.refusedCount++
 	s.abortTransaction(ss)
-	ss.local = resp.AppendError(ss.local, "ERR rproxy: "+msg)
-	ss.localEnds = append(ss.localEnds, len(ss.local))
-	ss.order = append(ss.order, len(ss.localEnds)-1)
+	ss.queueLocal(resp.AppendError(nil, "ERR rproxy: "+msg), false)
 }
 
 // beforeWrite drops from the local tier what a command may change, before
@@ -706,6 +771,14 @@ func (s *Server) flush(ss *session) {
 		if ss.timed {
 			s.metrics.upstreamSeconds.Observe(time.Since(start).Seconds())
 		}
+		// A running average of the reply size, for boundReplies.
+		ss.replyHigh = max(ss.replyHigh, ss.batch.ReplyBytes())
+		avg := ss.batch.ReplyBytes()/n + 1
+		if ss.replyAvg == 0 {
+			ss.replyAvg = avg
+		} else {
+			ss.replyAvg = (3*ss.replyAvg + avg) / 4
+		}
 		if ss.batchWrote {
 			// Every send numbered after this moment left after the write
 			// was acknowledged: such flights are safe to join.
@@ -774,15 +847,20 @@ func (s *Server) flush(ss *session) {
 				start = ss.localEnds[o-1]
 			}
 			r = ss.local[start:ss.localEnds[o]]
+			if ref := ss.localRefs[o]; ref != nil {
+				r = ref
+			}
 		}
 		if ss.logReq && len(r) > 0 && (r[0] == '-' || r[0] == '!') {
 			ss.req.errors++
 		}
 		s.write(ss, r)
 	}
-	ss.batch.Reset()
+	ss.batch.ResetKeep() // Shrink at the end of the client's read: boundReplies may send the rest in parts
 	ss.infoAt = ss.infoAt[:0]
-	ss.local, ss.localEnds, ss.order = ss.local[:0], ss.localEnds[:0], ss.order[:0]
+	ss.localHigh = max(ss.localHigh, len(ss.local))
+	clear(ss.localRefs)
+	ss.local, ss.localEnds, ss.localRefs, ss.order = ss.local[:0], ss.localEnds[:0], ss.localRefs[:0], ss.order[:0]
 	clear(ss.joined)
 	ss.joined = ss.joined[:0]
 	if len(ss.merges) > 0 {

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -363,4 +364,38 @@ func TestClientIDsWork(t *testing.T) {
 			t.Errorf("CLIENT KILL ID abc = %q", r)
 		}
 	})
+}
+
+// A long pipeline of large replies goes upstream in parts whose replies fit
+// limits.max_reply_buffer, each part written to the client before the next
+// is sent: rproxy holds about one part of replies, not the whole pipeline.
+func TestReplyBufferBoundsPipelines(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.MaxReplyBuffer = 1 << 20
+		c.Coalesce = nil // every GET goes upstream
+		c.HotKey = nil
+	})
+	value := strings.Repeat("v", 100<<10)
+	rs.Do(t, "SET", "big", value)
+	c := dialClient(t, p.Addr)
+	writes := func() float64 { return counterValue(t, p.Registry, "rproxy_upstream_writes_total", nil) }
+	before := writes()
+	const n = 300
+	var pipe []byte
+	for range n {
+		pipe = resp.AppendCommandString(pipe, "GET", "big")
+	}
+	c.send(pipe)
+	want := "$" + strconv.Itoa(len(value)) + "\r\n" + value + "\r\n"
+	for i := range n {
+		if r := string(c.read()); r != want {
+			t.Fatalf("reply %d: %d bytes, want the value", i, len(r))
+		}
+	}
+	// 30 MB of replies, 1 MB at a time: about ten GETs per upstream write
+	// once the reply size is known (the first part is larger).
+	if got := writes() - before; got < 20 {
+		t.Errorf("%v upstream writes for %d GETs of 100 KB with a 1 MB reply buffer, want the pipeline sent in parts", got, n)
+	}
 }

@@ -415,7 +415,7 @@ func reloadable(tierAtStart bool) func(key string) bool {
 		case "hotkeys.tier":
 			return tierAtStart
 		case "log.level", "log.requests",
-			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.client_write_timeout",
+			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.max_reply_buffer", "limits.client_write_timeout",
 			"limits.idle_timeout":
 			return true
 		}
@@ -442,6 +442,7 @@ func proxyLimits(l config.Limits) proxy.Limits {
 		MaxClients:         l.MaxClients,
 		MaxBulkLen:         l.MaxBulkLen.Bytes(),
 		MaxQueryBuffer:     l.MaxQueryBuffer.Bytes(),
+		MaxReplyBuffer:     l.MaxReplyBuffer.Bytes(),
 		ClientWriteTimeout: l.WriteTimeout.D(),
 		IdleTimeout:        l.IdleTimeout.D(),
 	}

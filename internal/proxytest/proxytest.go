@@ -42,6 +42,7 @@ func Config(upstreamAddr string) proxy.Config {
 			MaxClients:     10000,
 			MaxBulkLen:     512 << 20,
 			MaxQueryBuffer: 1 << 30,
+			MaxReplyBuffer: 16 << 20,
 			// Short, so the deadline code runs in every test.
 			ClientWriteTimeout: 10 * time.Second,
 		},

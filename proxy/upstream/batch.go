@@ -49,15 +49,34 @@ func NewBatch() *Batch {
 
 // Reset empties the batch for reuse.
 func (b *Batch) Reset() {
+	b.ResetKeep()
+	b.Shrink()
+}
+
+// ResetKeep empties the batch for reuse and keeps its reply buffer however
+// large, for a session sending one client's long pipeline in parts: each
+// part's replies then fill the same memory. Shrink gives it back after.
+func (b *Batch) ResetKeep() {
 	b.sent.Store(false)
 	clear(b.cmds) // drop the references so the commands can be collected
-	if cap(b.replies) > maxRetained {
-		b.replies = nil
-	}
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	b.cmds = b.cmds[:0]
 	b.slots = b.slots[:0]
+}
+
+// Shrink drops a reply buffer above maxRetained, so one huge reply does not
+// pin its memory for the life of the session.
+func (b *Batch) Shrink() { b.ShrinkTo(0) }
+
+// ShrinkTo drops a reply buffer above maxRetained unless recent use (used
+// bytes) needed a good part of it: a session in a burst of large replies
+// keeps its buffer from one client read to the next, and gives it back
+// after the first read that used little of it.
+func (b *Batch) ShrinkTo(used int) {
+	if cap(b.replies) > maxRetained && used < cap(b.replies)/4 {
+		b.replies = nil
+	}
 }
 
 // Add appends one command, already encoded as RESP. raw must stay unchanged
@@ -91,6 +110,9 @@ func (b *Batch) appendReply(r []byte) {
 	b.replies = append(b.replies, r...)
 	b.replyEnds = append(b.replyEnds, len(b.replies))
 }
+
+// ReplyBytes is the size of the replies received so far.
+func (b *Batch) ReplyBytes() int { return len(b.replies) }
 
 // Len is the number of commands in the batch.
 func (b *Batch) Len() int { return len(b.cmds) }

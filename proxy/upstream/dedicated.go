@@ -1,12 +1,14 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,24 +37,43 @@ type Dedicated struct {
 	r, w   int
 	fr     resp.Framer
 	broken atomic.Bool // set on any failure: the connection is closed, not reused
-	id     int64       // Redis's CLIENT ID for it; 0 when unknown
 }
 
-// ID is Redis's client id of the connection (CLIENT ID), so that commands
-// naming a session's connection (CLIENT UNBLOCK, CLIENT TRACKING REDIRECT)
-// can be given the id Redis knows; 0 when Redis did not say.
-func (d *Dedicated) ID() int64 { return d.id }
-
-// newDedicated wraps a dialled connection, asking Redis for its client id.
+// newDedicated wraps a dialled connection.
 func (p *Pool) newDedicated(nc net.Conn) *Dedicated {
-	d := &Dedicated{pool: p, nc: nc, buf: make([]byte, 16<<10)}
-	if r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), clientIDCmd); err == nil {
-		d.id, _ = resp.Int(r)
-	}
-	return d
+	return &Dedicated{pool: p, nc: nc, buf: make([]byte, 16<<10)}
 }
 
-var clientIDCmd = resp.AppendCommandString(nil, "CLIENT", "ID")
+// RedisID returns the client id Redis knows the connection by, so that
+// commands naming a session's connection (CLIENT UNBLOCK, CLIENT TRACKING
+// REDIRECT) can be sent with it; 0 when Redis does not list it. It asks on
+// a shared connection of the same server (CLIENT LIST, found by the
+// connection's address), since the dedicated one may be blocked: asking
+// only when needed keeps a command out of every dial (and out of MONITOR).
+// Any goroutine may call it.
+func (d *Dedicated) RedisID() int64 {
+	b := NewBatch()
+	b.Add(clientListCmd)
+	d.pool.Do(b)
+	addr := []byte(" addr=" + d.nc.LocalAddr().String() + " ")
+	for _, line := range bytes.Split(b.Reply(0), []byte("\n")) {
+		if !bytes.HasPrefix(line, []byte("id=")) || !bytes.Contains(line, addr) {
+			continue
+		}
+		end := bytes.IndexByte(line, ' ')
+		if end < 0 {
+			return 0
+		}
+		id, err := strconv.ParseInt(string(line[3:end]), 10, 64)
+		if err != nil {
+			return 0
+		}
+		return id
+	}
+	return 0
+}
+
+var clientListCmd = resp.AppendCommandString(nil, "CLIENT", "LIST")
 
 // Dial connects to cfg.Address with cfg.Dial (a net.Dialer when nil) and,
 // when cfg.TLS is set, completes the TLS handshake, both within
