@@ -6,28 +6,7 @@ import (
 	"strconv"
 )
 
-// Redis's defaults for the limits a RequestLimiter enforces.
-const (
-	DefaultMaxBulkLen     = 512 << 20 // proto-max-bulk-len
-	DefaultMaxQueryBuffer = 1 << 30   // client-query-buffer-limit
-	DefaultMaxInlineLen   = 64 << 10  // PROTO_INLINE_MAX_SIZE
-)
-
-// maxMultibulkCount is the largest argument count Redis accepts (INT_MAX).
-const maxMultibulkCount = math.MaxInt32
-
-// LimitError reports a client request that breaks a RequestLimiter limit.
-// The connection is to be closed after sending Reply.
-type LimitError struct {
-	// Reply is the RESP error line Redis sends before closing, e.g.
-	// "-ERR Protocol error: invalid bulk length\r\n", or "" when Redis
-	// closes the connection silently.
-	Reply string
-	// Reason says which limit was broken, for the log.
-	Reason string
-}
-
-func (e *LimitError) Error() string { return "resp: request limit: " + e.Reason }
+// LimitError (request.go) reports a request a RequestLimiter refuses.
 
 // limiterState says what a RequestLimiter expects next.
 type limiterState uint8
