@@ -37,10 +37,15 @@ type clientConn struct {
 	wbuf   *[]byte // nil between batches
 	werr   error   // the first write error; later writes are dropped
 	closed bool    // Close was called: the read loop ends
+	// The parser's ReadBuffer and Release as made once, for every read.
+	readBuf    func() []byte
+	releaseBuf func()
 }
 
 func newClientConn(nc net.Conn) *clientConn {
-	return &clientConn{nc: nc, addr: nc.RemoteAddr().String()}
+	c := &clientConn{nc: nc, addr: nc.RemoteAddr().String()}
+	c.readBuf, c.releaseBuf = c.parser.ReadBuffer, c.parser.Release
+	return c
 }
 
 // NetConn returns the client's socket.
@@ -149,7 +154,7 @@ func (s *Server) readLoop(c *clientConn) error {
 		if !c.parser.Buffered() {
 			var err error
 			if lc != nil {
-				n, err = lc.readLazy(c.parser.ReadBuffer, c.parser.Release)
+				n, err = lc.readLazy(c.readBuf, c.releaseBuf)
 			} else {
 				n, err = c.nc.Read(c.parser.ReadBuffer())
 			}

@@ -70,7 +70,13 @@ func (l *drainListener) release() {
 // (readLazy), so an idle client costs no read buffer.
 type limitedConn struct {
 	net.Conn
-	raw    syscall.RawConn         // the TCP socket's, nil over TLS
+	raw syscall.RawConn // the TCP socket's, nil over TLS
+	// read's state for its RawConn callback (rawRead), set per read.
+	rawFn  func(uintptr) bool
+	rawBuf func() []byte
+	rawPut func()
+	rawN   int
+	rawErr error
 	limits *atomic.Pointer[Limits] // the server's, for the idle timeout and the query buffer limit
 	clock  func() time.Time
 
@@ -272,21 +278,13 @@ func (c *limitedConn) read(buf func() []byte, put func()) (int, error) {
 	if c.raw == nil || put == nil {
 		return c.Conn.Read(buf())
 	}
-	var n int
-	var rerr error
-	err := c.raw.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = syscall.Read(int(fd), buf())
-			switch {
-			case rerr == syscall.EINTR:
-				continue
-			case rerr == syscall.EAGAIN:
-				put() // nothing yet: wait holding no buffer
-				return false
-			}
-			return true
-		}
-	})
+	if c.rawFn == nil {
+		c.rawFn = c.rawRead // one closure for the connection, not one per read
+	}
+	c.rawBuf, c.rawPut = buf, put
+	err := c.raw.Read(c.rawFn)
+	n, rerr := c.rawN, c.rawErr
+	c.rawBuf, c.rawPut, c.rawErr = nil, nil, nil
 	switch {
 	case err != nil:
 		return 0, err // the deadline, or the socket closed
@@ -296,4 +294,20 @@ func (c *limitedConn) read(buf func() []byte, put func()) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// rawRead is the RawConn.Read callback of read: it reports false, having
+// given the buffer back, while the socket has nothing to read.
+func (c *limitedConn) rawRead(fd uintptr) bool {
+	for {
+		c.rawN, c.rawErr = syscall.Read(int(fd), c.rawBuf())
+		switch c.rawErr {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			c.rawPut() // nothing yet: wait holding no buffer
+			return false
+		}
+		return true
+	}
 }
