@@ -171,7 +171,7 @@ func (s *Server) readLoop(c *clientConn) error {
 		// CONFIG SET of proto-max-bulk-len to connected clients too.
 		lim := s.limits.Load()
 		rl := resp.RequestLimits{MaxBulkLen: lim.MaxBulkLen, MaxQueryBuffer: lim.MaxQueryBuffer,
-			AuthRequired: s.cfg.Users != nil && !ss.authed}
+			AuthRequired: s.cfg.Users != nil && !ss.authed, ResetDeauths: s.cfg.Users != nil}
 		var perr error
 		c.cmds, perr = c.parser.Parse(n, rl, c.cmds[:0])
 		if len(c.cmds) > 0 {

@@ -116,6 +116,17 @@ func TestUnauthenticatedLimits(t *testing.T) {
 			t.Fatalf("GET before AUTH = %q", got)
 		}
 	})
+	t.Run("back after RESET in the same pipeline", func(t *testing.T) {
+		c := dialClient(t, p.Addr)
+		var in []byte
+		in = resp.AppendCommandString(in, "AUTH", "pw")
+		in = resp.AppendCommandString(in, "RESET")
+		in = resp.AppendCommandString(in, "MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5")
+		c.send(in)
+		if got := c.expectClosed(); got != "+OK\r\n+RESET\r\n-ERR Protocol error: unauthenticated multibulk length\r\n" {
+			t.Fatalf("got %q", got)
+		}
+	})
 	t.Run("lifted by AUTH in the same pipeline", func(t *testing.T) {
 		c := dialClient(t, p.Addr)
 		var in []byte

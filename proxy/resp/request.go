@@ -79,6 +79,10 @@ type RequestLimits struct {
 	// bytes. While it is set, Parse returns one command at a time, so that
 	// an AUTH lifts the limits for the commands after it.
 	AuthRequired bool
+	// ResetDeauths says that a RESET makes the client authenticate again
+	// (rproxy's own users): Parse then stops after a RESET, so that the
+	// commands after it are parsed under the limits in force after it.
+	ResetDeauths bool
 }
 
 func (l *RequestLimits) maxBulkLen() int64 {
@@ -306,7 +310,7 @@ loop:
 			rawStart := len(p.scratch)
 			p.scratch = AppendCommand(p.scratch, args...)
 			cmds = append(cmds, Command{Raw: p.scratch[rawStart:len(p.scratch):len(p.scratch)], Args: args})
-			if lim.AuthRequired {
+			if lim.AuthRequired || lim.ResetDeauths && isReset(args[0]) {
 				p.more = p.pos < p.end
 				return cmds, nil
 			}
@@ -365,7 +369,7 @@ loop:
 				return cmds, p.fail("", "query buffer limit exceeded")
 			}
 			cmds = append(cmds, p.complete())
-			if lim.AuthRequired {
+			if lim.AuthRequired || lim.ResetDeauths && isReset(cmds[len(cmds)-1].Args[0]) {
 				p.more = p.pos < p.end
 				return cmds, nil
 			}
@@ -487,6 +491,11 @@ func (p *RequestParser) complete() Command {
 func (p *RequestParser) fail(reply, reason string) error {
 	p.err = &LimitError{Reply: reply, Reason: reason}
 	return p.err
+}
+
+// isReset reports whether name is RESET, in any case.
+func isReset(name []byte) bool {
+	return len(name) == 5 && bytes.EqualFold(name, []byte("reset"))
 }
 
 // string2ll is Redis's string2ll (util.c): a decimal int64 with an

@@ -264,6 +264,7 @@ func TestRequestParser(t *testing.T) {
 		{"unauth bulk", RequestLimits{AuthRequired: true}, "*2\r\n$4\r\nAUTH\r\n$16385\r\n", nil, "-ERR Protocol error: unauthenticated bulk length\r\n"},
 		{"unauth bulk at limit", RequestLimits{AuthRequired: true}, "*2\r\n$4\r\nAUTH\r\n$16384\r\n", nil, "-"},
 		{"invalid before unauth", RequestLimits{AuthRequired: true}, "*1\r\n$99999999999\r\n", nil, bulkReply},
+		{"reset deauths", RequestLimits{ResetDeauths: true}, "PING\r\nreset\r\n*1\r\n$5\r\nRESET\r\n*1\r\n$4\r\nPING\r\n", []string{"PING", "reset", "RESET", "PING"}, "-"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := refRequests([]byte(tc.in), tc.lim)
@@ -413,5 +414,22 @@ func TestString2ll(t *testing.T) {
 		if n != tc.n || ok != tc.ok {
 			t.Errorf("string2ll(%q) = %d, %v; want %d, %v", tc.in, n, ok, tc.n, tc.ok)
 		}
+	}
+}
+
+// TestRequestParserStopsAfterReset: with ResetDeauths, Parse returns the
+// commands up to a RESET and leaves the rest for the next call, which may
+// bring other limits.
+func TestRequestParserStopsAfterReset(t *testing.T) {
+	var p RequestParser
+	lim := RequestLimits{ResetDeauths: true}
+	n := copy(p.ReadBuffer(), "PING\r\nRESET\r\n*11\r\n")
+	cmds, err := p.Parse(n, lim, nil)
+	if err != nil || len(cmds) != 2 || !p.Buffered() {
+		t.Fatalf("Parse = %q, %v, buffered %v; want PING and RESET, the rest buffered", cmds, err, p.Buffered())
+	}
+	lim.AuthRequired = true
+	if _, err := p.Parse(0, lim, nil); err == nil || err.(*LimitError).Reply != "-ERR Protocol error: unauthenticated multibulk length\r\n" {
+		t.Fatalf("after RESET: %v", err)
 	}
 }
