@@ -180,6 +180,12 @@ func (s *Server) readLoop(c *clientConn) error {
 			if c.closed {
 				return nil
 			}
+			if lc != nil {
+				if err := lc.overLimit(); err != nil {
+					c.release() // its replies are dropped
+					return err
+				}
+			}
 		}
 		if perr != nil {
 			return s.protocolError(c, perr)

@@ -215,6 +215,18 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 	}
 }
 
+// overLimit returns the limit error that ended a watch, if one did: the
+// client is then closed without its replies, as Redis closes a client whose
+// query buffer overflows.
+func (c *limitedConn) overLimit() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if le, ok := c.watchErr.(*limitError); ok {
+		return le
+	}
+	return nil
+}
+
 // limitError is returned from the read loop when a limit or a protocol
 // error closes the client; the server's close callback logs its reason.
 type limitError struct{ reason string }
@@ -231,6 +243,10 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 // into buf() at once.
 func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
 	c.mu.Lock()
+	if le, ok := c.watchErr.(*limitError); ok {
+		c.mu.Unlock()
+		return 0, le // over the limit while blocked: what came is dropped
+	}
 	if len(c.pending) > 0 {
 		n := copy(buf(), c.pending)
 		c.pending = c.pending[n:]

@@ -238,3 +238,43 @@ func TestIdleConnectionMemory(t *testing.T) {
 		t.Fatalf("heap per idle client %d B, want at most 4096", perHeap)
 	}
 }
+
+// TestBlockedClientInputIsBounded: what a client sends while blocked in
+// BLPOP is kept for after it (Redis does not parse a blocked client's
+// input either), up to the query buffer limit: past it the client is
+// closed, silently as Redis does, and its pinned connection released.
+func TestBlockedClientInputIsBounded(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.MaxQueryBuffer = 64 << 10 })
+	t.Run("kept", func(t *testing.T) {
+		c := dialClient(t, p.Addr)
+		c.send(resp.AppendCommandString(nil, "BLPOP", "kept", "0"))
+		waitFor(t, "the BLPOP to be pinned", func() bool {
+			return counterValue(t, p.Registry, "rproxy_upstream_pinned_connections", nil) == 1
+		})
+		c.send(resp.AppendCommandString(nil, "PING"))
+		dialClient(t, p.Addr).do("LPUSH", "kept", "v")
+		if got := string(c.read()); got != "*2\r\n$4\r\nkept\r\n$1\r\nv\r\n" {
+			t.Fatalf("BLPOP woke with %q", got)
+		}
+		if got := string(c.read()); got != "+PONG\r\n" {
+			t.Fatalf("PING sent while blocked = %q", got)
+		}
+	})
+	t.Run("bounded", func(t *testing.T) {
+		c := dialClient(t, p.Addr)
+		c.send(resp.AppendCommandString(nil, "BLPOP", "bounded", "0"))
+		waitFor(t, "the BLPOP to be pinned", func() bool {
+			return counterValue(t, p.Registry, "rproxy_upstream_pinned_connections", nil) == 1
+		})
+		var pings []byte
+		for len(pings) <= 64<<10 {
+			pings = resp.AppendCommandString(pings, "PING")
+		}
+		go c.nc.Write(pings)
+		if got := c.expectClosed(); got != "" {
+			t.Fatalf("got %q, want a silent close", got[:min(len(got), 200)])
+		}
+		assertNoPins(t, p)
+	})
+}
