@@ -20,6 +20,10 @@ const (
 	writeFlushAt = 64 << 10
 )
 
+// keepCommands is the longest batch whose command slice a connection keeps
+// for the next.
+const keepCommands = 64
+
 // writeBufs holds reply buffers between batches: an idle connection holds
 // none.
 var writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, writeBufSize); return &b }}
@@ -177,6 +181,9 @@ func (s *Server) readLoop(c *clientConn) error {
 		if len(c.cmds) > 0 {
 			s.handle(c, c.cmds)
 			clear(c.cmds) // no references into the read buffer while idle
+			if cap(c.cmds) > keepCommands {
+				c.cmds = nil // a long pipeline's slice is not kept
+			}
 			if c.closed {
 				return nil
 			}

@@ -32,9 +32,25 @@ const readBufSize = 16 << 10
 // sent) before the bytes come.
 const growStep = 1 << 20
 
-// readBufs holds read buffers of readBufSize between a connection's
-// batches: an idle connection holds none.
-var readBufs = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+// readState is what a RequestParser needs only while it holds bytes: a
+// read buffer of readBufSize and the slices a batch's commands are made
+// of. It is pooled, so an idle connection holds none of it, and a busy
+// one reuses what earlier batches grew.
+type readState struct {
+	buf     []byte
+	argv    [][]byte // the batch's arguments
+	offs    []int    // start and end in buf of each argument of the command so far
+	scratch []byte   // re-encoded commands and inline arguments of one Parse
+}
+
+// readStates holds readStates between batches.
+var readStates = sync.Pool{New: func() any { return &readState{buf: make([]byte, readBufSize)} }}
+
+// Past these, a readState's slices are dropped rather than pooled.
+const (
+	maxPooledArgs    = 4096
+	maxPooledScratch = 64 << 10
+)
 
 // LimitError reports a client request that breaks Redis's framing rules or
 // one of the RequestLimits. The connection is to be closed after sending
@@ -129,21 +145,18 @@ const (
 // The zero value is ready to use. It holds no buffer until the first read,
 // and Release gives the buffer back between batches.
 type RequestParser struct {
-	buf      []byte
-	pooled   *[]byte // buf's pool entry, when buf is a pooled buffer
-	end      int     // buf[:end] holds bytes read
-	pos      int     // the next byte to parse
-	cmdStart int     // the start of the command being parsed
+	buf      []byte     // st.buf, or a larger buffer of the parser's own
+	st       *readState // nil while the parser holds no bytes
+	end      int        // buf[:end] holds bytes read
+	pos      int        // the next byte to parse
+	cmdStart int        // the start of the command being parsed
 	state    reqState
 	count    int64 // arguments still to come
 	bulk     int64 // the payload length of the bulk being read
 	scan     int   // where the search for a line end resumes
 	lax      bool  // the command has CRLFs Redis does not check: re-encode
-	offs     []int // start and end in buf of each argument of the command so far
-	argv     [][]byte
-	scratch  []byte // re-encoded commands and inline arguments of one Parse
-	steps    int64  // bytes and arguments walked, for tests of the cost
-	more     bool   // Parse stopped after one command with bytes left to parse
+	steps    int64 // bytes and arguments walked, for tests of the cost
+	more     bool  // Parse stopped after one command with bytes left to parse
 	err      *LimitError
 }
 
@@ -172,19 +185,16 @@ func (p *RequestParser) ReadBuffer() []byte {
 		p.alloc(want)
 	case p.end < len(p.buf) && (p.state == rsBulkData || len(p.buf)-p.cmdStart >= want):
 		// Room after what has arrived: a bulk's buffer grows once full.
-	case want <= len(p.buf) && (partial <= len(p.buf)/2 || p.cmdStart >= len(p.buf)/2) && !(p.pooled == nil && want <= readBufSize/2):
+	case want <= len(p.buf) && (partial <= len(p.buf)/2 || p.cmdStart >= len(p.buf)/2) && !(len(p.buf) > readBufSize && want <= readBufSize/2):
 		p.shift(p.buf)
 	default:
-		old, oldPooled := p.buf, p.pooled
+		old := p.buf
 		size := want
 		if p.state != rsBulkData {
 			size = max(want, 2*partial)
 		}
 		p.alloc(size)
 		p.shift(old)
-		if oldPooled != nil {
-			readBufs.Put(oldPooled)
-		}
 	}
 	return p.buf[p.end:]
 }
@@ -192,12 +202,13 @@ func (p *RequestParser) ReadBuffer() []byte {
 // alloc sets buf to a fresh buffer of at least n bytes (a pooled one when
 // that is big enough). The caller copies what is to be kept.
 func (p *RequestParser) alloc(n int) {
+	if p.st == nil {
+		p.st = readStates.Get().(*readState)
+	}
 	if n <= readBufSize {
-		p.pooled = readBufs.Get().(*[]byte)
-		p.buf = *p.pooled
+		p.buf = p.st.buf
 		return
 	}
-	p.pooled = nil
 	p.buf = make([]byte, n)
 }
 
@@ -210,8 +221,8 @@ func (p *RequestParser) shift(old []byte) {
 	p.pos -= d
 	p.scan -= d
 	p.cmdStart = 0
-	for i := range p.offs {
-		p.offs[i] -= d
+	for i := range p.st.offs {
+		p.st.offs[i] -= d
 	}
 }
 
@@ -219,20 +230,18 @@ func (p *RequestParser) shift(old []byte) {
 // that an idle connection holds none. Commands returned by Parse are
 // invalid after it.
 func (p *RequestParser) Release() {
-	if p.buf == nil || p.cmdStart != p.end {
+	if p.st == nil || p.cmdStart != p.end {
 		return
 	}
-	if p.pooled != nil {
-		readBufs.Put(p.pooled)
+	st := p.st
+	clear(st.argv)
+	st.argv, st.offs, st.scratch = st.argv[:0], st.offs[:0], st.scratch[:0]
+	if cap(st.argv) > maxPooledArgs || cap(st.offs) > 2*maxPooledArgs || cap(st.scratch) > maxPooledScratch {
+		st.argv, st.offs, st.scratch = nil, nil, nil
 	}
-	p.buf, p.pooled = nil, nil
+	readStates.Put(st)
+	p.st, p.buf = nil, nil
 	p.pos, p.scan, p.cmdStart, p.end = 0, 0, 0, 0
-	clear(p.argv)
-	p.argv = p.argv[:0]
-	if cap(p.scratch) > readBufSize {
-		p.scratch = nil // a large inline batch: do not keep its buffer
-	}
-	p.scratch = p.scratch[:0]
 }
 
 // Buffered reports whether bytes read are still to be parsed: Parse(0, ...)
@@ -258,9 +267,13 @@ func (p *RequestParser) Parse(n int, lim RequestLimits, cmds []Command) ([]Comma
 	}
 	p.end += n
 	p.more = false
-	p.scratch = p.scratch[:0]
-	clear(p.argv)
-	p.argv = p.argv[:0]
+	st := p.st
+	if st == nil {
+		return cmds, nil // nothing read since Release
+	}
+	st.scratch = st.scratch[:0]
+	clear(st.argv)
+	st.argv = st.argv[:0]
 	maxQuery := lim.maxQueryBuffer()
 	maxInline := lim.maxInlineLen()
 loop:
@@ -296,20 +309,20 @@ loop:
 			}
 			p.pos = nl + 1
 			p.state = rsStart
-			first := len(p.argv)
+			first := len(st.argv)
 			var ok bool
-			if p.scratch, p.argv, ok = splitArgs(p.scratch, p.argv, line); !ok {
+			if st.scratch, st.argv, ok = splitArgs(st.scratch, st.argv, line); !ok {
 				return cmds, p.fail("-ERR Protocol error: unbalanced quotes in request\r\n", "unbalanced quotes in inline request")
 			}
 			p.cmdStart = p.pos
-			if len(p.argv) == first {
+			if len(st.argv) == first {
 				continue // an empty line: ignored
 			}
-			p.steps += int64(len(p.argv) - first)
-			args := p.argv[first:len(p.argv):len(p.argv)]
-			rawStart := len(p.scratch)
-			p.scratch = AppendCommand(p.scratch, args...)
-			cmds = append(cmds, Command{Raw: p.scratch[rawStart:len(p.scratch):len(p.scratch)], Args: args})
+			p.steps += int64(len(st.argv) - first)
+			args := st.argv[first:len(st.argv):len(st.argv)]
+			rawStart := len(st.scratch)
+			st.scratch = AppendCommand(st.scratch, args...)
+			cmds = append(cmds, Command{Raw: st.scratch[rawStart:len(st.scratch):len(st.scratch)], Args: args})
 			if lim.AuthRequired || lim.ResetDeauths && isReset(args[0]) {
 				p.more = p.pos < p.end
 				return cmds, nil
@@ -358,7 +371,7 @@ loop:
 			if p.buf[next-2] != '\r' || p.buf[next-1] != '\n' {
 				p.lax = true // Redis skips the two bytes unchecked
 			}
-			p.offs = append(p.offs, p.pos, next-2)
+			st.offs = append(st.offs, p.pos, next-2)
 			p.pos = next
 			p.count--
 			if p.count > 0 {
@@ -434,7 +447,7 @@ func (p *RequestParser) header(cr int, lim RequestLimits) error {
 			return nil
 		}
 		p.count = ll
-		p.offs = p.offs[:0]
+		p.st.offs = p.st.offs[:0]
 		p.state, p.scan = rsBulkLen, p.pos
 		return nil
 	}
@@ -471,18 +484,19 @@ func expectedDollar(c byte) string {
 // complete makes the command whose arguments are in offs, from cmdStart to
 // pos, and starts the next.
 func (p *RequestParser) complete() Command {
-	first := len(p.argv)
-	for i := 0; i < len(p.offs); i += 2 {
-		p.argv = append(p.argv, p.buf[p.offs[i]:p.offs[i+1]:p.offs[i+1]])
+	st := p.st
+	first := len(st.argv)
+	for i := 0; i < len(st.offs); i += 2 {
+		st.argv = append(st.argv, p.buf[st.offs[i]:st.offs[i+1]:st.offs[i+1]])
 	}
-	p.steps += int64(len(p.offs) / 2)
-	p.offs = p.offs[:0]
-	args := p.argv[first:len(p.argv):len(p.argv)]
+	p.steps += int64(len(st.offs) / 2)
+	st.offs = st.offs[:0]
+	args := st.argv[first:len(st.argv):len(st.argv)]
 	raw := p.buf[p.cmdStart:p.pos:p.pos]
 	if p.lax {
-		start := len(p.scratch)
-		p.scratch = AppendCommand(p.scratch, args...)
-		raw = p.scratch[start:len(p.scratch):len(p.scratch)]
+		start := len(st.scratch)
+		st.scratch = AppendCommand(st.scratch, args...)
+		raw = st.scratch[start:len(st.scratch):len(st.scratch)]
 	}
 	p.state, p.cmdStart, p.scan = rsStart, p.pos, p.pos
 	return Command{Raw: raw, Args: args}
