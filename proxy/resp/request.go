@@ -245,12 +245,9 @@ func (p *RequestParser) Release() {
 }
 
 // Buffered reports whether bytes read are still to be parsed: Parse(0, ...)
-// goes on with them (after a Parse that stopped at one command because
-// AuthRequired was set).
+// goes on with them, after a Parse that stopped early (at one command
+// because AuthRequired was set, or after a RESET with ResetDeauths).
 func (p *RequestParser) Buffered() bool { return p.more && p.err == nil }
-
-// Pending reports whether a command has started and not completed.
-func (p *RequestParser) Pending() bool { return p.cmdStart < p.end }
 
 // Steps returns how many bytes and arguments the parser has walked so far:
 // a measure of its work, for tests that bound the cost of an input.
