@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/proxy/command"
@@ -54,7 +53,7 @@ func (s *Server) gateAuth(ss *session, info *command.Info) bool {
 
 // auth answers AUTH [user] password: against rproxy's users (proxy mode),
 // or against Redis itself (passthrough mode).
-func (s *Server) auth(ss *session, cmd redcon.Command) {
+func (s *Server) auth(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if s.cfg.Users == nil && !s.cfg.AuthPassthrough {
 		s.refuseMsg(ss, "AUTH is disabled: rproxy does not authenticate clients (auth.mode is none)")

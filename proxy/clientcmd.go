@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/rproxy/rproxy/proxy/resp"
 )
 
@@ -81,7 +79,7 @@ func (s *Server) clientStateOf(ss, caller *session) clientState {
 // Fields rproxy has no counterpart for (buffers, memory) are given as Redis
 // gives them for an idle client; the caller's own query buffer is its
 // command's length, as on Redis.
-func (s *Server) clientLine(dst []byte, ss, caller *session, cmd redcon.Command, now time.Time) []byte {
+func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, now time.Time) []byte {
 	st := s.clientStateOf(ss, caller)
 	cmdName := st.cmd
 	qbuf := 0
@@ -171,7 +169,7 @@ func validClientType(t []byte) bool {
 }
 
 // clientList answers CLIENT LIST [TYPE type] [ID id ...].
-func (s *Server) clientList(ss *session, cmd redcon.Command) []byte {
+func (s *Server) clientList(ss *session, cmd resp.Command) []byte {
 	args := cmd.Args
 	var typ []byte
 	var ids []int64
@@ -219,7 +217,7 @@ func (s *Server) clientList(ss *session, cmd redcon.Command) []byte {
 // Redis would kill whichever of its connections matched, possibly one that
 // every client shares. A killed session is closed; the caller, when it
 // asked for itself (SKIPME no, or the old form), after the reply.
-func (s *Server) clientKill(ss *session, cmd redcon.Command) {
+func (s *Server) clientKill(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) == 3 {
 		for _, other := range s.sessionsByID() {
@@ -320,7 +318,7 @@ func (s *Server) killSession(caller, victim *session) {
 // clientUnblock answers CLIENT UNBLOCK id [TIMEOUT|ERROR]: the session's
 // blocking command waits on its pinned connection, so Redis is asked to
 // unblock that connection, by the id Redis knows it by.
-func (s *Server) clientUnblock(ss *session, cmd redcon.Command) {
+func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) != 3 && len(args) != 4 {
 		s.forward(ss, cmd.Raw) // Redis's arity error
@@ -349,7 +347,7 @@ func (s *Server) clientUnblock(ss *session, cmd redcon.Command) {
 // Redis knows for that session's own connection (a session that has
 // subscribed to __redis__:invalidate has one). It returns the command to
 // send, or the error to reply.
-func (s *Server) trackingRedirect(cmd redcon.Command) ([]byte, []byte) {
+func (s *Server) trackingRedirect(cmd resp.Command) ([]byte, []byte) {
 	args := cmd.Args
 	for i := 2; i+1 < len(args); i++ {
 		if !bytes.EqualFold(args[i], []byte("redirect")) {

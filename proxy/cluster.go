@@ -5,8 +5,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
 	"github.com/rproxy/rproxy/proxy/upstream"
@@ -87,7 +85,7 @@ func (s *Server) slotOf(key []byte) int {
 // the commands it splits or fans out. A command whose keys span slots and
 // that cannot be split goes to its first key's master, which answers with
 // Redis's own CROSSSLOT error.
-func (s *Server) routeCluster(ss *session, info *command.Info, cmd redcon.Command) bool {
+func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command) bool {
 	ss.slot = upstream.SlotAny
 	if info == nil {
 		return false

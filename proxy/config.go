@@ -17,7 +17,7 @@ type Config struct {
 
 	// TLS, when not nil, makes the client listener speak TLS only. Each
 	// connection's handshake runs in a goroutine of its own, bounded by
-	// TLSHandshakeTimeout, before redcon sees the connection.
+	// TLSHandshakeTimeout, before the read loop sees the connection.
 	TLS *tls.Config
 	// TLSHandshakeTimeout bounds a client's TLS handshake; 0 means 10s.
 	TLSHandshakeTimeout time.Duration

@@ -1,6 +1,7 @@
 // Package proxy is rproxy's client side: it accepts Redis clients (RESP2,
-// RESP3 and inline commands, through github.com/tidwall/redcon), keeps each
-// client's session state, and forwards commands to Redis.
+// RESP3 and inline commands; client.go's read loop parses each read with
+// resp.RequestParser, which enforces Redis's framing rules and limits),
+// keeps each client's session state, and forwards commands to Redis.
 //
 // The request path reads top to bottom in session.go (exec): a client's
 // batch of pipelined commands is classified by the command table; the policy

@@ -29,7 +29,7 @@ func stalledReader(t *testing.T, addr string, send []byte) net.Conn {
 }
 
 // A client that stops reading its replies is closed after
-// client_write_timeout, whether its replies go through redcon's buffer
+// client_write_timeout, whether its replies go through the client's write buffer
 // (60 KB values) or the direct path (1 MB values) or a pub/sub stream;
 // meanwhile other clients are served, and no goroutine is left behind.
 func TestClientThatStopsReadingIsClosed(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 )
 
 // FuzzClientInput sends arbitrary bytes as a client, through the whole client
-// path (limits, redcon's parser, sessions, the upstream), to a proxy in front
+// path (limits, the request parser, sessions, the upstream), to a proxy in front
 // of a real Redis. Whatever the input, the proxy must answer or close within
 // a bound, and keep serving other clients.
 func FuzzClientInput(f *testing.F) {

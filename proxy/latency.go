@@ -9,9 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/tidwall/redcon"
 
 	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/proxy/resp"
 )
 
 // latencyPerTick is how many client batches are timed per millisecond of
@@ -114,7 +114,7 @@ func familyOf(info *command.Info) uint8 {
 // batchFamily is the family of a batch's commands: theirs when they share
 // one, else famMixed. Called for timed batches only (a table lookup per
 // command).
-func (s *Server) batchFamily(first redcon.Command, rest []redcon.Command) uint8 {
+func (s *Server) batchFamily(first resp.Command, rest []resp.Command) uint8 {
 	t := s.table.Load()
 	f := familyOf(t.LookupArgs(first.Args))
 	for _, c := range rest {
@@ -146,7 +146,7 @@ func newLatencyMetrics(reg prometheus.Registerer) *latencyMetrics {
 }
 
 // observeBatch records a timed batch that started at start.
-func (s *Server) observeBatch(start time.Time, first redcon.Command, rest []redcon.Command) {
+func (s *Server) observeBatch(start time.Time, first resp.Command, rest []resp.Command) {
 	d := time.Since(start).Seconds()
 	s.metrics.batchSeconds.Observe(d)
 	s.metrics.latency.family[s.batchFamily(first, rest)].Observe(d)

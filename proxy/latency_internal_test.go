@@ -9,9 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/tidwall/redcon"
 
 	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/proxy/resp"
 )
 
 // The sampler times every batch up to latencyPerTick per tick, then none
@@ -120,7 +120,7 @@ func BenchmarkLatencySampler(b *testing.B) {
 func BenchmarkTimedBatch(b *testing.B) {
 	s := &Server{metrics: newMetrics(nil)}
 	s.table.Store(command.Builtin())
-	cmd := redcon.Command{Args: [][]byte{[]byte("GET"), []byte("k")}}
+	cmd := resp.Command{Args: [][]byte{[]byte("GET"), []byte("k")}}
 	b.ReportAllocs()
 	for b.Loop() {
 		s.observeBatch(time.Now(), cmd, nil)

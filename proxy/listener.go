@@ -2,15 +2,16 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
-
-	"github.com/rproxy/rproxy/proxy/resp"
 )
 
-// drainListener lets Shutdown stop accepting without ending redcon's serve
+// drainListener lets Shutdown stop accepting without ending the accept
 // loop, which closes every client connection as soon as Accept fails: after
 // stopAccepting the port is closed, but Accept only returns net.ErrClosed
 // once release is called, after the drain.
@@ -40,7 +41,8 @@ func (l *drainListener) Accept() (net.Conn, error) {
 	default:
 	}
 	if !errors.Is(err, net.ErrClosed) {
-		// redcon retries at once; out of file descriptors that would spin.
+		// The accept loop retries at once; out of file descriptors that
+		// would spin.
 		time.Sleep(5 * time.Millisecond)
 	}
 	return nil, err
@@ -58,25 +60,30 @@ func (l *drainListener) release() {
 	l.rOnce.Do(func() { close(l.released) })
 }
 
-// limitedConn enforces the client input limits redcon does not: it watches
-// the bytes redcon reads and, when a declared bulk or an incomplete command
-// grows past its limit, answers like Redis and fails the read, which closes
-// the client before anything unbounded is buffered.
-//
-// It also closes idle clients: each read of the client gets a deadline of
+// limitedConn closes idle clients: each read of the client gets a deadline of
 // the idle timeout in force (limits.idle_timeout, read at each read), and
 // a reload that changes it moves the deadline of a read under way
 // (setIdle), so it applies to connected clients at once. A client blocked
 // in a command (BLPOP...) or in pub/sub is never idle, as on Redis.
+//
+// Over TCP it waits for the client's bytes without holding a buffer
+// (readLazy), so an idle client costs no read buffer.
 type limitedConn struct {
 	net.Conn
-	limiter resp.RequestLimiter
-	limits  *atomic.Pointer[Limits] // the server's, for the idle timeout
-	clock   func() time.Time
+	raw syscall.RawConn // the TCP socket's, nil over TLS
+	// read's state for its RawConn callback (rawRead), set per read.
+	rawFn  func(uintptr) bool
+	rawBuf func() []byte
+	rawPut func()
+	rawN   int
+	rawErr error
+	limits *atomic.Pointer[Limits] // the server's, for the idle timeout and the query buffer limit
+	clock  func() time.Time
 
 	// While the session waits on a blocking command, a watcher reads the
 	// client so that a client that leaves is noticed (Redis unblocks it);
-	// what it reads is kept in pending and returned to redcon first.
+	// what it reads is kept in pending (up to the query buffer limit, as
+	// Redis buffers a blocked client's input) and returned first.
 	mu        sync.Mutex
 	pending   []byte
 	watchErr  error
@@ -153,7 +160,7 @@ func (c *limitedConn) exemptIdle() {
 
 // watch starts reading the client in the background and calls gone if the
 // client closes or fails. The returned stop ends the watch and must be
-// called before redcon reads again.
+// called before the read loop reads again.
 func (c *limitedConn) watch(gone func()) (stop func()) {
 	// The client is blocked, not idle: no idle deadline while it waits.
 	c.mu.Lock()
@@ -173,12 +180,12 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 			if n > 0 {
 				c.mu.Lock()
 				c.pending = append(c.pending, buf[:n]...)
-				lerr := c.limiter.Feed(buf[:n])
-				if lerr != nil {
-					c.watchErr = lerr
+				over := int64(len(c.pending)) > c.limits.Load().MaxQueryBuffer
+				if over {
+					c.watchErr = &limitError{reason: "query buffer limit exceeded while blocked"}
 				}
 				c.mu.Unlock()
-				if lerr != nil {
+				if over {
 					gone()
 					return
 				}
@@ -208,32 +215,55 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 	}
 }
 
-// limitError is returned from Read when a limit closes the client; the
-// server's close callback logs its reason.
+// overLimit returns the limit error that ended a watch, if one did: the
+// client is then closed without its replies, as Redis closes a client whose
+// query buffer overflows.
+func (c *limitedConn) overLimit() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if le, ok := c.watchErr.(*limitError); ok {
+		return le
+	}
+	return nil
+}
+
+// limitError is returned from the read loop when a limit or a protocol
+// error closes the client; the server's close callback logs its reason.
 type limitError struct{ reason string }
 
 func (e *limitError) Error() string { return "client input limit: " + e.reason }
 
 func (c *limitedConn) Read(p []byte) (int, error) {
+	return c.readLazy(func() []byte { return p }, nil)
+}
+
+// readLazy is Read for a caller whose buffer should not be held while the
+// client is idle: buf is called for the buffer only once bytes are ready,
+// and put (if not nil) when a call of buf brought none. Over TLS it reads
+// into buf() at once.
+func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
 	c.mu.Lock()
+	if le, ok := c.watchErr.(*limitError); ok {
+		c.mu.Unlock()
+		return 0, le // over the limit while blocked: what came is dropped
+	}
 	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
+		n := copy(buf(), c.pending)
 		c.pending = c.pending[n:]
+		if len(c.pending) == 0 {
+			c.pending = nil
+		}
 		c.mu.Unlock()
 		return n, nil
 	}
 	if err := c.watchErr; err != nil {
 		c.mu.Unlock()
-		var le *resp.LimitError
-		if errors.As(err, &le) {
-			return 0, &limitError{reason: le.Reason}
-		}
 		return 0, err
 	}
 	c.reading, c.readSince = true, c.clock()
 	c.armIdleLocked(c.limits.Load().IdleTimeout)
 	c.mu.Unlock()
-	n, err := c.Conn.Read(p)
+	n, err := c.read(buf, put)
 	for {
 		c.mu.Lock()
 		timedOut := false
@@ -244,7 +274,7 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 		}
 		if timedOut && n == 0 && c.staleDeadlineLocked() {
 			c.mu.Unlock()
-			n, err = c.Conn.Read(p) // the client was not idle that long
+			n, err = c.read(buf, put) // the client was not idle that long
 			continue
 		}
 		c.reading = false
@@ -254,26 +284,46 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		break
 	}
-	if n > 0 {
-		// The input limits in force when the bytes came (the read may have
-		// waited across a reload), as Redis applies a CONFIG SET of
-		// proto-max-bulk-len to connected clients too.
-		lim := c.limits.Load()
-		c.limiter.MaxBulkLen, c.limiter.MaxQueryBuffer = lim.MaxBulkLen, lim.MaxQueryBuffer
-		if lerr := c.limiter.Feed(p[:n]); lerr != nil {
-			var le *resp.LimitError
-			reason := lerr.Error()
-			if errors.As(lerr, &le) {
-				reason = le.Reason
-				if le.Reply != "" {
-					// redcon has flushed every reply before it reads again,
-					// so writing here cannot interleave with a reply.
-					c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
-					c.Conn.Write([]byte(le.Reply))
-				}
-			}
-			return 0, &limitError{reason: reason}
-		}
-	}
 	return n, err
+}
+
+// read reads the socket once bytes are ready. Over TCP the wait holds no
+// buffer: the runtime's poller waits for readability and buf is called
+// only to read what has come.
+func (c *limitedConn) read(buf func() []byte, put func()) (int, error) {
+	if c.raw == nil || put == nil {
+		return c.Conn.Read(buf())
+	}
+	if c.rawFn == nil {
+		c.rawFn = c.rawRead // one closure for the connection, not one per read
+	}
+	c.rawBuf, c.rawPut = buf, put
+	err := c.raw.Read(c.rawFn)
+	n, rerr := c.rawN, c.rawErr
+	c.rawBuf, c.rawPut, c.rawErr = nil, nil, nil
+	switch {
+	case err != nil:
+		return 0, err // the deadline, or the socket closed
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case n <= 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// rawRead is the RawConn.Read callback of read: it reports false, having
+// given the buffer back, while the socket has nothing to read.
+func (c *limitedConn) rawRead(fd uintptr) bool {
+	for {
+		c.rawN, c.rawErr = syscall.Read(int(fd), c.rawBuf())
+		switch c.rawErr {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			c.rawPut() // nothing yet: wait holding no buffer
+			return false
+		}
+		return true
+	}
 }

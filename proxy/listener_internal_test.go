@@ -26,7 +26,6 @@ func idleConn(t *testing.T, idle time.Duration, clock func() time.Time) (*limite
 	var limits atomic.Pointer[Limits]
 	limits.Store(&Limits{MaxClients: 1, MaxBulkLen: 1 << 20, MaxQueryBuffer: 1 << 20, IdleTimeout: idle})
 	lc := &limitedConn{Conn: counted, limits: &limits, clock: clock}
-	lc.limiter.MaxBulkLen, lc.limiter.MaxQueryBuffer = 1<<20, 1<<20
 	return lc, counted, client
 }
 

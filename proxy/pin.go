@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -180,7 +178,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 		s.reply(ss, resp.AppendError(nil, "ERR upstream unavailable: pinned connection lost"))
 		return
 	}
-	if err := redcon.BaseWriter(ss.conn).Flush(); err != nil {
+	if err := ss.conn.Flush(); err != nil {
 		return
 	}
 	ss.stream = true

@@ -330,7 +330,7 @@ func TestConnectionEconomy(t *testing.T) {
 	for e := range errs {
 		t.Fatal(e)
 	}
-	// Accepted connections are counted once redcon's accept loop gets them.
+	// Accepted connections are counted once the accept loop gets them.
 	waitFor(t, "the proxy to count 2000 clients", func() bool {
 		return counterValue(t, p.Registry, "rproxy_proxy_client_connections", nil) == 2000
 	})

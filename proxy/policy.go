@@ -3,8 +3,6 @@ package proxy
 import (
 	"bytes"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -28,7 +26,7 @@ func (s *Server) SetPolicy(cfg policy.Config) error {
 // write's TTL (jitter) or refuse or rewrite a DEL of a big key. It returns
 // the command to run and its info, or ok false when a reply was queued
 // instead.
-func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info, cmd redcon.Command) (redcon.Command, *command.Info, bool) {
+func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info, cmd resp.Command) (resp.Command, *command.Info, bool) {
 	req := &ss.polReq
 	*req = policy.Request{Args: cmd.Args, User: ss.user, Addr: ss.addr}
 	if info != nil {
@@ -46,7 +44,7 @@ func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info
 		s.deny(ss, d.Reply)
 		return cmd, info, false
 	case policy.Rewrite:
-		cmd = redcon.Command{Raw: resp.AppendCommand(nil, d.Args...), Args: d.Args}
+		cmd = resp.Command{Raw: resp.AppendCommand(nil, d.Args...), Args: d.Args}
 		info = s.table.Load().Lookup(d.Args[0])
 		req.Args = d.Args
 		if info != nil {
@@ -64,7 +62,7 @@ func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info
 		// TTLs set together in a transaction are coupled on purpose (a key
 		// and the tag set that indexes it): no jitter there.
 	} else if out, applied := pol.Jitter(info.Name, cmd.Args); applied {
-		cmd = redcon.Command{Raw: resp.AppendCommand(nil, out...), Args: out}
+		cmd = resp.Command{Raw: resp.AppendCommand(nil, out...), Args: out}
 	}
 	if info.Name == "del" && len(cmd.Args) > 1 && pol.BigKeyCheck() && !ss.inTransaction() && !ss.stream {
 		var ok bool
@@ -123,7 +121,7 @@ var lengthCommands = map[string]string{
 // the DEL are sent first if they may have written, so the probe sees them.
 // A probe that fails lets the DEL through: the policy is a guard, not a
 // reason to fail deletes while Redis is reachable.
-func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd redcon.Command) (redcon.Command, bool) {
+func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd resp.Command) (resp.Command, bool) {
 	if ss.wrote && ss.batch.Len() > 0 || ss.pin != nil {
 		s.flush(ss)
 	}
@@ -175,7 +173,7 @@ func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd redcon.Command
 	}
 	if rewrite {
 		args := append([][]byte{[]byte("UNLINK")}, keys...)
-		cmd = redcon.Command{Raw: resp.AppendCommand(nil, args...), Args: args}
+		cmd = resp.Command{Raw: resp.AppendCommand(nil, args...), Args: args}
 	}
 	return cmd, true
 }

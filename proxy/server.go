@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/coalesce"
@@ -173,22 +172,18 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 // Serve accepts clients on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
-		// Under the drain listener and limitedConn, so that redcon, the
-		// limits and the session read and write the *tls.Conn.
+		// Under the drain listener and limitedConn, so that the read loop,
+		// the limits and the session read and write the *tls.Conn.
 		maxClients := func() int64 { return int64(s.limits.Load().MaxClients) }
 		ln = newTLSListener(ln, s.cfg.TLS, s.cfg.TLSHandshakeTimeout, maxClients, s.refuseTLS)
 	}
 	dl := newDrainListener(ln, func(c net.Conn) net.Conn {
-		lim := s.limits.Load()
-		return &limitedConn{Conn: c, limits: &s.limits, clock: s.clock, limiter: resp.RequestLimiter{
-			MaxBulkLen:     lim.MaxBulkLen,
-			MaxQueryBuffer: lim.MaxQueryBuffer,
-		}}
+		lc := &limitedConn{Conn: c, limits: &s.limits, clock: s.clock}
+		if tc, ok := c.(*net.TCPConn); ok {
+			lc.raw, _ = tc.SyscallConn() // nil on error: reads hold a buffer
+		}
+		return lc
 	})
-	// Not redcon's SetIdleClose: it fixes each connection's timeout when
-	// accepted. limitedConn applies the one in force at each read.
-	rs := redcon.NewServerNetwork("tcp", ln.Addr().String(), s.handle, s.accept, s.closed)
-	rs.AcceptError = func(err error) { s.log.Warn("accept failed", zap.Error(err)) }
 	s.mu.Lock()
 	if s.draining.Load() || s.ln != nil {
 		s.mu.Unlock()
@@ -200,7 +195,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", s.cfg.TLS != nil),
 		zap.Bool("client_certs", s.cfg.TLS != nil && s.cfg.TLS.ClientAuth != tls.NoClientCert))
 	defer close(s.served)
-	return rs.Serve(dl)
+	return s.serveClients(dl)
 }
 
 // refuseTLS logs and counts a client closed before or during its TLS
@@ -406,7 +401,7 @@ func (s *Server) closePools() {
 	}
 }
 
-func (s *Server) accept(c redcon.Conn) bool {
+func (s *Server) accept(c *clientConn) bool {
 	if s.draining.Load() {
 		return false
 	}
@@ -421,7 +416,7 @@ func (s *Server) accept(c redcon.Conn) bool {
 		return false
 	}
 	ss := newSession(s.nextID.Add(1), c, &s.pools, s.cfg.Users == nil)
-	c.SetContext(ss)
+	c.ss = ss
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}
 	s.mu.Unlock()
@@ -431,11 +426,8 @@ func (s *Server) accept(c redcon.Conn) bool {
 	return true
 }
 
-func (s *Server) closed(c redcon.Conn, err error) {
-	ss, ok := c.Context().(*session)
-	if !ok {
-		return
-	}
+func (s *Server) closed(c *clientConn, err error) {
+	ss := c.ss
 	s.mu.Lock()
 	delete(s.sessions, ss)
 	s.mu.Unlock()

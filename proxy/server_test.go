@@ -501,32 +501,6 @@ func TestClientKillOwnSession(t *testing.T) {
 	}
 }
 
-// TestNonCanonicalFramingIsNotForwarded: redcon accepts lengths with leading
-// zeros, which Redis rejects by closing the connection. Forwarded as sent,
-// one such client would break the shared connection under everyone.
-func TestNonCanonicalFramingIsNotForwarded(t *testing.T) {
-	rs := redistest.Start(t)
-	p := proxytest.Start(t, rs.Addr)
-	other := dialClient(t, p.Addr)
-	other.do("SET", "k", "v")
-	bad := dialClient(t, p.Addr)
-	bad.send([]byte("*01\r\n$04\r\nPING\r\n*2\r\n$003\r\nGET\r\n$1\r\nk\r\n"))
-	if got := string(bad.read()); got != "+PONG\r\n" {
-		t.Fatalf("non-canonical PING = %q", got)
-	}
-	if got := string(bad.read()); got != "$1\r\nv\r\n" {
-		t.Fatalf("non-canonical GET = %q", got)
-	}
-	if got := other.do("GET", "k"); got != "$1\r\nv\r\n" {
-		t.Fatalf("other client after the non-canonical commands: %q", got)
-	}
-	// One connect per protocol and the tier's tracking connection at
-	// start; a lost connection would reconnect.
-	if n := counterValue(t, p.Registry, "rproxy_upstream_connects_total", nil); n != 3 {
-		t.Fatalf("upstream connects = %v, want 3: a shared connection was lost", n)
-	}
-}
-
 // SetLimits applies at once: a lowered max_clients refuses new clients and
 // keeps the connected ones; raising it admits them again.
 func TestSetLimitsAtRunTime(t *testing.T) {

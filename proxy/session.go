@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -22,8 +21,8 @@ import (
 	"github.com/rproxy/rproxy/proxy/upstream"
 )
 
-// directWriteMin is the reply size above which a reply skips redcon's write
-// buffer and goes straight to the socket, so a 100 MB value is not copied
+// directWriteMin is the reply size above which a reply skips the client's
+// write buffer and goes straight to the socket, so a 100 MB value is not copied
 // twice.
 const directWriteMin = 64 << 10
 
@@ -41,7 +40,7 @@ const (
 // session is one client connection's state.
 type session struct {
 	id    int64
-	conn  redcon.Conn
+	conn  *clientConn
 	addr  netip.Addr // the client's address, for policy rules
 	state atomic.Int32
 
@@ -72,7 +71,7 @@ type session struct {
 	// split commands whose replies are merged, and key scratch.
 	slot         int
 	multiPending bool // MULTI answered, not yet sent: no master chosen yet
-	rest         []redcon.Command
+	rest         []resp.Command
 	restAt       int
 	merges       []merge
 	routeKeys    [][]byte
@@ -99,7 +98,7 @@ type session struct {
 	track     []track
 	// stream: after a (un)subscribe the session is in stream mode for good:
 	// commands go to the pin as they come, and a goroutine copies everything
-	// Redis sends back to the client. redcon's writer is not used any more.
+	// Redis sends back to the client. The write buffer is not used any more.
 	stream     bool
 	streamCmds [][]byte
 
@@ -157,7 +156,7 @@ type session struct {
 	replyHigh, localHigh int
 }
 
-func newSession(id int64, c redcon.Conn, pools *poolSet, authed bool) *session {
+func newSession(id int64, c *clientConn, pools *poolSet, authed bool) *session {
 	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch(), slot: upstream.SlotAny}
 	ss.view.created = time.Now()
 	ss.poolsRef.Store(pools)
@@ -210,11 +209,11 @@ func (ss *session) closeIfIdle() {
 	}
 }
 
-// handle is redcon's handler: it receives the first command of a read batch
-// and takes the rest of the batch itself, so the whole client pipeline goes
-// upstream together and its replies are flushed in one write.
-func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
-	ss := c.Context().(*session)
+// handle serves one read batch of commands (at least one), so the whole
+// client pipeline goes upstream together; the read loop flushes the replies
+// in one write.
+func (s *Server) handle(c *clientConn, cmds []resp.Command) {
+	ss := c.ss
 	if !ss.state.CompareAndSwap(stateIdle, stateBusy) {
 		return // closing for shutdown
 	}
@@ -234,7 +233,7 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 	if ss.timed = !ss.stream && s.metrics.sampler.sample(s.clock().UnixMilli()); ss.timed {
 		start = time.Now()
 	}
-	rest := c.ReadPipeline()
+	cmd, rest := cmds[0], cmds[1:]
 	ss.rest, ss.restAt = rest, 0
 	s.exec(ss, cmd)
 	for i := 0; i < len(rest) && !ss.quit; i++ {
@@ -325,12 +324,7 @@ func (s *Server) boundReplies(ss *session) {
 // exec classifies one command and either queues it for the upstream or
 // answers it in place. Commands that change how later commands are routed
 // (HELLO, RESET, QUIT) first flush what is queued, so order is kept.
-func (s *Server) exec(ss *session, cmd redcon.Command) {
-	if !resp.IsCanonicalCommand(cmd.Raw) {
-		// redcon accepts framings Redis rejects ("$04"); forwarded, they
-		// would make Redis close a shared connection under every client.
-		cmd.Raw = resp.AppendCommand(nil, cmd.Args...)
-	}
+func (s *Server) exec(ss *session, cmd resp.Command) {
 	if ss.stream {
 		// Everything goes to the pinned connection in order; Redis answers
 		// (and enforces RESP2's subscribed-mode command rules).
@@ -875,21 +869,20 @@ func (s *Server) flush(ss *session) {
 	}
 	if ss.pin != nil && ss.pinNoLongerNeeded() {
 		// Let the replies go before the reset round trip of Release.
-		redcon.BaseWriter(ss.conn).Flush()
+		ss.conn.Flush()
 		s.unpin(ss)
 	}
 }
 
 // write hands a reply to the client connection. Large replies bypass
-// redcon's buffer: what is buffered is flushed first, so order holds.
+// its buffer: what is buffered is flushed first, so order holds.
 func (s *Server) write(ss *session, r []byte) {
 	if len(r) < directWriteMin {
 		ss.conn.WriteRaw(r)
 		return
 	}
-	w := redcon.BaseWriter(ss.conn)
-	if err := w.Flush(); err != nil {
-		return // redcon closes the connection on its next flush
+	if err := ss.conn.Flush(); err != nil {
+		return // the read loop closes the connection after the batch
 	}
 	nc := ss.conn.NetConn()
 	for len(r) > 0 {
@@ -915,7 +908,7 @@ func (s *Server) write(ss *session, r []byte) {
 
 // selectDB forwards SELECT 0 (every shared connection is in db 0) and any
 // SELECT Redis itself rejects; switching to another db is refused for now.
-func (s *Server) selectDB(ss *session, cmd redcon.Command) {
+func (s *Server) selectDB(ss *session, cmd resp.Command) {
 	if len(cmd.Args) == 2 {
 		n, err := strconv.Atoi(string(cmd.Args[1]))
 		if err == nil && (ss.pin != nil || string(cmd.Args[1]) != "0") {
@@ -932,7 +925,7 @@ func (s *Server) selectDB(ss *session, cmd redcon.Command) {
 // client answers the CLIENT subcommands that describe this connection from
 // the session, forwards the ones that are safe on a shared connection, and
 // refuses the ones that would change a shared connection's state.
-func (s *Server) client(ss *session, cmd redcon.Command) {
+func (s *Server) client(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) < 2 {
 		s.forward(ss, cmd.Raw) // Redis's own arity error
@@ -1047,7 +1040,7 @@ func validClientName(name []byte) bool {
 // HELLO reply, from a shared connection of the target protocol, so it is
 // encoded exactly as Redis encodes it; SETNAME is applied to the session and
 // AUTH is refused for now.
-func (s *Server) hello(ss *session, cmd redcon.Command) {
+func (s *Server) hello(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	target := ss.proto
 	var name, authUser, authPass []byte

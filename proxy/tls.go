@@ -22,10 +22,10 @@ const plainClientReply = "-ERR rproxy: this port speaks TLS only: connect with T
 // tlsListener accepts TCP connections and returns them once their TLS
 // handshake is done. Each handshake runs in a goroutine of its own under a
 // timeout, so a client that connects and sends nothing holds up no one:
-// redcon's accept loop, and the accept callback that writes to a refused
+// the accept loop, and the accept callback that writes to a refused
 // client, only ever see connections whose handshake has completed. What
 // Accept returns is the *tls.Conn, so everything above it (limitedConn,
-// redcon, the session's writes with deadlines) reads and writes through
+// the read loop, the session's writes with deadlines) reads and writes through
 // TLS.
 type tlsListener struct {
 	net.Listener // TCP
@@ -68,7 +68,7 @@ func newTLSListener(ln net.Listener, config *tls.Config, timeout time.Duration, 
 }
 
 // Accept returns the next connection whose handshake has completed, or the
-// TCP listener's error (redcon's loop, through drainListener, handles it).
+// TCP listener's error (the accept loop, through drainListener, handles it).
 func (l *tlsListener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.ready:

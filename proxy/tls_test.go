@@ -54,7 +54,7 @@ func logged(t *testing.T, logs *observer.ObservedLogs, msg string) observer.Logg
 }
 
 // TestClientTLS: raw TLS and go-redis clients (RESP2 and RESP3) are served
-// over TLS, including replies written outside redcon's buffer (large
+// over TLS, including replies written outside the write buffer (large
 // values, pub/sub) and a blocking command's client watch; a plain client
 // is told and closed.
 func TestClientTLS(t *testing.T) {
@@ -238,7 +238,7 @@ func isTimeout(err error) bool {
 	return ok && ne.Timeout()
 }
 
-// TestTLSMaxClients: the refusal that redcon's accept callback writes goes
+// TestTLSMaxClients: the refusal that the accept callback writes goes
 // through TLS, since that callback only sees handshaken connections.
 func TestTLSMaxClients(t *testing.T) {
 	certs := tlstest.New(t)

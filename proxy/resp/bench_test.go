@@ -87,9 +87,9 @@ func BenchmarkFramerNested(b *testing.B) {
 	}
 }
 
-// BenchmarkRequestLimiter feeds a pipeline of small SET and GET commands,
+// BenchmarkRequestParser parses a pipeline of small SET and GET commands,
 // and then one command with a 1 MiB value, in 16 KiB reads.
-func BenchmarkRequestLimiter(b *testing.B) {
+func BenchmarkRequestParser(b *testing.B) {
 	var small []byte
 	for range 500 {
 		small = AppendCommandString(small, "SET", "key:000001", "0123456789")
@@ -101,17 +101,21 @@ func BenchmarkRequestLimiter(b *testing.B) {
 		buf  []byte
 	}{{"SmallCommands", small}, {"LargeValue", large}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var l RequestLimiter
+			var p RequestParser
+			var cmds []Command
 			b.SetBytes(int64(len(bc.buf)))
 			b.ReportAllocs()
 			for b.Loop() {
-				for p := bc.buf; len(p) > 0; {
-					n := min(len(p), 16<<10)
-					if err := l.Feed(p[:n]); err != nil {
+				for data := bc.buf; len(data) > 0; {
+					buf := p.ReadBuffer()
+					n := copy(buf[:min(len(buf), 16<<10)], data)
+					data = data[n:]
+					var err error
+					if cmds, err = p.Parse(n, RequestLimits{}, cmds[:0]); err != nil {
 						b.Fatal(err)
 					}
-					p = p[n:]
 				}
+				p.Release()
 			}
 		})
 	}

@@ -7,10 +7,12 @@
 // and a reusable stack instead of buffering or copying reply bytes, so it
 // allocates nothing per call and never looks at a byte twice.
 //
-// RequestLimiter plays the same trick on the client side: it watches the
-// bytes clients send only to enforce Redis's size limits (proto-max-bulk-len,
-// client-query-buffer-limit, the inline request limit) before the RESP server
-// library buffers an oversized request in memory.
+// RequestParser reads what clients send as Redis does, with the same
+// framing rules, limits and error replies: it parses each read's bytes once,
+// keeping its place between reads, into commands whose arguments are
+// sub-slices of its read buffer, and enforces the limits
+// (proto-max-bulk-len, client-query-buffer-limit, the inline limit, the
+// unauthenticated limits) as it goes.
 //
 // The Append functions encode commands and replies into caller-owned
 // buffers. ReadReply and Parse are conveniences for tests and cold paths

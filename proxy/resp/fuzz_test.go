@@ -2,7 +2,6 @@ package resp
 
 import (
 	"bytes"
-	"errors"
 	"reflect"
 	"strconv"
 	"testing"
@@ -43,72 +42,64 @@ func FuzzFramer(f *testing.F) {
 	})
 }
 
-// FuzzRequestLimiter checks that the limiter never panics, that chunking
-// never changes its verdict, and that well-formed commands within the
-// limits always pass while one byte less of limit is refused.
-func FuzzRequestLimiter(f *testing.F) {
-	f.Add([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"), []byte{1}, uint16(0), uint16(0), uint16(0))
-	f.Add([]byte("*1\r\n$100\r\n"), []byte{3}, uint16(10), uint16(0), uint16(0))
-	f.Add([]byte("PING\r\nGET key\r\n"), []byte{2}, uint16(0), uint16(8), uint16(4))
-	f.Add([]byte("SET\x00key\x00value\x00\x00GET\x00key"), []byte{5, 1}, uint16(0), uint16(0), uint16(0))
-	f.Fuzz(func(t *testing.T, data, sizes []byte, maxBulk, maxQuery, maxInline uint16) {
-		// Arbitrary bytes under small limits: chunking must not matter.
-		limits := RequestLimiter{MaxBulkLen: int64(maxBulk), MaxQueryBuffer: int64(maxQuery), MaxInlineLen: int64(maxInline)}
-		whole, chunked := limits, limits
-		errWhole := feedLimiter(&whole, data, nil)
-		errChunked := feedLimiter(&chunked, data, chunkSizes(sizes))
-		if !sameLimitError(errWhole, errChunked) {
-			t.Fatalf("whole: %v; chunks %v: %v", errWhole, chunkSizes(sizes), errChunked)
+// FuzzRequestParser checks the incremental parser against the one-shot
+// reference parser (refRequests), fed whole and in fuzzer-chosen chunks,
+// under small fuzzer-chosen limits.
+func FuzzRequestParser(f *testing.F) {
+	f.Add([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"), []byte{1}, uint16(0), uint16(0), uint16(0), false)
+	f.Add([]byte("*1\r\n$100\r\n"), []byte{3}, uint16(10), uint16(0), uint16(0), false)
+	f.Add([]byte("PING\r\nGET key\r\n\"a\\x41\" 'b\\'c'\n"), []byte{2}, uint16(0), uint16(8), uint16(4), true)
+	f.Add([]byte("*0\r\n*-1\r\n*2\rX$4\r\nPINGxy$1\r\na\r\n*02\r\n"), []byte{5, 1}, uint16(0), uint16(0), uint16(0), false)
+	f.Add([]byte("*11\r\n*1\r\n$20000\r\n"), []byte{7}, uint16(0), uint16(0), uint16(0), true)
+	f.Fuzz(func(t *testing.T, data, sizes []byte, maxBulk, maxQuery, maxInline uint16, auth bool) {
+		lim := RequestLimits{MaxBulkLen: int64(maxBulk), MaxQueryBuffer: int64(maxQuery), MaxInlineLen: int64(maxInline), AuthRequired: auth}
+		want := refRequests(data, lim)
+		if got := parseChunked(t, data, nil, lim); !reflect.DeepEqual(got, want) {
+			t.Fatalf("whole input:\n got %+v\nwant %+v", got, want)
 		}
-		if errWhole != nil {
-			if _, ok := errWhole.(*LimitError); !ok {
-				t.Fatalf("error %T is not a *LimitError", errWhole)
-			}
-		}
-
-		// Well-formed commands built from the data, with limits set to
-		// exactly what they need.
-		stream, cmdLimits := wellFormedCommands(data)
-		for _, s := range [][]int{nil, chunkSizes(sizes)} {
-			l := cmdLimits
-			if err := feedLimiter(&l, stream, s); err != nil {
-				t.Fatalf("well-formed %q, limits %+v, chunks %v: %v", stream, cmdLimits, s, err)
-			}
-		}
-		tight := cmdLimits
-		tight.MaxQueryBuffer--
-		if tight.MaxQueryBuffer > 0 {
-			err := feedLimiter(&tight, stream, chunkSizes(sizes))
-			var le *LimitError
-			if !errors.As(err, &le) || le.Reason != "query buffer limit exceeded" {
-				t.Fatalf("well-formed %q with MaxQueryBuffer %d: %v, want query buffer limit", stream, tight.MaxQueryBuffer, err)
-			}
+		if got := parseChunked(t, data, chunkSizes(sizes), lim); !reflect.DeepEqual(got, want) {
+			t.Fatalf("chunks %v:\n got %+v\nwant %+v", chunkSizes(sizes), got, want)
 		}
 	})
 }
 
-// wellFormedCommands builds a stream from data, split at NUL bytes into
-// arguments and at double NULs into commands, plus an inline command, and
-// the smallest limits the stream meets.
-func wellFormedCommands(data []byte) ([]byte, RequestLimiter) {
-	var stream []byte
-	limits := RequestLimiter{MaxBulkLen: 1, MaxQueryBuffer: 1, MaxInlineLen: 32}
-	for _, cmd := range bytes.Split(data, []byte{0, 0}) {
-		args := bytes.Split(cmd, []byte{0})
-		start := len(stream)
-		stream = AppendCommand(stream, args...)
-		for _, a := range args {
-			limits.MaxBulkLen = max(limits.MaxBulkLen, int64(len(a)))
+// FuzzRequestParserCost fails when an input costs the parser far more work
+// than its length: steps (bytes walked and copied, arguments made) are
+// bounded by a small multiple of the bytes and reads, however the input is
+// split and whatever it declares.
+func FuzzRequestParserCost(f *testing.F) {
+	f.Add([]byte("*2147483647\r\n"), []byte("$1\r\na\r\n"), uint16(50), []byte{1})
+	f.Add([]byte("*1\r\n$536870912\r\n"), []byte("x"), uint16(1000), []byte{3})
+	f.Add([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100000\r\n"), []byte("0123456789"), uint16(10000), []byte{200})
+	f.Add([]byte(""), []byte("GET \"k\" "), uint16(3000), []byte{1, 2})
+	f.Fuzz(func(t *testing.T, head, drip []byte, repeat uint16, sizes []byte) {
+		data := append(append([]byte(nil), head...), bytes.Repeat(drip, int(repeat))...)
+		if len(data) > 1<<20 {
+			return
 		}
-		limits.MaxQueryBuffer = max(limits.MaxQueryBuffer, int64(len(stream)-start))
-	}
-	// An inline command: the data with its line feeds removed, led by a
-	// letter so it cannot start with '*'.
-	line := append([]byte("X"), bytes.ReplaceAll(data, []byte("\n"), nil)...)
-	stream = append(append(stream, line...), "\r\n"...)
-	limits.MaxInlineLen = max(limits.MaxInlineLen, int64(len(line)+1))
-	limits.MaxQueryBuffer = max(limits.MaxQueryBuffer, int64(len(line)+2))
-	return stream, limits
+		total := int64(len(data))
+		var p RequestParser
+		reads := 0
+		chunks := chunkSizes(sizes)
+		var cmds []Command
+		for k := 0; len(data) > 0; k++ {
+			buf := p.ReadBuffer()
+			size := len(data)
+			if len(chunks) > 0 {
+				size = min(size, chunks[k%len(chunks)])
+			}
+			n := copy(buf, data[:size])
+			data = data[n:]
+			reads++
+			var err error
+			if cmds, err = p.Parse(n, RequestLimits{}, cmds[:0]); err != nil {
+				break
+			}
+		}
+		if bound := 4*total + 4*int64(reads) + 64; p.Steps() > bound {
+			t.Fatalf("%d bytes in %d reads cost %d steps, over %d", total, reads, p.Steps(), bound)
+		}
+	})
 }
 
 // FuzzParse checks that Parse accepts exactly what the Framer frames as one

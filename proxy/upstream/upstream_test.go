@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/rproxy/rproxy/proxy/resp"
 )
 
@@ -49,11 +47,15 @@ func startFake(t *testing.T, reply func(args [][]byte) string) *fakeRedis {
 }
 
 func (f *fakeRedis) serve(c net.Conn) {
-	rd := redcon.NewReader(c)
+	var rd resp.RequestParser
+	var cmds []resp.Command
 	w := bufio.NewWriter(c)
 	for {
-		cmds, err := rd.ReadCommands()
+		n, err := c.Read(rd.ReadBuffer())
 		if err != nil {
+			return
+		}
+		if cmds, err = rd.Parse(n, resp.RequestLimits{}, cmds[:0]); err != nil {
 			return
 		}
 		var out []byte
