@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Client-scenario suite: the scenarios of suites/clients/, as each client
-# library sends them, run against a redis-server this script starts and then
-# through rproxy (suites/rproxy-suite.yaml) in front of it; the two results
-# are compared scenario by scenario. Usage: make test-client-suite.
+# library sends them, run against a redis-server this script starts, then
+# through rproxy in front of it with the suite config (suites/rproxy-suite.yaml,
+# mode "rproxy") and with rproxy's default config (mode "default": policy,
+# big-key probes and jitter on); each is compared with the direct result,
+# scenario by scenario. Usage: make test-client-suite.
 #
 #   CLIENT_SUITE_LIBS      libraries to run (default "py go", plus "ioredis
 #                          noderedis" when their node_modules are installed)
-#   CLIENT_SUITE_MIN_SAME  fail when fewer scenarios give the same result
-#                          through rproxy as direct (0 = never; the Makefile
+#   CLIENT_SUITE_MIN_SAME  fail when fewer scenario runs (library x rproxy
+#                          config) give the same result through rproxy as
+#                          direct (0 = never; the Makefile
 #                          sets the guard). A scenario that fails direct
 #                          (broken) always fails the suite.
 #   CLIENT_SUITE_OUT       output folder (default suites/out/clients)
@@ -43,11 +46,22 @@ if ! "$PY" -c 'import redis' 2>/dev/null; then
 	fi
 fi
 
+# ioredis and node-redis, pinned in suites/clients/node/package-lock.json,
+# installed with `npm ci` when node and npm are there.
 LIBS=${CLIENT_SUITE_LIBS:-}
 if [ -z "$LIBS" ]; then
 	LIBS="py go"
-	[ -d suites/clients/node/node_modules/ioredis ] && LIBS+=" ioredis"
-	[ -d suites/clients/node/node_modules/redis ] && LIBS+=" noderedis"
+	if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+		if [ ! -d suites/clients/node/node_modules/ioredis ] || [ ! -d suites/clients/node/node_modules/redis ]; then
+			log "npm ci in suites/clients/node"
+			(cd suites/clients/node && npm ci --no-audit --no-fund --loglevel=error >&2) ||
+				log "npm ci failed: ioredis and node-redis scenarios not run"
+		fi
+		[ -d suites/clients/node/node_modules/ioredis ] && LIBS+=" ioredis"
+		[ -d suites/clients/node/node_modules/redis ] && LIBS+=" noderedis"
+	else
+		log "node/npm not installed: ioredis and node-redis scenarios not run"
+	fi
 fi
 
 mkdir -p bin "$OUT"
@@ -81,6 +95,7 @@ wait_ping() {
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rproxy-client-suite.XXXXXX")
 REDIS_PID=
 PROXY_PID=
+DEFAULT_PID=
 stop_proc() {
 	[ -n "$1" ] || return 0
 	kill "$1" 2>/dev/null || true
@@ -88,6 +103,7 @@ stop_proc() {
 }
 cleanup() {
 	stop_proc "$PROXY_PID"
+	stop_proc "$DEFAULT_PID"
 	stop_proc "$REDIS_PID"
 	rm -rf "$WORK"
 }
@@ -104,6 +120,10 @@ PPORT=$(free_port 22300)
 "$RPROXY_BIN" -config "$CONFIG" -listen "127.0.0.1:$PPORT" -upstream "127.0.0.1:$RPORT" >"$OUT/rproxy.log" 2>&1 &
 PROXY_PID=$!
 wait_ping "$PPORT" "$PROXY_PID" || { log "rproxy did not start"; tail "$OUT/rproxy.log" >&2; exit 1; }
+DPORT=$(free_port $((PPORT + 1)))
+"$RPROXY_BIN" -listen "127.0.0.1:$DPORT" -upstream "127.0.0.1:$RPORT" -log-level warn >"$OUT/rproxy-default.log" 2>&1 &
+DEFAULT_PID=$!
+wait_ping "$DPORT" "$DEFAULT_PID" || { log "rproxy (default config) did not start"; tail "$OUT/rproxy-default.log" >&2; exit 1; }
 
 run_lib() { # LIB ADDR
 	case $1 in
@@ -116,9 +136,12 @@ run_lib() { # LIB ADDR
 }
 
 for lib in $LIBS; do
-	for mode in direct rproxy; do
-		addr=127.0.0.1:$RPORT
-		[ "$mode" = rproxy ] && addr=127.0.0.1:$PPORT
+	for mode in direct rproxy default; do
+		case $mode in
+		direct) addr=127.0.0.1:$RPORT ;;
+		rproxy) addr=127.0.0.1:$PPORT ;;
+		default) addr=127.0.0.1:$DPORT ;;
+		esac
 		t0=$SECONDS
 		if ! run_lib "$lib" "$addr" >"$OUT/$lib-$mode.json" 2>"$OUT/$lib-$mode.err"; then
 			log "$lib $mode: exited non-zero; stderr:"
@@ -128,7 +151,7 @@ for lib in $LIBS; do
 	done
 done
 
-result=$("$PY" suites/clients/compare.py "$OUT" $LIBS | tee "$OUT/compare.txt" | tail -n 1)
+result=$("$PY" suites/clients/compare.py "$OUT" rproxy,default $LIBS | tee "$OUT/compare.txt" | tail -n 1)
 cat "$OUT/compare.txt"
 same=$(sed -E 's/.*same=([0-9]+).*/\1/' <<<"$result")
 broken=$(sed -E 's/.*broken=([0-9]+).*/\1/' <<<"$result")

@@ -92,13 +92,14 @@ S=$OUT/summary.md
 			BEGIN { if (other != "") while ((getline l < other) > 0) { split(l, a, "\t"); seen[a[1] "\t" a[2]] = 1 } }
 			{ tag = ((($1 "\t" $2) in seen)) ? " (also direct)" : ""; print "- `" $1 "` " $2 tag ": " $3 }' "$OUT/$m/failures.tsv"
 	done
-	if [ -s "$OUT/rproxy/restarts.txt" ] || [ -s "$OUT/direct/restarts.txt" ]; then
-		echo
-		echo "## Restarts"
-		for m in "${modes[@]}"; do
-			sed "s/^/- $m: /" "$OUT/$m/restarts.txt" 2>/dev/null || true
-		done
-	fi
+	for m in "${modes[@]}"; do
+		if awk -F'\t' '$4 != "" && $4 != "yes" { found = 1 } END { exit !found }' "$OUT/$m/units.tsv"; then
+			echo
+			echo "## $m: processes that exited during a unit"
+			echo
+			awk -F'\t' '$4 != "" && $4 != "yes" { print "- `" $1 "`: " $4 }' "$OUT/$m/units.tsv"
+		fi
+	done
 } >"$S"
 cat "$S"
 
