@@ -16,20 +16,27 @@ failures() {
 	while IFS=$'\t' read -r unit rc _; do
 		f=$dir/units/${unit//\//_}.log
 		strip "$f" | awk -v unit="$unit" '
-			function flush() { if (name != "") { gsub(/\t/, " ", msg); print unit "\t" name "\t" msg }; name = ""; msg = "" }
+			function flush() {
+				if (name != "") {
+					gsub(/\t/, " ", msg)
+					gsub(/\/[^ ]*\/redis-[0-9][0-9.]*\//, "", msg) # the source tree path
+					print unit "\t" name "\t" msg
+				}
+				name = ""; msg = ""
+			}
 			/^\[err\]: / {
 				flush(); s = substr($0, 8); i = index(s, " in tests/")
 				while (i > 0) { j = index(substr(s, i + 1), " in tests/"); if (j == 0) break; i += j }
 				name = (i > 0) ? substr(s, 1, i - 1) : s; want = 1; next }
 			/^\[exception\]: / { flush(); name = "[exception]"; msg = substr($0, 14); want = 1; next }
-			/^\[TIMEOUT\]/ { flush(); name = "[TIMEOUT]"; msg = "no test finished within the stall limit"; want = 0; timeout = 1; next }
-			timeout && /\(IN PROGRESS\)/ { sub(/^.*\(IN PROGRESS\) /, ""); print unit "\t[TIMEOUT]\tstalled in: " $0; timeout = 0; next }
+			/^\[TIMEOUT\]/ { flush(); want = 0; timeout = 1; next }
+			timeout == 1 && /\(IN PROGRESS\)/ { sub(/^.*\(IN PROGRESS\) /, ""); print unit "\t[TIMEOUT]\tno test finished within the stall limit; stalled in: " $0; timeout = 2; next }
 			want == 1 && $0 != "" { msg = $0; want = 2; next }
 			# Not an assertion: runtest cut the first 10 characters of the
 			# message; the next line (errorInfo) starts with all of it.
 			want == 2 { if (length($0) > length(msg) && index($0, msg) > 0) msg = $0; want = 0; next }
 			/^\[(ok|skip|ignore)\]|^\[[0-9]+\/[0-9]+ / { flush() }
-			END { flush() }'
+			END { flush(); if (timeout == 1) print unit "\t[TIMEOUT]\tno test finished within the stall limit" }'
 		case $rc in
 		0 | 1) ;;
 		124 | 137) printf '%s\t[hung]\tkilled after the unit time limit (exit %s)\n' "$unit" "$rc" ;;
@@ -92,6 +99,19 @@ S=$OUT/summary.md
 			BEGIN { if (other != "") while ((getline l < other) > 0) { split(l, a, "\t"); seen[a[1] "\t" a[2]] = 1 } }
 			{ tag = ((($1 "\t" $2) in seen)) ? " (also direct)" : ""; print "- `" $1 "` " $2 tag ": " $3 }' "$OUT/$m/failures.tsv"
 	done
+	if [ -s "$OUT/rproxy/units.tsv" ] && [ -s "$OUT/direct/units.tsv" ]; then
+		echo
+		echo "## Tests run direct but not through rproxy (their unit stopped early)"
+		echo
+		while IFS=$'\t' read -r unit _; do
+			fd=$OUT/direct/units/${unit//\//_}.log
+			fp=$OUT/rproxy/units/${unit//\//_}.log
+			[ -f "$fd" ] && [ -f "$fp" ] || continue
+			nd=$(strip "$fd" | grep -cE '^\[(ok|err)\]: ' || true)
+			np=$(strip "$fp" | grep -cE '^\[(ok|err)\]: ' || true)
+			[ "$nd" -gt "$np" ] && echo "- \`$unit\`: $((nd - np)) of $nd tests not run"
+		done <"$OUT/rproxy/units.tsv"
+	fi
 	for m in "${modes[@]}"; do
 		if awk -F'\t' '$4 != "" && $4 != "yes" { found = 1 } END { exit !found }' "$OUT/$m/units.tsv"; then
 			echo
