@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Client-scenario suite: the scenarios of suites/clients/, as each client
+# library sends them, run against a redis-server this script starts, then
+# through rproxy in front of it with the suite config (suites/rproxy-suite.yaml,
+# mode "rproxy") and with rproxy's default config (mode "default": policy,
+# big-key probes and jitter on); each is compared with the direct result,
+# scenario by scenario. Usage: make test-client-suite.
+#
+#   CLIENT_SUITE_LIBS      libraries to run (default "py go", plus "ioredis
+#                          noderedis" when their node_modules are installed)
+#   CLIENT_SUITE_MAX_DIFFER  fail when more scenario runs (library x rproxy
+#                          config x scenario) differ from the direct result
+#                          than this, intended differences aside (-1 = never;
+#                          the Makefile sets the guard). A scenario that fails
+#                          against Redis itself (broken) always fails.
+#   CLIENT_SUITE_OUT       output folder (default suites/out/clients)
+#   RPROXY_BIN             rproxy binary (default: built into bin/rproxy)
+#
+# Needs /usr/bin/python3 with redis-py (Debian's python3-redis: installed as
+# root when missing) and Go.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	PATH=$PATH:/usr/local/go/bin
+fi
+OUT=${CLIENT_SUITE_OUT:-$ROOT/suites/out/clients}
+MAX_DIFFER=${CLIENT_SUITE_MAX_DIFFER:--1}
+CONFIG=$ROOT/suites/rproxy-suite.yaml
+PY=/usr/bin/python3
+
+log() { echo "client-suite: $*" >&2; }
+
+bash scripts/ensure-redis.sh
+if ! "$PY" -c 'import redis' 2>/dev/null; then
+	if [ "$(id -u)" -eq 0 ]; then
+		log "installing python3-redis"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-redis >/dev/null
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-redis >/dev/null
+	else
+		log "redis-py is missing: run  sudo apt-get install -y python3-redis"
+		exit 1
+	fi
+fi
+
+# ioredis and node-redis, pinned in suites/clients/node/package-lock.json,
+# installed with `npm ci` when node and npm are there.
+LIBS=${CLIENT_SUITE_LIBS:-}
+if [ -z "$LIBS" ]; then
+	LIBS="py go"
+	if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+		if [ ! -d suites/clients/node/node_modules/ioredis ] || [ ! -d suites/clients/node/node_modules/redis ]; then
+			log "npm ci in suites/clients/node"
+			(cd suites/clients/node && npm ci --no-audit --no-fund --loglevel=error >&2) ||
+				log "npm ci failed: ioredis and node-redis scenarios not run"
+		fi
+		[ -d suites/clients/node/node_modules/ioredis ] && LIBS+=" ioredis"
+		[ -d suites/clients/node/node_modules/redis ] && LIBS+=" noderedis"
+	else
+		log "node/npm not installed: ioredis and node-redis scenarios not run"
+	fi
+fi
+
+mkdir -p bin "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.err "$OUT/summary.md"
+if [ -z "${RPROXY_BIN:-}" ]; then
+	go build -o bin/rproxy ./cmd/rproxy
+	RPROXY_BIN=$ROOT/bin/rproxy
+fi
+if [[ " $LIBS " == *" go "* ]]; then
+	go build -o bin/client-suite-goredis ./suites/clients/goredis
+fi
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() {
+	local p
+	for p in $(seq "$1" "$(($1 + 200))"); do
+		port_free "$p" && { echo "$p"; return 0; }
+	done
+	log "no free port from $1"
+	return 1
+}
+wait_ping() {
+	for _ in $(seq 100); do
+		kill -0 "$2" 2>/dev/null || return 1
+		[ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/rproxy-client-suite.XXXXXX")
+REDIS_PID=
+PROXY_PID=
+DEFAULT_PID=
+stop_proc() {
+	[ -n "$1" ] || return 0
+	kill "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
+cleanup() {
+	stop_proc "$PROXY_PID"
+	stop_proc "$DEFAULT_PID"
+	stop_proc "$REDIS_PID"
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+RPORT=$(free_port 22000)
+redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+	--dir "$WORK" --logfile "$WORK/redis.log" &
+REDIS_PID=$!
+wait_ping "$RPORT" "$REDIS_PID" || { log "redis-server did not start"; tail "$WORK/redis.log" >&2; exit 1; }
+PPORT=$(free_port 22300)
+"$RPROXY_BIN" -config "$CONFIG" -listen "127.0.0.1:$PPORT" -upstream "127.0.0.1:$RPORT" >"$OUT/rproxy.log" 2>&1 &
+PROXY_PID=$!
+wait_ping "$PPORT" "$PROXY_PID" || { log "rproxy did not start"; tail "$OUT/rproxy.log" >&2; exit 1; }
+DPORT=$(free_port $((PPORT + 1)))
+"$RPROXY_BIN" -listen "127.0.0.1:$DPORT" -upstream "127.0.0.1:$RPORT" -log-level warn >"$OUT/rproxy-default.log" 2>&1 &
+DEFAULT_PID=$!
+wait_ping "$DPORT" "$DEFAULT_PID" || { log "rproxy (default config) did not start"; tail "$OUT/rproxy-default.log" >&2; exit 1; }
+
+run_lib() { # LIB ADDR
+	case $1 in
+	py) timeout 300 "$PY" suites/clients/py/scenarios.py "$2" ;;
+	go) timeout 300 bin/client-suite-goredis "$2" ;;
+	ioredis) timeout 300 node suites/clients/node/ioredis.js "$2" ;;
+	noderedis) timeout 300 node suites/clients/node/noderedis.js "$2" ;;
+	*) log "unknown library $1"; return 1 ;;
+	esac
+}
+
+for lib in $LIBS; do
+	for mode in direct rproxy default; do
+		case $mode in
+		direct) addr=127.0.0.1:$RPORT ;;
+		rproxy) addr=127.0.0.1:$PPORT ;;
+		default) addr=127.0.0.1:$DPORT ;;
+		esac
+		t0=$SECONDS
+		if ! run_lib "$lib" "$addr" >"$OUT/$lib-$mode.json" 2>"$OUT/$lib-$mode.err"; then
+			log "$lib $mode: exited non-zero; stderr:"
+			tail -n 5 "$OUT/$lib-$mode.err" >&2
+		fi
+		log "$lib $mode: $((SECONDS - t0))s"
+	done
+done
+
+result=$("$PY" suites/clients/compare.py "$OUT" rproxy,default $LIBS | tee "$OUT/compare.txt" | tail -n 1)
+cat "$OUT/compare.txt"
+same=$(sed -E 's/.*same=([0-9]+).*/\1/' <<<"$result")
+differ=$(sed -E 's/.*differ=([0-9]+).*/\1/' <<<"$result")
+broken=$(sed -E 's/.*broken=([0-9]+).*/\1/' <<<"$result")
+if [ "$broken" -gt 0 ]; then
+	log "FAIL: $broken scenario(s) broken against Redis itself"
+	exit 1
+fi
+if [ "$MAX_DIFFER" -ge 0 ] && [ "$differ" -gt "$MAX_DIFFER" ]; then
+	log "FAIL: $differ scenario runs differ through rproxy, over the threshold $MAX_DIFFER (CLIENT_SUITE_MAX_DIFFER)"
+	exit 1
+fi
+log "$same scenario runs as direct, $differ differ through rproxy (threshold $MAX_DIFFER)"

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Redis's own Tcl test suite (7.0.15, from Debian's source package) in
+# external mode, against a redis-server this script starts ("direct") and
+# against the same through rproxy with suites/rproxy-suite.yaml ("rproxy").
+# Usage: make test-redis-suite (see docs/suites.md).
+#
+#   REDIS_SUITE_MODES      modes to run, in order (default "direct rproxy")
+#   REDIS_SUITE_UNITS      units to run (default: every unit of all_tests in
+#                          tests/test_helper.tcl; external mode skips what
+#                          needs its own server)
+#   REDIS_SUITE_MIN_OK     fail when [ok] through rproxy is below this
+#                          (0 = never; the Makefile sets the guard)
+#   REDIS_SUITE_STALL      seconds without a test finishing after which
+#                          runtest reports [TIMEOUT] and stops the unit (60)
+#   REDIS_SUITE_UNIT_TIMEOUT  hard limit per unit in seconds (600)
+#   REDIS_SUITE_OUT        output folder (default suites/out/redis)
+#   RPROXY_BIN             rproxy binary (default: built into bin/rproxy)
+#
+# Each unit runs in its own `runtest --single` with --durable, so one unit that
+# hangs or aborts costs only itself; it is reported as hung or aborted.
+# Exit status: 0, or 1 when rproxy's [ok] count is under REDIS_SUITE_MIN_OK
+# (or rproxy/redis could not be started). Failing tests alone never fail it:
+# the threshold is the guard.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	PATH=$PATH:/usr/local/go/bin
+fi
+
+MODES=${REDIS_SUITE_MODES:-direct rproxy}
+MIN_OK=${REDIS_SUITE_MIN_OK:-0}
+STALL=${REDIS_SUITE_STALL:-60}
+UNIT_TIMEOUT=${REDIS_SUITE_UNIT_TIMEOUT:-600}
+OUT=${REDIS_SUITE_OUT:-$ROOT/suites/out/redis}
+CONFIG=$ROOT/suites/rproxy-suite.yaml
+
+log() { echo "redis-suite: $*" >&2; }
+
+SRC=$(bash scripts/fetch-redis-tests.sh)
+log "tests from $SRC"
+mkdir -p "$OUT"
+basename "$SRC" >"$OUT/source"
+
+# The suite runs a few binaries as src/redis-*: use the installed ones.
+for b in redis-server redis-cli redis-benchmark redis-check-aof redis-check-rdb; do
+	if [ ! -e "$SRC/src/$b" ] && command -v "$b" >/dev/null 2>&1; then
+		ln -s "$(command -v "$b")" "$SRC/src/$b"
+	fi
+done
+
+if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* ]]; then
+	mkdir -p bin
+	go build -o bin/rproxy ./cmd/rproxy
+	RPROXY_BIN=$ROOT/bin/rproxy
+fi
+
+if [ -n "${REDIS_SUITE_UNITS:-}" ]; then
+	UNITS=$REDIS_SUITE_UNITS
+else
+	UNITS=$(awk '/^set ::all_tests \{/ {on=1; next} on && /^\}/ {exit} on {print $1}' "$SRC/tests/test_helper.tcl")
+fi
+
+port_free() {
+	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+free_port() {
+	local p
+	for p in $(seq "$1" "$(($1 + 200))"); do
+		if port_free "$p"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	log "no free port from $1"
+	return 1
+}
+wait_ping() {
+	local port=$1 pid=$2
+	for _ in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || return 1
+		[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+REDIS_PID=
+PROXY_PID=
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/rproxy-redis-suite.XXXXXX")
+stop_proc() {
+	local pid=$1
+	[ -n "$pid" ] || return 0
+	if kill -0 "$pid" 2>/dev/null; then
+		kill "$pid" 2>/dev/null || true
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+	stop_proc "$PROXY_PID"
+	stop_proc "$REDIS_PID"
+	PROXY_PID= REDIS_PID=
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+RPORT=
+PPORT=
+start_redis() {
+	RPORT=$(free_port 21000)
+	rm -rf "$WORK/redis"
+	mkdir -p "$WORK/redis"
+	# The configuration the suite gives the servers it starts itself.
+	redis-server "$SRC/tests/assets/default.conf" --port "$RPORT" --bind 127.0.0.1 \
+		--daemonize no --dir "$WORK/redis" --logfile "$WORK/redis/redis.log" \
+		--pidfile "$WORK/redis/redis.pid" &
+	REDIS_PID=$!
+	if ! wait_ping "$RPORT" "$REDIS_PID"; then
+		log "redis-server on $RPORT did not start; log:"
+		tail -n 20 "$WORK/redis/redis.log" >&2 || true
+		return 1
+	fi
+}
+start_proxy() { # LOGFILE
+	PPORT=$(free_port 21300)
+	"$RPROXY_BIN" -config "$CONFIG" -listen "127.0.0.1:$PPORT" -upstream "127.0.0.1:$RPORT" \
+		>>"$1" 2>&1 &
+	PROXY_PID=$!
+	if ! wait_ping "$PPORT" "$PROXY_PID"; then
+		log "rproxy on $PPORT did not start; log:"
+		tail -n 20 "$1" >&2 || true
+		return 1
+	fi
+}
+
+for MODE in $MODES; do
+	MODE_OUT=$OUT/$MODE
+	rm -rf "$MODE_OUT"
+	mkdir -p "$MODE_OUT/units"
+	: >"$MODE_OUT/units.tsv"
+	log "$MODE: $(echo "$UNITS" | wc -w) units (stall limit ${STALL}s, unit limit ${UNIT_TIMEOUT}s)"
+	t0=$(date +%s)
+	for unit in $UNITS; do
+		# Each unit gets a fresh redis-server (and rproxy): a test that fails
+		# in external mode can leave a config behind (unit/type/set leaves
+		# rdb-key-save-delay at 2147483647, which hangs every later SYNC).
+		base=$MODE_OUT/units/${unit//\//_}
+		start_redis
+		PORT=$RPORT
+		if [ "$MODE" = rproxy ]; then
+			: >"$base.rproxy.log"
+			start_proxy "$base.rproxy.log"
+			PORT=$PPORT
+		fi
+		u0=$(date +%s)
+		rc=0
+		(cd "$SRC" && TERM=dumb timeout -k 10 "$UNIT_TIMEOUT" ./runtest --host 127.0.0.1 --port "$PORT" \
+			--single "$unit" --durable --clients 1 --timeout "$STALL" </dev/null) >"$base.log" 2>&1 || rc=$?
+		secs=$(($(date +%s) - u0))
+		alive=yes
+		kill -0 "$REDIS_PID" 2>/dev/null || alive="redis-server exited"
+		if [ "$MODE" = rproxy ] && ! kill -0 "$PROXY_PID" 2>/dev/null; then alive="rproxy exited"; fi
+		stop_proc "$PROXY_PID"; stop_proc "$REDIS_PID"
+		PROXY_PID= REDIS_PID=
+		if [ "$rc" != 0 ]; then
+			cp "$WORK/redis/redis.log" "$base.redis.log" 2>/dev/null || true
+		fi
+		[ -s "$base.rproxy.log" ] || rm -f "$base.rproxy.log"
+		printf '%s\t%s\t%s\t%s\n' "$unit" "$rc" "$secs" "$alive" >>"$MODE_OUT/units.tsv"
+		log "$MODE: $unit rc=$rc ${secs}s $(grep -c '^\[ok\]' "$base.log" || true) ok $(grep -c '^\[err\]' "$base.log" || true) err ($alive)"
+	done
+	echo "$(($(date +%s) - t0))" >"$MODE_OUT/seconds"
+done
+
+bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK"

@@ -1,0 +1,417 @@
+// Command goredis runs the client scenarios as go-redis v9 sends them
+// (RESP3 through HELLO 3, its pipelines and transactions, Watch, Script,
+// PubSub) and prints one JSON object, scenario name to result.
+//
+// Usage: go run ./suites/clients/goredis HOST:PORT > result.json
+//
+// Each scenario uses its own keys (cs:go:<scenario>:...), deletes them first
+// and returns a value that does not depend on the address it ran against:
+// scripts/client-suite.sh runs it against Redis and through rproxy and
+// compares the two outputs scenario by scenario.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var addr string
+
+func client(o *redis.Options) *redis.Client {
+	if o == nil {
+		o = &redis.Options{}
+	}
+	o.Addr = addr
+	o.ReadTimeout = 10 * time.Second
+	o.MaxRetries = -1 // a retried command would hide a dropped connection
+	return redis.NewClient(o)
+}
+
+func key(scen, name string) string { return "cs:go:" + scen + ":" + name }
+
+// val turns a command's result into JSON: errors as {"error": text},
+// redis.Nil as null.
+func val(v interface{}, err error) interface{} {
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	return v
+}
+
+func cmds(cs []redis.Cmder) []interface{} {
+	out := make([]interface{}, len(cs))
+	for i, c := range cs {
+		switch c := c.(type) {
+		case *redis.Cmd:
+			out[i] = val(c.Result())
+		case *redis.IntCmd:
+			out[i] = val(c.Result())
+		case *redis.StringCmd:
+			out[i] = val(c.Result())
+		case *redis.StatusCmd:
+			out[i] = val(c.Result())
+		case *redis.DurationCmd:
+			d, err := c.Result()
+			out[i] = val(d.Seconds(), err)
+		case *redis.BoolCmd:
+			out[i] = val(c.Result())
+		default:
+			out[i] = val(fmt.Sprint(c.Args()), c.Err())
+		}
+	}
+	return out
+}
+
+func waitBlocked(ctx context.Context, r *redis.Client) bool {
+	end := time.Now().Add(5 * time.Second)
+	for time.Now().Before(end) {
+		info, err := r.Info(ctx, "clients").Result()
+		if err == nil {
+			for _, l := range strings.Split(info, "\r\n") {
+				if strings.HasPrefix(l, "blocked_clients:") && strings.TrimSpace(l[len("blocked_clients:"):]) != "0" {
+					return true
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
+}
+
+type scenario struct {
+	name string
+	run  func(ctx context.Context) (interface{}, error)
+}
+
+var scenarios = []scenario{
+	{"tx_pipeline", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		defer r.Close()
+		a, b, n := key("tx", "a"), key("tx", "b"), key("tx", "n")
+		r.Del(ctx, a, b, n)
+		r.Set(ctx, a, "x", 0)
+		r.Set(ctx, b, "vb", 0)
+		cs, err := r.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, a)
+			p.Get(ctx, b)
+			p.Incr(ctx, n)
+			p.Set(ctx, a, "y", 100*time.Second)
+			p.TTL(ctx, a)
+			return nil
+		})
+		return map[string]interface{}{"replies": cmds(cs), "err": val(nil, err)}, nil
+	}},
+	{"tx_queue_error", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		defer r.Close()
+		s1, s2 := key("txerr", "s1"), key("txerr", "s2")
+		r.Del(ctx, s1, s2)
+		cs, err := r.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, s1, "x", 0)
+			p.Do(ctx, "GET") // wrong number of arguments: rejected at queue time
+			p.Set(ctx, s2, "y", 0)
+			return nil
+		})
+		return map[string]interface{}{"replies": cmds(cs), "err": val(nil, err),
+			"s1": val(r.Exists(ctx, s1).Result()), "s2": val(r.Exists(ctx, s2).Result())}, nil
+	}},
+	{"tx_exec_error", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		defer r.Close()
+		s, c := key("txexec", "s"), key("txexec", "c")
+		r.Del(ctx, s, c)
+		r.Set(ctx, s, "notanumber", 0)
+		cs, err := r.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, s)
+			p.Incr(ctx, c)
+			p.Get(ctx, s)
+			return nil
+		})
+		return map[string]interface{}{"replies": cmds(cs), "err": val(nil, err)}, nil
+	}},
+	{"watch_retry", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		other := client(nil)
+		defer r.Close()
+		defer other.Close()
+		k := key("watch", "counter")
+		r.Del(ctx, k)
+		r.Set(ctx, k, 10, 0)
+		var attempts []interface{}
+		for i := 0; i < 3; i++ {
+			err := r.Watch(ctx, func(tx *redis.Tx) error {
+				v, err := tx.Get(ctx, k).Int()
+				if err != nil {
+					return err
+				}
+				if i == 0 {
+					other.Incr(ctx, k)
+				}
+				_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.Set(ctx, k, v*2, 0)
+					return nil
+				})
+				attempts = append(attempts, []interface{}{v, val(nil, err)})
+				return err
+			}, k)
+			if !errors.Is(err, redis.TxFailedErr) {
+				break
+			}
+		}
+		return map[string]interface{}{"attempts": attempts, "final": val(r.Get(ctx, k).Result())}, nil
+	}},
+	{"lua_scripts", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		defer r.Close()
+		k, n := key("lua", "k"), key("lua", "n")
+		r.Del(ctx, k, n)
+		r.ScriptFlush(ctx)
+		out := map[string]interface{}{}
+		out["eval"] = val(r.Eval(ctx, "redis.call('SET', KEYS[1], ARGV[1]); return {redis.call('GET', KEYS[1]), 42, {ARGV[2], 'nested'}, redis.status_reply('FINE')}", []string{k}, "v1", "x").Result())
+		out["eval_error"] = val(r.Eval(ctx, "return redis.call('INCR', KEYS[1])", []string{k}).Result())
+		incrBy := redis.NewScript("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+		out["run_1"] = val(incrBy.Run(ctx, r, []string{n}, 5).Result()) // EVALSHA, NOSCRIPT, EVAL
+		out["run_2"] = val(incrBy.Run(ctx, r, []string{n}, 5).Result())
+		out["exists"] = val(incrBy.Exists(ctx, r).Result())
+		cs, err := r.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			incrBy.EvalSha(ctx, p, []string{n}, 1)
+			p.Get(ctx, n)
+			return nil
+		})
+		out["evalsha_in_multi"] = map[string]interface{}{"replies": cmds(cs), "err": val(nil, err)}
+		return out, nil
+	}},
+	{"pubsub_subscribe_then_publish", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		sub := client(nil)
+		defer r.Close()
+		defer sub.Close()
+		ch, pat := key("ps", "ch"), key("ps", "*")
+		ps := sub.Subscribe(ctx, ch)
+		defer ps.Close()
+		first, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		if err := ps.PSubscribe(ctx, pat); err != nil {
+			return nil, err
+		}
+		second, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		var receivers []interface{}
+		for i := 0; i < 20; i++ {
+			receivers = append(receivers, val(r.Publish(ctx, ch, fmt.Sprintf("m%d", i)).Result()))
+		}
+		var got []string
+		for len(got) < 40 {
+			m, err := ps.ReceiveTimeout(ctx, time.Second)
+			if err != nil {
+				break
+			}
+			if msg, ok := m.(*redis.Message); ok {
+				kind := "message"
+				if msg.Pattern != "" {
+					kind = "pmessage"
+				}
+				got = append(got, kind+" "+msg.Payload)
+			}
+		}
+		sort.Strings(got)
+		return map[string]interface{}{"subscribe": fmt.Sprint(first), "psubscribe": fmt.Sprint(second),
+			"publish_receivers": receivers, "messages": got}, nil
+	}},
+	{"stream_group_block", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		c := client(nil)
+		defer r.Close()
+		defer c.Close()
+		s := key("stream", "s")
+		r.Del(ctx, s)
+		r.XGroupCreateMkStream(ctx, s, "g", "$")
+		done := make(chan interface{}, 1)
+		go func() {
+			done <- val(c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1",
+				Streams: []string{s, ">"}, Count: 10, Block: 5 * time.Second}).Result())
+		}()
+		blocked := waitBlocked(ctx, r)
+		r.XAdd(ctx, &redis.XAddArgs{Stream: s, ID: "1-1", Values: []string{"f", "v"}})
+		r.XAdd(ctx, &redis.XAddArgs{Stream: s, ID: "2-1", Values: []string{"f", "w"}})
+		var read interface{}
+		select {
+		case read = <-done:
+		case <-time.After(10 * time.Second):
+			read = "no reply in 10s"
+		}
+		pend, err := r.XPending(ctx, s, "g").Result()
+		var pending interface{} = val(nil, err)
+		if err == nil {
+			pending = pend.Count
+		}
+		return map[string]interface{}{"blocked_seen": blocked, "read": read, "pending": pending,
+			"ack": val(r.XAck(ctx, s, "g", "1-1", "2-1").Result()),
+			"empty": val(r.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1",
+				Streams: []string{s, ">"}, Count: 10, Block: 100 * time.Millisecond}).Result())}, nil
+	}},
+	{"blpop_blocking", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		c := client(nil)
+		defer r.Close()
+		defer c.Close()
+		l := key("blpop", "l")
+		r.Del(ctx, l)
+		done := make(chan interface{}, 1)
+		go func() { done <- val(c.BLPop(ctx, 5*time.Second, l).Result()) }()
+		blocked := waitBlocked(ctx, r)
+		pushed := val(r.RPush(ctx, l, "v1", "v2").Result())
+		var pop interface{}
+		select {
+		case pop = <-done:
+		case <-time.After(10 * time.Second):
+			pop = "no reply in 10s"
+		}
+		return map[string]interface{}{"blocked_seen": blocked, "rpush": pushed, "pop": pop,
+			"left":    val(r.LRange(ctx, l, 0, -1).Result()),
+			"timeout": val(c.BLPop(ctx, 200*time.Millisecond, key("blpop", "empty")).Result())}, nil
+	}},
+	{"select_db", func(ctx context.Context) (interface{}, error) {
+		r9 := client(&redis.Options{DB: 9})
+		r0 := client(nil)
+		defer r9.Close()
+		defer r0.Close()
+		k, n := key("select", "k"), key("select", "n")
+		r9.Del(ctx, k, n)
+		r0.Del(ctx, k)
+		r9.Set(ctx, k, "in9", 0)
+		cs, err := r9.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, n)
+			p.Get(ctx, k)
+			return nil
+		})
+		r9.Del(ctx, n)
+		return map[string]interface{}{"db9": val(r9.Get(ctx, k).Result()), "db0": val(r0.Get(ctx, k).Result()),
+			"tx_db9": cmds(cs), "tx_err": val(nil, err)}, nil
+	}},
+	{"client_name_id", func(ctx context.Context) (interface{}, error) {
+		r := client(&redis.Options{ClientName: "cs-go-name"})
+		defer r.Close()
+		conn := r.Conn()
+		defer conn.Close()
+		id, err := conn.ClientID(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		list, _ := conn.ClientList(ctx).Result()
+		var mine []string
+		for _, l := range strings.Split(strings.TrimSpace(list), "\n") {
+			if strings.Contains(l, " name=cs-go-name ") {
+				mine = append(mine, l)
+			}
+		}
+		info, err := conn.ClientInfo(ctx).Result()
+		out := map[string]interface{}{
+			"getname":            val(conn.ClientGetName(ctx).Result()),
+			"list_has_name_once": len(mine) == 1,
+			"list_id_matches":    len(mine) == 1 && strings.HasPrefix(mine[0], fmt.Sprintf("id=%d ", id)),
+		}
+		if err != nil {
+			out["info"] = val(nil, err)
+		} else {
+			out["info_name"] = info.Name
+			out["info_id_matches"] = info.ID == id
+		}
+		return out, nil
+	}},
+	{"client_unblock", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		c := client(nil)
+		defer r.Close()
+		defer c.Close()
+		l := key("unblock", "l")
+		r.Del(ctx, l)
+		conn := c.Conn()
+		defer conn.Close()
+		id, err := conn.ClientID(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		done := make(chan interface{}, 1)
+		t0 := time.Now()
+		go func() { done <- val(conn.BLPop(ctx, 5*time.Second, l).Result()) }()
+		blocked := waitBlocked(ctx, r)
+		unblocked := val(r.ClientUnblock(ctx, id).Result())
+		pop := <-done
+		return map[string]interface{}{"blocked_seen": blocked, "unblock": unblocked, "pop": pop,
+			"returned_early": time.Since(t0) < 4*time.Second}, nil
+	}},
+	{"pipeline_mixed", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		defer r.Close()
+		k, s := key("pipe", "n"), key("pipe", "s")
+		r.Del(ctx, k, s)
+		r.Set(ctx, s, "text", 0)
+		cs, _ := r.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := 0; i < 100; i++ {
+				p.Incr(ctx, k)
+				if i == 50 {
+					p.Incr(ctx, s)
+				}
+				p.Get(ctx, k)
+			}
+			return nil
+		})
+		out := cmds(cs)
+		return map[string]interface{}{"len": len(out), "first": out[:4], "around_error": out[100:105], "last": out[len(out)-2:]}, nil
+	}},
+	{"expiry_exact", func(ctx context.Context) (interface{}, error) {
+		r := client(nil)
+		defer r.Close()
+		a, b := key("ttl", "a"), key("ttl", "b")
+		r.Del(ctx, a, b)
+		r.Set(ctx, a, "v", 1000*time.Second)
+		r.Set(ctx, b, "v", 0)
+		r.Expire(ctx, b, 2000*time.Second)
+		out := map[string]interface{}{"ttl_a": r.TTL(ctx, a).Val().Seconds(), "ttl_b": r.TTL(ctx, b).Val().Seconds()}
+		r.PExpire(ctx, a, 500*time.Second)
+		out["pttl_a_s"] = r.PTTL(ctx, a).Val().Round(time.Second).Seconds()
+		r.GetEx(ctx, b, 3000*time.Second)
+		out["ttl_b_getex"] = r.TTL(ctx, b).Val().Seconds()
+		return out, nil
+	}},
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: goredis HOST:PORT")
+		os.Exit(2)
+	}
+	addr = os.Args[1]
+	res := map[string]interface{}{}
+	for _, s := range scenarios {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		v, err := s.run(ctx)
+		cancel()
+		if err != nil {
+			v = map[string]string{"exception": err.Error()}
+		}
+		res[s.name] = v
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", " ")
+	if err := enc.Encode(res); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
