@@ -120,9 +120,10 @@ func TestServesAndDrainsOnSIGTERM(t *testing.T) {
 	if r, _ := resp.ReadReply(rd, nil); string(r) != "+OK\r\n" {
 		t.Fatalf("SET = %q", r)
 	}
-	// The slow log is on by default (slowlog.threshold 10ms).
+	// The slow log is on by default (slowlog.threshold 10ms). On a loaded
+	// machine the SET itself may have taken 10ms: it answers with a count.
 	c.Write(resp.AppendCommandString(nil, "PROXY", "SLOWLOG", "LEN"))
-	if r, _ := resp.ReadReply(rd, nil); string(r) != ":0\r\n" {
+	if r, _ := resp.ReadReply(rd, nil); string(r) != ":0\r\n" && string(r) != ":1\r\n" {
 		t.Fatalf("PROXY SLOWLOG LEN on the binary = %q", r)
 	}
 	c.Write(resp.AppendCommandString(nil, "DEBUG", "SLEEP", "0.3"))
