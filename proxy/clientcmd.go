@@ -230,7 +230,11 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 		s.reply(ss, []byte("-ERR No such client\r\n"))
 		return
 	}
-	if len(args) < 3 || len(args)%2 != 0 {
+	if len(args) == 2 {
+		s.forward(ss, cmd.Raw) // Redis's arity error
+		return
+	}
+	if len(args)%2 != 0 {
 		s.reply(ss, []byte("-ERR syntax error\r\n"))
 		return
 	}
@@ -345,10 +349,19 @@ func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 
 // trackingRedirect rewrites CLIENT TRACKING ... REDIRECT id with the id
 // Redis knows for that session's own connection (a session that has
-// subscribed to __redis__:invalidate has one). It returns the command to
-// send, or the error to reply.
-func (s *Server) trackingRedirect(cmd resp.Command) ([]byte, []byte) {
+// subscribed to __redis__:invalidate has one), and notes the redirection
+// for CLIENT GETREDIR. It returns the command to send, or the error to
+// reply.
+func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte) {
 	args := cmd.Args
+	if len(args) > 2 {
+		switch {
+		case bytes.EqualFold(args[2], []byte("off")):
+			ss.redirect = -1
+		case bytes.EqualFold(args[2], []byte("on")):
+			ss.redirect = 0
+		}
+	}
 	for i := 2; i+1 < len(args); i++ {
 		if !bytes.EqualFold(args[i], []byte("redirect")) {
 			continue
@@ -361,9 +374,42 @@ func (s *Server) trackingRedirect(cmd resp.Command) ([]byte, []byte) {
 		if upstreamID == 0 {
 			return nil, []byte("-ERR The client ID you want redirect to does not exist\r\n")
 		}
+		ss.redirect = id
 		out := slices.Clone(args)
 		out[i+1] = strconv.AppendInt(nil, upstreamID, 10)
 		return resp.AppendCommand(nil, out...), nil
 	}
 	return cmd.Raw, nil
+}
+
+// streamClient handles, in stream mode, the CLIENT subcommands that speak in
+// client ids, which Redis would answer with the pinned connection's: the
+// reply must still come from Redis, in order with what it sends, so a
+// script returns rproxy's answer. It reports whether it queued cmd.
+func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
+	args := cmd.Args
+	if len(args) < 2 {
+		return false
+	}
+	switch {
+	case len(args) == 2 && bytes.EqualFold(args[1], []byte("id")):
+		ss.streamCmds = append(ss.streamCmds, scriptInt(ss.id))
+	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getredir")):
+		ss.streamCmds = append(ss.streamCmds, scriptInt(ss.redirect))
+	case bytes.EqualFold(args[1], []byte("tracking")):
+		raw, errReply := s.trackingRedirect(ss, cmd)
+		if errReply != nil {
+			s.deny(ss, errReply) // in stream mode: a script returning the error
+			return true
+		}
+		ss.streamCmds = append(ss.streamCmds, raw)
+	default:
+		return false
+	}
+	return true
+}
+
+// scriptInt is a command that makes Redis reply the integer n.
+func scriptInt(n int64) []byte {
+	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return tonumber(ARGV[1])"), []byte("0"), strconv.AppendInt(nil, n, 10))
 }

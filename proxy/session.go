@@ -88,6 +88,7 @@ type session struct {
 	pin       *upstream.Dedicated
 	pinPool   *upstream.Pool                     // the pool the pin came from
 	pinRef    atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
+	redirect  int64                              // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
 	killed    atomic.Bool                        // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
 	inMulti   bool                               // Redis answered MULTI; set from replies, after the batch
 	multiSent bool                               // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
@@ -157,7 +158,7 @@ type session struct {
 }
 
 func newSession(id int64, c *clientConn, pools *poolSet, authed bool) *session {
-	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch(), slot: upstream.SlotAny}
+	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch(), slot: upstream.SlotAny, redirect: -1}
 	ss.view.created = time.Now()
 	ss.poolsRef.Store(pools)
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr()); err == nil {
@@ -337,6 +338,9 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		}
 		if s.hot != nil {
 			s.beforeWrite(ss, info, cmd.Args, false)
+		}
+		if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
+			return
 		}
 		ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 		return
@@ -983,7 +987,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		// Read-only or server-wide: safe on a shared connection.
 		s.forward(ss, cmd.Raw)
 	case "tracking":
-		raw, errReply := s.trackingRedirect(cmd)
+		raw, errReply := s.trackingRedirect(ss, cmd)
 		if errReply != nil {
 			s.reply(ss, errReply)
 			return

@@ -334,11 +334,29 @@ func TestClientIDsWork(t *testing.T) {
 			t.Fatalf("SUBSCRIBE = %q", r)
 		}
 		tr := dialClient(t, p.Addr)
+		trID := clientID(tr)
 		if r := tr.do("CLIENT", "TRACKING", "on", "REDIRECT", "999999"); r != "-ERR The client ID you want redirect to does not exist\r\n" {
 			t.Errorf("REDIRECT to no client = %q", r)
 		}
 		if r := tr.do("CLIENT", "TRACKING", "on", "REDIRECT", subID); r != "+OK\r\n" {
 			t.Fatalf("CLIENT TRACKING on REDIRECT %s = %q", subID, r)
+		}
+		// The session is now on its own connection (stream mode): ids are
+		// still rproxy's.
+		if r := tr.do("CLIENT", "ID"); r != ":"+trID+"\r\n" {
+			t.Errorf("CLIENT ID in stream mode = %q, want :%s", r, trID)
+		}
+		if r := tr.do("CLIENT", "GETREDIR"); r != ":"+subID+"\r\n" {
+			t.Errorf("CLIENT GETREDIR = %q, want :%s", r, subID)
+		}
+		if r := tr.do("CLIENT", "TRACKING", "on", "BCAST", "REDIRECT", "999999"); r != "-ERR The client ID you want redirect to does not exist\r\n" {
+			t.Errorf("REDIRECT to no client in stream mode = %q", r)
+		}
+		if r := tr.do("CLIENT", "TRACKING", "off"); r != "+OK\r\n" {
+			t.Fatal(r)
+		}
+		if r := tr.do("CLIENT", "TRACKING", "on", "REDIRECT", subID); r != "+OK\r\n" {
+			t.Fatalf("CLIENT TRACKING on REDIRECT %s in stream mode = %q", subID, r)
 		}
 		tr.do("GET", "tracked")
 		if r := string(rs.Do(t, "SET", "tracked", "1")); r != "+OK\r\n" {
@@ -359,6 +377,9 @@ func TestClientIDsWork(t *testing.T) {
 		}
 		if r := c.do("CLIENT", "KILL", "1.2.3.4:5"); r != "-ERR No such client\r\n" {
 			t.Errorf("CLIENT KILL addr = %q", r)
+		}
+		if r := c.do("CLIENT", "KILL"); r != "-ERR wrong number of arguments for 'client|kill' command\r\n" {
+			t.Errorf("CLIENT KILL = %q", r)
 		}
 		if r := c.do("CLIENT", "KILL", "ID", "abc"); r != "-ERR client-id should be greater than 0\r\n" {
 			t.Errorf("CLIENT KILL ID abc = %q", r)
