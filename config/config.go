@@ -321,13 +321,13 @@ type BigKeys struct {
 	MaxValueBytes  ByteSize `yaml:"max_value_bytes"`  // writes of a longer value are refused; default 0 = off
 }
 
-// Jitter raises the TTL of cache writes so keys written together do not
-// expire together. Reloaded on SIGHUP.
+// Jitter spreads the TTL of cache writes below the one asked for, so keys
+// written together do not expire together. Reloaded on SIGHUP.
 type Jitter struct {
 	Enabled        bool     `yaml:"enabled"`          // default true
-	MaxFraction    float64  `yaml:"max_fraction"`     // TTLs are raised by a fraction in [0, max_fraction]; default 0.1; 0 < x <= 1
+	MaxFraction    float64  `yaml:"max_fraction"`     // TTLs are lowered by a fraction in [0, max_fraction], never raised; default 0.1; 0 < x <= 1
 	Exclude        []string `yaml:"exclude"`          // glob patterns of keys never jittered; default []
-	ExpireKeys     []string `yaml:"expire_keys"`      // EXPIRE/PEXPIRE are jittered only for keys matching these; default []
+	ExpireKeys     []string `yaml:"expire_keys"`      // removed: EXPIRE/PEXPIRE are never jittered; must be empty (kept so old files with [] load)
 	DefaultTTL     Duration `yaml:"default_ttl"`      // SET without a TTL on keys matching default_ttl_keys gets this TTL; default 0s = off
 	DefaultTTLKeys []string `yaml:"default_ttl_keys"` // default []
 	Seed           uint64   `yaml:"seed"`             // same seed on every rproxy of a deployment: same expiry for the same write; default 0
@@ -370,7 +370,6 @@ func (c Config) PolicyConfig() policy.Config {
 			Disabled:       !c.Jitter.Enabled,
 			MaxFraction:    c.Jitter.MaxFraction,
 			Exclude:        c.Jitter.Exclude,
-			ExpireKeys:     c.Jitter.ExpireKeys,
 			DefaultTTL:     c.Jitter.DefaultTTL.D(),
 			DefaultTTLKeys: c.Jitter.DefaultTTLKeys,
 			Seed:           c.Jitter.Seed,
@@ -886,6 +885,9 @@ func (c Config) Validate() error {
 		}
 	}
 
+	if len(c.Jitter.ExpireKeys) > 0 {
+		add("jitter.expire_keys is no longer supported: EXPIRE and PEXPIRE are never jittered (they refresh sliding sessions and windows, and a key must not live longer than asked); remove the key")
+	}
 	if c.Jitter.Enabled && !(c.Jitter.MaxFraction > 0) {
 		add("jitter.max_fraction must be greater than 0 when jitter is enabled (set enabled: false to turn it off), got %v", c.Jitter.MaxFraction)
 	}
