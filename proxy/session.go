@@ -524,8 +524,15 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 		ss.wrote, ss.batchWrote = true, true
 	}
 	var keyHash uint64
-	hashed := false
-	if (s.hot != nil || s.salt != nil || s.coalesceGet) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
+	hashed, hot := false, false
+	if s.hot != nil && info.Name != "get" && ss.pin == nil && !ss.wrote && ss.pools == &s.pools && tierRead(info, args) {
+		// Other read-only single-key commands of a hot key: the tier and
+		// coalescing as for GET (readcache.go).
+		var served bool
+		if served, hot = s.tierReadCmd(ss, args[1], raw); served {
+			return
+		}
+	} else if (s.hot != nil || s.salt != nil || s.coalesceGet) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
 		// The tier holds db 0 as the shared connections' upstream user
 		// sees it: not for pinned sessions or passthrough users' ACLs.
 		// Hits are counted too, so a cached key stays hot and is filled
@@ -533,10 +540,10 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 		// One hash of the key serves the detector, the coalescing filter
 		// and its table.
 		keyHash, hashed = xxhash.Sum64(args[1]), true
-		hot := false
+		hotGet := false // GETs coalesce by configuration, hot or not
 		if s.hot != nil {
 			var fill bool
-			hot, fill = s.hot.observe(args[1], keyHash)
+			hotGet, fill = s.hot.observe(args[1], keyHash)
 			if r, ok := s.hot.lookup(args[1], ss.proto); ok {
 				s.reply(ss, r)
 				return
@@ -546,11 +553,11 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 			}
 		}
 		// On a cluster, a hot key's reads spread over its salted copies.
-		if s.salt != nil && (hot || s.salt.listed(args[1])) && s.saltedRead(ss, info, args[1]) {
+		if s.salt != nil && (hotGet || s.salt.listed(args[1])) && s.saltedRead(ss, info, args[1]) {
 			return
 		}
 	}
-	s.readMaybeJoined(ss, info, raw, keyHash, hashed)
+	s.readMaybeJoined(ss, info, raw, keyHash, hashed, hot)
 }
 
 // readMaybeJoined queues a read, or joins an identical one in flight when
@@ -559,10 +566,11 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 //
 // keyHash, when hashed, is xxhash.Sum64 of the GET's key: mixed with the
 // protocol it stands for the whole identity's hash (equal identities have
-// equal keys; the table compares the identities in full).
-func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed bool) bool {
+// equal keys; the table compares the identities in full). hot: a
+// tierRead command of a hot key, coalesced whatever the configured list.
+func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
 	// A hashed read is a GET: its eligibility needs no lookup by name.
-	if s.coalesce == nil || ss.pin != nil || ss.wrote || !(hashed && s.coalesceGet || s.coalesceCmds[info.Name]) {
+	if s.coalesce == nil || ss.pin != nil || ss.wrote || !(hashed && s.coalesceGet || hot || s.coalesceCmds[info.Name]) {
 		s.forward(ss, raw)
 		return true
 	}

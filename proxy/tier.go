@@ -84,11 +84,14 @@ type hotTier struct {
 	log      *zap.Logger
 	metrics  *tierMetrics
 
-	queue   chan []byte
+	queue   chan fillReq
 	filling atomic.Int64 // fills begun and not yet stored or dropped
+	// resp2 runs the RESP2 reads of command fills (tierReads): the shared
+	// RESP2 connections. nil: only RESP3 variants of commands are filled.
+	resp2 interface{ Do(*upstream.Batch) }
 
 	mu      sync.Mutex
-	pending map[string]struct{} // keys queued or being filled
+	pending map[string]struct{} // fills queued or under way (pendingKey)
 	connUp  bool                // the tracking connection is up
 	lagOK   bool                // the last probe came back within MaxLag
 
@@ -160,7 +163,7 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 	}
 	h.tier.SetServing(false) // until the tracking connection is up
 	h.enabled.Store(true)
-	h.queue = make(chan []byte, fillQueue)
+	h.queue = make(chan fillReq, fillQueue)
 	h.pending = make(map[string]struct{})
 	ucfg.Protocol = 3
 	ucfg.Connections = 1
@@ -317,6 +320,15 @@ func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
 	return h.tier.Get(key, v)
 }
 
+// lookupVariant returns the tier's reply for a tierRead command: variant
+// is the protocol byte followed by the command's bytes.
+func (h *hotTier) lookupVariant(key, variant []byte) ([]byte, bool) {
+	if h.tier == nil || !h.enabled.Load() {
+		return nil, false
+	}
+	return h.tier.GetVariant(key, variant)
+}
+
 // observe counts a read of key (keyHash: xxhash.Sum64(key)): hot says
 // whether the key is hot, fill whether the tier should hold it (hot, or
 // under a cached prefix).
@@ -334,22 +346,54 @@ func (h *hotTier) underPrefix(key []byte) bool {
 	return false
 }
 
+// fillReq is a queued fill: a GET's (variant nil: both protocols' replies)
+// or a tierRead command's, variant being the protocol byte and the
+// command's bytes.
+type fillReq struct {
+	key, variant []byte
+}
+
+// pendingKey names a fill in pending: GETs and commands apart.
+func (r fillReq) pendingKey() string {
+	if r.variant == nil {
+		return "g" + string(r.key)
+	}
+	return "c" + string(r.variant)
+}
+
 func (h *hotTier) requestFill(key []byte) {
+	h.enqueueFill(fillReq{key: key})
+}
+
+// requestFillVariant asks for a fill of a tierRead command: variant is
+// the protocol byte followed by the command's bytes, key its key.
+func (h *hotTier) requestFillVariant(key, variant []byte) {
+	if variant[0] == 2 && h.resp2 == nil {
+		return
+	}
+	h.enqueueFill(fillReq{key: key, variant: variant})
+}
+
+// enqueueFill queues r unless it is queued already; r's bytes are copied.
+func (h *hotTier) enqueueFill(r fillReq) {
 	if !h.tier.Serving() {
 		return
 	}
 	h.mu.Lock()
-	if _, ok := h.pending[string(key)]; ok {
-		h.mu.Unlock()
+	defer h.mu.Unlock()
+	pk := r.pendingKey()
+	if _, ok := h.pending[pk]; ok {
 		return
 	}
-	k := string(key)
+	q := fillReq{key: []byte(string(r.key))}
+	if r.variant != nil {
+		q.variant = []byte(string(r.variant))
+	}
 	select {
-	case h.queue <- []byte(k):
-		h.pending[k] = struct{}{}
+	case h.queue <- q:
+		h.pending[pk] = struct{}{}
 	default: // full: a later read asks again
 	}
-	h.mu.Unlock()
 }
 
 // invalidate drops key from the tier; fills begun before fail.
@@ -409,53 +453,115 @@ func (h *hotTier) ping() bool {
 	return true
 }
 
-// fillLoop reads queued keys, up to fillBatch per round trip, and stores
-// GET's reply with the key's PTTL unless the key was invalidated meanwhile.
+// fillLoop reads queued fills, up to fillBatch per round trip, and stores
+// their replies with the key's PTTL unless the key was invalidated
+// meanwhile.
+//
+// A GET is read as GET then PTTL on the tracking connection, and its RESP2
+// reply derived (they differ only for a missing key). A tierRead command
+// is read as PTTL then the command, so that Redis tracks the key from
+// before the command runs (PTTL is a read): a write between the two is
+// invalidated. Its RESP3 reply is the tracking connection's; a RESP2 reply
+// cannot be derived without decoding, so it is read again on a shared
+// RESP2 connection once the tracking read is answered: the key is tracked
+// by then, so any write before that read is invalidated after it, and the
+// fill's token refuses the copy or the invalidation drops it.
 func (h *hotTier) fillLoop(ctx context.Context) {
-	b := upstream.NewBatch()
-	var keys [][]byte
+	b, b2 := upstream.NewBatch(), upstream.NewBatch()
+	var reqs []fillReq
 	var toks []hotkey.Token
+	var at2 []int // per request: its reply's index in b2, or -1
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case k := <-h.queue:
-			keys = append(keys[:0], k)
+		case r := <-h.queue:
+			reqs = append(reqs[:0], r)
 		}
 	more:
-		for len(keys) < fillBatch {
+		for len(reqs) < fillBatch {
 			select {
-			case k := <-h.queue:
-				keys = append(keys, k)
+			case r := <-h.queue:
+				reqs = append(reqs, r)
 			default:
 				break more
 			}
 		}
 		b.Reset()
-		toks = toks[:0]
+		b2.Reset()
+		toks, at2 = toks[:0], at2[:0]
 		h.filling.Add(1)
-		for _, k := range keys {
-			toks = append(toks, h.tier.Begin(k)) // before the GET leaves
+		for _, r := range reqs {
+			toks = append(toks, h.tier.Begin(r.key)) // before the read leaves
 			slot := upstream.SlotAny
 			if h.trackRouter != nil {
-				slot = upstream.Slot(k)
+				slot = upstream.Slot(r.key)
 			}
-			b.AddSlot(resp.AppendCommand(nil, []byte("GET"), k), slot)
-			b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), k), slot)
+			if r.variant == nil {
+				b.AddSlot(resp.AppendCommand(nil, []byte("GET"), r.key), slot)
+				b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), r.key), slot)
+			} else {
+				b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), r.key), slot)
+				b.AddSlot(r.variant[1:], slot)
+			}
+			at2 = append(at2, -1)
 		}
 		sent := h.now()
 		h.trackDo(b)
+		for i, r := range reqs {
+			if r.variant != nil && r.variant[0] == 2 {
+				slot := upstream.SlotAny
+				if h.trackRouter != nil {
+					slot = upstream.Slot(r.key)
+				}
+				b2.AddSlot(r.variant[1:], slot)
+				at2[i] = b2.Len() - 1
+			}
+		}
+		if b2.Len() > 0 {
+			h.resp2.Do(b2)
+		}
 		rtt := h.now().Sub(sent)
-		for i, k := range keys {
-			h.store(toks[i], k, b.Reply(2*i), b.Reply(2*i+1), rtt)
+		for i, r := range reqs {
+			switch {
+			case r.variant == nil:
+				h.store(toks[i], r.key, b.Reply(2*i), b.Reply(2*i+1), rtt)
+			case at2[i] >= 0:
+				h.storeVariant(toks[i], r, b.Reply(2*i), b2.Reply(at2[i]), rtt)
+			default:
+				h.storeVariant(toks[i], r, b.Reply(2*i), b.Reply(2*i+1), rtt)
+			}
 		}
 		h.filling.Add(-1)
 		h.mu.Lock()
-		for _, k := range keys {
-			delete(h.pending, string(k))
+		for i, r := range reqs {
+			delete(h.pending, r.pendingKey())
+			reqs[i] = fillReq{}
 		}
 		h.mu.Unlock()
 	}
+}
+
+// storeVariant caches a tierRead command's reply, read after the PTTL
+// pttl, for at most the key's remaining life less the fill's round trip.
+// Errors are not cached. A missing key (PTTL -2) is cached like a value:
+// it was tracked from the PTTL on, so its creation is invalidated.
+func (h *hotTier) storeVariant(tok hotkey.Token, r fillReq, pttl, reply []byte, rtt time.Duration) {
+	ms, ok := resp.Int(pttl)
+	if !ok || len(reply) == 0 || reply[0] == '-' || reply[0] == '!' || ms == 0 {
+		return
+	}
+	ttl := time.Duration(0) // no TTL on Redis (or no key): the tier's cap applies
+	if ms > 0 {
+		if ttl = time.Duration(ms)*time.Millisecond - rtt; ttl <= 0 {
+			return
+		}
+	}
+	if h.tier.PutVariant(tok, r.key, r.variant, reply, ttl) {
+		h.metrics.fills.Inc()
+		return
+	}
+	h.metrics.fillsRefused.Inc()
 }
 
 var resp2Null = []byte("$-1\r\n")
