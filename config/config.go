@@ -271,9 +271,13 @@ type HotKeys struct {
 	TTLCap    Duration `yaml:"ttl_cap"`   // longest an entry is served before Redis is read again; default 10s; > 0
 	// MaxLag bounds the invalidation lag: when the tracking connection does
 	// not answer a probe within it, the tier empties and stops serving.
-	MaxLag   Duration `yaml:"max_lag"`  // default 1s; >= 1ms
-	Prefixes []string `yaml:"prefixes"` // also cache every key under these prefixes, hot or not; default []
-	Salt     Salt     `yaml:"salt"`     // salted fan-out (upstream.mode cluster)
+	MaxLag Duration `yaml:"max_lag"` // default 1s; >= 1ms
+	// MissWait collapses cache-aside stampedes: when GETs of a hot key (or
+	// one under prefixes) find no value, the first reader fills it and the
+	// others wait up to this long for its write, then read again.
+	MissWait Duration `yaml:"miss_wait"` // default 200ms; 0 = off; at most 10s
+	Prefixes []string `yaml:"prefixes"`  // also cache every key under these prefixes, hot or not; default []
+	Salt     Salt     `yaml:"salt"`      // salted fan-out (upstream.mode cluster)
 }
 
 // Salt spreads hot keys' reads over copies on other masters of a cluster.
@@ -456,6 +460,7 @@ func Default() Config {
 			MaxBytes:  64 * Megabyte,
 			TTLCap:    Duration(10 * time.Second),
 			MaxLag:    Duration(time.Second),
+			MissWait:  Duration(200 * time.Millisecond),
 			Prefixes:  []string{},
 			Salt:      Salt{TTL: Duration(5 * time.Second), Prefixes: []string{}},
 		},
@@ -878,6 +883,9 @@ func (c Config) Validate() error {
 	positive("hotkeys.ttl_cap", h.TTLCap)
 	if h.MaxLag < Duration(time.Millisecond) {
 		add("hotkeys.max_lag must be at least 1ms, got %s", h.MaxLag)
+	}
+	if h.MissWait < 0 || h.MissWait > Duration(10*time.Second) {
+		add("hotkeys.miss_wait must be between 0 (off) and 10s, got %s", h.MissWait)
 	}
 	for i, p := range h.Prefixes {
 		if p == "" {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rproxy/rproxy/coalesce"
+	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -118,6 +119,7 @@ type session struct {
 	hotKeys    [][]byte
 	hotClear   bool
 	hotBarrier bool
+	missAts    []missAt // GETs of hot keys whose misses are collapsed (missgate.go)
 
 	// Policy scratch, reused per command so the check allocates nothing,
 	// and the batch used to probe key sizes before a DEL.
@@ -544,6 +546,9 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 		if s.hot != nil {
 			var fill bool
 			hotGet, fill = s.hot.observe(args[1], keyHash)
+			if (hotGet || fill) && s.hot.missOn.Load() {
+				s.noteMiss(ss, args[1]) // before the tier: a cached miss counts too
+			}
 			if r, ok := s.hot.lookup(args[1], ss.proto); ok {
 				s.reply(ss, r)
 				return
@@ -676,7 +681,7 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, ack
 // afterWrite completes beforeWrite once the batch's replies are in.
 func (s *Server) afterWrite(ss *session) {
 	for i, k := range ss.hotKeys {
-		s.hot.invalidate(k)
+		s.hot.written(k)
 		ss.hotKeys[i] = nil
 	}
 	ss.hotKeys = ss.hotKeys[:0]
@@ -752,8 +757,12 @@ func (s *Server) flush(ss *session) {
 		s.metrics.refused.Add(float64(ss.refusedCount))
 		ss.refusedCount = 0
 	}
-	up, over := 0, 0
-	for _, o := range ss.order {
+	up, over, miss := 0, 0, 0
+	var gate *hotkey.MissGate
+	if len(ss.missAts) > 0 {
+		gate = s.hot.missGate()
+	}
+	for i, o := range ss.order {
 		var r []byte
 		if o == discardReply {
 			up++ // the upstream reply to a deferred MULTI, answered already
@@ -783,10 +792,20 @@ func (s *Server) flush(ss *session) {
 			}
 			r = ss.local[start:ss.localEnds[o]]
 		}
+		if miss < len(ss.missAts) && ss.missAts[miss].at == i {
+			if gate != nil {
+				r = s.collapseMiss(ss, gate, ss.missAts[miss].key, r)
+			}
+			miss++
+		}
 		if ss.logReq && len(r) > 0 && (r[0] == '-' || r[0] == '!') {
 			ss.req.errors++
 		}
 		s.write(ss, r)
+	}
+	if len(ss.missAts) > 0 {
+		clear(ss.missAts)
+		ss.missAts = ss.missAts[:0]
 	}
 	ss.batch.Reset()
 	ss.infoAt = ss.infoAt[:0]

@@ -31,6 +31,10 @@ type HotKeyConfig struct {
 	// rproxy: when the tracking connection does not answer a probe within
 	// it, the tier empties and stops serving until it does.
 	MaxLag time.Duration
+	// MissWait turns miss collapsing on (missgate.go): readers of a
+	// missing hot key wait up to this long for the first reader's fill.
+	// 0 = off.
+	MissWait time.Duration
 	// TrackingDial, if set, dials the tracking connection instead of
 	// Upstream.Dial (tests use it to slow invalidations down).
 	TrackingDial func(ctx context.Context, network, address string) (net.Conn, error)
@@ -77,12 +81,15 @@ type hotTier struct {
 	// turns it off without closing the tracking connection.
 	enabled  atomic.Bool
 	prefixes atomic.Pointer[[][]byte]
-	maxLag   atomic.Int64                 // nanoseconds
-	lagSet   chan struct{}                // wakes the probe loop when maxLag changes
-	cfg      atomic.Pointer[HotKeyConfig] // the settings in force
-	now      func() time.Time
-	log      *zap.Logger
-	metrics  *tierMetrics
+	// gate collapses misses (MissWait); missOn: MissWait > 0.
+	gate    *hotkey.MissGate
+	missOn  atomic.Bool
+	maxLag  atomic.Int64                 // nanoseconds
+	lagSet  chan struct{}                // wakes the probe loop when maxLag changes
+	cfg     atomic.Pointer[HotKeyConfig] // the settings in force
+	now     func() time.Time
+	log     *zap.Logger
+	metrics *tierMetrics
 
 	queue   chan fillReq
 	filling atomic.Int64 // fills begun and not yet stored or dropped
@@ -150,6 +157,11 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 		return nil, err
 	}
 	h := &hotTier{det: det, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel, lagSet: make(chan struct{}, 1)}
+	if h.gate, err = hotkey.NewMissGate(missGateConfig(cfg.MissWait), now, reg); err != nil {
+		cancel()
+		return nil, err
+	}
+	h.missOn.Store(cfg.MissWait > 0)
 	h.maxLag.Store(int64(cfg.MaxLag))
 	h.setPrefixes(cfg.Prefixes)
 	c := cfg
@@ -215,6 +227,9 @@ func (c HotKeyConfig) Validate() error {
 	if c.MaxLag <= 0 {
 		errs = append(errs, fmt.Errorf("hotkey: max lag must be positive, got %v", c.MaxLag))
 	}
+	if c.MissWait < 0 {
+		errs = append(errs, fmt.Errorf("hotkey: miss wait must be >= 0 (0 turns miss collapsing off), got %v", c.MissWait))
+	}
 	for i, p := range c.Prefixes {
 		if p == "" {
 			errs = append(errs, fmt.Errorf("hotkey: prefix %d is empty: it would cache every key", i))
@@ -242,6 +257,12 @@ func (h *hotTier) set(cfg HotKeyConfig) error {
 		}
 	}
 	h.setPrefixes(cfg.Prefixes)
+	if err := h.gate.SetConfig(missGateConfig(cfg.MissWait)); err != nil {
+		return err // Validate has checked it
+	}
+	if was := h.missOn.Swap(cfg.MissWait > 0); was && cfg.MissWait == 0 {
+		h.gate.Clear() // turned off: nobody stays held
+	}
 	if h.maxLag.Swap(int64(cfg.MaxLag)) != int64(cfg.MaxLag) {
 		select {
 		case h.lagSet <- struct{}{}:
@@ -403,10 +424,36 @@ func (h *hotTier) invalidate(key []byte) {
 	}
 }
 
+// written is invalidate for a write Redis has acknowledged: it also
+// releases the readers held for the key's fill.
+func (h *hotTier) written(key []byte) {
+	h.invalidate(key)
+	h.gate.Written(key)
+}
+
 func (h *hotTier) clear() {
 	if h.tier != nil {
 		h.tier.Clear()
 	}
+	h.gate.Clear()
+}
+
+// missGate returns the miss gate when miss collapsing is on, else nil.
+func (h *hotTier) missGate() *hotkey.MissGate {
+	if !h.missOn.Load() {
+		return nil
+	}
+	return h.gate
+}
+
+// missGateConfig is the gate's config for hotkeys.miss_wait (0: off, the
+// gate then only keeps its metrics).
+func missGateConfig(wait time.Duration) hotkey.MissGateConfig {
+	c := hotkey.DefaultMissGateConfig()
+	if wait > 0 {
+		c.Wait = wait
+	}
+	return c
 }
 
 // barrier returns once every invalidation Redis sent before this call has
@@ -606,10 +653,12 @@ func (h *hotTier) onPush(push []byte) {
 	h.metrics.pushes.Inc()
 	if v.Elems[1].Null {
 		h.tier.Clear()
+		h.gate.Clear()
 		return
 	}
 	for _, k := range v.Elems[1].Elems {
 		h.tier.Invalidate(k.Str)
+		h.gate.Written(k.Str) // Redis has applied the change: held readers read again
 	}
 }
 
