@@ -21,7 +21,8 @@ import (
 // HotKeyConfig configures hot-key detection and the local tier.
 type HotKeyConfig struct {
 	Detector hotkey.DetectorConfig
-	// Tier serves hot keys' GET replies from memory when true.
+	// Tier serves hot keys' GET replies, and their tierReads commands'
+	// (readcache.go), from memory when true.
 	Tier       bool
 	TierConfig hotkey.TierConfig
 	// Prefixes: every key under one of these is admitted to the tier, hot
