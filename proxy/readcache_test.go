@@ -1,8 +1,12 @@
 package proxy_test
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,5 +228,73 @@ func TestCoalesceHotKeyCommands(t *testing.T) {
 		if key == "cold" && (n != 10 || j != 0) {
 			t.Fatalf("cold key: %d upstream calls, %v joins", n, j)
 		}
+	}
+}
+
+// Writes through rproxy to a hash whose HGET is cached: a reader (RESP2,
+// whose replies are filled by a second read on a shared connection, and
+// RESP3) that starts after a write was acknowledged never sees an older
+// value, with the tracking connection fast or slowed down (fills and
+// invalidations then arrive far apart).
+func TestTierCommandsNeverStaleAfterProxiedWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  func(*proxy.Config)
+	}{{"fast", cacheAll}, {"slow-tracking", slowTracking}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := redistest.Start(t)
+			p := proxytest.Start(t, rs.Addr, tc.opt)
+			waitServing(t, p)
+			w := dialClient(t, p.Addr)
+			w.do("HSET", "c:h", "n", "0")
+			var acked atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var stale atomic.Int64
+			var staleMsg atomic.Value
+			for r := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := dialClient(t, p.Addr)
+					c.do("HELLO", strconv.Itoa(2+r%2))
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						floor := acked.Load()
+						got := c.doErr("HGET", "c:h", "n")
+						parts := strings.Split(got, "\r\n")
+						v, err := strconv.ParseInt(parts[min(1, len(parts)-1)], 10, 64)
+						if err != nil || v < floor {
+							stale.Add(1)
+							staleMsg.Store(fmt.Sprintf("RESP%d read %q after write %d was acknowledged", 2+r%2, got, floor))
+						}
+					}
+				}()
+			}
+			for i := 1; i <= 300; i++ {
+				if r := w.do("HSET", "c:h", "n", strconv.Itoa(i)); r != ":0\r\n" {
+					t.Fatalf("HSET = %q", r)
+				}
+				acked.Store(int64(i))
+				if i%50 == 0 { // let a fill land now and then: the tier must serve
+					hits := counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil)
+					waitFor(t, "a tier hit", func() bool {
+						return counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil) > hits
+					})
+				}
+			}
+			close(stop)
+			wg.Wait()
+			if n := stale.Load(); n > 0 {
+				t.Fatalf("%d stale reads, e.g. %s", n, staleMsg.Load())
+			}
+			if hits := counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil); hits == 0 {
+				t.Fatal("the tier served nothing: the test did not exercise it")
+			}
+		})
 	}
 }
