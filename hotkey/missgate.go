@@ -133,8 +133,10 @@ func (g *MissGate) Miss(key []byte, reader int64) (<-chan struct{}, time.Time) {
 		}
 		g.m.waits.Inc()
 		return st.done, now.Add(cfg.Wait) // each reader is held at most Wait
-	case ok && st.done != nil:
-		// The wait ended with no write: nobody fills it. Learn it.
+	case ok && st.done != nil && now.Before(st.until.Add(cfg.AbsentFor)):
+		// The wait ended with no write and readers still miss: nobody
+		// fills it. Learn it. (A filling much older than that says
+		// nothing about now: a new filler below.)
 		st.done, st.until = nil, now.Add(cfg.AbsentFor)
 		g.m.absent.Inc()
 		return nil, time.Time{}
@@ -185,6 +187,11 @@ func (g *MissGate) Wait(done <-chan struct{}, until time.Time) bool {
 		return false
 	}
 }
+
+// Present is Written for a reader that found a value: the key has been
+// filled, however the write came (one the caller could not see, or one
+// that landed before the miss was recorded), so it is not learned absent.
+func (g *MissGate) Present(key []byte) { g.Written(key) }
 
 // Written releases the readers waiting for key and forgets that it was
 // missing or absent: call it once a write to key is acknowledged, or

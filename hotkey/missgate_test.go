@@ -143,3 +143,39 @@ func TestMissGateBoundedAndClear(t *testing.T) {
 		t.Fatal("a zero config was accepted")
 	}
 }
+
+// A value seen by a reader ends the key's filling: a write the gate did
+// not see (or one that landed before the miss was recorded) must not leave
+// the key to be learned absent at its next miss.
+func TestMissGatePresentEndsFilling(t *testing.T) {
+	c := newClock()
+	g, _ := newTestGate(t, c, MissGateConfig{Wait: 100 * time.Millisecond, AbsentFor: time.Second, MaxKeys: 10})
+	k := []byte("k")
+	g.Miss(k, 1)
+	ch, until := g.Miss(k, 2)
+	g.Present(k)
+	if !g.Wait(ch, until) {
+		t.Fatal("a value seen did not release the waiter")
+	}
+	// Much later, the key expires: its next miss has a filler and holds
+	// the others, instead of finding a stale filling and learning absence.
+	c.advance(time.Minute)
+	g.Miss(k, 3)
+	if ch, _ := g.Miss(k, 4); ch == nil {
+		t.Fatal("the next expiry is not collapsed")
+	}
+}
+
+// A filling state long past its wait (a write the gate never heard of, no
+// reader since) does not make the key's next miss learn it absent.
+func TestMissGateOldFillingStartsOver(t *testing.T) {
+	c := newClock()
+	g, _ := newTestGate(t, c, MissGateConfig{Wait: 100 * time.Millisecond, AbsentFor: time.Second, MaxKeys: 10})
+	k := []byte("k")
+	g.Miss(k, 1)
+	c.advance(time.Minute)
+	g.Miss(k, 2)
+	if ch, _ := g.Miss(k, 3); ch == nil {
+		t.Fatal("a miss a minute after an unanswered fill learned the key absent")
+	}
+}

@@ -36,8 +36,10 @@ func isNoValue(r []byte) bool {
 
 // collapseMiss passes the reply r of a noted GET through the gate: a
 // reader other than the key's filler waits for the fill and reads again.
+// A value tells the gate the key is filled.
 func (s *Server) collapseMiss(ss *session, g *hotkey.MissGate, key, r []byte) []byte {
 	if !isNoValue(r) {
+		g.Present(key)
 		return r
 	}
 	done, until := g.Miss(key, ss.id)
