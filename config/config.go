@@ -271,9 +271,13 @@ type HotKeys struct {
 	TTLCap    Duration `yaml:"ttl_cap"`   // longest an entry is served before Redis is read again; default 10s; > 0
 	// MaxLag bounds the invalidation lag: when the tracking connection does
 	// not answer a probe within it, the tier empties and stops serving.
-	MaxLag   Duration `yaml:"max_lag"`  // default 1s; >= 1ms
-	Prefixes []string `yaml:"prefixes"` // also cache every key under these prefixes, hot or not; default []
-	Salt     Salt     `yaml:"salt"`     // salted fan-out (upstream.mode cluster)
+	MaxLag Duration `yaml:"max_lag"` // default 1s; >= 1ms
+	// MissWait collapses cache-aside stampedes: when GETs of a hot key (or
+	// one under prefixes) find no value, the first reader fills it and the
+	// others wait up to this long for its write, then read again.
+	MissWait Duration `yaml:"miss_wait"` // default 200ms; 0 = off; at most 10s
+	Prefixes []string `yaml:"prefixes"`  // also cache every key under these prefixes, hot or not; default []
+	Salt     Salt     `yaml:"salt"`      // salted fan-out (upstream.mode cluster)
 }
 
 // Salt spreads hot keys' reads over copies on other masters of a cluster.
@@ -321,13 +325,13 @@ type BigKeys struct {
 	MaxValueBytes  ByteSize `yaml:"max_value_bytes"`  // writes of a longer value are refused; default 0 = off
 }
 
-// Jitter raises the TTL of cache writes so keys written together do not
-// expire together. Reloaded on SIGHUP.
+// Jitter spreads the TTL of cache writes below the one asked for, so keys
+// written together do not expire together. Reloaded on SIGHUP.
 type Jitter struct {
 	Enabled        bool     `yaml:"enabled"`          // default true
-	MaxFraction    float64  `yaml:"max_fraction"`     // TTLs are raised by a fraction in [0, max_fraction]; default 0.1; 0 < x <= 1
+	MaxFraction    float64  `yaml:"max_fraction"`     // TTLs are lowered by a fraction in [0, max_fraction], never raised; default 0.1; 0 < x <= 1
 	Exclude        []string `yaml:"exclude"`          // glob patterns of keys never jittered; default []
-	ExpireKeys     []string `yaml:"expire_keys"`      // EXPIRE/PEXPIRE are jittered only for keys matching these; default []
+	ExpireKeys     []string `yaml:"expire_keys"`      // removed: EXPIRE/PEXPIRE are never jittered; must be empty (kept so old files with [] load)
 	DefaultTTL     Duration `yaml:"default_ttl"`      // SET without a TTL on keys matching default_ttl_keys gets this TTL; default 0s = off
 	DefaultTTLKeys []string `yaml:"default_ttl_keys"` // default []
 	Seed           uint64   `yaml:"seed"`             // same seed on every rproxy of a deployment: same expiry for the same write; default 0
@@ -370,7 +374,6 @@ func (c Config) PolicyConfig() policy.Config {
 			Disabled:       !c.Jitter.Enabled,
 			MaxFraction:    c.Jitter.MaxFraction,
 			Exclude:        c.Jitter.Exclude,
-			ExpireKeys:     c.Jitter.ExpireKeys,
 			DefaultTTL:     c.Jitter.DefaultTTL.D(),
 			DefaultTTLKeys: c.Jitter.DefaultTTLKeys,
 			Seed:           c.Jitter.Seed,
@@ -461,6 +464,7 @@ func Default() Config {
 			MaxBytes:  64 * Megabyte,
 			TTLCap:    Duration(10 * time.Second),
 			MaxLag:    Duration(time.Second),
+			MissWait:  Duration(200 * time.Millisecond),
 			Prefixes:  []string{},
 			Salt:      Salt{TTL: Duration(5 * time.Second), Prefixes: []string{}},
 		},
@@ -885,12 +889,18 @@ func (c Config) Validate() error {
 	if h.MaxLag < Duration(time.Millisecond) {
 		add("hotkeys.max_lag must be at least 1ms, got %s", h.MaxLag)
 	}
+	if h.MissWait < 0 || h.MissWait > Duration(10*time.Second) {
+		add("hotkeys.miss_wait must be between 0 (off) and 10s, got %s", h.MissWait)
+	}
 	for i, p := range h.Prefixes {
 		if p == "" {
 			add("hotkeys.prefixes[%d] is empty: it would cache every key", i)
 		}
 	}
 
+	if len(c.Jitter.ExpireKeys) > 0 {
+		add("jitter.expire_keys is no longer supported: EXPIRE and PEXPIRE are never jittered (they refresh sliding sessions and windows, and a key must not live longer than asked); remove the key")
+	}
 	if c.Jitter.Enabled && !(c.Jitter.MaxFraction > 0) {
 		add("jitter.max_fraction must be greater than 0 when jitter is enabled (set enabled: false to turn it off), got %v", c.Jitter.MaxFraction)
 	}

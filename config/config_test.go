@@ -701,6 +701,15 @@ jitter:
 	if err == nil || !strings.Contains(err.Error(), "jitter.max_fraction") {
 		t.Fatalf("zero fraction: %v", err)
 	}
+	// EXPIRE is never jittered any more: an old file asking for it is told,
+	// not silently ignored; an empty list (the old example) still loads.
+	_, err = Parse([]byte("jitter:\n  expire_keys: [\"cache:*\"]\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "jitter.expire_keys is no longer supported") {
+		t.Fatalf("expire_keys set: %v", err)
+	}
+	if _, err = Parse([]byte("jitter:\n  expire_keys: []\n"), "t.yaml"); err != nil {
+		t.Fatalf("expire_keys empty: %v", err)
+	}
 }
 
 func TestRedacted(t *testing.T) {

@@ -58,11 +58,14 @@
 //
 // # Tier
 //
-// A Tier holds reply bytes by key and variant (a small number the caller
-// chooses, e.g. protocol and command); a key's variants are stored,
-// evicted and invalidated together, least recently used key first, within
-// MaxBytes. Each key is charged its length plus 160 bytes, and each reply
-// its length plus 64 bytes, estimates of the allocations around them. A
+// A Tier holds reply bytes by key and variant: a small number the caller
+// chooses (Get, Put: e.g. the protocol of a GET), or bytes (GetVariant,
+// PutVariant: e.g. the protocol and a command's exact bytes), at most 16
+// of them per key, the oldest dropped for a new one. A key's variants are
+// stored, evicted and invalidated together, least recently used key first,
+// within MaxBytes. Each key is charged its length plus 160 bytes, and each
+// reply its length plus 64 bytes (plus its name's, for a variant named by
+// bytes), estimates of the allocations around them. A
 // reply is served for at most TTLCap, or its own shorter TTL. Get returns
 // the stored bytes themselves; they are never changed afterwards (a new
 // reply replaces the slice, it never overwrites it).
@@ -92,10 +95,21 @@
 // begun while the tier was not serving are refused after it serves again,
 // since invalidations may have been lost meanwhile.
 //
+// # Miss gate
+//
+// A MissGate collapses cache-aside stampedes: of the readers that find a
+// key missing, the first (Miss returns no channel) fills it; the others
+// wait (Wait) until the caller reports a write (Written) or their own wait
+// ends, and then read again. A key whose fill does not come within Wait of
+// the first miss is learned absent for AbsentFor, or until written, and
+// its readers pass. At most MaxKeys keys are gated.
+//
 // # Metrics
 //
 // On the Registerer given to the constructors (nil: none), namespace
 // rproxy, subsystem hotkey: hot_keys; tier_hits_total, tier_misses_total,
 // tier_invalidations_total, tier_evictions_total, tier_entries and
-// tier_bytes. No metric is labelled by key.
+// tier_bytes; miss_fillers_total, miss_waits_total,
+// miss_wait_timeouts_total and miss_absent_keys_total. No metric is
+// labelled by key.
 package hotkey

@@ -99,10 +99,32 @@ type entry struct {
 
 // stored is one variant's reply.
 type stored struct {
-	id      uint8
+	id      string
 	expires time.Time
 	reply   []byte
 }
+
+// maxVariants bounds the replies kept per key (a key read with many
+// different ranges): beyond it, storing a new variant drops the oldest.
+const maxVariants = 16
+
+// idCost is what a variant's id is charged: its bytes, or nothing for the
+// one-byte ids of Get and Put, which are shared (byteIDs).
+func idCost(id string) int64 {
+	if len(id) <= 1 {
+		return 0
+	}
+	return int64(len(id))
+}
+
+// byteIDs are the one-byte variant ids of Get and Put, so they cost no
+// allocation.
+var byteIDs = func() (ids [256]string) {
+	for i := range ids {
+		ids[i] = string([]byte{byte(i)})
+	}
+	return ids
+}()
 
 // Token is a fill's ticket, taken by Begin before the value is read.
 type Token struct {
@@ -164,14 +186,26 @@ func view(key []byte) string {
 	return unsafe.String(unsafe.SliceData(key), len(key))
 }
 
-// Get returns the reply stored for (key, variant) if the tier is serving
-// and the reply has not expired. The reply must not be modified.
+// Get is GetVariant with a one-byte variant id.
+func (t *Tier) Get(key []byte, variant uint8) ([]byte, bool) {
+	return t.get(key, byteIDs[variant], nil)
+}
+
+// GetVariant returns the reply stored for (key, variant) if the tier is
+// serving and the reply has not expired. A variant names one reply of the
+// key (say, a protocol and a command's bytes); it is compared in full.
+// The reply must not be modified.
+func (t *Tier) GetVariant(key, variant []byte) ([]byte, bool) {
+	return t.get(key, "", variant)
+}
+
+// get looks variant up by id, or by vb when id is empty.
 //
 // The clock is read only for a reply found, after the lock is released:
 // a miss costs no clock read, and a hit holds the lock for the lookup
 // only. The reply was current when the lock was held, so an invalidation
 // completing meanwhile is one that completed after this Get started.
-func (t *Tier) Get(key []byte, variant uint8) ([]byte, bool) {
+func (t *Tier) get(key []byte, id string, vb []byte) ([]byte, bool) {
 	t.mu.Lock()
 	if !t.serving {
 		t.mu.Unlock()
@@ -184,7 +218,12 @@ func (t *Tier) Get(key []byte, variant uint8) ([]byte, bool) {
 		t.misses.Add(1)
 		return nil, false
 	}
-	i := e.find(variant)
+	i := -1
+	if id != "" {
+		i = e.find(id)
+	} else {
+		i = e.findBytes(vb)
+	}
 	if i < 0 {
 		t.mu.Unlock()
 		t.misses.Add(1)
@@ -225,13 +264,27 @@ func (t *Tier) Begin(key []byte) Token {
 	return Token{t: t, gen: t.gen}
 }
 
-// Put stores a copy of reply for (key, variant), served for
+// Put is PutVariant with a one-byte variant id.
+func (t *Tier) Put(tok Token, key []byte, variant uint8, reply []byte, ttl time.Duration) bool {
+	return t.put(tok, key, byteIDs[variant], reply, ttl)
+}
+
+// PutVariant is Put for a variant named by bytes (see GetVariant). A key
+// keeps at most 16 variants: a new one beyond that drops the oldest.
+func (t *Tier) PutVariant(tok Token, key, variant, reply []byte, ttl time.Duration) bool {
+	if len(variant) == 0 {
+		return false
+	}
+	return t.put(tok, key, string(variant), reply, ttl)
+}
+
+// put stores a copy of reply for (key, variant), served for
 // min(TTLCap, ttl) (ttl <= 0: TTLCap), unless since tok was taken key
 // was invalidated (or another key in its slot), the tier was cleared, or
 // serving stopped or resumed. It reports whether the reply was stored. A
 // reply too big for the whole budget is not stored, and the variant's
 // older reply, if any, is dropped.
-func (t *Tier) Put(tok Token, key []byte, variant uint8, reply []byte, ttl time.Duration) bool {
+func (t *Tier) put(tok Token, key []byte, variant string, reply []byte, ttl time.Duration) bool {
 	if tok.t != t {
 		return false // zero or another tier's token
 	}
@@ -242,7 +295,8 @@ func (t *Tier) Put(tok Token, key []byte, variant uint8, reply []byte, ttl time.
 	slot := xxhash.Sum64(key) % slotCount
 	now := t.now()
 	maxB := t.maxB.Load()
-	tooBig := int64(len(key))+entryOverhead+int64(len(reply))+variantOverhead > maxB
+	size := int64(len(reply)) + idCost(variant) + variantOverhead // one variant's charge
+	tooBig := int64(len(key))+entryOverhead+size > maxB
 	var nv stored
 	if !tooBig { // copied before the lock, to hold it shorter
 		nv = stored{id: variant, expires: now.Add(life), reply: make([]byte, len(reply))}
@@ -277,8 +331,11 @@ func (t *Tier) Put(tok Token, key []byte, variant uint8, reply []byte, ttl time.
 		t.resize(e, int64(len(reply)-len(e.variants[i].reply)))
 		e.variants[i] = nv
 	} else {
+		if len(e.variants) >= maxVariants {
+			t.removeOldestVariant(e)
+		}
 		e.variants = append(e.variants, nv)
-		t.resize(e, int64(len(reply))+variantOverhead)
+		t.resize(e, size)
 	}
 	if e.size > maxB {
 		// This reply fits the budget but not with the key's other
@@ -407,9 +464,18 @@ func (t *Tier) Stats() TierStats {
 	}
 }
 
-func (e *entry) find(id uint8) int {
+func (e *entry) find(id string) int {
 	for i := range e.variants {
 		if e.variants[i].id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (e *entry) findBytes(id []byte) int {
+	for i := range e.variants {
+		if e.variants[i].id == string(id) { // compared without a copy
 			return i
 		}
 	}
@@ -431,13 +497,26 @@ func (t *Tier) resize(e *entry, delta int64) {
 	t.bytes += delta
 }
 
-// removeVariant removes e's variant i, keeping the entry.
+// removeVariant removes e's variant i, keeping the entry. The order of
+// the others may change.
 func (t *Tier) removeVariant(e *entry, i int) {
-	t.resize(e, -int64(len(e.variants[i].reply))-variantOverhead)
+	t.resize(e, -int64(len(e.variants[i].reply))-idCost(e.variants[i].id)-variantOverhead)
 	last := len(e.variants) - 1
 	e.variants[i] = e.variants[last]
 	e.variants[last] = stored{} // release the reply
 	e.variants = e.variants[:last]
+}
+
+// removeOldestVariant removes the variant that expires first (replies of
+// one key are stored for about the same life: the first stored).
+func (t *Tier) removeOldestVariant(e *entry) {
+	oldest := 0
+	for i := range e.variants {
+		if e.variants[i].expires.Before(e.variants[oldest].expires) {
+			oldest = i
+		}
+	}
+	t.removeVariant(e, oldest)
 }
 
 // dropVariantLocked removes an expired or superseded variant, and the key

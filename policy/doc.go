@@ -59,11 +59,16 @@
 //
 // # TTL jitter
 //
-// Jitter raises the TTL of SET EX/PX, SETEX, PSETEX, GETEX EX/PX and (for
-// chosen keys) EXPIRE/PEXPIRE by up to MaxFraction (10%): never lowered, so
-// a cache entry lives at least as long as the client asked. SET NX/XX is
-// left alone (locks and leases mean their exact lifetime), as are absolute
-// expiries and KEEPTTL. The raise is a function of the seed, the key, the
+// Jitter lowers the TTL of cache writes (SET EX/PX, SETEX, PSETEX) by up to
+// MaxFraction (10%), never to 0: never raised, so a key never lives longer
+// than the client asked, and patterns that read TTL back (probabilistic
+// early recomputation computes age as ttl - TTL(key)) or couple a key's
+// TTL to another's (a tag set) keep working. Refreshes (GETEX, EXPIRE,
+// PEXPIRE) are never touched: they drive sliding sessions and windows. SET
+// NX/XX is left alone (locks and leases mean their exact lifetime), as are
+// absolute expiries and KEEPTTL; the proxy skips commands inside MULTI/EXEC
+// (TTLs set together there are coupled on purpose), and scripts' own calls
+// are never seen. The spread is a function of the seed, the key, the
 // TTL and its unit only, computed with integers: a retried write gets the
 // same expiry, on any proxy with the same seed, on any platform. Anything
 // the proxy does not fully understand is forwarded untouched, so Redis

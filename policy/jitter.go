@@ -14,13 +14,14 @@ import (
 
 // JitterConfig spreads the expiry of cache writes. Keys written together
 // with the same TTL (a cache warmed in one go, a batch job) otherwise expire
-// together, and their misses all land on the database at once.
+// together, and their misses all land on the database at once. The spread
+// is always below the TTL the client asked for: a key never lives longer
+// than asked.
 type JitterConfig struct {
-	Disabled       bool          // true: TTLs are never raised (DefaultTTL still applies)
-	MaxFraction    float64       // a TTL is raised by a fraction in [0, MaxFraction], in whole units (EX 9 at 0.10 has no room and stays 9); 0 means the default 0.10; at most 1
+	Disabled       bool          // true: TTLs are never changed (DefaultTTL still applies)
+	MaxFraction    float64       // a TTL is lowered by a fraction in [0, MaxFraction], in whole units (EX 9 at 0.10 has no room and stays 9), never to 0; 0 means the default 0.10; at most 1
 	Exclude        []string      // glob patterns of keys never jittered
-	ExpireKeys     []string      // EXPIRE/PEXPIRE are jittered only for keys matching these (default none)
-	DefaultTTL     time.Duration // SET with no TTL option, on a key matching DefaultTTLKeys, gets this TTL; 0 = off
+	DefaultTTL     time.Duration // SET with no TTL option, on a key matching DefaultTTLKeys, gets this TTL (jittered below it); 0 = off
 	DefaultTTLKeys []string      // glob patterns; required with DefaultTTL
 	Seed           uint64        // part of the hash: give every proxy of one deployment the same seed
 }
@@ -38,12 +39,12 @@ func (j JitterConfig) problems() []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if math.IsNaN(j.MaxFraction) || j.MaxFraction < 0 || j.MaxFraction > 1 {
-		add("jitter.max_fraction must be between 0 and 1 (0.1 raises TTLs by up to 10%%), got %v", j.MaxFraction)
+		add("jitter.max_fraction must be between 0 and 1 (0.1 spreads TTLs over the 10%% below the one asked for), got %v", j.MaxFraction)
 	}
 	for _, f := range []struct {
 		name string
 		pats []string
-	}{{"exclude", j.Exclude}, {"expire_keys", j.ExpireKeys}, {"default_ttl_keys", j.DefaultTTLKeys}} {
+	}{{"exclude", j.Exclude}, {"default_ttl_keys", j.DefaultTTLKeys}} {
 		if slices.Contains(f.pats, "") {
 			add("jitter.%s: an empty pattern matches only the empty key; use * for any key", f.name)
 		}
@@ -67,7 +68,6 @@ type jitter struct {
 	ppm         uint64 // MaxFraction in millionths: integer math, so every platform agrees
 	seed        uint64
 	exclude     []glob
-	expireKeys  []glob
 	defaultKeys []glob
 	defaultOpt  []byte // "EX" or "PX"; nil: no default TTL
 	defaultTTL  uint64 // in the unit of defaultOpt
@@ -80,7 +80,7 @@ func newJitter(c JitterConfig) jitter {
 		f = defaultMaxFraction
 	}
 	j := jitter{on: !c.Disabled, ppm: uint64(math.Round(f * ppm)), seed: c.Seed,
-		exclude: globs(c.Exclude), expireKeys: globs(c.ExpireKeys), defaultKeys: globs(c.DefaultTTLKeys)}
+		exclude: globs(c.Exclude), defaultKeys: globs(c.DefaultTTLKeys)}
 	if d := c.DefaultTTL; d > 0 {
 		if d%time.Second == 0 {
 			j.defaultOpt, j.defaultTTL, j.defaultUnit = []byte("EX"), uint64(d/time.Second), 's'
@@ -99,17 +99,22 @@ func globs(pats []string) []glob {
 	return out
 }
 
-// Jitter raises the TTL of a cache write by a deterministic fraction, or
-// adds the default TTL to a SET without one. name is the lower-case command
-// name and args the command as sent (args[1] the key). It returns a new
-// slice (the caller's is untouched; unchanged arguments are shared) and true
-// when it changed anything, else args and false. What it touches:
+// Jitter spreads the TTL of a cache write below the one asked for, by a
+// deterministic fraction, or adds the default TTL to a SET without one.
+// name is the lower-case command name and args the command as sent
+// (args[1] the key). It returns a new slice (the caller's is untouched;
+// unchanged arguments are shared) and true when it changed anything, else
+// args and false. What it touches, and only this (cache writes):
 //
-//	SET k v [EX s | PX ms] ...     not with NX or XX (locks and leases need
+//	SET k v [EX s | PX ms] [GET]   not with NX or XX (locks and leases need
 //	                               their exact lifetime), KEEPTTL, EXAT, PXAT
+//	                               (absolute times mean a moment)
 //	SETEX k s v, PSETEX k ms v
-//	GETEX k EX s | PX ms
-//	EXPIRE k s, PEXPIRE k ms [NX|XX|GT|LT]   only keys matching ExpireKeys
+//
+// Never GETEX or EXPIRE/PEXPIRE/EXPIREAT: those refresh a key's life
+// (sliding sessions, rate-limit windows) and mean exactly what they say.
+// The caller skips commands inside MULTI/EXEC, where TTLs set together are
+// coupled on purpose; scripts are never seen here (only their EVAL).
 //
 // A TTL that does not parse as Redis would accept it, is not positive, or
 // is above 2^40 is left alone, and so is a command with an option this
@@ -123,26 +128,6 @@ func (p *Policy) Jitter(name string, args [][]byte) (out [][]byte, applied bool)
 			return args, false
 		}
 		return p.jitterAt(args, 2, unitOf(name == "setex"))
-	case "getex":
-		if len(args) != 4 {
-			return args, false
-		}
-		switch {
-		case equalFoldLower(args[2], "ex"):
-			return p.jitterAt(args, 3, 's')
-		case equalFoldLower(args[2], "px"):
-			return p.jitterAt(args, 3, 'm')
-		}
-	case "expire", "pexpire":
-		if len(args) < 3 || !matchAny(p.jitter.expireKeys, args[1]) {
-			return args, false
-		}
-		for _, a := range args[3:] {
-			if !equalFoldLower(a, "nx") && !equalFoldLower(a, "xx") && !equalFoldLower(a, "gt") && !equalFoldLower(a, "lt") {
-				return args, false
-			}
-		}
-		return p.jitterAt(args, 2, unitOf(name == "expire"))
 	}
 	return args, false
 }
@@ -195,7 +180,7 @@ func (p *Policy) jitterSet(args [][]byte) ([][]byte, bool) {
 	return p.addDefaultTTL(args, cond)
 }
 
-// jitterAt raises the TTL in args[at], of unit 's' or 'm', for key args[1].
+// jitterAt lowers the TTL in args[at], of unit 's' or 'm', for key args[1].
 func (p *Policy) jitterAt(args [][]byte, at int, unit byte) ([][]byte, bool) {
 	j := &p.jitter
 	if !j.on {
@@ -205,7 +190,7 @@ func (p *Policy) jitterAt(args [][]byte, at int, unit byte) ([][]byte, bool) {
 	if !ok || matchAny(j.exclude, args[1]) {
 		return args, false
 	}
-	n := j.raise(args[1], ttl, unit)
+	n := j.lower(args[1], ttl, unit)
 	if n == ttl {
 		return args, false
 	}
@@ -224,7 +209,7 @@ func (p *Policy) addDefaultTTL(args [][]byte, cond bool) ([][]byte, bool) {
 	}
 	ttl := j.defaultTTL
 	if j.on && !cond && !matchAny(j.exclude, args[1]) {
-		if n := j.raise(args[1], ttl, j.defaultUnit); n != ttl {
+		if n := j.lower(args[1], ttl, j.defaultUnit); n != ttl {
 			ttl = n
 			p.m.jitter.Inc()
 		}
@@ -236,13 +221,15 @@ func (p *Policy) addDefaultTTL(args [][]byte, cond bool) ([][]byte, bool) {
 	return out, true
 }
 
-// raise returns ttl + floor(ttl * f), with f in [0, MaxFraction] a function
-// of the seed, key, ttl and unit only: a retried write (or the same write
-// through another proxy with the same seed) gets the same expiry, and
-// different keys written with the same TTL spread evenly.
-func (j *jitter) raise(key []byte, ttl uint64, unit byte) uint64 {
-	maxInc := ttl * j.ppm / ppm // ttl <= 2^40, ppm <= 2^20: no overflow
-	if maxInc == 0 {
+// lower returns ttl - floor(ttl * f), with f in [0, MaxFraction] a
+// function of the seed, key, ttl and unit only: a retried write (or the
+// same write through another proxy with the same seed) gets the same
+// expiry, and different keys written with the same TTL spread evenly over
+// [ttl - ttl*MaxFraction, ttl]. The result is never above ttl and never
+// below 1.
+func (j *jitter) lower(key []byte, ttl uint64, unit byte) uint64 {
+	maxDec := min(ttl*j.ppm/ppm, ttl-1) // ttl <= 2^40, ppm <= 2^20: no overflow
+	if maxDec == 0 {
 		return ttl
 	}
 	var d xxhash.Digest
@@ -252,8 +239,8 @@ func (j *jitter) raise(key []byte, ttl uint64, unit byte) uint64 {
 	binary.LittleEndian.PutUint64(b[:], ttl)
 	b[8] = unit
 	d.Write(b[:])
-	inc, _ := bits.Mul64(d.Sum64(), maxInc+1) // uniform in [0, maxInc]
-	return ttl + inc
+	dec, _ := bits.Mul64(d.Sum64(), maxDec+1) // uniform in [0, maxDec]
+	return ttl - dec
 }
 
 // parseTTL accepts what Redis's string2ll accepts and is positive, up to

@@ -99,7 +99,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Commands a policy rule matched, by rule and action (allow, deny, rewrite; log_deny or log_rewrite for dry runs)."},
 			[]string{"rule", "action"}),
 		jitter: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "policy",
-			Name: "jitter_applied_total", Help: "Writes whose TTL was raised by jitter."}),
+			Name: "jitter_applied_total", Help: "Cache writes whose TTL jitter spread below the one asked for."}),
 		defaultTTL: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "policy",
 			Name: "default_ttl_applied_total", Help: "SETs without a TTL that were given the default TTL."}),
 	}

@@ -328,7 +328,7 @@ func (s *Server) saltedRead(ss *session, info *command.Info, key []byte) bool {
 	// miss, and its joiners get the origin's reply with it.
 	idx := ss.batch.Len()
 	ss.slot = n.slots[i]
-	if s.readMaybeJoined(ss, info, n.gets[i], 0, false) {
+	if s.readMaybeJoined(ss, info, n.gets[i], 0, false, false) {
 		ss.saltReads = append(ss.saltReads, saltRead{idx: idx, sk: sk, names: n, copy: i})
 	} else {
 		s.salt.metrics.reads.WithLabelValues("copy_joined").Inc()

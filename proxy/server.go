@@ -161,6 +161,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 			s.closePools()
 			return nil, fmt.Errorf("proxy: hot keys: %w", err)
 		}
+		hot.resp2 = s.pools[2] // RESP2 reads of command fills (readcache.go)
 		s.hot = hot
 	}
 	ctx, cancel := context.WithCancel(context.Background())

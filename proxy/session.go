@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rproxy/rproxy/coalesce"
+	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -120,6 +121,7 @@ type session struct {
 	hotKeys    [][]byte
 	hotClear   bool
 	hotBarrier bool
+	missAts    []missAt // GETs of hot keys whose misses are collapsed (missgate.go)
 
 	// Policy scratch, reused per command so the check allocates nothing,
 	// and the batch used to probe key sizes before a DEL.
@@ -571,8 +573,15 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 		ss.wrote, ss.batchWrote = true, true
 	}
 	var keyHash uint64
-	hashed := false
-	if (s.hot != nil || s.salt != nil || s.coalesceGet) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
+	hashed, hot := false, false
+	if s.hot != nil && info.Name != "get" && ss.pin == nil && !ss.wrote && ss.pools == &s.pools && tierRead(info, args) {
+		// Other read-only single-key commands of a hot key: the tier and
+		// coalescing as for GET (readcache.go).
+		var served bool
+		if served, hot = s.tierReadCmd(ss, args[1], raw); served {
+			return
+		}
+	} else if (s.hot != nil || s.salt != nil || s.coalesceGet) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
 		// The tier holds db 0 as the shared connections' upstream user
 		// sees it: not for pinned sessions or passthrough users' ACLs.
 		// Hits are counted too, so a cached key stays hot and is filled
@@ -580,10 +589,13 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 		// One hash of the key serves the detector, the coalescing filter
 		// and its table.
 		keyHash, hashed = xxhash.Sum64(args[1]), true
-		hot := false
+		hotGet := false // GETs coalesce by configuration, hot or not
 		if s.hot != nil {
 			var fill bool
-			hot, fill = s.hot.observe(args[1], keyHash)
+			hotGet, fill = s.hot.observe(args[1], keyHash)
+			if (hotGet || fill) && s.hot.missOn.Load() {
+				s.noteMiss(ss, args[1]) // before the tier: a cached miss counts too
+			}
 			if r, ok := s.hot.lookup(args[1], ss.proto); ok {
 				s.replyShared(ss, r)
 				return
@@ -593,11 +605,11 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 			}
 		}
 		// On a cluster, a hot key's reads spread over its salted copies.
-		if s.salt != nil && (hot || s.salt.listed(args[1])) && s.saltedRead(ss, info, args[1]) {
+		if s.salt != nil && (hotGet || s.salt.listed(args[1])) && s.saltedRead(ss, info, args[1]) {
 			return
 		}
 	}
-	s.readMaybeJoined(ss, info, raw, keyHash, hashed)
+	s.readMaybeJoined(ss, info, raw, keyHash, hashed, hot)
 }
 
 // readMaybeJoined queues a read, or joins an identical one in flight when
@@ -606,10 +618,11 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 //
 // keyHash, when hashed, is xxhash.Sum64 of the GET's key: mixed with the
 // protocol it stands for the whole identity's hash (equal identities have
-// equal keys; the table compares the identities in full).
-func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed bool) bool {
+// equal keys; the table compares the identities in full). hot: a
+// tierRead command of a hot key, coalesced whatever the configured list.
+func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
 	// A hashed read is a GET: its eligibility needs no lookup by name.
-	if s.coalesce == nil || ss.pin != nil || ss.wrote || !(hashed && s.coalesceGet || s.coalesceCmds[info.Name]) {
+	if s.coalesce == nil || ss.pin != nil || ss.wrote || !(hashed && s.coalesceGet || hot || s.coalesceCmds[info.Name]) {
 		s.forward(ss, raw)
 		return true
 	}
@@ -731,7 +744,7 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, ack
 // afterWrite completes beforeWrite once the batch's replies are in.
 func (s *Server) afterWrite(ss *session) {
 	for i, k := range ss.hotKeys {
-		s.hot.invalidate(k)
+		s.hot.written(k)
 		ss.hotKeys[i] = nil
 	}
 	ss.hotKeys = ss.hotKeys[:0]
@@ -815,8 +828,12 @@ func (s *Server) flush(ss *session) {
 		s.metrics.refused.Add(float64(ss.refusedCount))
 		ss.refusedCount = 0
 	}
-	up, over := 0, 0
-	for _, o := range ss.order {
+	up, over, miss := 0, 0, 0
+	var gate *hotkey.MissGate
+	if len(ss.missAts) > 0 {
+		gate = s.hot.missGate()
+	}
+	for i, o := range ss.order {
 		var r []byte
 		if o == discardReply {
 			up++ // the upstream reply to a deferred MULTI, answered already
@@ -849,10 +866,20 @@ func (s *Server) flush(ss *session) {
 				r = ref
 			}
 		}
+		if miss < len(ss.missAts) && ss.missAts[miss].at == i {
+			if gate != nil {
+				r = s.collapseMiss(ss, gate, ss.missAts[miss].key, r)
+			}
+			miss++
+		}
 		if ss.logReq && len(r) > 0 && (r[0] == '-' || r[0] == '!') {
 			ss.req.errors++
 		}
 		s.write(ss, r)
+	}
+	if len(ss.missAts) > 0 {
+		clear(ss.missAts)
+		ss.missAts = ss.missAts[:0]
 	}
 	ss.batch.ResetKeep() // Shrink at the end of the client's read: boundReplies may send the rest in parts
 	ss.infoAt = ss.infoAt[:0]

@@ -21,7 +21,8 @@ import (
 // HotKeyConfig configures hot-key detection and the local tier.
 type HotKeyConfig struct {
 	Detector hotkey.DetectorConfig
-	// Tier serves hot keys' GET replies from memory when true.
+	// Tier serves hot keys' GET replies, and their tierReads commands'
+	// (readcache.go), from memory when true.
 	Tier       bool
 	TierConfig hotkey.TierConfig
 	// Prefixes: every key under one of these is admitted to the tier, hot
@@ -31,6 +32,10 @@ type HotKeyConfig struct {
 	// rproxy: when the tracking connection does not answer a probe within
 	// it, the tier empties and stops serving until it does.
 	MaxLag time.Duration
+	// MissWait turns miss collapsing on (missgate.go): readers of a
+	// missing hot key wait up to this long for the first reader's fill.
+	// 0 = off.
+	MissWait time.Duration
 	// TrackingDial, if set, dials the tracking connection instead of
 	// Upstream.Dial (tests use it to slow invalidations down).
 	TrackingDial func(ctx context.Context, network, address string) (net.Conn, error)
@@ -77,18 +82,24 @@ type hotTier struct {
 	// turns it off without closing the tracking connection.
 	enabled  atomic.Bool
 	prefixes atomic.Pointer[[][]byte]
-	maxLag   atomic.Int64                 // nanoseconds
-	lagSet   chan struct{}                // wakes the probe loop when maxLag changes
-	cfg      atomic.Pointer[HotKeyConfig] // the settings in force
-	now      func() time.Time
-	log      *zap.Logger
-	metrics  *tierMetrics
+	// gate collapses misses (MissWait); missOn: MissWait > 0.
+	gate    *hotkey.MissGate
+	missOn  atomic.Bool
+	maxLag  atomic.Int64                 // nanoseconds
+	lagSet  chan struct{}                // wakes the probe loop when maxLag changes
+	cfg     atomic.Pointer[HotKeyConfig] // the settings in force
+	now     func() time.Time
+	log     *zap.Logger
+	metrics *tierMetrics
 
-	queue   chan []byte
+	queue   chan fillReq
 	filling atomic.Int64 // fills begun and not yet stored or dropped
+	// resp2 runs the RESP2 reads of command fills (tierReads): the shared
+	// RESP2 connections. nil: only RESP3 variants of commands are filled.
+	resp2 interface{ Do(*upstream.Batch) }
 
 	mu      sync.Mutex
-	pending map[string]struct{} // keys queued or being filled
+	pending map[string]struct{} // fills queued or under way (pendingKey)
 	connUp  bool                // the tracking connection is up
 	lagOK   bool                // the last probe came back within MaxLag
 
@@ -147,6 +158,11 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 		return nil, err
 	}
 	h := &hotTier{det: det, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel, lagSet: make(chan struct{}, 1)}
+	if h.gate, err = hotkey.NewMissGate(missGateConfig(cfg.MissWait), now, reg); err != nil {
+		cancel()
+		return nil, err
+	}
+	h.missOn.Store(cfg.MissWait > 0)
 	h.maxLag.Store(int64(cfg.MaxLag))
 	h.setPrefixes(cfg.Prefixes)
 	c := cfg
@@ -160,7 +176,7 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 	}
 	h.tier.SetServing(false) // until the tracking connection is up
 	h.enabled.Store(true)
-	h.queue = make(chan []byte, fillQueue)
+	h.queue = make(chan fillReq, fillQueue)
 	h.pending = make(map[string]struct{})
 	ucfg.Protocol = 3
 	ucfg.Connections = 1
@@ -212,6 +228,9 @@ func (c HotKeyConfig) Validate() error {
 	if c.MaxLag <= 0 {
 		errs = append(errs, fmt.Errorf("hotkey: max lag must be positive, got %v", c.MaxLag))
 	}
+	if c.MissWait < 0 {
+		errs = append(errs, fmt.Errorf("hotkey: miss wait must be >= 0 (0 turns miss collapsing off), got %v", c.MissWait))
+	}
 	for i, p := range c.Prefixes {
 		if p == "" {
 			errs = append(errs, fmt.Errorf("hotkey: prefix %d is empty: it would cache every key", i))
@@ -239,6 +258,12 @@ func (h *hotTier) set(cfg HotKeyConfig) error {
 		}
 	}
 	h.setPrefixes(cfg.Prefixes)
+	if err := h.gate.SetConfig(missGateConfig(cfg.MissWait)); err != nil {
+		return err // Validate has checked it
+	}
+	if was := h.missOn.Swap(cfg.MissWait > 0); was && cfg.MissWait == 0 {
+		h.gate.Clear() // turned off: nobody stays held
+	}
 	if h.maxLag.Swap(int64(cfg.MaxLag)) != int64(cfg.MaxLag) {
 		select {
 		case h.lagSet <- struct{}{}:
@@ -317,6 +342,15 @@ func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
 	return h.tier.Get(key, v)
 }
 
+// lookupVariant returns the tier's reply for a tierRead command: variant
+// is the protocol byte followed by the command's bytes.
+func (h *hotTier) lookupVariant(key, variant []byte) ([]byte, bool) {
+	if h.tier == nil || !h.enabled.Load() {
+		return nil, false
+	}
+	return h.tier.GetVariant(key, variant)
+}
+
 // observe counts a read of key (keyHash: xxhash.Sum64(key)): hot says
 // whether the key is hot, fill whether the tier should hold it (hot, or
 // under a cached prefix).
@@ -334,22 +368,54 @@ func (h *hotTier) underPrefix(key []byte) bool {
 	return false
 }
 
+// fillReq is a queued fill: a GET's (variant nil: both protocols' replies)
+// or a tierRead command's, variant being the protocol byte and the
+// command's bytes.
+type fillReq struct {
+	key, variant []byte
+}
+
+// pendingKey names a fill in pending: GETs and commands apart.
+func (r fillReq) pendingKey() string {
+	if r.variant == nil {
+		return "g" + string(r.key)
+	}
+	return "c" + string(r.variant)
+}
+
 func (h *hotTier) requestFill(key []byte) {
+	h.enqueueFill(fillReq{key: key})
+}
+
+// requestFillVariant asks for a fill of a tierRead command: variant is
+// the protocol byte followed by the command's bytes, key its key.
+func (h *hotTier) requestFillVariant(key, variant []byte) {
+	if variant[0] == 2 && h.resp2 == nil {
+		return
+	}
+	h.enqueueFill(fillReq{key: key, variant: variant})
+}
+
+// enqueueFill queues r unless it is queued already; r's bytes are copied.
+func (h *hotTier) enqueueFill(r fillReq) {
 	if !h.tier.Serving() {
 		return
 	}
 	h.mu.Lock()
-	if _, ok := h.pending[string(key)]; ok {
-		h.mu.Unlock()
+	defer h.mu.Unlock()
+	pk := r.pendingKey()
+	if _, ok := h.pending[pk]; ok {
 		return
 	}
-	k := string(key)
+	q := fillReq{key: []byte(string(r.key))}
+	if r.variant != nil {
+		q.variant = []byte(string(r.variant))
+	}
 	select {
-	case h.queue <- []byte(k):
-		h.pending[k] = struct{}{}
+	case h.queue <- q:
+		h.pending[pk] = struct{}{}
 	default: // full: a later read asks again
 	}
-	h.mu.Unlock()
 }
 
 // invalidate drops key from the tier; fills begun before fail.
@@ -359,10 +425,36 @@ func (h *hotTier) invalidate(key []byte) {
 	}
 }
 
+// written is invalidate for a write Redis has acknowledged: it also
+// releases the readers held for the key's fill.
+func (h *hotTier) written(key []byte) {
+	h.invalidate(key)
+	h.gate.Written(key)
+}
+
 func (h *hotTier) clear() {
 	if h.tier != nil {
 		h.tier.Clear()
 	}
+	h.gate.Clear()
+}
+
+// missGate returns the miss gate when miss collapsing is on, else nil.
+func (h *hotTier) missGate() *hotkey.MissGate {
+	if !h.missOn.Load() {
+		return nil
+	}
+	return h.gate
+}
+
+// missGateConfig is the gate's config for hotkeys.miss_wait (0: off, the
+// gate then only keeps its metrics).
+func missGateConfig(wait time.Duration) hotkey.MissGateConfig {
+	c := hotkey.DefaultMissGateConfig()
+	if wait > 0 {
+		c.Wait = wait
+	}
+	return c
 }
 
 // barrier returns once every invalidation Redis sent before this call has
@@ -409,53 +501,115 @@ func (h *hotTier) ping() bool {
 	return true
 }
 
-// fillLoop reads queued keys, up to fillBatch per round trip, and stores
-// GET's reply with the key's PTTL unless the key was invalidated meanwhile.
+// fillLoop reads queued fills, up to fillBatch per round trip, and stores
+// their replies with the key's PTTL unless the key was invalidated
+// meanwhile.
+//
+// A GET is read as GET then PTTL on the tracking connection, and its RESP2
+// reply derived (they differ only for a missing key). A tierRead command
+// is read as PTTL then the command, so that Redis tracks the key from
+// before the command runs (PTTL is a read): a write between the two is
+// invalidated. Its RESP3 reply is the tracking connection's; a RESP2 reply
+// cannot be derived without decoding, so it is read again on a shared
+// RESP2 connection once the tracking read is answered: the key is tracked
+// by then, so any write before that read is invalidated after it, and the
+// fill's token refuses the copy or the invalidation drops it.
 func (h *hotTier) fillLoop(ctx context.Context) {
-	b := upstream.NewBatch()
-	var keys [][]byte
+	b, b2 := upstream.NewBatch(), upstream.NewBatch()
+	var reqs []fillReq
 	var toks []hotkey.Token
+	var at2 []int // per request: its reply's index in b2, or -1
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case k := <-h.queue:
-			keys = append(keys[:0], k)
+		case r := <-h.queue:
+			reqs = append(reqs[:0], r)
 		}
 	more:
-		for len(keys) < fillBatch {
+		for len(reqs) < fillBatch {
 			select {
-			case k := <-h.queue:
-				keys = append(keys, k)
+			case r := <-h.queue:
+				reqs = append(reqs, r)
 			default:
 				break more
 			}
 		}
 		b.Reset()
-		toks = toks[:0]
+		b2.Reset()
+		toks, at2 = toks[:0], at2[:0]
 		h.filling.Add(1)
-		for _, k := range keys {
-			toks = append(toks, h.tier.Begin(k)) // before the GET leaves
+		for _, r := range reqs {
+			toks = append(toks, h.tier.Begin(r.key)) // before the read leaves
 			slot := upstream.SlotAny
 			if h.trackRouter != nil {
-				slot = upstream.Slot(k)
+				slot = upstream.Slot(r.key)
 			}
-			b.AddSlot(resp.AppendCommand(nil, []byte("GET"), k), slot)
-			b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), k), slot)
+			if r.variant == nil {
+				b.AddSlot(resp.AppendCommand(nil, []byte("GET"), r.key), slot)
+				b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), r.key), slot)
+			} else {
+				b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), r.key), slot)
+				b.AddSlot(r.variant[1:], slot)
+			}
+			at2 = append(at2, -1)
 		}
 		sent := h.now()
 		h.trackDo(b)
+		for i, r := range reqs {
+			if r.variant != nil && r.variant[0] == 2 {
+				slot := upstream.SlotAny
+				if h.trackRouter != nil {
+					slot = upstream.Slot(r.key)
+				}
+				b2.AddSlot(r.variant[1:], slot)
+				at2[i] = b2.Len() - 1
+			}
+		}
+		if b2.Len() > 0 {
+			h.resp2.Do(b2)
+		}
 		rtt := h.now().Sub(sent)
-		for i, k := range keys {
-			h.store(toks[i], k, b.Reply(2*i), b.Reply(2*i+1), rtt)
+		for i, r := range reqs {
+			switch {
+			case r.variant == nil:
+				h.store(toks[i], r.key, b.Reply(2*i), b.Reply(2*i+1), rtt)
+			case at2[i] >= 0:
+				h.storeVariant(toks[i], r, b.Reply(2*i), b2.Reply(at2[i]), rtt)
+			default:
+				h.storeVariant(toks[i], r, b.Reply(2*i), b.Reply(2*i+1), rtt)
+			}
 		}
 		h.filling.Add(-1)
 		h.mu.Lock()
-		for _, k := range keys {
-			delete(h.pending, string(k))
+		for i, r := range reqs {
+			delete(h.pending, r.pendingKey())
+			reqs[i] = fillReq{}
 		}
 		h.mu.Unlock()
 	}
+}
+
+// storeVariant caches a tierRead command's reply, read after the PTTL
+// pttl, for at most the key's remaining life less the fill's round trip.
+// Errors are not cached. A missing key (PTTL -2) is cached like a value:
+// it was tracked from the PTTL on, so its creation is invalidated.
+func (h *hotTier) storeVariant(tok hotkey.Token, r fillReq, pttl, reply []byte, rtt time.Duration) {
+	ms, ok := resp.Int(pttl)
+	if !ok || len(reply) == 0 || reply[0] == '-' || reply[0] == '!' || ms == 0 {
+		return
+	}
+	ttl := time.Duration(0) // no TTL on Redis (or no key): the tier's cap applies
+	if ms > 0 {
+		if ttl = time.Duration(ms)*time.Millisecond - rtt; ttl <= 0 {
+			return
+		}
+	}
+	if h.tier.PutVariant(tok, r.key, r.variant, reply, ttl) {
+		h.metrics.fills.Inc()
+		return
+	}
+	h.metrics.fillsRefused.Inc()
 }
 
 var resp2Null = []byte("$-1\r\n")
@@ -500,10 +654,12 @@ func (h *hotTier) onPush(push []byte) {
 	h.metrics.pushes.Inc()
 	if v.Elems[1].Null {
 		h.tier.Clear()
+		h.gate.Clear()
 		return
 	}
 	for _, k := range v.Elems[1].Elems {
 		h.tier.Invalidate(k.Str)
+		h.gate.Written(k.Str) // Redis has applied the change: held readers read again
 	}
 }
 

@@ -51,7 +51,9 @@ func cached(t *testing.T, p *proxytest.Proxy, c *rawClient, key string) string {
 // sends, in RESP2 and RESP3, missing keys included.
 func TestTierServesWithoutUpstream(t *testing.T) {
 	rs := redistest.Start(t)
-	p := proxytest.Start(t, rs.Addr, cacheAll)
+	// Miss collapsing off: with it, another client's GET of the missing
+	// key would wait for a fill and read Redis again (missgate_test.go).
+	p := proxytest.Start(t, rs.Addr, cacheAll, func(c *proxy.Config) { c.HotKey.MissWait = 0 })
 	waitServing(t, p)
 	rs.Do(t, "SET", "c:k", "value")
 	c := dialClient(t, p.Addr)

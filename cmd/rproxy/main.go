@@ -482,6 +482,7 @@ func hotKeyConfig(h config.HotKeys) *proxy.HotKeyConfig {
 		TierConfig: tier,
 		Prefixes:   h.Prefixes,
 		MaxLag:     h.MaxLag.D(),
+		MissWait:   h.MissWait.D(),
 	}
 }
 

@@ -61,6 +61,7 @@ func HotKeyConfig() *proxy.HotKeyConfig {
 		Tier:       true,
 		TierConfig: hotkey.DefaultTierConfig(),
 		MaxLag:     time.Second,
+		MissWait:   200 * time.Millisecond,
 	}
 }
 
