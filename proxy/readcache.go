@@ -64,7 +64,7 @@ func (s *Server) tierReadCmd(ss *session, key, raw []byte) (served, hot bool) {
 	hot, fill := s.hot.observe(key, xxhash.Sum64(key))
 	ss.key = append(append(ss.key[:0], byte(ss.proto)), raw...)
 	if r, ok := s.hot.lookupVariant(key, ss.key); ok {
-		s.reply(ss, r)
+		s.replyShared(ss, r)
 		return true, true
 	}
 	if fill {
