@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 87 {
-		t.Errorf("Config has %d yaml keys, test expects 87: %v", len(want), want)
+	if len(want) != 88 {
+		t.Errorf("Config has %d yaml keys, test expects 88: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
