@@ -304,4 +304,16 @@ func TestAuthPassthroughAsRedis(t *testing.T) {
 	if r := fresh.do("SET", "after", "1"); r != "+OK\r\n" {
 		t.Errorf("SET as the re-created user = %q", r)
 	}
+
+	// A nopass user AUTHed with an empty password runs as that user, not
+	// as default: its ACL applies exactly as directly.
+	if r := admin.do("ACL", "SETUSER", "tu", "reset", "nopass", "on", "~*", "+SET"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	direct, proxied = dialClient(t, rs.Addr), dialClient(t, p.Addr)
+	for _, st := range [][]string{{"AUTH", "tu", ""}, {"SET", "k", "v"}, {"GET", "k"}, {"ACL", "WHOAMI"}} {
+		if d, pr := direct.do(st...), proxied.do(st...); d != pr {
+			t.Errorf("nopass user, %q: direct %q, rproxy %q", st, d, pr)
+		}
+	}
 }

@@ -147,12 +147,16 @@ func (p *Pool) handshakeCommand() ([]byte, string) {
 	if user == "" {
 		user = "default"
 	}
+	// A user other than default logs in even with an empty password: a
+	// nopass user accepts any, and without AUTH the connection would run
+	// as default.
+	auth := p.cfg.Password != "" || user != "default"
 	switch {
-	case p.cfg.Protocol == 3 && p.cfg.Password != "":
+	case p.cfg.Protocol == 3 && auth:
 		return resp.AppendCommandString(nil, "HELLO", "3", "AUTH", user, p.cfg.Password), "HELLO 3 AUTH"
 	case p.cfg.Protocol == 3:
 		return resp.AppendCommandString(nil, "HELLO", "3"), "HELLO 3"
-	case p.cfg.Password != "":
+	case auth:
 		return resp.AppendCommandString(nil, "AUTH", user, p.cfg.Password), "AUTH"
 	}
 	return nil, ""

@@ -22,7 +22,9 @@ type Config struct {
 	Connections int    // how many shared connections
 	Protocol    int    // 2 or 3: RESP version the connections speak (3 sends HELLO 3 on connect)
 	// Username and Password authenticate every connection (AUTH, or HELLO 3
-	// AUTH); empty Password means none. An empty Username is "default".
+	// AUTH); empty Password means none for the default user. An empty
+	// Username is "default"; another user always logs in (a nopass user
+	// with an empty password).
 	Username    string
 	Password    string
 	DialTimeout time.Duration // bound on dial plus handshake
