@@ -56,7 +56,7 @@ func (s *Server) gateAuth(ss *session, info *command.Info) bool {
 func (s *Server) auth(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if s.cfg.Users == nil && !s.cfg.AuthPassthrough {
-		s.refuseMsg(ss, "AUTH is disabled: rproxy does not authenticate clients (auth.mode is none)")
+		s.reply(ss, authWithoutUsers(args))
 		return
 	}
 	var user, pass []byte
@@ -116,8 +116,12 @@ func (s *Server) helloAuth(ss *session, user, pass []byte, hasAuth bool) bool {
 	}
 	switch {
 	case hasAuth && s.cfg.Users == nil:
-		s.refuseMsg(ss, "HELLO AUTH is disabled: rproxy does not authenticate clients (auth.mode is none)")
-		return false
+		if !bytes.Equal(user, []byte("default")) {
+			s.authFailed(ss, user)
+			s.reply(ss, replyWrongPass)
+			return false
+		}
+		return true // the default user, which needs no password here
 	case hasAuth && !s.login(ss, user, pass):
 		s.reply(ss, replyWrongPass)
 		return false
@@ -164,6 +168,23 @@ func (l *logLimiter) allow(now time.Time) (bool, int) {
 	n := l.suppressed
 	l.next, l.suppressed = now.Add(authLogEvery), 0
 	return true, n
+}
+
+// authWithoutUsers answers AUTH when rproxy does not authenticate clients
+// (auth.mode none) as a Redis without passwords does: its default user
+// takes any password, and there is no other user. Nothing changes upstream.
+func authWithoutUsers(args [][]byte) []byte {
+	switch {
+	case len(args) == 2:
+		return []byte("-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n")
+	case len(args) < 2:
+		return []byte("-ERR wrong number of arguments for 'auth' command\r\n")
+	case len(args) > 3:
+		return []byte("-ERR syntax error\r\n")
+	case bytes.Equal(args[1], []byte("default")):
+		return []byte("+OK\r\n")
+	}
+	return replyWrongPass
 }
 
 func isAuth(name []byte) bool { return bytes.EqualFold(name, []byte("auth")) }

@@ -416,7 +416,7 @@ func proxyConn(t *testing.T, addr string) *rawConn {
 }
 
 // TestRefusedCommands: commands that need state rproxy does not keep yet
-// (AUTH with auth.mode none, replication) are refused with
+// (replication) are refused with
 // "ERR rproxy: <CMD> ..." and the connection stays usable.
 func TestRefusedCommands(t *testing.T) {
 	_, proxyAddr := directAndProxied(t)
@@ -424,8 +424,6 @@ func TestRefusedCommands(t *testing.T) {
 		args []string
 		name string // the command name the error must contain
 	}{
-		{[]string{"AUTH", "x"}, "AUTH"},
-		{[]string{"AUTH", "user", "pass"}, "AUTH"},
 		{[]string{"PSYNC", "?", "-1"}, "PSYNC"},
 	}
 	check := func(t *testing.T, args []string, name string, r []byte) {

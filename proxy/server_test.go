@@ -434,8 +434,13 @@ func TestHelloSwitchesProtocol(t *testing.T) {
 	if got := c.do("HELLO", "4"); got != "-NOPROTO unsupported protocol version\r\n" {
 		t.Fatalf("HELLO 4 = %q", got)
 	}
-	if got := c.do("HELLO", "3", "AUTH", "u", "p"); !strings.HasPrefix(got, "-ERR rproxy: HELLO AUTH is disabled") {
-		t.Fatalf("HELLO AUTH = %q", got)
+	// auth.mode none: as a Redis without passwords, only the default user
+	// exists and it takes any password.
+	if got := c.do("HELLO", "3", "AUTH", "u", "p"); got != "-WRONGPASS invalid username-password pair or user is disabled.\r\n" {
+		t.Fatalf("HELLO AUTH u p = %q", got)
+	}
+	if got := c.do("HELLO", "3", "AUTH", "default", "p"); got[0] != '%' {
+		t.Fatalf("HELLO 3 AUTH default p = %q", got)
 	}
 	if got := c.do("RESET"); got != "+RESET\r\n" {
 		t.Fatalf("RESET = %q", got)
