@@ -94,6 +94,15 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// firstTry is closed once a connection is up, or every connection
+	// has finished its first dial: until then a command waits for the
+	// dial (within Config.Timeout) instead of failing with "connecting"
+	// (a master just added to a cluster, a MOVED to a node never seen).
+	firstTry     chan struct{}
+	firstOnce    sync.Once
+	firstPending atomic.Int32
+	firstWaiters atomic.Int32 // sends waiting on firstTry
+
 	dedicatedState
 }
 
@@ -122,11 +131,13 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
-		cfg:     cfg,
-		log:     log.With(zap.String("upstream", cfg.Address), zap.Int("protocol", cfg.Protocol)),
-		metrics: m.forProtocol(cfg.Protocol),
-		cancel:  cancel,
+		cfg:      cfg,
+		log:      log.With(zap.String("upstream", cfg.Address), zap.Int("protocol", cfg.Protocol)),
+		metrics:  m.forProtocol(cfg.Protocol),
+		cancel:   cancel,
+		firstTry: make(chan struct{}),
 	}
+	p.firstPending.Store(int32(cfg.Connections))
 	p.lent = make(map[*Dedicated]struct{})
 	for i := 0; i < cfg.Connections; i++ {
 		c := newConn(p, i)
@@ -158,18 +169,58 @@ func (p *Pool) Do(b *Batch) {
 func (p *Pool) Send(b *Batch) {
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
+	reason, ok := p.trySend(b)
+	if !ok && p.awaitFirstDial() {
+		reason, ok = p.trySend(b)
+	}
+	if !ok {
+		b.fail(unavailable(reason))
+	}
+}
+
+// trySend queues b on the first connection that is up, starting from the
+// next in turn, or returns why none is.
+func (p *Pool) trySend(b *Batch) (string, bool) {
 	n := uint32(len(p.conns))
 	start := p.next.Add(1)
 	var reason string
 	for i := uint32(0); i < n; i++ {
 		c := p.conns[(start+i)%n]
 		if r, ok := c.send(b); ok {
-			return
+			return "", true
 		} else if reason == "" {
 			reason = r
 		}
 	}
-	b.fail(unavailable(reason))
+	return reason, false
+}
+
+// awaitFirstDial waits, within Config.Timeout, until a connection is up
+// or every first dial has finished, when that has not happened yet; it
+// reports whether it waited (the caller tries again).
+func (p *Pool) awaitFirstDial() bool {
+	select {
+	case <-p.firstTry:
+		return false
+	default:
+	}
+	p.firstWaiters.Add(1)
+	defer p.firstWaiters.Add(-1)
+	t := time.NewTimer(p.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case <-p.firstTry:
+	case <-t.C:
+	}
+	return true
+}
+
+// firstDialDone records the end of a connection's first dial: the pool's
+// first connection up, or its last first dial failed, ends the wait.
+func (p *Pool) firstDialDone(up bool) {
+	if up || p.firstPending.Add(-1) <= 0 {
+		p.firstOnce.Do(func() { close(p.firstTry) })
+	}
 }
 
 // SendOn is Send on connection h modulo the pool's connections, so that
@@ -179,7 +230,11 @@ func (p *Pool) SendOn(b *Batch, h uint32) {
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	c := p.conns[h%uint32(len(p.conns))]
-	if r, ok := c.send(b); !ok {
+	r, ok := c.send(b)
+	if !ok && p.awaitFirstDial() {
+		r, ok = c.send(b)
+	}
+	if !ok {
 		b.fail(unavailable(r))
 	}
 }
@@ -205,6 +260,7 @@ func (p *Pool) Ready() bool {
 // Close stops reconnecting, closes every connection and fails what waits on them.
 func (p *Pool) Close() {
 	p.cancel()
+	p.firstOnce.Do(func() { close(p.firstTry) })
 	p.closeDedicated()
 	for _, c := range p.conns {
 		c.closeWith("proxy shutting down")
