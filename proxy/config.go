@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/rproxy/rproxy/policy"
@@ -33,6 +35,10 @@ type Config struct {
 	// commands on keys under these prefixes go to a replica of the key's
 	// master (their values may lag the master's by the replication delay).
 	ReplicaReadPrefixes []string
+	// ClusterAnnounce is the host:port the cluster facade (CLUSTER SLOTS,
+	// SHARDS, NODES) gives cluster-mode clients as the one node owning
+	// every slot; "" means the local address of each client's connection.
+	ClusterAnnounce string
 
 	// Limits are the client limits, which SetLimits changes at run time.
 	Limits
@@ -144,6 +150,11 @@ func (c Config) Validate() error {
 				errs = append(errs, err)
 			}
 		}
+		if c.ClusterAnnounce != "" {
+			if err := validAnnounce(c.ClusterAnnounce); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if len(c.ReplicaReadPrefixes) > 0 && !c.Cluster.ReplicaReads {
 			errs = append(errs, errors.New("proxy: replica read prefixes need Cluster.ReplicaReads"))
 		}
@@ -182,4 +193,16 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("proxy: shutdown drain must not be negative, got %v", c.ShutdownDrain))
 	}
 	return errors.Join(errs...)
+}
+
+// validAnnounce checks a cluster announce address: host:port, port 1..65535.
+func validAnnounce(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("proxy: cluster announce address %q: %w", addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
+		return fmt.Errorf("proxy: cluster announce address %q: want host:port with a port 1..65535", addr)
+	}
+	return nil
 }

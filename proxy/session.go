@@ -71,6 +71,7 @@ type session struct {
 	// split commands whose replies are merged, and key scratch.
 	slot         int
 	multiPending bool // MULTI answered, not yet sent: no master chosen yet
+	crossSlotTx  bool // a command of the open transaction is for another master: EXEC gets CROSSSLOT (crossslot.go)
 	rest         []redcon.Command
 	restAt       int
 	merges       []merge
@@ -347,6 +348,9 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		return
 	}
 	if s.cfg.Cluster != nil {
+		if info != nil && info.Name == "cluster" && s.clusterCommand(ss, cmd) {
+			return
+		}
 		if s.routeCluster(ss, info, cmd) {
 			return
 		}
