@@ -82,7 +82,11 @@ type UpstreamCluster struct {
 	// sooner (MOVED, an unreachable master and CLUSTERDOWN ask at once);
 	// default 10s; > 0.
 	Refresh      Duration `yaml:"refresh"`
-	MaxRedirects int      `yaml:"max_redirects"` // MOVED/ASK/TRYAGAIN replies followed per command before the client sees one; default 5; 1..16
+	MaxRedirects int      `yaml:"max_redirects"` // MOVED/ASK/TRYAGAIN replies followed per command before the client gets TRYAGAIN; default 5; 1..16
+	// Announce is the host:port the cluster facade gives cluster-mode
+	// clients (CLUSTER SLOTS, SHARDS, NODES) as the one node owning every
+	// slot; default "" (the address each client connected to).
+	Announce string `yaml:"announce"`
 	// ReplicaReadPrefixes: read-only commands whose keys are all under
 	// these prefixes go to a replica of the keys' master (READONLY), for
 	// read-mostly keys; their values may lag writes by the replication
@@ -802,6 +806,13 @@ func (c Config) Validate() error {
 	case "cluster":
 	default:
 		add("upstream.mode must be standalone or cluster, got %q", u.Mode)
+	}
+	if u.Cluster.Announce != "" {
+		if err := checkHostPort(u.Cluster.Announce, 1); err != nil {
+			add("upstream.cluster.announce %v", err)
+		} else if u.Mode != "cluster" {
+			add("upstream.cluster.announce needs upstream.mode cluster")
+		}
 	}
 	for i, s := range u.Cluster.Seeds {
 		if err := checkHostPort(s, 1); err != nil {

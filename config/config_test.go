@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 86 {
-		t.Errorf("Config has %d yaml keys, test expects 86: %v", len(want), want)
+	if len(want) != 87 {
+		t.Errorf("Config has %d yaml keys, test expects 87: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -288,6 +288,8 @@ func TestValidateRules(t *testing.T) {
 		{"address empty", func(c *Config) { c.Upstream.Address = "" }, "upstream.address must be host:port"},
 		{"address port 0", func(c *Config) { c.Upstream.Address = "redis:0" }, "upstream.address must have a port between 1 and 65535"},
 		{"address port big", func(c *Config) { c.Upstream.Address = "redis:65536" }, "upstream.address must have a port"},
+		{"announce bad", func(c *Config) { c.Upstream.Mode = "cluster"; c.Upstream.Cluster.Announce = "10.0.0.1" }, "upstream.cluster.announce must be host:port"},
+		{"announce standalone", func(c *Config) { c.Upstream.Cluster.Announce = "10.0.0.1:6380" }, "upstream.cluster.announce needs upstream.mode cluster"},
 		{"connections 0", func(c *Config) { c.Upstream.Connections = 0 }, "upstream.connections must be between 1 and 64, got 0"},
 		{"connections 65", func(c *Config) { c.Upstream.Connections = 65 }, "upstream.connections must be between 1 and 64, got 65"},
 		{"connections 1", func(c *Config) { c.Upstream.Connections = 1 }, ""},

@@ -375,6 +375,7 @@ func proxyConfig(c config.Config) proxy.Config {
 		},
 		Cluster:             cluster,
 		ReplicaReadPrefixes: c.Upstream.Cluster.ReplicaReadPrefixes,
+		ClusterAnnounce:     c.Upstream.Cluster.Announce,
 		Salt:                saltConfig(c.HotKeys.Salt),
 		Limits:              proxyLimits(c.Limits),
 		ShutdownDrain:       c.Limits.ShutdownDrain.D(),
