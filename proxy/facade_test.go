@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -112,6 +113,39 @@ func TestClusterFacade(t *testing.T) {
 	if got := []string{string(c.read()), string(c.read()), string(c.read())}; got[0] != "+OK\r\n" ||
 		!strings.HasPrefix(got[1], "-ERR rproxy: CLUSTER SLOTS inside MULTI") || !strings.HasPrefix(got[2], "-EXECABORT") {
 		t.Errorf("MULTI, CLUSTER SLOTS, EXEC: %q", got)
+	}
+
+	// INFO's # Proxy section shows the topology; PROXY INFO NODES gives
+	// every master's own INFO.
+	info := c.do("INFO", "proxy")
+	for _, want := range []string{"upstream_mode:cluster\r\n", "cluster_masters:3\r\n", "cluster_masters_up:3\r\n",
+		"cluster_slots_assigned:16384\r\n", "cluster_slot_map_age_ms:"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO proxy lacks %q:\n%s", want, info)
+		}
+	}
+	for _, m := range cl.Masters() {
+		if !strings.Contains(info, "addr="+m.Addr+",state=up\r\n") {
+			t.Errorf("INFO proxy does not list master %s as up:\n%s", m.Addr, info)
+		}
+	}
+	v, err := resp.Parse([]byte(c.do("PROXY", "INFO", "NODES", "server")))
+	if err != nil || len(v.Elems) != 3 {
+		t.Fatalf("PROXY INFO NODES server: %d elements, %v", len(v.Elems), err)
+	}
+	seen := map[string]bool{}
+	for _, e := range v.Elems {
+		addr := string(e.Elems[0].Str)
+		_, port, _ := net.SplitHostPort(addr)
+		if !strings.Contains(string(e.Elems[1].Str), "tcp_port:"+port+"\r\n") {
+			t.Errorf("PROXY INFO NODES: the INFO given for %s is not that node's", addr)
+		}
+		seen[addr] = true
+	}
+	for _, m := range cl.Masters() {
+		if !seen[m.Addr] {
+			t.Errorf("PROXY INFO NODES lacks master %s: %v", m.Addr, seen)
+		}
 	}
 
 	// A configured announce address is what clients are given.
@@ -276,5 +310,21 @@ func TestClusterCrossSlotTransactions(t *testing.T) {
 	c.do("UNWATCH")
 	if got := c.do("SET", other, "4"); got != "+OK\r\n" {
 		t.Errorf("SET after UNWATCH: %q", got)
+	}
+}
+
+// TestProxyInfoNodesStandalone: on one server INFO's # Proxy section says
+// standalone and PROXY INFO NODES gives that server's INFO.
+func TestProxyInfoNodesStandalone(t *testing.T) {
+	srv := redistest.Start(t)
+	p := proxytest.Start(t, srv.Addr)
+	c := dialClient(t, p.Addr)
+	if info := c.do("INFO", "proxy"); !strings.Contains(info, "upstream_mode:standalone\r\n") || strings.Contains(info, "cluster_") {
+		t.Errorf("INFO proxy on one server:\n%s", info)
+	}
+	got := c.do("PROXY", "INFO", "NODES", "server")
+	if !strings.HasPrefix(got, "*1\r\n*2\r\n$"+strconv.Itoa(len(srv.Addr))+"\r\n"+srv.Addr+"\r\n$") ||
+		!strings.Contains(got, "tcp_port:"+strconv.Itoa(srv.Port)+"\r\n") {
+		t.Errorf("PROXY INFO NODES server: %q", got)
 	}
 }

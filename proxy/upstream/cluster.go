@@ -251,6 +251,14 @@ func (c *Cluster) MasterStates() []MasterState {
 	return out
 }
 
+// MasterAddr returns the address of the master serving slot, or "".
+func (c *Cluster) MasterAddr(slot int) string {
+	if i := c.Owner(slot); i >= 0 {
+		return (*c.nodes.Load())[i].addr
+	}
+	return ""
+}
+
 // MapVersion changes whenever the slot map does.
 func (c *Cluster) MapVersion() uint64 { return c.version.Load() }
 
