@@ -207,7 +207,7 @@ func (c *conn) run(ctx context.Context) {
 			} else {
 				log.Debug("upstream connect failed", zap.Error(err), zap.Duration("backoff_seconds", backoff))
 			}
-			if !sleep(ctx, backoff) {
+			if !c.pool.backoff(ctx, backoff) {
 				break
 			}
 			backoff = min(backoff*2, cfg.BackoffMax)
@@ -280,7 +280,7 @@ func (c *conn) run(ctx context.Context) {
 		if cfg.Now().Sub(upSince) > cfg.BackoffMax {
 			backoff = cfg.BackoffMin
 		}
-		if !sleep(ctx, backoff) {
+		if !c.pool.backoff(ctx, backoff) {
 			break
 		}
 		backoff = min(backoff*2, cfg.BackoffMax)

@@ -58,7 +58,13 @@ func Dial(ctx context.Context, cfg Config) (net.Conn, error) {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	nc, err := dial(ctx, "tcp", cfg.Address)
+	addr := cfg.Address
+	if cfg.Sentinel != nil {
+		if addr = cfg.Sentinel.Master(); addr == "" {
+			return nil, fmt.Errorf("sentinel: master %q not known yet: %s", cfg.Sentinel.Name(), cfg.Sentinel.LastError())
+		}
+	}
+	nc, err := dial(ctx, "tcp", addr)
 	if err != nil || cfg.TLS == nil {
 		return nc, err
 	}
@@ -96,6 +102,12 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), cmd); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if p.cfg.Sentinel != nil {
+		if err := p.confirmMaster(nc); err != nil {
+			nc.Close()
+			return nil, err
 		}
 	}
 	return nc, nil

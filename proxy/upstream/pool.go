@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -61,6 +62,12 @@ type Config struct {
 	// TLS, when not nil, wraps every connection in TLS (see Dial); nil is
 	// plain TCP. An empty ServerName means the host of Address.
 	TLS *tls.Config
+
+	// Sentinel, when not nil, gives the address to dial (Address is then
+	// only a name for logs): every connection dials the master it names,
+	// confirms with ROLE that it is a master, and is moved when the
+	// master changes.
+	Sentinel *Sentinel
 }
 
 // Validate reports every problem with c.
@@ -103,6 +110,11 @@ type Pool struct {
 	firstPending atomic.Int32
 	firstWaiters atomic.Int32 // sends waiting on firstTry
 
+	// redial is closed (and replaced) to cut short the reconnect backoff
+	// of every connection: the master changed (Sentinel).
+	redialMu sync.Mutex
+	redial   chan struct{}
+
 	dedicatedState
 }
 
@@ -136,6 +148,7 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 		metrics:  m.forProtocol(cfg.Protocol),
 		cancel:   cancel,
 		firstTry: make(chan struct{}),
+		redial:   make(chan struct{}),
 	}
 	p.firstPending.Store(int32(cfg.Connections))
 	p.lent = make(map[*Dedicated]struct{})
@@ -153,6 +166,9 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 		defer p.wg.Done()
 		p.watch(ctx)
 	}()
+	if cfg.Sentinel != nil {
+		cfg.Sentinel.register(p)
+	}
 	return p, nil
 }
 
@@ -259,6 +275,9 @@ func (p *Pool) Ready() bool {
 
 // Close stops reconnecting, closes every connection and fails what waits on them.
 func (p *Pool) Close() {
+	if p.cfg.Sentinel != nil {
+		p.cfg.Sentinel.unregister(p)
+	}
 	p.cancel()
 	p.firstOnce.Do(func() { close(p.firstTry) })
 	p.closeDedicated()
@@ -320,3 +339,61 @@ func (p *Pool) scriptBusy(ctx context.Context) bool {
 }
 
 var pingCmd = resp.AppendCommandString(nil, "PING")
+
+// masterChanged moves the pool to a new master (Sentinel): shared
+// connections are closed and redialled at once, idle dedicated ones are
+// dropped, and lent ones are broken, so a pinned session ends as on any
+// connection loss. What waits on the old master fails with reason.
+func (p *Pool) masterChanged(reason string) {
+	p.redialMu.Lock()
+	close(p.redial)
+	p.redial = make(chan struct{})
+	p.redialMu.Unlock()
+	for _, c := range p.conns {
+		c.closeWith(reason)
+	}
+	p.dmu.Lock()
+	lent := make([]*Dedicated, 0, len(p.lent))
+	for d := range p.lent {
+		lent = append(lent, d)
+	}
+	p.idle = nil
+	p.dmu.Unlock()
+	for _, d := range lent {
+		d.Interrupt()
+	}
+}
+
+// backoff sleeps d, or less if the master changes meanwhile; it reports
+// false when ctx ends.
+func (p *Pool) backoff(ctx context.Context, d time.Duration) bool {
+	p.redialMu.Lock()
+	redial := p.redial
+	p.redialMu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-redial:
+	}
+	return true
+}
+
+var roleCmd = resp.AppendCommandString(nil, "ROLE")
+
+// confirmMaster asks a new connection's server for its ROLE: with a
+// Sentinel, a connection must reach the master, not a replica (a master
+// demoted by a failover the Sentinel has not told of yet).
+func (p *Pool) confirmMaster(nc net.Conn) error {
+	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
+	if err != nil {
+		return fmt.Errorf("ROLE: %w", err)
+	}
+	if !bytes.HasPrefix(r[bytes.IndexByte(r, '\n')+1:], []byte("$6\r\nmaster\r\n")) {
+		p.cfg.Sentinel.Check()
+		return fmt.Errorf("ROLE: %s is not the master (%q)", nc.RemoteAddr(), truncate(r, 40))
+	}
+	return nil
+}

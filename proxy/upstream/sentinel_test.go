@@ -1,0 +1,139 @@
+package upstream
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/proxy/resp"
+)
+
+// fakeSentinelSetup is a fake Sentinel naming one of several fake
+// servers as the master, each answering ROLE as master or replica and
+// PING with its name.
+type fakeSentinelSetup struct {
+	mu      sync.Mutex
+	master  string          // address the Sentinel names
+	roles   map[string]bool // address -> answers ROLE as master
+	sent    *fakeRedis
+	servers map[string]*fakeRedis
+}
+
+func startFakeSentinel(t *testing.T, names ...string) (*fakeSentinelSetup, []string) {
+	t.Helper()
+	fs := &fakeSentinelSetup{roles: map[string]bool{}, servers: map[string]*fakeRedis{}}
+	var addrs []string
+	for _, name := range names {
+		var addr string
+		f := startFake(t, func(args [][]byte) string {
+			switch strings.ToUpper(string(args[0])) {
+			case "ROLE":
+				fs.mu.Lock()
+				master := fs.roles[addr]
+				fs.mu.Unlock()
+				if master {
+					return "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"
+				}
+				return "*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:1\r\n$9\r\nconnected\r\n:0\r\n"
+			case "PING":
+				return "+" + name + "\r\n"
+			}
+			return "+OK\r\n"
+		})
+		addr = f.ln.Addr().String()
+		fs.servers[addr] = f
+		addrs = append(addrs, addr)
+	}
+	fs.sent = startFake(t, func(args [][]byte) string {
+		switch strings.ToUpper(string(args[0])) {
+		case "SENTINEL":
+			fs.mu.Lock()
+			host, port, _ := net.SplitHostPort(fs.master)
+			fs.mu.Unlock()
+			return fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(host), host, len(port), port)
+		case "SUBSCRIBE":
+			return "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n"
+		}
+		return "-ERR unknown\r\n"
+	})
+	return fs, addrs
+}
+
+func (fs *fakeSentinelSetup) promote(addr string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for a := range fs.roles {
+		fs.roles[a] = false
+	}
+	fs.roles[addr] = true
+	fs.master = addr
+}
+
+func ping(p *Pool) string {
+	b := NewBatch()
+	b.Add(resp.AppendCommandString(nil, "PING"))
+	p.Do(b)
+	return string(b.Reply(0))
+}
+
+// TestSentinelPoolFollowsMaster: a pool with a Sentinel dials the master
+// the Sentinel names, and when the Sentinel names another, its shared and
+// dedicated connections move there; a server that answers ROLE as a
+// replica is never used, even when named.
+func TestSentinelPoolFollowsMaster(t *testing.T) {
+	fs, addrs := startFakeSentinel(t, "A", "B")
+	fs.promote(addrs[0])
+	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
+		Check: 5 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	if got := sen.Master(); got != addrs[0] {
+		t.Fatalf("master after start: %q, want %s", got, addrs[0])
+	}
+	p := testPool(t, "sentinel/mymaster", 2, func(c *Config) { c.Sentinel = sen })
+	if got := ping(p); got != "+A\r\n" {
+		t.Fatalf("PING: %q, want A", got)
+	}
+	d, err := p.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	fs.promote(addrs[1])
+	waitFor(t, "the Sentinel names B", func() bool { return sen.Master() == addrs[1] })
+	if sen.Failovers() != 1 {
+		t.Errorf("failovers: %d, want 1", sen.Failovers())
+	}
+	waitFor(t, "the pool reaches B", func() bool { return ping(p) == "+B\r\n" })
+	if !d.Broken() {
+		t.Error("a dedicated connection lent before the failover is not broken")
+	}
+	p.Release(d)
+	d2, err := p.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewBatch()
+	b.Add(resp.AppendCommandString(nil, "PING"))
+	d2.Do(b, time.Second)
+	if got := string(b.Reply(0)); got != "+B\r\n" {
+		t.Errorf("dedicated connection after the failover: %q, want B", got)
+	}
+	p.Release(d2)
+
+	// Named, but a replica: ROLE keeps the pool off it.
+	fs.mu.Lock()
+	fs.master = addrs[0]
+	fs.mu.Unlock()
+	waitFor(t, "the Sentinel names A again", func() bool { return sen.Master() == addrs[0] })
+	for range 3 {
+		if got := ping(p); got == "+A\r\n" {
+			t.Fatalf("PING reached A, which answers ROLE as a replica")
+		}
+	}
+}
