@@ -136,6 +136,9 @@ func (c Config) Validate() error {
 	}
 	up := c.Upstream
 	up.Protocol = 2
+	if c.Upstream.Sentinel != nil && c.Cluster != nil {
+		errs = append(errs, errors.New("proxy: a Sentinel upstream and a cluster upstream exclude each other"))
+	}
 	if c.Salt != nil && c.Cluster == nil {
 		errs = append(errs, errors.New("proxy: salted fan-out needs a cluster upstream"))
 	}

@@ -10,8 +10,11 @@ import (
 
 // upstreamMode names the upstream's topology, as INFO's # Proxy shows it.
 func (s *Server) upstreamMode() string {
-	if s.cfg.Cluster != nil {
+	switch {
+	case s.cfg.Cluster != nil:
 		return "cluster"
+	case s.cfg.Upstream.Sentinel != nil:
+		return "sentinel"
 	}
 	return "standalone"
 }
@@ -21,6 +24,23 @@ func (s *Server) upstreamMode() string {
 // state (a shared connection up or not) and the slot map's age.
 func (s *Server) topologyInfo(field func(k string, v any)) {
 	field("upstream_mode", s.upstreamMode())
+	if sen := s.cfg.Upstream.Sentinel; sen != nil {
+		master := sen.Master()
+		if master == "" {
+			master = "unknown"
+		}
+		field("sentinel_master_name", sen.Name())
+		field("sentinel_master", master)
+		field("sentinel_failovers", sen.Failovers())
+		if since, ok := sen.SinceChange(); ok {
+			field("sentinel_last_failover_ms_ago", since.Milliseconds())
+		} else {
+			field("sentinel_last_failover_ms_ago", -1)
+		}
+		if e := sen.LastError(); e != "" {
+			field("sentinel_error", oneLine(e))
+		}
+	}
 	if s.cluster == nil {
 		return
 	}
@@ -64,6 +84,9 @@ func (s *Server) proxyInfoNodes(ss *session, sections [][]byte) {
 	r := fmt.Appendf(nil, "*%d\r\n", len(shards))
 	for i, slot := range shards {
 		addr := s.cfg.Upstream.Address
+		if sen := s.cfg.Upstream.Sentinel; sen != nil {
+			addr = sen.Master()
+		}
 		if s.cluster != nil {
 			addr = s.cluster.MasterAddr(slot)
 		}
