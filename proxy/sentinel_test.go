@@ -142,13 +142,15 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	since, _ := sen.SinceChange()
+	learnt := time.Now().Add(-since)
 	stop.Store(true)
 	wg.Wait()
 	if recovered.Before(promoted) {
 		recovered = promoted // no error after the promotion at all
 	}
-	t.Logf("kill -> promotion %v; promotion -> writes succeed again %v; %d failed writes", promoted.Sub(killed).Round(time.Millisecond),
-		recovered.Sub(promoted).Round(time.Millisecond), errs)
+	t.Logf("kill -> promotion %v; promotion -> rproxy told of the new master %v; promotion -> writes succeed again %v; %d failed writes",
+		promoted.Sub(killed).Round(time.Millisecond), learnt.Sub(promoted).Round(time.Millisecond), recovered.Sub(promoted).Round(time.Millisecond), errs)
 	if d := recovered.Sub(promoted); d > 5*time.Second {
 		t.Errorf("writes succeeded again %v after the promotion, want within 5s", d)
 	}
