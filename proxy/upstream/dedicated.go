@@ -94,6 +94,10 @@ func clientTLS(cfg Config) *tls.Config {
 // dial connects (with TLS when configured) and performs the handshake
 // (HELLO 3 for RESP3 pools).
 func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
+	var gen uint64
+	if p.cfg.Sentinel != nil {
+		gen = p.cfg.Sentinel.gen.Load()
+	}
 	nc, err := Dial(ctx, p.cfg)
 	if err != nil {
 		return nil, err
@@ -108,6 +112,12 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 		if err := p.confirmMaster(nc); err != nil {
 			nc.Close()
 			return nil, err
+		}
+		if p.cfg.Sentinel.gen.Load() != gen {
+			// The master changed while this dial was under way: it may
+			// have reached the old one, which masterChanged missed.
+			nc.Close()
+			return nil, errors.New("sentinel: the master changed during the dial")
 		}
 	}
 	return nc, nil

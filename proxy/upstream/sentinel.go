@@ -64,6 +64,7 @@ type Sentinel struct {
 	master    atomic.Pointer[string] // "host:port"; "" while unknown
 	lastErr   atomic.Pointer[string] // why the last ask failed ("" after a success)
 	failovers atomic.Int64           // master changes seen
+	gen       atomic.Uint64          // counts changes of master, so a dial can tell it raced one
 	changedAt atomic.Int64           // unix nanos of the last change (cfg.Now), 0 if none
 
 	mu    sync.Mutex
@@ -101,8 +102,7 @@ func NewSentinel(cfg SentinelConfig, log *zap.Logger) (*Sentinel, error) {
 		pools: make(map[*Pool]struct{}), trigger: make(chan struct{}, 1)}
 	empty := ""
 	s.master.Store(&empty)
-	msg := "not asked yet"
-	s.lastErr.Store(&msg)
+	s.lastErr.Store(&empty) // so the first failure is logged at warn
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.resolve(ctx)
@@ -177,6 +177,7 @@ func (s *Sentinel) set(addr, via string) {
 	if old == addr {
 		return
 	}
+	s.gen.Add(1)
 	if old == "" {
 		s.log.Info("sentinel: master found", zap.String("master", addr), zap.String("via", via))
 		return
@@ -228,8 +229,11 @@ func (s *Sentinel) resolve(ctx context.Context) {
 		return
 	}
 	msg := errors.Join(errs...).Error()
-	s.lastErr.Store(&msg)
-	s.log.Warn("sentinel: no Sentinel named the master", zap.String("error", msg))
+	if prev := *s.lastErr.Swap(&msg); prev == "" {
+		s.log.Warn("sentinel: no Sentinel named the master", zap.String("error", msg)) // once per outage
+	} else {
+		s.log.Debug("sentinel: no Sentinel named the master", zap.String("error", msg))
+	}
 }
 
 // dialSentinel connects and authenticates to one Sentinel.

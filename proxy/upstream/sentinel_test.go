@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -136,4 +137,48 @@ func TestSentinelPoolFollowsMaster(t *testing.T) {
 			t.Fatalf("PING reached A, which answers ROLE as a replica")
 		}
 	}
+}
+
+// TestSentinelDialRacingAChange: a connection whose dial began before the
+// master changed is not kept (it may have reached the old master after
+// the other connections were moved).
+func TestSentinelDialRacingAChange(t *testing.T) {
+	fs, addrs := startFakeSentinel(t, "A", "B")
+	fs.promote(addrs[0])
+	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
+		Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	entered, release := make(chan struct{}), make(chan struct{})
+	p, err := NewPool(Config{Address: "sentinel/mymaster", Connections: 1, Protocol: 2, DialTimeout: 5 * time.Second,
+		Timeout: 5 * time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond, Sentinel: sen,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			select {
+			case entered <- struct{}{}:
+				<-release // only the first dial waits
+			default:
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	<-entered // the first dial is on its way to A
+	// B becomes the master; A still says master (not demoted yet), so
+	// only the change itself can tell the dial it is stale.
+	fs.mu.Lock()
+	fs.roles[addrs[1]], fs.master = true, addrs[1]
+	fs.mu.Unlock()
+	sen.set(addrs[1], "test")
+	close(release)
+	waitFor(t, "PING reaches B", func() bool {
+		got := ping(p)
+		if got == "+A\r\n" {
+			t.Fatal("PING reached A: a dial that raced the change was kept")
+		}
+		return got == "+B\r\n"
+	})
 }
