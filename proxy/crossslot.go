@@ -30,8 +30,9 @@ func (s *Server) crossSlotCommand(ss *session) bool {
 	if !ss.multiSent && !ss.watching {
 		return false
 	}
-	slot := ss.slot & (upstream.Slots - 1)
-	if ss.pinPool == ss.pools[ss.proto].PinPool(slot) {
+	// By address: the pin may be of the other protocol's pool (HELLO
+	// while pinned switches the connection, not the pool it came from).
+	if ss.pinPool.Address() == s.cluster.MasterAddr(ss.slot&(upstream.Slots-1)) {
 		return false
 	}
 	ss.slot = upstream.SlotAny

@@ -200,12 +200,15 @@ func facadeInfo(assigned int) []byte {
 // facade's own answers are refused, as rproxy's other answers are: Redis
 // would run them at EXEC.
 func (s *Server) clusterCommand(ss *session, cmd redcon.Command) bool {
-	if ss.inTransaction() && len(cmd.Args) >= 2 {
-		switch string(bytes.ToLower(cmd.Args[1])) {
-		case "slots", "shards", "nodes", "info", "myid", "keyslot":
-			s.refuseMsg(ss, "CLUSTER "+string(bytes.ToUpper(cmd.Args[1]))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
-			return true
+	if ss.inTransaction() {
+		if len(cmd.Args) >= 2 {
+			switch string(bytes.ToLower(cmd.Args[1])) {
+			case "slots", "shards", "nodes", "info", "myid", "keyslot":
+				s.refuseMsg(ss, "CLUSTER "+string(bytes.ToUpper(cmd.Args[1]))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
+				return true
+			}
 		}
+		return false // queued in the transaction, on its master
 	}
 	return s.clusterFacade(ss, cmd)
 }

@@ -311,6 +311,18 @@ func TestClusterCrossSlotTransactions(t *testing.T) {
 	if got := c.do("SET", other, "4"); got != "+OK\r\n" {
 		t.Errorf("SET after UNWATCH: %q", got)
 	}
+	// A protocol switch while watching keeps the same master's commands going.
+	c.do("WATCH", "a")
+	c.do("HELLO", "3")
+	if got := c.do("SET", "a", "5"); got != "+OK\r\n" {
+		t.Errorf("SET of the watched master's key after HELLO 3: %q", got)
+	}
+	c.do("UNWATCH")
+	// CLUSTER COUNTKEYSINSLOT inside a transaction is queued in it.
+	c.send(resp.AppendCommandString(resp.AppendCommandString(resp.AppendCommandString(nil, "MULTI"), "CLUSTER", "COUNTKEYSINSLOT", "0"), "EXEC"))
+	if got := []string{string(c.read()), string(c.read()), string(c.read())}; got[0] != "+OK\r\n" || got[1] != "+QUEUED\r\n" || !strings.HasPrefix(got[2], "*1\r\n:") {
+		t.Errorf("MULTI, CLUSTER COUNTKEYSINSLOT, EXEC: %q", got)
+	}
 }
 
 // TestProxyInfoNodesStandalone: on one server INFO's # Proxy section says

@@ -255,6 +255,9 @@ func (p *Pool) SendOn(b *Batch, h uint32) {
 	}
 }
 
+// Address is the address the pool dials (with a Sentinel, a name).
+func (p *Pool) Address() string { return p.cfg.Address }
+
 // PinPool returns the pool dedicated connections for slot come from: the
 // pool itself (a standalone server owns every slot).
 func (p *Pool) PinPool(slot int) *Pool { return p }
