@@ -182,3 +182,52 @@ func TestSentinelDialRacingAChange(t *testing.T) {
 		return got == "+B\r\n"
 	})
 }
+
+// TestSentinelAuthenticates: with the Sentinels' own credentials set,
+// every connection to a Sentinel sends AUTH user password before asking;
+// a Sentinel that refuses them names no master, and the error says so
+// without the secret.
+func TestSentinelAuthenticates(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	sent := startFake(t, func(args [][]byte) string {
+		mu.Lock()
+		seen = append(seen, strings.ToUpper(string(args[0])))
+		mu.Unlock()
+		switch strings.ToUpper(string(args[0])) {
+		case "AUTH":
+			if len(args) == 3 && string(args[1]) == "sentineluser" && string(args[2]) == "s3cret" {
+				return "+OK\r\n"
+			}
+			return "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+		case "SENTINEL":
+			return "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6379\r\n"
+		}
+		return "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n"
+	})
+	addr := sent.ln.Addr().String()
+	sen, err := NewSentinel(SentinelConfig{MasterName: "m", Addresses: []string{addr}, Username: "sentineluser",
+		Password: "s3cret", Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sen.Close()
+	if sen.Master() != "127.0.0.1:6379" {
+		t.Fatalf("master %q, want 127.0.0.1:6379", sen.Master())
+	}
+	mu.Lock()
+	if len(seen) < 2 || seen[0] != "AUTH" || seen[1] != "SENTINEL" {
+		t.Errorf("commands the Sentinel received: %v, want AUTH first", seen)
+	}
+	mu.Unlock()
+
+	bad, err := NewSentinel(SentinelConfig{MasterName: "m", Addresses: []string{addr}, Username: "sentineluser",
+		Password: "wrong", Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad.Close()
+	if bad.Master() != "" || !strings.Contains(bad.LastError(), "AUTH to the Sentinel failed") || strings.Contains(bad.LastError(), "wrong") {
+		t.Errorf("with a wrong password: master %q, error %q", bad.Master(), bad.LastError())
+	}
+}
