@@ -176,6 +176,12 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	if st, _ := p.Server.TierStats(); st.Entries != 0 {
 		t.Errorf("local tier holds %d entries after the failover, want it emptied", st.Entries)
 	}
+	if v, _ := metricSum(t, p.Registry, "rproxy_upstream_sentinel_master_changes_total", nil); v != 1 {
+		t.Errorf("rproxy_upstream_sentinel_master_changes_total = %v, want 1", v)
+	}
+	if v, _ := metricSum(t, p.Registry, "rproxy_upstream_sentinel_master_known", nil); v != 1 {
+		t.Errorf("rproxy_upstream_sentinel_master_known = %v, want 1", v)
+	}
 	info := c.do("INFO", "proxy")
 	if !strings.Contains(info, "sentinel_master:"+g.Replica.Addr+"\r\n") || !strings.Contains(info, "sentinel_failovers:1\r\n") {
 		t.Errorf("INFO proxy after the failover:\n%s", info)

@@ -142,6 +142,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if s.cluster != nil && reg != nil {
 		reg.MustRegister(s.cluster.MasterCollector())
 	}
+	if sen := cfg.Upstream.Sentinel; sen != nil && reg != nil {
+		reg.MustRegister(sen.Collector())
+	}
 	s.policyMetrics = policy.NewMetrics(reg)
 	if cfg.Policy != nil {
 		if err := s.SetPolicy(*cfg.Policy); err != nil {

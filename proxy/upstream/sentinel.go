@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -330,4 +331,31 @@ func (s *Sentinel) subscribe(ctx context.Context, addr string) error {
 			s.set(net.JoinHostPort(f[3], f[4]), "+switch-master from "+addr)
 		}
 	}
+}
+
+var (
+	sentinelChangesDesc = prometheus.NewDesc("rproxy_upstream_sentinel_master_changes_total",
+		"Times the master named by the Sentinels changed (failovers followed).", nil, nil)
+	sentinelKnownDesc = prometheus.NewDesc("rproxy_upstream_sentinel_master_known",
+		"1 while the Sentinels have named a master, else 0.", nil, nil)
+)
+
+// Collector exports, when scraped, how many master changes the Sentinel
+// followed and whether it knows the master. Register it once per registry.
+func (s *Sentinel) Collector() prometheus.Collector { return sentinelCollector{s} }
+
+type sentinelCollector struct{ s *Sentinel }
+
+func (c sentinelCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sentinelChangesDesc
+	ch <- sentinelKnownDesc
+}
+
+func (c sentinelCollector) Collect(ch chan<- prometheus.Metric) {
+	known := 0.0
+	if c.s.Master() != "" {
+		known = 1
+	}
+	ch <- prometheus.MustNewConstMetric(sentinelChangesDesc, prometheus.CounterValue, float64(c.s.Failovers()))
+	ch <- prometheus.MustNewConstMetric(sentinelKnownDesc, prometheus.GaugeValue, known)
 }
