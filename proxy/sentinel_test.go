@@ -66,7 +66,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		mu      sync.Mutex
 		lastErr time.Time // the last failed write
 		errs    int
-		acked   [4]int64
+		acked   [4]atomic.Int64
 	)
 	for i := range acked {
 		wg.Add(1)
@@ -91,7 +91,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 					nc = nil
 				}
 				if err == nil && r[0] == ':' {
-					acked[i]++
+					acked[i].Add(1)
 					continue
 				}
 				mu.Lock()
@@ -107,7 +107,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	// Let them write a while before the kill (observable: acknowledgements).
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		mu.Lock()
-		n := acked[0] + acked[1] + acked[2] + acked[3]
+		n := acked[0].Load() + acked[1].Load() + acked[2].Load() + acked[3].Load()
 		mu.Unlock()
 		if n > 200 {
 			break
@@ -167,11 +167,11 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 				n = n*10 + int64(ch-'0')
 			}
 		}
-		if n < acked[i] {
-			lost += acked[i] - n
+		if n < acked[i].Load() {
+			lost += acked[i].Load() - n
 		}
 	}
-	t.Logf("acknowledged increments lost in the failover: %d of %d", lost, acked[0]+acked[1]+acked[2]+acked[3])
+	t.Logf("acknowledged increments lost in the failover: %d of %d", lost, acked[0].Load()+acked[1].Load()+acked[2].Load()+acked[3].Load())
 
 	if st, _ := p.Server.TierStats(); st.Entries != 0 {
 		t.Errorf("local tier holds %d entries after the failover, want it emptied", st.Entries)
