@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,4 +231,38 @@ func TestSentinelAuthenticates(t *testing.T) {
 	if bad.Master() != "" || !strings.Contains(bad.LastError(), "AUTH to the Sentinel failed") || strings.Contains(bad.LastError(), "wrong") {
 		t.Errorf("with a wrong password: master %q, error %q", bad.Master(), bad.LastError())
 	}
+}
+
+// TestSentinelChangeDropsLiveConnections: a master change closes shared
+// connections even when the old master is still up (a manual failover
+// before it is demoted), so state kept per connection (the tier's
+// tracking connection: OnState(false) empties the tier) goes with it.
+func TestSentinelChangeDropsLiveConnections(t *testing.T) {
+	fs, addrs := startFakeSentinel(t, "A", "B")
+	fs.promote(addrs[0])
+	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
+		Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	var downs atomic.Int32
+	p := testPool(t, "sentinel/mymaster", 2, func(c *Config) {
+		c.Sentinel = sen
+		c.Connections = 1
+		c.OnState = func(up bool) {
+			if !up {
+				downs.Add(1)
+			}
+		}
+	})
+	if got := ping(p); got != "+A\r\n" {
+		t.Fatalf("PING: %q, want A", got)
+	}
+	fs.mu.Lock()
+	fs.roles[addrs[1]], fs.master = true, addrs[1] // A still says master
+	fs.mu.Unlock()
+	sen.set(addrs[1], "test")
+	waitFor(t, "the connection to A is dropped", func() bool { return downs.Load() == 1 })
+	waitFor(t, "the pool reaches B", func() bool { return ping(p) == "+B\r\n" })
 }
