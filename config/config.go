@@ -87,6 +87,11 @@ type UpstreamSentinel struct {
 	PasswordFile string `yaml:"password_file"` // path of a file holding the Sentinels' password
 	PasswordEnv  string `yaml:"password_env"`  // name of an environment variable holding the Sentinels' password
 	TLS          bool   `yaml:"tls"`           // connect to the Sentinels with TLS, as upstream.tls sets it (needs upstream.tls.enabled); default false
+	// ReplicaReadPrefixes: read-only commands whose keys are all under
+	// these prefixes go to one of the master's healthy replicas (as the
+	// Sentinels report them); their values may lag writes by the
+	// replication delay, even a client's own writes. Default [].
+	ReplicaReadPrefixes []string `yaml:"replica_read_prefixes"`
 }
 
 // Password reads the Sentinels' password from PasswordFile or
@@ -474,7 +479,7 @@ func Default() Config {
 			Address:      "127.0.0.1:6379",
 			Mode:         "standalone",
 			Cluster:      UpstreamCluster{Seeds: []string{}, Refresh: Duration(10 * time.Second), MaxRedirects: 5, ReplicaReadPrefixes: []string{}},
-			Sentinel:     UpstreamSentinel{Addresses: []string{}},
+			Sentinel:     UpstreamSentinel{Addresses: []string{}, ReplicaReadPrefixes: []string{}},
 			Connections:  1,
 			DialTimeout:  Duration(time.Second),
 			Timeout:      Duration(5 * time.Second),
@@ -848,7 +853,7 @@ func (c Config) Validate() error {
 	default:
 		add("upstream.mode must be standalone, cluster or sentinel, got %q", u.Mode)
 	}
-	if u.Mode != "sentinel" && (u.Sentinel.MasterName != "" || len(u.Sentinel.Addresses) > 0) {
+	if u.Mode != "sentinel" && (u.Sentinel.MasterName != "" || len(u.Sentinel.Addresses) > 0 || len(u.Sentinel.ReplicaReadPrefixes) > 0) {
 		add("upstream.sentinel needs upstream.mode sentinel")
 	}
 	if u.Sentinel.PasswordFile != "" && u.Sentinel.PasswordEnv != "" {

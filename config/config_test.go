@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 94 {
-		t.Errorf("Config has %d yaml keys, test expects 94: %v", len(want), want)
+	if len(want) != 95 {
+		t.Errorf("Config has %d yaml keys, test expects 95: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -304,6 +304,7 @@ func TestValidateRules(t *testing.T) {
 			c.Upstream.Sentinel.Addresses = []string{"127.0.0.1:26379"}
 			c.Upstream.Sentinel.TLS = true
 		}, "upstream.sentinel.tls needs upstream.tls.enabled"},
+		{"sentinel replica reads in standalone", func(c *Config) { c.Upstream.Sentinel.ReplicaReadPrefixes = []string{"ro:"} }, "upstream.sentinel needs upstream.mode sentinel"},
 		{"sentinel keys in standalone", func(c *Config) { c.Upstream.Sentinel.MasterName = "m" }, "upstream.sentinel needs upstream.mode sentinel"},
 		{"mode bad", func(c *Config) { c.Upstream.Mode = "replica" }, `upstream.mode must be standalone, cluster or sentinel, got "replica"`},
 		{"announce bad", func(c *Config) { c.Upstream.Mode = "cluster"; c.Upstream.Cluster.Announce = "10.0.0.1" }, "upstream.cluster.announce must be host:port"},

@@ -31,7 +31,8 @@ type Config struct {
 	// Cluster.Seeds (Upstream.Address is then unused): commands are routed
 	// by key slot, and multi-key commands that span slots are split.
 	Cluster *upstream.ClusterConfig
-	// ReplicaReadPrefixes: on a cluster with Cluster.ReplicaReads, read-only
+	// ReplicaReadPrefixes: on a cluster with Cluster.ReplicaReads (or with
+	// a Sentinel whose SentinelConfig.Replicas is set), read-only
 	// commands on keys under these prefixes go to a replica of the key's
 	// master (their values may lag the master's by the replication delay).
 	ReplicaReadPrefixes []string
@@ -138,6 +139,9 @@ func (c Config) Validate() error {
 	up.Protocol = 2
 	if c.Upstream.Sentinel != nil && c.Cluster != nil {
 		errs = append(errs, errors.New("proxy: a Sentinel upstream and a cluster upstream exclude each other"))
+	}
+	if c.Cluster == nil && len(c.ReplicaReadPrefixes) > 0 && (c.Upstream.Sentinel == nil || !c.Upstream.Sentinel.ReplicasOn()) {
+		errs = append(errs, errors.New("proxy: replica read prefixes need a cluster upstream with ReplicaReads or a Sentinel asking for replicas"))
 	}
 	if c.Salt != nil && c.Cluster == nil {
 		errs = append(errs, errors.New("proxy: salted fan-out needs a cluster upstream"))

@@ -204,3 +204,91 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		t.Errorf("SET after the failover: %q", r)
 	}
 }
+
+// serverGetCalls is Redis's count of GET calls (INFO commandstats).
+func serverGetCalls(t *testing.T, s *redistest.Server) int {
+	t.Helper()
+	info := string(s.Do(t, "INFO", "commandstats"))
+	i := strings.Index(info, "cmdstat_get:calls=")
+	if i < 0 {
+		return 0
+	}
+	rest := info[i+len("cmdstat_get:calls="):]
+	n := 0
+	for _, ch := range rest {
+		if ch < '0' || ch > '9' {
+			break
+		}
+		n = n*10 + int(ch-'0')
+	}
+	return n
+}
+
+// TestSentinelReplicaReads: with replica read prefixes in sentinel mode,
+// GETs of keys under them are served by the replica the Sentinels report,
+// other GETs and every write by the master.
+func TestSentinelReplicaReads(t *testing.T) {
+	g := redistest.StartSentinel(t, "mymaster")
+	sen, err := upstream.NewSentinel(upstream.SentinelConfig{MasterName: g.Name, Addresses: g.Addrs(),
+		Check: 100 * time.Millisecond, Replicas: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	for deadline := time.Now().Add(10 * time.Second); len(sen.Replicas()) != 1 || sen.Replicas()[0] != g.Replica.Addr; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the Sentinel reports replicas %v, want %s", sen.Replicas(), g.Replica.Addr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p := proxytest.Start(t, "sentinel/mymaster", func(c *proxy.Config) {
+		c.Upstream.Sentinel = sen
+		c.ReplicaReadPrefixes = []string{"ro:"}
+		c.HotKey = nil
+		c.Coalesce = nil
+	})
+	c := dialClient(t, p.Addr)
+	if r := c.do("SET", "ro:k", "v"); r != "+OK\r\n" {
+		t.Fatalf("SET ro:k: %q", r)
+	}
+	c.do("SET", "rw:k", "w")
+	for deadline := time.Now().Add(10 * time.Second); string(g.Replica.Do(t, "GET", "ro:k")) != "$1\r\nv\r\n"; {
+		if time.Now().After(deadline) {
+			t.Fatal("ro:k never reached the replica")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The replica's pool connects on first use: read until it serves.
+	for deadline, before := time.Now().Add(10*time.Second), serverGetCalls(t, g.Replica); serverGetCalls(t, g.Replica) <= before+1; {
+		if time.Now().After(deadline) {
+			t.Fatal("no GET reached the replica")
+		}
+		c.do("GET", "ro:k")
+	}
+	master, replica := serverGetCalls(t, g.Master), serverGetCalls(t, g.Replica)
+	for range 10 {
+		if r := c.do("GET", "ro:k"); r != "$1\r\nv\r\n" {
+			t.Fatalf("GET ro:k: %q", r)
+		}
+	}
+	if r := c.do("GET", "rw:k"); r != "$1\r\nw\r\n" {
+		t.Fatalf("GET rw:k: %q", r)
+	}
+	// Each getCalls above runs INFO, not GET: the counts are the proxy's.
+	if d := serverGetCalls(t, g.Replica) - replica; d != 10 {
+		t.Errorf("the replica served %d GETs, want the 10 of ro:k", d)
+	}
+	if d := serverGetCalls(t, g.Master) - master; d != 1 {
+		t.Errorf("the master served %d GETs, want the 1 of rw:k", d)
+	}
+	// In a transaction, reads stay on the master.
+	c.send(resp.AppendCommandString(resp.AppendCommandString(resp.AppendCommandString(nil, "MULTI"), "GET", "ro:k"), "EXEC"))
+	c.read()
+	c.read()
+	if r := string(c.read()); r != "*1\r\n$1\r\nv\r\n" {
+		t.Errorf("EXEC: %q", r)
+	}
+	if d := serverGetCalls(t, g.Master) - master; d != 2 {
+		t.Errorf("the master served %d GETs after the transaction, want 2", d)
+	}
+}

@@ -384,6 +384,9 @@ func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
 			return err
 		}
 		ps[proto] = p
+		if s.sentinelReplicaReads() {
+			ps[proto] = upstream.NewReplicaRouter(p, ucfg.Sentinel, ucfg, s.metricsUp, s.log.Named("upstream"))
+		}
 	}
 	return nil
 }

@@ -347,6 +347,9 @@ func (s *Server) exec(ss *session, cmd redcon.Command) {
 		s.killOutOfBand(ss, cmd.Raw)
 		return
 	}
+	if s.sentinelReplicaReads() {
+		s.routeReplicaRead(ss, info, cmd.Args) // replicas.go
+	}
 	if s.cfg.Cluster != nil {
 		if info != nil && info.Name == "cluster" && s.clusterCommand(ss, cmd) {
 			return

@@ -384,7 +384,7 @@ func proxyConfig(c config.Config) proxy.Config {
 			Username:     c.Upstream.Username,
 		},
 		Cluster:             cluster,
-		ReplicaReadPrefixes: c.Upstream.Cluster.ReplicaReadPrefixes,
+		ReplicaReadPrefixes: replicaReadPrefixes(c.Upstream),
 		ClusterAnnounce:     c.Upstream.Cluster.Announce,
 		Salt:                saltConfig(c.HotKeys.Salt),
 		Limits:              proxyLimits(c.Limits),
@@ -563,6 +563,7 @@ func newSentinel(c config.Config, upTLS *tls.Config, log *zap.Logger) (*upstream
 		Addresses:   sc.Addresses,
 		Username:    sc.Username,
 		DialTimeout: c.Upstream.DialTimeout.D(),
+		Replicas:    len(sc.ReplicaReadPrefixes) > 0,
 	}
 	var err error
 	if scfg.Password, err = sc.Password(os.ReadFile, os.Getenv); err != nil {
@@ -576,4 +577,13 @@ func newSentinel(c config.Config, upTLS *tls.Config, log *zap.Logger) (*upstream
 		return nil, fmt.Errorf("upstream.sentinel: %w", err)
 	}
 	return sen, nil
+}
+
+// replicaReadPrefixes are the mode's: upstream.cluster's or
+// upstream.sentinel's replica_read_prefixes.
+func replicaReadPrefixes(u config.Upstream) []string {
+	if u.Mode == "sentinel" {
+		return u.Sentinel.ReplicaReadPrefixes
+	}
+	return u.Cluster.ReplicaReadPrefixes
 }

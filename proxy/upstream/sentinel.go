@@ -33,6 +33,9 @@ type SentinelConfig struct {
 	// Check is how often the master's address is asked again besides the
 	// +switch-master subscription; 0 means 1s.
 	Check time.Duration
+	// Replicas: each check also asks for the master's healthy replicas
+	// (SENTINEL REPLICAS), for reads that may go to one (ReplicaRouter).
+	Replicas bool
 
 	Now  func() time.Time                                                     // nil means time.Now
 	Dial func(ctx context.Context, network, address string) (net.Conn, error) // nil means a net.Dialer
@@ -62,11 +65,12 @@ type Sentinel struct {
 	cfg SentinelConfig
 	log *zap.Logger
 
-	master    atomic.Pointer[string] // "host:port"; "" while unknown
-	lastErr   atomic.Pointer[string] // why the last ask failed ("" after a success)
-	failovers atomic.Int64           // master changes seen
-	gen       atomic.Uint64          // counts changes of master, so a dial can tell it raced one
-	changedAt atomic.Int64           // unix nanos of the last change (cfg.Now), 0 if none
+	master    atomic.Pointer[string]   // "host:port"; "" while unknown
+	replicas  atomic.Pointer[[]string] // healthy replicas of master (Config.Replicas), as last asked
+	lastErr   atomic.Pointer[string]   // why the last ask failed ("" after a success)
+	failovers atomic.Int64             // master changes seen
+	gen       atomic.Uint64            // counts changes of master, so a dial can tell it raced one
+	changedAt atomic.Int64             // unix nanos of the last change (cfg.Now), 0 if none
 
 	mu    sync.Mutex
 	pools map[*Pool]struct{}
@@ -103,6 +107,7 @@ func NewSentinel(cfg SentinelConfig, log *zap.Logger) (*Sentinel, error) {
 		pools: make(map[*Pool]struct{}), trigger: make(chan struct{}, 1)}
 	empty := ""
 	s.master.Store(&empty)
+	s.replicas.Store(&[]string{})
 	s.lastErr.Store(&empty) // so the first failure is logged at warn
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -227,6 +232,13 @@ func (s *Sentinel) resolve(ctx context.Context) {
 		msg := ""
 		s.lastErr.Store(&msg)
 		s.set(addr, "SENTINEL GET-MASTER-ADDR-BY-NAME on "+a)
+		if s.cfg.Replicas {
+			if reps, err := s.askReplicas(ctx, a); err == nil {
+				s.replicas.Store(&reps)
+			} else {
+				s.log.Debug("sentinel: SENTINEL REPLICAS failed", zap.String("sentinel", a), zap.Error(err))
+			}
+		}
 		return
 	}
 	msg := errors.Join(errs...).Error()
@@ -358,4 +370,46 @@ func (c sentinelCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(sentinelChangesDesc, prometheus.CounterValue, float64(c.s.Failovers()))
 	ch <- prometheus.MustNewConstMetric(sentinelKnownDesc, prometheus.GaugeValue, known)
+}
+
+// ReplicasOn reports whether the Sentinel asks for replicas
+// (SentinelConfig.Replicas).
+func (s *Sentinel) ReplicasOn() bool { return s.cfg.Replicas }
+
+// Replicas returns the master's healthy replicas as last asked (with
+// SentinelConfig.Replicas), in the Sentinel's order.
+func (s *Sentinel) Replicas() []string { return *s.replicas.Load() }
+
+// askReplicas asks one Sentinel for the master's replicas that are up
+// and linked to it: no s_down, o_down or disconnected flag, and
+// master-link-status ok.
+func (s *Sentinel) askReplicas(ctx context.Context, addr string) ([]string, error) {
+	nc, err := s.dialSentinel(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	r, err := roundTrip(nc, s.cfg.Now().Add(s.cfg.DialTimeout),
+		resp.AppendCommandString(nil, "SENTINEL", "REPLICAS", s.cfg.MasterName))
+	if err != nil {
+		return nil, err
+	}
+	v, err := resp.Parse(r)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{}
+	for _, rep := range v.Elems {
+		f := map[string]string{}
+		for i := 0; i+1 < len(rep.Elems); i += 2 {
+			f[string(rep.Elems[i].Str)] = string(rep.Elems[i+1].Str)
+		}
+		flags := "," + f["flags"] + ","
+		if f["ip"] == "" || f["port"] == "" || f["master-link-status"] != "ok" ||
+			strings.Contains(flags, ",s_down,") || strings.Contains(flags, ",o_down,") || strings.Contains(flags, ",disconnected,") {
+			continue
+		}
+		out = append(out, net.JoinHostPort(f["ip"], f["port"]))
+	}
+	return out, nil
 }

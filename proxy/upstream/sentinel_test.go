@@ -266,3 +266,68 @@ func TestSentinelChangeDropsLiveConnections(t *testing.T) {
 	waitFor(t, "the connection to A is dropped", func() bool { return downs.Load() == 1 })
 	waitFor(t, "the pool reaches B", func() bool { return ping(p) == "+B\r\n" })
 }
+
+// TestSentinelReplicasHealthyOnly: SENTINEL REPLICAS is read into the
+// replicas that are up and linked to the master; a ReplicaRouter sends
+// only all-ReplicaRead batches to them.
+func TestSentinelReplicasHealthyOnly(t *testing.T) {
+	rep := startFake(t, func(args [][]byte) string { return "+replica\r\n" })
+	master := startFake(t, func(args [][]byte) string {
+		if strings.EqualFold(string(args[0]), "ROLE") {
+			return "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"
+		}
+		return "+master\r\n"
+	})
+	entry := func(addr, flags, link string) string {
+		host, port, _ := net.SplitHostPort(addr)
+		kv := []string{"name", addr, "ip", host, "port", port, "flags", flags, "master-link-status", link}
+		out := fmt.Sprintf("*%d\r\n", len(kv))
+		for _, s := range kv {
+			out += fmt.Sprintf("$%d\r\n%s\r\n", len(s), s)
+		}
+		return out
+	}
+	sent := startFake(t, func(args [][]byte) string {
+		if len(args) >= 2 && strings.EqualFold(string(args[1]), "REPLICAS") {
+			return "*3\r\n" + entry(rep.ln.Addr().String(), "slave", "ok") +
+				entry("127.0.0.1:1", "slave,s_down", "ok") + entry("127.0.0.1:2", "slave", "err")
+		}
+		if len(args) >= 2 && strings.EqualFold(string(args[1]), "GET-MASTER-ADDR-BY-NAME") {
+			host, port, _ := net.SplitHostPort(master.ln.Addr().String())
+			return fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(host), host, len(port), port)
+		}
+		return "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n"
+	})
+	sen, err := NewSentinel(SentinelConfig{MasterName: "m", Addresses: []string{sent.ln.Addr().String()}, Replicas: true, Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	if got := sen.Replicas(); len(got) != 1 || got[0] != rep.ln.Addr().String() {
+		t.Fatalf("replicas %v, want only the healthy %s", got, rep.ln.Addr())
+	}
+	cfg := Config{Address: "sentinel/m", Connections: 1, Protocol: 2, DialTimeout: time.Second, Timeout: time.Second,
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
+	mp := testPool(t, "sentinel/m", 2, func(c *Config) { c.Sentinel = sen; c.Connections = 1 })
+	r := NewReplicaRouter(mp, sen, cfg, nil, nil)
+	t.Cleanup(r.Close)
+	do := func(slots ...int) []string {
+		b := NewBatch()
+		for _, s := range slots {
+			b.AddSlot(resp.AppendCommandString(nil, "PING"), s)
+		}
+		r.Do(b)
+		var out []string
+		for i := range slots {
+			out = append(out, string(b.Reply(i)))
+		}
+		return out
+	}
+	waitFor(t, "a read reaches the replica", func() bool { return do(ReplicaRead)[0] == "+replica\r\n" })
+	if got := do(ReplicaRead, SlotAny); got[0] != "+master\r\n" || got[1] != "+master\r\n" {
+		t.Errorf("a batch with a command for the master: %q, want the master for both", got)
+	}
+	if got := do(SlotAny); got[0] != "+master\r\n" {
+		t.Errorf("a plain command: %q, want the master", got)
+	}
+}
