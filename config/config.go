@@ -54,7 +54,7 @@ type Config struct {
 // Upstream configures the connections to the Redis server.
 type Upstream struct {
 	Address     string   `yaml:"address"`               // host:port of the Redis server (mode cluster: a seed node); default "127.0.0.1:6379"
-	Mode        string   `yaml:"mode"`                  // "standalone" (default) or "cluster" (a Redis Cluster, found from address and cluster.seeds)
+	Mode        string   `yaml:"mode"`                  // "standalone" (default), "cluster" (a Redis Cluster, found from address and cluster.seeds) or "sentinel" (the master Redis Sentinel names, see sentinel)
 	Connections int      `yaml:"connections"`           // shared upstream connections per protocol (RESP2, RESP3); default 1 (measured fastest); 1..64
 	DialTimeout Duration `yaml:"dial_timeout"`          // default 1s; > 0
 	Timeout     Duration `yaml:"timeout"`               // a request with no reply progress for this long fails with "upstream unavailable" and the connection is reset; default 5s; > 0
@@ -71,8 +71,43 @@ type Upstream struct {
 	PasswordFile string `yaml:"password_file"` // path of a file holding the password (trailing newline ignored)
 	PasswordEnv  string `yaml:"password_env"`  // name of an environment variable holding the password
 
-	Cluster UpstreamCluster `yaml:"cluster"` // mode cluster only
-	TLS     UpstreamTLS     `yaml:"tls"`     // TLS to the Redis server
+	Cluster  UpstreamCluster  `yaml:"cluster"`  // mode cluster only
+	Sentinel UpstreamSentinel `yaml:"sentinel"` // mode sentinel only
+	TLS      UpstreamTLS      `yaml:"tls"`      // TLS to the Redis server
+}
+
+// UpstreamSentinel configures a master found through Redis Sentinel
+// (upstream.mode sentinel): upstream.address is then unused.
+type UpstreamSentinel struct {
+	MasterName string   `yaml:"master_name"` // the name the Sentinels monitor the master under; required in mode sentinel
+	Addresses  []string `yaml:"addresses"`   // the Sentinels (host:port), asked in order; at least one in mode sentinel; default []
+	// Username and a password from a file or an environment variable
+	// authenticate to the Sentinels themselves (not to the master).
+	Username     string `yaml:"username"`      // default "" (the Sentinels' default user)
+	PasswordFile string `yaml:"password_file"` // path of a file holding the Sentinels' password
+	PasswordEnv  string `yaml:"password_env"`  // name of an environment variable holding the Sentinels' password
+	TLS          bool   `yaml:"tls"`           // connect to the Sentinels with TLS, as upstream.tls sets it (needs upstream.tls.enabled); default false
+	// ReplicaReadPrefixes: read-only commands whose keys are all under
+	// these prefixes go to one of the master's healthy replicas (as the
+	// Sentinels report them); their values may lag writes by the
+	// replication delay, even a client's own writes. Default [].
+	ReplicaReadPrefixes []string `yaml:"replica_read_prefixes"`
+}
+
+// Password reads the Sentinels' password from PasswordFile or
+// PasswordEnv; "" when neither is set.
+func (s UpstreamSentinel) Password(readFile func(string) ([]byte, error), getenv func(string) string) (string, error) {
+	switch {
+	case s.PasswordFile != "":
+		return readSecretFile("upstream.sentinel.password_file", s.PasswordFile, readFile)
+	case s.PasswordEnv != "":
+		p := getenv(s.PasswordEnv)
+		if p == "" {
+			return "", fmt.Errorf("upstream.sentinel.password_env: $%s is empty or unset", s.PasswordEnv)
+		}
+		return p, nil
+	}
+	return "", nil
 }
 
 // UpstreamCluster configures a Redis Cluster upstream (upstream.mode cluster).
@@ -82,7 +117,11 @@ type UpstreamCluster struct {
 	// sooner (MOVED, an unreachable master and CLUSTERDOWN ask at once);
 	// default 10s; > 0.
 	Refresh      Duration `yaml:"refresh"`
-	MaxRedirects int      `yaml:"max_redirects"` // MOVED/ASK/TRYAGAIN replies followed per command before the client sees one; default 5; 1..16
+	MaxRedirects int      `yaml:"max_redirects"` // MOVED/ASK/TRYAGAIN replies followed per command before the client gets TRYAGAIN; default 5; 1..16
+	// Announce is the host:port the cluster facade gives cluster-mode
+	// clients (CLUSTER SLOTS, SHARDS, NODES) as the one node owning every
+	// slot; default "" (the address each client connected to).
+	Announce string `yaml:"announce"`
 	// ReplicaReadPrefixes: read-only commands whose keys are all under
 	// these prefixes go to a replica of the keys' master (READONLY), for
 	// read-mostly keys; their values may lag writes by the replication
@@ -447,6 +486,7 @@ func Default() Config {
 			Address:      "127.0.0.1:6379",
 			Mode:         "standalone",
 			Cluster:      UpstreamCluster{Seeds: []string{}, Refresh: Duration(10 * time.Second), MaxRedirects: 5, ReplicaReadPrefixes: []string{}},
+			Sentinel:     UpstreamSentinel{Addresses: []string{}, ReplicaReadPrefixes: []string{}},
 			Connections:  1,
 			DialTimeout:  Duration(time.Second),
 			Timeout:      Duration(5 * time.Second),
@@ -809,8 +849,36 @@ func (c Config) Validate() error {
 	switch u.Mode {
 	case "standalone":
 	case "cluster":
+	case "sentinel":
+		if u.Sentinel.MasterName == "" {
+			add("upstream.sentinel.master_name must be set in upstream.mode sentinel")
+		}
+		if len(u.Sentinel.Addresses) == 0 {
+			add("upstream.sentinel.addresses must name at least one Sentinel in upstream.mode sentinel")
+		}
+		if u.Sentinel.TLS && !u.TLS.Enabled {
+			add("upstream.sentinel.tls needs upstream.tls.enabled (its settings are used)")
+		}
 	default:
-		add("upstream.mode must be standalone or cluster, got %q", u.Mode)
+		add("upstream.mode must be standalone, cluster or sentinel, got %q", u.Mode)
+	}
+	if u.Mode != "sentinel" && (u.Sentinel.MasterName != "" || len(u.Sentinel.Addresses) > 0 || len(u.Sentinel.ReplicaReadPrefixes) > 0) {
+		add("upstream.sentinel needs upstream.mode sentinel")
+	}
+	if u.Sentinel.PasswordFile != "" && u.Sentinel.PasswordEnv != "" {
+		add("upstream.sentinel.password_file and upstream.sentinel.password_env exclude each other")
+	}
+	for i, s := range u.Sentinel.Addresses {
+		if err := checkHostPort(s, 1); err != nil {
+			add("upstream.sentinel.addresses[%d] %v", i, err)
+		}
+	}
+	if u.Cluster.Announce != "" {
+		if err := checkHostPort(u.Cluster.Announce, 1); err != nil {
+			add("upstream.cluster.announce %v", err)
+		} else if u.Mode != "cluster" {
+			add("upstream.cluster.announce needs upstream.mode cluster")
+		}
 	}
 	for i, s := range u.Cluster.Seeds {
 		if err := checkHostPort(s, 1); err != nil {

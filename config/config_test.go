@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 88 {
-		t.Errorf("Config has %d yaml keys, test expects 88: %v", len(want), want)
+	if len(want) != 97 {
+		t.Errorf("Config has %d yaml keys, test expects 97: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -288,6 +288,27 @@ func TestValidateRules(t *testing.T) {
 		{"address empty", func(c *Config) { c.Upstream.Address = "" }, "upstream.address must be host:port"},
 		{"address port 0", func(c *Config) { c.Upstream.Address = "redis:0" }, "upstream.address must have a port between 1 and 65535"},
 		{"address port big", func(c *Config) { c.Upstream.Address = "redis:65536" }, "upstream.address must have a port"},
+		{"sentinel no name", func(c *Config) {
+			c.Upstream.Mode = "sentinel"
+			c.Upstream.Sentinel.Addresses = []string{"127.0.0.1:26379"}
+		}, "upstream.sentinel.master_name must be set"},
+		{"sentinel no addresses", func(c *Config) { c.Upstream.Mode = "sentinel"; c.Upstream.Sentinel.MasterName = "m" }, "upstream.sentinel.addresses must name at least one Sentinel"},
+		{"sentinel bad address", func(c *Config) {
+			c.Upstream.Mode = "sentinel"
+			c.Upstream.Sentinel.MasterName = "m"
+			c.Upstream.Sentinel.Addresses = []string{"nope"}
+		}, "upstream.sentinel.addresses[0] must be host:port"},
+		{"sentinel tls without upstream tls", func(c *Config) {
+			c.Upstream.Mode = "sentinel"
+			c.Upstream.Sentinel.MasterName = "m"
+			c.Upstream.Sentinel.Addresses = []string{"127.0.0.1:26379"}
+			c.Upstream.Sentinel.TLS = true
+		}, "upstream.sentinel.tls needs upstream.tls.enabled"},
+		{"sentinel replica reads in standalone", func(c *Config) { c.Upstream.Sentinel.ReplicaReadPrefixes = []string{"ro:"} }, "upstream.sentinel needs upstream.mode sentinel"},
+		{"sentinel keys in standalone", func(c *Config) { c.Upstream.Sentinel.MasterName = "m" }, "upstream.sentinel needs upstream.mode sentinel"},
+		{"mode bad", func(c *Config) { c.Upstream.Mode = "replica" }, `upstream.mode must be standalone, cluster or sentinel, got "replica"`},
+		{"announce bad", func(c *Config) { c.Upstream.Mode = "cluster"; c.Upstream.Cluster.Announce = "10.0.0.1" }, "upstream.cluster.announce must be host:port"},
+		{"announce standalone", func(c *Config) { c.Upstream.Cluster.Announce = "10.0.0.1:6380" }, "upstream.cluster.announce needs upstream.mode cluster"},
 		{"connections 0", func(c *Config) { c.Upstream.Connections = 0 }, "upstream.connections must be between 1 and 64, got 0"},
 		{"connections 65", func(c *Config) { c.Upstream.Connections = 65 }, "upstream.connections must be between 1 and 64, got 65"},
 		{"connections 1", func(c *Config) { c.Upstream.Connections = 1 }, ""},
@@ -900,5 +921,19 @@ func TestMerge(t *testing.T) {
 	}
 	if _, pending := Merge(running, running, reloadable); len(pending) != 0 {
 		t.Fatalf("no change, pending %v", pending)
+	}
+}
+
+func TestSentinelModeParses(t *testing.T) {
+	c, err := Parse([]byte("upstream:\n  mode: sentinel\n  sentinel:\n    master_name: mymaster\n    addresses: [\"10.0.0.1:26379\", \"10.0.0.2:26379\"]\n    password_env: SENTINEL_PW\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Upstream.Sentinel.MasterName != "mymaster" || len(c.Upstream.Sentinel.Addresses) != 2 {
+		t.Fatalf("parsed %+v", c.Upstream.Sentinel)
+	}
+	pw, err := c.Upstream.Sentinel.Password(nil, func(k string) string { return map[string]string{"SENTINEL_PW": "s3cret"}[k] })
+	if err != nil || pw != "s3cret" {
+		t.Fatalf("Sentinel password %q, %v", pw, err)
 	}
 }

@@ -134,7 +134,6 @@ func TestProxyAuth(t *testing.T) {
 	}
 }
 
-
 // TestAuthPassthrough: Redis checks each client's AUTH; the session then runs
 // on connections authenticated as that user, so ACL rules apply exactly as on
 // Redis (compared byte for byte with a direct connection).

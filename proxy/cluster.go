@@ -91,6 +91,9 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 		return false
 	}
 	args := cmd.Args
+	if ss.pin != nil && s.crossSlotEnd(ss, info) {
+		return true
+	}
 	pinned := ss.pin != nil || ss.multiPending // commands stay whole: they go to one master
 	if !pinned {
 		switch info.Name {
@@ -125,6 +128,9 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 	ss.slot = upstream.Slot(keys[0])
 	if len(s.cfg.ReplicaReadPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && s.replicaReadable(keys) {
 		ss.slot |= upstream.ReplicaRead
+	}
+	if ss.pin != nil && s.crossSlotCommand(ss) {
+		return true
 	}
 	cross := false
 	for _, k := range keys[1:] {

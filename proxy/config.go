@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/rproxy/rproxy/policy"
@@ -29,10 +31,15 @@ type Config struct {
 	// Cluster.Seeds (Upstream.Address is then unused): commands are routed
 	// by key slot, and multi-key commands that span slots are split.
 	Cluster *upstream.ClusterConfig
-	// ReplicaReadPrefixes: on a cluster with Cluster.ReplicaReads, read-only
+	// ReplicaReadPrefixes: on a cluster with Cluster.ReplicaReads (or with
+	// a Sentinel whose SentinelConfig.Replicas is set), read-only
 	// commands on keys under these prefixes go to a replica of the key's
 	// master (their values may lag the master's by the replication delay).
 	ReplicaReadPrefixes []string
+	// ClusterAnnounce is the host:port the cluster facade (CLUSTER SLOTS,
+	// SHARDS, NODES) gives cluster-mode clients as the one node owning
+	// every slot; "" means the local address of each client's connection.
+	ClusterAnnounce string
 
 	// Limits are the client limits, which SetLimits changes at run time.
 	Limits
@@ -137,6 +144,12 @@ func (c Config) Validate() error {
 	}
 	up := c.Upstream
 	up.Protocol = 2
+	if c.Upstream.Sentinel != nil && c.Cluster != nil {
+		errs = append(errs, errors.New("proxy: a Sentinel upstream and a cluster upstream exclude each other"))
+	}
+	if c.Cluster == nil && len(c.ReplicaReadPrefixes) > 0 && (c.Upstream.Sentinel == nil || !c.Upstream.Sentinel.ReplicasOn()) {
+		errs = append(errs, errors.New("proxy: replica read prefixes need a cluster upstream with ReplicaReads or a Sentinel asking for replicas"))
+	}
 	if c.Salt != nil && c.Cluster == nil {
 		errs = append(errs, errors.New("proxy: salted fan-out needs a cluster upstream"))
 	}
@@ -148,6 +161,11 @@ func (c Config) Validate() error {
 		}
 		if c.Salt != nil {
 			if err := c.Salt.Validate(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if c.ClusterAnnounce != "" {
+			if err := validAnnounce(c.ClusterAnnounce); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -189,4 +207,16 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("proxy: shutdown drain must not be negative, got %v", c.ShutdownDrain))
 	}
 	return errors.Join(errs...)
+}
+
+// validAnnounce checks a cluster announce address: host:port, port 1..65535.
+func validAnnounce(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("proxy: cluster announce address %q: %w", addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
+		return fmt.Errorf("proxy: cluster announce address %q: want host:port with a port 1..65535", addr)
+	}
+	return nil
 }

@@ -51,6 +51,7 @@ func (s *Server) proxyInfo() string {
 	field("connected_clients", s.clients.Load())
 	field("upstream_address", s.cfg.Upstream.Address)
 	field("upstream_ready", boolInt(s.pools[2].Ready()))
+	s.topologyInfo(field)
 	field("command_table", s.table.Load().Source())
 	field("coalesce", onOff(s.coalesce != nil))
 	field("policy", onOff(s.policy.Load() != nil))
@@ -118,6 +119,10 @@ func (s *Server) appendProxyInfo(dst, reply []byte) []byte {
 // The policy has already checked it (PROXY RELOAD is loopback-only by
 // default).
 func (s *Server) proxyCommand(ss *session, args [][]byte) {
+	if isInfoNodes(args) {
+		s.proxyInfoNodes(ss, args[3:])
+		return
+	}
 	sub := ""
 	if len(args) > 1 {
 		sub = strings.ToLower(string(args[1]))
@@ -167,6 +172,7 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 		lines := []string{
 			"PROXY <subcommand>. Subcommands are:",
 			"INFO -- the proxy's own figures (also the # Proxy section of INFO).",
+			"INFO NODES [section ...] -- Redis's INFO from every master (cluster) or the server, as [address, INFO] pairs.",
 			"HOTKEYS -- the keys currently detected as hot, with reads per second.",
 			"CONFIG GET [pattern ...] -- the running configuration, secrets redacted: all of it as YAML, or the keys matching a glob pattern (limits.*) as key, value pairs.",
 			"CLIENTS -- the connected clients: id, address, name, age, idle, db, last command, user, shared or pinned upstream connection.",

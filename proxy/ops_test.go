@@ -88,7 +88,7 @@ func TestProxyCommand(t *testing.T) {
 	if r := c.do("proxy", "config", "get", "LIST*"); r != "*2\r\n$6\r\nlisten\r\n$14\r\n127.0.0.1:6380\r\n" {
 		t.Errorf("PROXY CONFIG GET LIST* = %q", r)
 	}
-	if r := c.do("PROXY", "HELP"); !strings.HasPrefix(r, "*7\r\n+PROXY <subcommand>") {
+	if r := c.do("PROXY", "HELP"); !strings.HasPrefix(r, "*8\r\n+PROXY <subcommand>") {
 		t.Errorf("PROXY HELP = %q", r)
 	}
 	ok := proxytest.Start(t, rs.Addr, withOps(nil), withPolicy(nil))

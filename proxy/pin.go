@@ -91,6 +91,9 @@ func (s *Server) doPinned(ss *session) {
 	if stop != nil {
 		stop()
 	}
+	if s.cfg.Cluster != nil {
+		upstream.HideRedirects(ss.batch) // clients see one node (facade.go)
+	}
 	ss.blocking = false
 	for i, t := range ss.track {
 		r := string(ss.batch.Reply(i))
@@ -164,6 +167,7 @@ func (s *Server) unpin(ss *session) {
 	ss.pin = nil
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
 	ss.track = ss.track[:0]
+	ss.crossSlotTx = false
 }
 
 // startStream puts the session in stream mode (pub/sub) on its pinned

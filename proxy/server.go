@@ -141,6 +141,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if s.cluster != nil && reg != nil {
 		reg.MustRegister(s.cluster.MasterCollector())
 	}
+	if sen := cfg.Upstream.Sentinel; sen != nil && reg != nil {
+		reg.MustRegister(sen.Collector())
+	}
 	s.policyMetrics = policy.NewMetrics(reg)
 	if cfg.Policy != nil {
 		if err := s.SetPolicy(*cfg.Policy); err != nil {
@@ -377,6 +380,9 @@ func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
 			return err
 		}
 		ps[proto] = p
+		if s.sentinelReplicaReads() {
+			ps[proto] = upstream.NewReplicaRouter(p, ucfg.Sentinel, ucfg, s.metricsUp, s.log.Named("upstream"))
+		}
 	}
 	return nil
 }

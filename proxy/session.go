@@ -72,6 +72,7 @@ type session struct {
 	// split commands whose replies are merged, and key scratch.
 	slot         int
 	multiPending bool // MULTI answered, not yet sent: no master chosen yet
+	crossSlotTx  bool // a command of the open transaction is for another master: EXEC gets CROSSSLOT (crossslot.go)
 	rest         []resp.Command
 	restAt       int
 	merges       []merge
@@ -395,7 +396,13 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		s.killOutOfBand(ss, cmd.Raw)
 		return
 	}
+	if s.sentinelReplicaReads() {
+		s.routeReplicaRead(ss, info, cmd.Args) // replicas.go
+	}
 	if s.cfg.Cluster != nil {
+		if info != nil && info.Name == "cluster" && s.clusterCommand(ss, cmd) {
+			return
+		}
 		if s.routeCluster(ss, info, cmd) {
 			return
 		}

@@ -65,6 +65,11 @@ func checkConfig(cfg config.Config, path string, env checkEnv) error {
 	} else if _, err := cfg.Upstream.Password(env.readFile, env.getenv); err != nil {
 		add(file(err))
 	}
+	if sc := cfg.Upstream.Sentinel; sc.PasswordFile == "" && sc.PasswordEnv != "" && env.getenv(sc.PasswordEnv) == "" {
+		warnings = append(warnings, fmt.Sprintf("upstream.sentinel.password_env: $%s is empty or unset here (read again at start)", sc.PasswordEnv))
+	} else if _, err := sc.Password(env.readFile, env.getenv); err != nil {
+		add(file(err))
+	}
 	if _, err := cfg.AdminToken(env.readFile); err != nil {
 		add(file(err))
 	}

@@ -109,6 +109,10 @@ func TestCheckFlag(t *testing.T) {
 	if _, stderr, code = runCheck(t, bin, "-config", missing); code != 0 || !strings.Contains(stderr, "warning: upstream.password_file") {
 		t.Errorf("missing password file: exit %d, output %q; want 0 with a warning", code, stderr)
 	}
+	sentinelPW := write("sentinel-pw.yaml", "upstream:\n  mode: sentinel\n  sentinel:\n    master_name: m\n    addresses: [\"127.0.0.1:26379\"]\n    password_file: "+filepath.Join(dir, "nope")+"\n")
+	if _, stderr, code = runCheck(t, bin, "-config", sentinelPW); code != 0 || !strings.Contains(stderr, "warning: upstream.sentinel.password_file") {
+		t.Errorf("missing Sentinel password file: exit %d, output %q; want 0 with a warning", code, stderr)
+	}
 	wrongKey := write("wrong-key.yaml", "tls:\n  cert_file: "+certs.ServerCert+"\n  key_file: "+certs.ClientKey+"\n")
 	if _, stderr, code = runCheck(t, bin, "-config", wrongKey); code == 0 || !strings.Contains(stderr, "tls.key_file") {
 		t.Errorf("key of another certificate: exit %d, output %q", code, stderr)

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -186,6 +187,15 @@ func run(args []string) error {
 		}
 	}
 	sec.checkCerts()
+	if cfg.Upstream.Mode == "sentinel" {
+		sen, err := newSentinel(cfg, pcfg.Upstream.TLS, log.Named("sentinel"))
+		if err != nil {
+			return err
+		}
+		defer sen.Close()
+		pcfg.Upstream.Sentinel = sen
+		pcfg.Upstream.Address = "sentinel/" + cfg.Upstream.Sentinel.MasterName // only a name: the Sentinel gives the address
+	}
 	startPolicy, err := policy.New(cfg.PolicyConfig(), nil, nil) // what the upstream user check probes
 	if err != nil {
 		return err
@@ -374,7 +384,8 @@ func proxyConfig(c config.Config) proxy.Config {
 			Username:     c.Upstream.Username,
 		},
 		Cluster:             cluster,
-		ReplicaReadPrefixes: c.Upstream.Cluster.ReplicaReadPrefixes,
+		ReplicaReadPrefixes: replicaReadPrefixes(c.Upstream),
+		ClusterAnnounce:     c.Upstream.Cluster.Announce,
 		Salt:                saltConfig(c.HotKeys.Salt),
 		Limits:              proxyLimits(c.Limits),
 		ShutdownDrain:       c.Limits.ShutdownDrain.D(),
@@ -542,4 +553,39 @@ func loggerConfig(c config.Log) (zap.Config, error) {
 	}
 	zc.DisableStacktrace = true
 	return zc, nil
+}
+
+// newSentinel starts following upstream.sentinel's master: the Sentinels'
+// own password is read here, their TLS is upstream.tls's when
+// upstream.sentinel.tls is set.
+func newSentinel(c config.Config, upTLS *tls.Config, log *zap.Logger) (*upstream.Sentinel, error) {
+	sc := c.Upstream.Sentinel
+	scfg := upstream.SentinelConfig{
+		MasterName:  sc.MasterName,
+		Addresses:   sc.Addresses,
+		Username:    sc.Username,
+		DialTimeout: c.Upstream.DialTimeout.D(),
+		Replicas:    len(sc.ReplicaReadPrefixes) > 0,
+	}
+	var err error
+	if scfg.Password, err = sc.Password(os.ReadFile, os.Getenv); err != nil {
+		return nil, err
+	}
+	if sc.TLS {
+		scfg.TLS = upTLS
+	}
+	sen, err := upstream.NewSentinel(scfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("upstream.sentinel: %w", err)
+	}
+	return sen, nil
+}
+
+// replicaReadPrefixes are the mode's: upstream.cluster's or
+// upstream.sentinel's replica_read_prefixes.
+func replicaReadPrefixes(u config.Upstream) []string {
+	if u.Mode == "sentinel" {
+		return u.Sentinel.ReplicaReadPrefixes
+	}
+	return u.Cluster.ReplicaReadPrefixes
 }

@@ -40,6 +40,8 @@ type Cluster struct {
 	// by master, in the order StartCluster created them. Killed nodes stay
 	// in the list.
 	Nodes []*ClusterNode
+
+	args []string // extra node arguments given to StartCluster
 }
 
 // ClusterNode is one node of a Cluster. The embedded *Server gives its
@@ -86,40 +88,13 @@ func StartCluster(tb testing.TB, masters, replicasPerMaster int, args ...string)
 	if masters < 1 || replicasPerMaster < 0 {
 		tb.Fatalf("redistest: StartCluster(%d masters, %d replicas per master): need at least one master", masters, replicasPerMaster)
 	}
-	c := &Cluster{}
+	c := &Cluster{args: args}
 	total := masters * (1 + replicasPerMaster)
 	for i := 0; i < total; i++ {
-		// An explicit bus port (Redis 7) instead of the default port+10000,
-		// which does not exist for ports above 55535 and is not checked for
-		// being free.
-		bus := FreePort(tb)
-		nodeArgs := append([]string{
-			"--cluster-enabled", "yes",
-			// Relative to --dir, i.e. <Server.Dir>/nodes.conf, which is
-			// not known before Start; it survives Restart, so a restarted
-			// node rejoins the cluster.
-			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", clusterNodeTimeout,
-			"--cluster-port", strconv.Itoa(bus),
-			// The default 5 s delay before a diskless full sync would
-			// dominate the start-up of replicas.
-			"--repl-diskless-sync-delay", "0",
-			// CLUSTER SLOTS hides replicas whose replication offset is
-			// still 0 (redis/redis#9287), and with no writes only the
-			// master's replication PING moves it: every 10 s by default.
-			"--repl-ping-replica-period", "1",
-		}, args...)
-		c.Nodes = append(c.Nodes, &ClusterNode{Server: Start(tb, nodeArgs...), BusPort: bus})
+		c.Nodes = append(c.Nodes, c.startNode(tb))
 	}
 	for _, n := range c.Nodes {
-		n.ID = string(c.mustQuery(tb, n, "CLUSTER", "MYID").Str)
-		// The bus port actually used: args may have overridden ours.
-		cfg := c.mustQuery(tb, n, "CONFIG", "GET", "cluster-port")
-		if len(cfg.Elems) == 2 {
-			if p, err := strconv.Atoi(string(cfg.Elems[1].Str)); err == nil && p != 0 {
-				n.BusPort = p
-			}
-		}
+		c.readIdentity(tb, n)
 	}
 
 	// Slots and distinct config epochs before the nodes meet, as
@@ -775,4 +750,61 @@ func execMulti(addr string, cmds ...[]string) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// startNode starts one cluster-enabled redis-server with the cluster's
+// arguments (not yet part of the cluster).
+func (c *Cluster) startNode(tb testing.TB) *ClusterNode {
+	tb.Helper()
+	// An explicit bus port (Redis 7) instead of the default port+10000,
+	// which does not exist for ports above 55535 and is not checked for
+	// being free.
+	bus := FreePort(tb)
+	nodeArgs := append([]string{
+		"--cluster-enabled", "yes",
+		// Relative to --dir, i.e. <Server.Dir>/nodes.conf, which is
+		// not known before Start; it survives Restart, so a restarted
+		// node rejoins the cluster.
+		"--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", clusterNodeTimeout,
+		"--cluster-port", strconv.Itoa(bus),
+		// The default 5 s delay before a diskless full sync would
+		// dominate the start-up of replicas.
+		"--repl-diskless-sync-delay", "0",
+		// CLUSTER SLOTS hides replicas whose replication offset is
+		// still 0 (redis/redis#9287), and with no writes only the
+		// master's replication PING moves it: every 10 s by default.
+		"--repl-ping-replica-period", "1",
+	}, c.args...)
+	return &ClusterNode{Server: Start(tb, nodeArgs...), BusPort: bus}
+}
+
+// readIdentity reads n's node id and the bus port it actually uses (the
+// cluster's args may have overridden ours).
+func (c *Cluster) readIdentity(tb testing.TB, n *ClusterNode) {
+	tb.Helper()
+	n.ID = string(c.mustQuery(tb, n, "CLUSTER", "MYID").Str)
+	cfg := c.mustQuery(tb, n, "CONFIG", "GET", "cluster-port")
+	if len(cfg.Elems) == 2 {
+		if p, err := strconv.Atoi(string(cfg.Elems[1].Str)); err == nil && p != 0 {
+			n.BusPort = p
+		}
+	}
+}
+
+// AddMaster starts a new node, introduces it to every running node (as
+// redis-cli --cluster add-node does) and waits until the cluster is stable
+// with it as a master owning no slots. Give it slots with MigrateSlot.
+func (c *Cluster) AddMaster(tb testing.TB) *ClusterNode {
+	tb.Helper()
+	n := c.startNode(tb)
+	c.readIdentity(tb, n)
+	for _, o := range c.Nodes {
+		if o.running() {
+			c.mustOK(tb, o, "CLUSTER", "MEET", announcedIP, strconv.Itoa(n.Port), strconv.Itoa(n.BusPort))
+		}
+	}
+	c.Nodes = append(c.Nodes, n)
+	c.waitStable(tb, fmt.Sprintf("%s joined", n), true, nil)
+	return n
 }

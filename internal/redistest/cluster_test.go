@@ -319,3 +319,17 @@ func TestClusterFailover(t *testing.T) {
 	wantReply(t, promoted.Server, "+OK\r\n", "SET", keys[0], "after")
 	c.WaitStable(t)
 }
+
+// TestClusterAddMaster: a master added to a running cluster is known to
+// every node, owns nothing until a slot is moved to it, then serves it.
+func TestClusterAddMaster(t *testing.T) {
+	c := StartCluster(t, 2, 0)
+	n := c.AddMaster(t)
+	if !n.IsMaster() || len(c.Masters()) != 3 {
+		t.Fatalf("after AddMaster: %s, %d masters", n, len(c.Masters()))
+	}
+	c.MigrateSlot(t, 5, n)
+	if got := c.MasterForSlot(t, 5); got != n {
+		t.Fatalf("slot 5 served by %s, want the new master %s", got, n)
+	}
+}

@@ -45,6 +45,7 @@ type Server struct {
 
 	bin     string   // path of redis-server
 	extra   []string // extra command-line arguments given to Start
+	confArg string   // a config file given before the other arguments ("" = none): Sentinel needs one
 	outFile string   // stdout/stderr of the process, inside Dir
 
 	mu   sync.Mutex
@@ -115,11 +116,20 @@ func FreePort(tb testing.TB) int {
 // dataset. Start must be called from the test's goroutine.
 func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
+	return start(tb, func(string) string { return "" }, args...)
+}
+
+// start is Start with a config file: conf is given the server's directory
+// and returns the file's path ("" for none), which goes first on the
+// command line.
+func start(tb testing.TB, conf func(dir string) string, args ...string) *Server {
+	tb.Helper()
 	s := &Server{
 		bin:   RequireBinary(tb, "redis-server"),
 		Dir:   tb.TempDir(),
 		extra: append([]string(nil), args...),
 	}
+	s.confArg = conf(s.Dir)
 	s.LogFile = filepath.Join(s.Dir, "redis.log")
 	s.outFile = filepath.Join(s.Dir, "redis-stdout.log")
 	// Registered after TempDir, so it runs before the directory is removed.
@@ -267,7 +277,11 @@ func execRaw(addr string, timeout time.Duration, args ...string) ([]byte, error)
 
 // args returns the redis-server command line for port.
 func (s *Server) args(port int) []string {
-	a := []string{
+	var a []string
+	if s.confArg != "" {
+		a = append(a, s.confArg)
+	}
+	a = append(a,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -275,7 +289,7 @@ func (s *Server) args(port int) []string {
 		"--dir", s.Dir,
 		"--daemonize", "no",
 		"--logfile", s.LogFile,
-	}
+	)
 	return append(a, s.extra...)
 }
 

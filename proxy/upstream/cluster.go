@@ -73,6 +73,10 @@ type Cluster struct {
 	version atomic.Uint64
 	// lastErr is why the last slot map read failed ("" after a success).
 	lastErr atomic.Pointer[string]
+	// assigned is how many slots the map in force assigns; readAt is when
+	// a map was last read (unix nanos, base.Now), 0 before the first.
+	assigned atomic.Int32
+	readAt   atomic.Int64
 
 	trigger chan struct{}
 	cancel  context.CancelFunc
@@ -208,6 +212,51 @@ func (c *Cluster) MasterAddrs() []string {
 		}
 	}
 	return out
+}
+
+// SlotsAssigned is how many slots the slot map in force assigns to a
+// master (0 before the first map is read).
+func (c *Cluster) SlotsAssigned() int { return int(c.assigned.Load()) }
+
+// MapAge is how long ago the slot map was last read successfully, and
+// false before the first read.
+func (c *Cluster) MapAge() (time.Duration, bool) {
+	at := c.readAt.Load()
+	if at == 0 {
+		return 0, false
+	}
+	return c.base.Now().Sub(time.Unix(0, at)), true
+}
+
+// MasterState is a master of the slot map and whether rproxy has a shared
+// connection up to it.
+type MasterState struct {
+	Addr string
+	Up   bool
+}
+
+// MasterStates returns each master of the slot map, in map order.
+func (c *Cluster) MasterStates() []MasterState {
+	nodes := *c.nodes.Load()
+	seen := map[int32]bool{}
+	var out []MasterState
+	for _, s := range *c.shards.Load() {
+		i := c.slots[s].Load()
+		if i < 0 || seen[i] {
+			continue
+		}
+		seen[i] = true
+		out = append(out, MasterState{Addr: nodes[i].addr, Up: nodes[i].pools[c.cfg.Protocols[0]].Ready()})
+	}
+	return out
+}
+
+// MasterAddr returns the address of the master serving slot, or "".
+func (c *Cluster) MasterAddr(slot int) string {
+	if i := c.Owner(slot); i >= 0 {
+		return (*c.nodes.Load())[i].addr
+	}
+	return ""
 }
 
 // MapVersion changes whenever the slot map does.
@@ -469,6 +518,8 @@ func (c *Cluster) install(shards []shard, from string) error {
 	c.replicas.Store(&replicas)
 	c.metrics.clusterNodes.Set(float64(len(firsts)))
 	c.metrics.slotsAssigned.Set(float64(assigned))
+	c.assigned.Store(int32(assigned))
+	c.readAt.Store(c.base.Now().UnixNano())
 	if !c.loaded.Swap(true) || changed > 0 {
 		c.version.Add(1)
 		c.metrics.refreshes.WithLabelValues("changed").Inc()

@@ -116,12 +116,15 @@ type fakeCluster struct {
 	names []string
 	mu    sync.Mutex
 	moved map[int]int // slot -> index of the node that now serves it
-	gets  []atomic.Int64
+	// movedAddr: slot -> an address outside the three that every node
+	// redirects the slot's GETs to.
+	movedAddr map[int]string
+	gets      []atomic.Int64
 }
 
 func startFakeCluster(t *testing.T) *fakeCluster {
 	t.Helper()
-	fc := &fakeCluster{names: []string{"A", "B", "C"}, moved: map[int]int{}, gets: make([]atomic.Int64, 3)}
+	fc := &fakeCluster{names: []string{"A", "B", "C"}, moved: map[int]int{}, movedAddr: map[int]string{}, gets: make([]atomic.Int64, 3)}
 	for i := range 3 {
 		fc.nodes = append(fc.nodes, startFake(t, func(args [][]byte) string { return fc.reply(i, args) }))
 	}
@@ -152,7 +155,11 @@ func (fc *fakeCluster) reply(i int, args [][]byte) string {
 		slot := Slot(args[1])
 		fc.mu.Lock()
 		to, isMoved := fc.moved[slot]
+		addr := fc.movedAddr[slot]
 		fc.mu.Unlock()
+		if addr != "" {
+			return fmt.Sprintf("-MOVED %d %s\r\n", slot, addr)
+		}
 		if isMoved && to != i {
 			return fmt.Sprintf("-MOVED %d %s\r\n", slot, fc.nodes[to].ln.Addr())
 		}

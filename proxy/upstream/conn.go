@@ -189,12 +189,17 @@ func (c *conn) run(ctx context.Context) {
 	backoff := cfg.BackoffMin
 	wasUp := true // log the first failure
 	buf := make([]byte, readBufSize)
+	first := true
 	for ctx.Err() == nil {
 		nc, err := c.dial(ctx)
 		if err != nil {
 			c.mu.Lock()
 			c.downReason = err.Error()
 			c.mu.Unlock()
+			if first {
+				first = false
+				c.pool.firstDialDone(false)
+			}
 			c.pool.metrics.errors.WithLabelValues("dial").Inc()
 			if wasUp {
 				log.Warn("upstream connect failed", zap.Error(err))
@@ -202,7 +207,7 @@ func (c *conn) run(ctx context.Context) {
 			} else {
 				log.Debug("upstream connect failed", zap.Error(err), zap.Duration("backoff_seconds", backoff))
 			}
-			if !sleep(ctx, backoff) {
+			if !c.pool.backoff(ctx, backoff) {
 				break
 			}
 			backoff = min(backoff*2, cfg.BackoffMax)
@@ -217,6 +222,10 @@ func (c *conn) run(ctx context.Context) {
 		}
 		c.nc, c.closeReason = nc, ""
 		c.mu.Unlock()
+		if first {
+			first = false
+			c.pool.firstDialDone(true)
+		}
 		c.pool.metrics.connected.Inc()
 		c.pool.metrics.connects.Inc()
 		log.Info("upstream connected", zap.String("local", nc.LocalAddr().String()))
@@ -271,7 +280,7 @@ func (c *conn) run(ctx context.Context) {
 		if cfg.Now().Sub(upSince) > cfg.BackoffMax {
 			backoff = cfg.BackoffMin
 		}
-		if !sleep(ctx, backoff) {
+		if !c.pool.backoff(ctx, backoff) {
 			break
 		}
 		backoff = min(backoff*2, cfg.BackoffMax)

@@ -86,7 +86,13 @@ func Dial(ctx context.Context, cfg Config) (net.Conn, error) {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	nc, err := dial(ctx, "tcp", cfg.Address)
+	addr := cfg.Address
+	if cfg.Sentinel != nil {
+		if addr = cfg.Sentinel.Master(); addr == "" {
+			return nil, fmt.Errorf("sentinel: master %q not known yet: %s", cfg.Sentinel.Name(), cfg.Sentinel.LastError())
+		}
+	}
+	nc, err := dial(ctx, "tcp", addr)
 	if err != nil || cfg.TLS == nil {
 		return nc, err
 	}
@@ -116,6 +122,10 @@ func clientTLS(cfg Config) *tls.Config {
 // dial connects (with TLS when configured) and performs the handshake
 // (HELLO 3 for RESP3 pools).
 func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
+	var gen uint64
+	if p.cfg.Sentinel != nil {
+		gen = p.cfg.Sentinel.gen.Load()
+	}
 	nc, err := Dial(ctx, p.cfg)
 	if err != nil {
 		return nil, err
@@ -124,6 +134,18 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), cmd); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if p.cfg.Sentinel != nil {
+		if err := p.confirmMaster(nc); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		if p.cfg.Sentinel.gen.Load() != gen {
+			// The master changed while this dial was under way: it may
+			// have reached the old one, which masterChanged missed.
+			nc.Close()
+			return nil, errors.New("sentinel: the master changed during the dial")
 		}
 	}
 	return nc, nil

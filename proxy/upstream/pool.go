@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -63,6 +64,12 @@ type Config struct {
 	// TLS, when not nil, wraps every connection in TLS (see Dial); nil is
 	// plain TCP. An empty ServerName means the host of Address.
 	TLS *tls.Config
+
+	// Sentinel, when not nil, gives the address to dial (Address is then
+	// only a name for logs): every connection dials the master it names,
+	// confirms with ROLE that it is a master, and is moved when the
+	// master changes.
+	Sentinel *Sentinel
 }
 
 // Validate reports every problem with c.
@@ -96,6 +103,20 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// firstTry is closed once a connection is up, or every connection
+	// has finished its first dial: until then a command waits for the
+	// dial (within Config.Timeout) instead of failing with "connecting"
+	// (a master just added to a cluster, a MOVED to a node never seen).
+	firstTry     chan struct{}
+	firstOnce    sync.Once
+	firstPending atomic.Int32
+	firstWaiters atomic.Int32 // sends waiting on firstTry
+
+	// redial is closed (and replaced) to cut short the reconnect backoff
+	// of every connection: the master changed (Sentinel).
+	redialMu sync.Mutex
+	redial   chan struct{}
+
 	dedicatedState
 }
 
@@ -124,11 +145,14 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
-		cfg:     cfg,
-		log:     log.With(zap.String("upstream", cfg.Address), zap.Int("protocol", cfg.Protocol)),
-		metrics: m.forProtocol(cfg.Protocol),
-		cancel:  cancel,
+		cfg:      cfg,
+		log:      log.With(zap.String("upstream", cfg.Address), zap.Int("protocol", cfg.Protocol)),
+		metrics:  m.forProtocol(cfg.Protocol),
+		cancel:   cancel,
+		firstTry: make(chan struct{}),
+		redial:   make(chan struct{}),
 	}
+	p.firstPending.Store(int32(cfg.Connections))
 	p.lent = make(map[*Dedicated]struct{})
 	for i := 0; i < cfg.Connections; i++ {
 		c := newConn(p, i)
@@ -144,6 +168,9 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 		defer p.wg.Done()
 		p.watch(ctx)
 	}()
+	if cfg.Sentinel != nil {
+		cfg.Sentinel.register(p)
+	}
 	return p, nil
 }
 
@@ -160,18 +187,58 @@ func (p *Pool) Do(b *Batch) {
 func (p *Pool) Send(b *Batch) {
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
+	reason, ok := p.trySend(b)
+	if !ok && p.awaitFirstDial() {
+		reason, ok = p.trySend(b)
+	}
+	if !ok {
+		b.fail(unavailable(reason))
+	}
+}
+
+// trySend queues b on the first connection that is up, starting from the
+// next in turn, or returns why none is.
+func (p *Pool) trySend(b *Batch) (string, bool) {
 	n := uint32(len(p.conns))
 	start := p.next.Add(1)
 	var reason string
 	for i := uint32(0); i < n; i++ {
 		c := p.conns[(start+i)%n]
 		if r, ok := c.send(b); ok {
-			return
+			return "", true
 		} else if reason == "" {
 			reason = r
 		}
 	}
-	b.fail(unavailable(reason))
+	return reason, false
+}
+
+// awaitFirstDial waits, within Config.Timeout, until a connection is up
+// or every first dial has finished, when that has not happened yet; it
+// reports whether it waited (the caller tries again).
+func (p *Pool) awaitFirstDial() bool {
+	select {
+	case <-p.firstTry:
+		return false
+	default:
+	}
+	p.firstWaiters.Add(1)
+	defer p.firstWaiters.Add(-1)
+	t := time.NewTimer(p.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case <-p.firstTry:
+	case <-t.C:
+	}
+	return true
+}
+
+// firstDialDone records the end of a connection's first dial: the pool's
+// first connection up, or its last first dial failed, ends the wait.
+func (p *Pool) firstDialDone(up bool) {
+	if up || p.firstPending.Add(-1) <= 0 {
+		p.firstOnce.Do(func() { close(p.firstTry) })
+	}
 }
 
 // SendOn is Send on connection h modulo the pool's connections, so that
@@ -181,10 +248,17 @@ func (p *Pool) SendOn(b *Batch, h uint32) {
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	c := p.conns[h%uint32(len(p.conns))]
-	if r, ok := c.send(b); !ok {
+	r, ok := c.send(b)
+	if !ok && p.awaitFirstDial() {
+		r, ok = c.send(b)
+	}
+	if !ok {
 		b.fail(unavailable(r))
 	}
 }
+
+// Address is the address the pool dials (with a Sentinel, a name).
+func (p *Pool) Address() string { return p.cfg.Address }
 
 // PinPool returns the pool dedicated connections for slot come from: the
 // pool itself (a standalone server owns every slot).
@@ -206,7 +280,11 @@ func (p *Pool) Ready() bool {
 
 // Close stops reconnecting, closes every connection and fails what waits on them.
 func (p *Pool) Close() {
+	if p.cfg.Sentinel != nil {
+		p.cfg.Sentinel.unregister(p)
+	}
 	p.cancel()
+	p.firstOnce.Do(func() { close(p.firstTry) })
 	p.closeDedicated()
 	for _, c := range p.conns {
 		c.closeWith("proxy shutting down")
@@ -266,3 +344,61 @@ func (p *Pool) scriptBusy(ctx context.Context) bool {
 }
 
 var pingCmd = resp.AppendCommandString(nil, "PING")
+
+// masterChanged moves the pool to a new master (Sentinel): shared
+// connections are closed and redialled at once, idle dedicated ones are
+// dropped, and lent ones are broken, so a pinned session ends as on any
+// connection loss. What waits on the old master fails with reason.
+func (p *Pool) masterChanged(reason string) {
+	p.redialMu.Lock()
+	close(p.redial)
+	p.redial = make(chan struct{})
+	p.redialMu.Unlock()
+	for _, c := range p.conns {
+		c.closeWith(reason)
+	}
+	p.dmu.Lock()
+	lent := make([]*Dedicated, 0, len(p.lent))
+	for d := range p.lent {
+		lent = append(lent, d)
+	}
+	p.idle = nil
+	p.dmu.Unlock()
+	for _, d := range lent {
+		d.Interrupt()
+	}
+}
+
+// backoff sleeps d, or less if the master changes meanwhile; it reports
+// false when ctx ends.
+func (p *Pool) backoff(ctx context.Context, d time.Duration) bool {
+	p.redialMu.Lock()
+	redial := p.redial
+	p.redialMu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-redial:
+	}
+	return true
+}
+
+var roleCmd = resp.AppendCommandString(nil, "ROLE")
+
+// confirmMaster asks a new connection's server for its ROLE: with a
+// Sentinel, a connection must reach the master, not a replica (a master
+// demoted by a failover the Sentinel has not told of yet).
+func (p *Pool) confirmMaster(nc net.Conn) error {
+	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
+	if err != nil {
+		return fmt.Errorf("ROLE: %w", err)
+	}
+	if !bytes.HasPrefix(r[bytes.IndexByte(r, '\n')+1:], []byte("$6\r\nmaster\r\n")) {
+		p.cfg.Sentinel.Check()
+		return fmt.Errorf("ROLE: %s is not the master (%q)", nc.RemoteAddr(), truncate(r, 40))
+	}
+	return nil
+}

@@ -217,7 +217,14 @@ func (r *Router) followRedirects(b *Batch) {
 				c.requestRefresh()
 			}
 		}
-		if len(redo) == 0 || round >= c.cfg.MaxRedirects {
+		if len(redo) == 0 {
+			return
+		}
+		if round >= c.cfg.MaxRedirects {
+			// The client sees rproxy as one node owning every slot: a
+			// redirect to another node means nothing to it (a cluster
+			// client would connect there, around rproxy).
+			HideRedirects(b)
 			return
 		}
 		sc := splitScratches.Get().(*splitScratch)
@@ -376,4 +383,43 @@ func (r *Router) PinPool(slot int) *Pool {
 // must run (DBSIZE, FLUSHALL).
 func (r *Router) Shards() []int {
 	return append([]int(nil), *r.c.shards.Load()...)
+}
+
+// HideRedirects replaces each MOVED or ASK reply of b (a batch whose
+// replies are in) with a TRYAGAIN error naming the slot, and reports how
+// many it replaced. Clients see rproxy as one node owning every slot, so
+// a redirect to a real node must not reach them; TRYAGAIN is what a node
+// answers while a slot it owns is being resharded: a cluster client
+// retries it, on the same node.
+func HideRedirects(b *Batch) int {
+	n := 0
+	for i := range b.replyEnds {
+		if isRedirect(b.Reply(i)) {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	old := append([]byte(nil), b.replies...)
+	ends := append([]int(nil), b.replyEnds...)
+	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
+	start := 0
+	for _, end := range ends {
+		r := old[start:end]
+		start = end
+		if isRedirect(r) {
+			slot := "?"
+			if f := bytes.Fields(r[1:]); len(f) >= 2 {
+				slot = string(f[1])
+			}
+			r = resp.AppendError(nil, "TRYAGAIN rproxy: slot "+slot+" is moving between the cluster's masters; try again")
+		}
+		b.appendReply(r)
+	}
+	return n
+}
+
+func isRedirect(r []byte) bool {
+	return bytes.HasPrefix(r, movedPrefix) || bytes.HasPrefix(r, askPrefix)
 }

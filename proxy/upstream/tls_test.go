@@ -129,3 +129,51 @@ func TestTLSDialTimeout(t *testing.T) {
 		t.Fatalf("error %q does not say the TLS handshake timed out", err)
 	}
 }
+
+// TestSentinelOverTLS: with SentinelConfig.TLS the Sentinels are asked over
+// TLS (verified with the CA): a fake Sentinel that speaks only TLS names
+// the master.
+func TestSentinelOverTLS(t *testing.T) {
+	certs := tlstest.New(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{certs.Server}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	f := &fakeRedis{ln: ln, reply: func(args [][]byte) string {
+		if strings.EqualFold(string(args[0]), "SENTINEL") {
+			return "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6379\r\n"
+		}
+		return "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n"
+	}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c)
+			f.mu.Unlock()
+			go f.serve(c)
+		}
+	}()
+	t.Cleanup(f.close)
+	sen, err := NewSentinel(SentinelConfig{MasterName: "m", Addresses: []string{ln.Addr().String()},
+		TLS: &tls.Config{RootCAs: certs.Pool, ServerName: "127.0.0.1"}, Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sen.Close()
+	if sen.Master() != "127.0.0.1:6379" {
+		t.Fatalf("master over TLS: %q (%s)", sen.Master(), sen.LastError())
+	}
+	plain, err := NewSentinel(SentinelConfig{MasterName: "m", Addresses: []string{ln.Addr().String()}, Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.Close()
+	if plain.Master() != "" {
+		t.Fatalf("a plain-TCP Sentinel client got %q from a TLS-only Sentinel", plain.Master())
+	}
+}
