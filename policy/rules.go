@@ -87,10 +87,12 @@ func DefaultRules() []Rule {
 			// a copy of each; REPLICAOF/SLAVEOF turns the server into a
 			// replica and discards its data; FAILOVER hands the master role
 			// to a replica; CONFIG REWRITE writes the server's config file;
-			// MODULE LOAD runs a shared library's code inside Redis.
+			// MODULE LOAD runs a shared library's code inside Redis;
+			// SYNC/PSYNC make the client a replica: the whole dataset, then
+			// every write of every client.
 			Name: "deny-admin",
 			Commands: []string{"debug", "shutdown", "config|set", "config|rewrite", "monitor", "replicaof", "slaveof",
-				"failover", "module|load", "module|loadex", "module|unload"},
+				"failover", "module|load", "module|loadex", "module|unload", "sync", "psync"},
 			Action:  Deny,
 			Message: "restricted admin command; run it on the Redis server directly, or ask the operator for a policy rule allowing it for your user or address",
 		},

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -196,5 +197,34 @@ func TestSubscribeThenPublishAtOnce(t *testing.T) {
 	// the spare, 44 without; the bound leaves room for a loaded machine.
 	if missed > rounds/2 {
 		t.Errorf("%d of %d publishes missed the subscriber (before warm connections: 37)", missed, rounds)
+	}
+}
+
+// SYNC through rproxy makes the client a replica as it would directly: the
+// session gets its own connection and what Redis sends (the RDB, then the
+// write stream) is copied to it (Redis's suite reads the replication
+// stream this way).
+func TestReplicationStreamThroughProxy(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	repl := dialClient(t, p.Addr)
+	repl.send(resp.AppendCommandString(nil, "SYNC"))
+	w := dialClient(t, p.Addr)
+	var got []byte
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(10 * time.Second)
+	for !bytes.Contains(got, []byte("repl-marker")) {
+		if r := w.do("SET", "repl-marker", "1"); r != "+OK\r\n" {
+			t.Fatalf("SET = %q", r)
+		}
+		repl.nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		n, _ := repl.nc.Read(buf)
+		got = append(got, buf[:n]...)
+		if time.Now().After(deadline) {
+			t.Fatalf("no write in the replication stream after 10s; got %q", got)
+		}
+	}
+	if got[0] != '$' && got[0] != '\n' {
+		t.Errorf("SYNC's reply starts %q, want the RDB's bulk header", got[:min(len(got), 16)])
 	}
 }

@@ -251,7 +251,10 @@ func (t *Table) classify() {
 		"subscribe": Subscribe, "unsubscribe": Subscribe,
 		"psubscribe": Subscribe, "punsubscribe": Subscribe,
 		"ssubscribe": Subscribe, "sunsubscribe": Subscribe,
-		"sync": Unsupported, "psync": Unsupported, "replconf": Unsupported,
+		// A replica's stream: the connection is the client's own from then
+		// on, and what Redis sends (the RDB, then the command stream) is
+		// copied to it byte for byte, as for pub/sub.
+		"sync": Subscribe, "psync": Subscribe, "replconf": Subscribe,
 		// WAIT and WAITAOF block their connection but are not flagged blocking.
 		"wait": BlockingCmd, "waitaof": BlockingCmd,
 	}

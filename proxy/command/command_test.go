@@ -17,7 +17,7 @@ func TestBuiltinClassifies(t *testing.T) {
 	cases := map[string]Handling{
 		"GET": Forward, "set": Forward, "Hello": Hello, "client": Client, "SELECT": Select,
 		"quit": Quit, "reset": Reset, "multi": Transaction, "exec": Transaction, "watch": Transaction,
-		"subscribe": Subscribe, "auth": Unsupported, "monitor": Subscribe,
+		"subscribe": Subscribe, "auth": Unsupported, "monitor": Subscribe, "sync": Subscribe, "psync": Subscribe,
 		"blpop": BlockingCmd, "brpoplpush": BlockingCmd, "bzmpop": BlockingCmd, "xread": BlockingCmd,
 		"wait": BlockingCmd, "publish": Forward, "eval": Forward,
 	}
