@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rproxy/rproxy/proxy/resp"
@@ -67,8 +68,7 @@ func (s *Server) pinnedRedisID(id int64) int64 {
 // when ss is the caller, else what it published after its last batch.
 func (s *Server) clientStateOf(ss, caller *session) clientState {
 	if ss == caller {
-		return clientState{name: string(ss.name), user: ss.user, db: ss.db, pinned: ss.pin != nil || ss.stream,
-			multi: ss.inTransaction(), stream: ss.stream, proto: ss.proto}
+		return ss.liveState()
 	}
 	ss.view.mu.Lock()
 	defer ss.view.mu.Unlock()
@@ -94,12 +94,18 @@ func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, n
 	if cmdName == "" {
 		cmdName = "NULL"
 	}
-	flags, multi := "N", -1
-	switch {
-	case st.multi:
-		flags, multi = "x", 0
-	case st.stream:
-		flags = "P"
+	flags, multi := "", -1
+	if st.multi {
+		flags, multi = flags+"x", 0
+	}
+	if st.subs+st.psubs+st.ssubs > 0 {
+		flags += "P"
+	}
+	if st.tracking {
+		flags += "t"
+	}
+	if flags == "" {
+		flags = "N"
 	}
 	user := st.user
 	if user == "" {
@@ -125,7 +131,13 @@ func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, n
 	dst = append(dst, flags...)
 	dst = append(dst, " db="...)
 	dst = strconv.AppendInt(dst, int64(st.db), 10)
-	dst = append(dst, " sub=0 psub=0 ssub=0 multi="...)
+	dst = append(dst, " sub="...)
+	dst = strconv.AppendInt(dst, int64(st.subs), 10)
+	dst = append(dst, " psub="...)
+	dst = strconv.AppendInt(dst, int64(st.psubs), 10)
+	dst = append(dst, " ssub="...)
+	dst = strconv.AppendInt(dst, int64(st.ssubs), 10)
+	dst = append(dst, " multi="...)
 	dst = strconv.AppendInt(dst, int64(multi), 10)
 	dst = append(dst, " qbuf="...)
 	dst = strconv.AppendInt(dst, int64(qbuf), 10)
@@ -396,6 +408,16 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		ss.streamCmds = append(ss.streamCmds, scriptInt(ss.id))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getredir")):
 		ss.streamCmds = append(ss.streamCmds, scriptInt(ss.redirect))
+	case len(args) == 3 && bytes.EqualFold(args[1], []byte("setname")):
+		// Redis answers (and checks the name); the session keeps it for
+		// CLIENT LIST and GETNAME.
+		subscribed := len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0
+		if validClientName(args[2]) && (ss.proto == 3 || !subscribed) { // RESP2's subscribed mode refuses it
+			ss.name = append(ss.name[:0], args[2]...)
+		}
+		return false
+	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getname")):
+		ss.streamCmds = append(ss.streamCmds, scriptName(ss.name))
 	case bytes.EqualFold(args[1], []byte("tracking")):
 		raw, errReply := s.trackingRedirect(ss, cmd)
 		if errReply != nil {
@@ -409,7 +431,54 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	return true
 }
 
+// scriptName is a command that makes Redis reply name as CLIENT GETNAME
+// does: a bulk string, or a null when there is none.
+func scriptName(name []byte) []byte {
+	if len(name) == 0 {
+		return resp.AppendCommandString(nil, "EVAL", "return false", "0")
+	}
+	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return ARGV[1]"), []byte("0"), name)
+}
+
 // scriptInt is a command that makes Redis reply the integer n.
 func scriptInt(n int64) []byte {
 	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return tonumber(ARGV[1])"), []byte("0"), strconv.AppendInt(nil, n, 10))
+}
+
+// noteSubscriptions follows what a (un)subscribe command asks for, for
+// CLIENT LIST: Redis's replies are not read in stream mode, so this is the
+// client's view (a subscribe Redis refused would still count).
+func (ss *session) noteSubscriptions(name string, args [][]byte) {
+	var kind byte
+	switch name {
+	case "subscribe", "unsubscribe":
+		kind = 'c'
+	case "psubscribe", "punsubscribe":
+		kind = 'p'
+	case "ssubscribe", "sunsubscribe":
+		kind = 's'
+	default:
+		return
+	}
+	if ss.subscribed == nil {
+		ss.subscribed = make(map[byte]map[string]struct{})
+	}
+	set := ss.subscribed[kind]
+	if set == nil {
+		set = make(map[string]struct{})
+		ss.subscribed[kind] = set
+	}
+	if strings.HasPrefix(name, "subscribe") || name == "psubscribe" || name == "ssubscribe" {
+		for _, a := range args[1:] {
+			set[string(a)] = struct{}{}
+		}
+		return
+	}
+	if len(args) == 1 {
+		clear(set) // unsubscribe from all
+		return
+	}
+	for _, a := range args[1:] {
+		delete(set, string(a))
+	}
 }

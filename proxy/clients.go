@@ -33,8 +33,20 @@ type clientState struct {
 	db     int
 	pinned bool // on a dedicated upstream connection (transaction, db, blocking, pub/sub)
 	multi  bool // in a transaction (CLIENT LIST's x flag)
-	stream bool // in stream mode: pub/sub, MONITOR, tracking (CLIENT LIST's P flag, TYPE pubsub)
+	stream bool // in stream mode: pub/sub, MONITOR, tracking (CLIENT LIST TYPE pubsub)
 	proto  int  // 2 or 3
+	// Subscriptions (CLIENT LIST's sub, psub, ssub; P flag) and tracking
+	// (t flag).
+	subs, psubs, ssubs int
+	tracking           bool
+}
+
+// liveState is the session's clientState now; only its own goroutine may
+// call it.
+func (ss *session) liveState() clientState {
+	return clientState{name: string(ss.name), user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: ss.pin != nil || ss.stream,
+		multi: ss.inTransaction(), stream: ss.stream, proto: ss.proto,
+		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.redirect >= 0}
 }
 
 // publishView publishes the session's state after a batch. It allocates
@@ -44,15 +56,17 @@ func (s *Server) publishView(ss *session) {
 	v.active.Store(s.clock().UnixNano())
 	pinned := ss.pin != nil || ss.stream
 	multi := ss.inTransaction()
+	subs, psubs, ssubs, tracking := len(ss.subscribed['c']), len(ss.subscribed['p']), len(ss.subscribed['s']), ss.redirect >= 0
 	if string(ss.name) == v.last.name && ss.user == v.last.user && ss.lastCmd == v.last.cmd && ss.db == v.last.db && pinned == v.last.pinned &&
-		multi == v.last.multi && ss.stream == v.last.stream && ss.proto == v.last.proto {
+		multi == v.last.multi && ss.stream == v.last.stream && ss.proto == v.last.proto &&
+		subs == v.last.subs && psubs == v.last.psubs && ssubs == v.last.ssubs && tracking == v.last.tracking {
 		return
 	}
-	name := v.last.name
-	if string(ss.name) != name {
-		name = string(ss.name)
+	st := ss.liveState()
+	if st.name == v.last.name {
+		st.name = v.last.name // keep the string: no allocation
 	}
-	v.last = clientState{name: name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: pinned, multi: multi, stream: ss.stream, proto: ss.proto}
+	v.last = st
 	v.mu.Lock()
 	v.pub = v.last
 	v.mu.Unlock()

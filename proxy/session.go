@@ -87,18 +87,21 @@ type session struct {
 	// Pinning: while the session holds connection state, its commands run on
 	// a dedicated upstream connection. track holds, for each command in
 	// batch while pinned, the state it may change; the replies decide.
-	pin       *upstream.Dedicated
-	pinPool   *upstream.Pool                     // the pool the pin came from
-	pinRef    atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
-	redirect  int64                              // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
-	killed    atomic.Bool                        // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
-	inMulti   bool                               // Redis answered MULTI; set from replies, after the batch
-	multiSent bool                               // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
-	watching  bool
-	db        int  // database selected on the pin
-	dbUnknown bool // a SELECT ran inside a transaction: keep the pin
-	blocking  bool // batch holds a blocking command: no timeout, watch the client
-	track     []track
+	pin      *upstream.Dedicated
+	pinPool  *upstream.Pool                     // the pool the pin came from
+	pinRef   atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
+	redirect int64                              // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
+	// The channels, patterns and shard channels subscribed, by kind
+	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
+	subscribed map[byte]map[string]struct{}
+	killed     atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
+	inMulti    bool        // Redis answered MULTI; set from replies, after the batch
+	multiSent  bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
+	watching   bool
+	db         int  // database selected on the pin
+	dbUnknown  bool // a SELECT ran inside a transaction: keep the pin
+	blocking   bool // batch holds a blocking command: no timeout, watch the client
+	track      []track
 	// stream: after a (un)subscribe the session is in stream mode for good:
 	// commands go to the pin as they come, and a goroutine copies everything
 	// Redis sends back to the client. The write buffer is not used any more.
@@ -345,6 +348,9 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
 			return
 		}
+		if info != nil && info.Handling == command.Subscribe {
+			ss.noteSubscriptions(info.Name, cmd.Args)
+		}
 		ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 		return
 	}
@@ -452,6 +458,7 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 			ss.multiSent = false
 		}
 	case command.Subscribe:
+		ss.noteSubscriptions(info.Name, args)
 		s.startStream(ss, cmd.Raw)
 	case command.Unsupported:
 		s.refuse(ss, args[0], "it needs session state rproxy does not keep")

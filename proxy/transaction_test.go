@@ -420,3 +420,37 @@ func TestReplyBufferBoundsPipelines(t *testing.T) {
 		t.Errorf("%v upstream writes for %d GETs of 100 KB with a 1 MB reply buffer, want the pipeline sent in parts", got, n)
 	}
 }
+
+// CLIENT LIST follows what a session in stream mode did: its name set while
+// subscribed (RESP3), its subscriptions, and tracking.
+func TestClientListFollowsStreamSessions(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	sub := dialClient(t, p.Addr)
+	if r := sub.do("HELLO", "3"); r[0] != '%' {
+		t.Fatal(r)
+	}
+	sub.do("SUBSCRIBE", "a", "b")
+	sub.read() // the second subscribe confirmation
+	if r := sub.do("CLIENT", "SETNAME", "my-sub"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT SETNAME while subscribed = %q", r)
+	}
+	if r := sub.do("CLIENT", "GETNAME"); r != "$6\r\nmy-sub\r\n" {
+		t.Errorf("CLIENT GETNAME while subscribed = %q", r)
+	}
+	trk := dialClient(t, p.Addr)
+	trk.do("CLIENT", "SETNAME", "trk")
+	if r := trk.do("CLIENT", "TRACKING", "on"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	trk.do("PING")
+	list := dialClient(t, p.Addr).do("CLIENT", "LIST")
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`name=my-sub \S+ \S+ flags=P db=0 sub=2 psub=0 ssub=0 `),
+		regexp.MustCompile(`name=trk \S+ \S+ flags=t db=0 sub=0 psub=0 ssub=0 `),
+	} {
+		if !want.MatchString(list) {
+			t.Errorf("CLIENT LIST lacks %s:\n%s", want, list)
+		}
+	}
+}
