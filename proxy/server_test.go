@@ -152,14 +152,14 @@ func TestForwardsAndKeepsPipelineOrder(t *testing.T) {
 	batch = resp.AppendCommandString(batch, "SET", "k", "v")
 	batch = resp.AppendCommandString(batch, "CLIENT", "SETNAME", "me")
 	batch = resp.AppendCommandString(batch, "GET", "k")
-	batch = resp.AppendCommandString(batch, "PSYNC", "?", "-1")
+	batch = resp.AppendCommandString(batch, "CLIENT", "KILL", "ID", "abc")
 	batch = resp.AppendCommandString(batch, "CLIENT", "GETNAME")
 	batch = resp.AppendCommandString(batch, "INCR", "k")
 	batch = append(batch, "PING\r\n"...) // inline
 	c.send(batch)
 	want := []string{
 		"+OK\r\n", "+OK\r\n", "$1\r\nv\r\n",
-		"-ERR rproxy: PSYNC is not supported yet: it needs session state rproxy does not keep\r\n",
+		"-ERR client-id should be greater than 0\r\n",
 		"$2\r\nme\r\n", "-ERR value is not an integer or out of range\r\n", "+PONG\r\n",
 	}
 	for i, w := range want {

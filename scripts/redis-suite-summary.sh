@@ -58,7 +58,9 @@ counts() {
 		[ $((o + e + x)) -gt 0 ] && ran=$((ran + 1))
 		if [ "$t" -gt 0 ] || [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 			hung=$((hung + 1))
-		elif [ "$x" -gt 0 ] || { [ "$rc" != 0 ] && ! strip "$f" | grep -q 'The End'; }; then
+		# grep -c, not -q: under pipefail, -q's early exit makes sed die of
+		# SIGPIPE on a long log, and the unit would count as aborted.
+		elif [ "$x" -gt 0 ] || { [ "$rc" != 0 ] && [ "$(strip "$f" | grep -c 'The End' || true)" = 0 ]; }; then
 			ab=$((ab + 1))
 		fi
 	done <"$dir/units.tsv"
