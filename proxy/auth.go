@@ -73,7 +73,7 @@ func (s *Server) auth(ss *session, cmd resp.Command) {
 		// Redis judges the command as the client sent it: AUTH <password>
 		// without a password configured is an error there, while AUTH
 		// default <anything> is not.
-		if r, ok := s.loginUpstream(ss, args[1:], user, pass); !ok {
+		if r, ok := s.loginUpstream(ss, args, user, pass); !ok {
 			s.reply(ss, r)
 			return
 		}
@@ -108,7 +108,7 @@ func (s *Server) login(ss *session, user, pass []byte) bool {
 // whether the HELLO may go on (with AUTH removed); if not, it has replied.
 func (s *Server) helloAuth(ss *session, user, pass []byte, hasAuth bool) bool {
 	if hasAuth && s.cfg.AuthPassthrough {
-		if r, ok := s.loginUpstream(ss, [][]byte{user, pass}, user, pass); !ok {
+		if r, ok := s.loginUpstream(ss, [][]byte{[]byte("AUTH"), user, pass}, user, pass); !ok {
 			s.reply(ss, r)
 			return false
 		}
@@ -197,7 +197,7 @@ const maxUserPools = 64
 // and, if Redis accepts them, moves the session to shared connections
 // authenticated as that user, so ACL rules apply as on Redis. Otherwise it
 // returns the reply to give the client: Redis's own, byte for byte. authArgs
-// are AUTH's arguments as the client sent them.
+// is the AUTH command as the client sent it.
 func (s *Server) loginUpstream(ss *session, authArgs [][]byte, user, pass []byte) ([]byte, bool) {
 	if ss.pin != nil && (ss.inTransaction() || ss.stream) {
 		return resp.AppendError(nil, "ERR rproxy: AUTH inside a transaction or in pub/sub mode is not supported"), false
@@ -226,7 +226,8 @@ func (ss *session) setPools(ps *poolSet) {
 	ss.poolsRef.Store(ps)
 }
 
-// checkUpstreamAuth sends AUTH with args on a fresh connection and returns
+// checkUpstreamAuth sends the AUTH command args (the client's, name as it
+// spelled it: MONITOR shows it so) on a fresh connection and returns
 // Redis's reply.
 func (s *Server) checkUpstreamAuth(args [][]byte) ([]byte, error) {
 	up := s.cfg.Upstream
@@ -236,8 +237,7 @@ func (s *Server) checkUpstreamAuth(args [][]byte) ([]byte, error) {
 	}
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(up.Timeout))
-	cmd := append([][]byte{[]byte("AUTH")}, args...)
-	if _, err := nc.Write(resp.AppendCommand(nil, cmd...)); err != nil {
+	if _, err := nc.Write(resp.AppendCommand(nil, args...)); err != nil {
 		return nil, err
 	}
 	return resp.ReadReply(bufio.NewReader(nc), nil)
@@ -253,7 +253,7 @@ func (s *Server) userGone(key, user, pass string, checking *atomic.Bool) {
 		return
 	}
 	defer checking.Store(false)
-	r, err := s.checkUpstreamAuth([][]byte{[]byte(user), []byte(pass)})
+	r, err := s.checkUpstreamAuth([][]byte{[]byte("AUTH"), []byte(user), []byte(pass)})
 	if err != nil || string(r) == "+OK\r\n" {
 		return // Redis unreachable (its connections come back), or the user still logs in
 	}

@@ -101,6 +101,9 @@ func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, n
 	if st.subs+st.psubs+st.ssubs > 0 {
 		flags += "P"
 	}
+	if ss.blockedNow.Load() {
+		flags += "b"
+	}
 	if st.tracking {
 		flags += "t"
 	}

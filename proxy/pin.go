@@ -87,7 +87,16 @@ func (s *Server) doPinned(ss *session) {
 	for _, t := range ss.track {
 		held = held || t.kind != trackNone
 	}
+	if ss.blocking {
+		ss.blockedNow.Store(true) // CLIENT LIST's b flag, for other sessions
+	}
+	for i := 0; i < ss.batch.Len() && !ss.pinDirty; i++ {
+		// Anything but a blocking command may change the connection's
+		// state: it is then reset when released.
+		ss.pinDirty = !blockingCommands[commandName(ss.batch.Command(i))]
+	}
 	ss.pin.Do(ss.batch, timeout)
+	ss.blockedNow.Store(false)
 	if stop != nil {
 		stop()
 	}
@@ -144,6 +153,14 @@ func (s *Server) doPinned(ss *session) {
 	}
 }
 
+// blockingCommands leave a connection as they found it: a pin used only
+// for them needs no RESET when released.
+var blockingCommands = map[string]bool{
+	"blpop": true, "brpop": true, "brpoplpush": true, "blmove": true, "blmpop": true,
+	"bzpopmin": true, "bzpopmax": true, "bzmpop": true, "xread": true, "xreadgroup": true,
+	"wait": true, "waitaof": true,
+}
+
 // inTransaction reports whether the client has opened a transaction, as it
 // has sent its commands: from the MULTI on, not from Redis's reply to it.
 // Nothing rproxy adds may land inside it.
@@ -163,8 +180,12 @@ func (s *Server) unpin(ss *session) {
 		ss.pin.Interrupt() // ends the stream goroutine; never reused
 	}
 	ss.pinRef.Store(nil)
-	ss.pinPool.Release(ss.pin)
-	ss.pin = nil
+	if ss.pinDirty || ss.stream {
+		ss.pinPool.Release(ss.pin)
+	} else {
+		ss.pinPool.ReleaseClean(ss.pin) // it only waited in blocking commands
+	}
+	ss.pin, ss.pinDirty = nil, false
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
 	ss.track = ss.track[:0]
 	ss.crossSlotTx = false

@@ -90,11 +90,13 @@ type session struct {
 	pin      *upstream.Dedicated
 	pinPool  *upstream.Pool                     // the pool the pin came from
 	pinRef   atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
+	pinDirty bool                               // a command other than a blocking one ran on pin: it is reset when released
 	redirect int64                              // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
 	// The channels, patterns and shard channels subscribed, by kind
 	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
 	subscribed map[byte]map[string]struct{}
 	killed     atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
+	blockedNow atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
 	inMulti    bool        // Redis answered MULTI; set from replies, after the batch
 	multiSent  bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
 	watching   bool
@@ -1143,6 +1145,7 @@ func (s *Server) helloUpstream(ss *session, raw []byte, proto int, setName bool,
 	if ss.pin != nil {
 		// The pinned connection itself switches, so later replies on it
 		// use the session's new protocol.
+		ss.pinDirty = true
 		ss.pin.Do(ss.batch, s.cfg.Upstream.Timeout)
 	} else {
 		ss.pools[proto].Do(ss.batch)

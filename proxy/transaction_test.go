@@ -316,6 +316,9 @@ func TestClientIDsWork(t *testing.T) {
 		bid := clientID(blocked)
 		blocked.send(resp.AppendCommandString(nil, "BLPOP", "nothing", "0"))
 		waitFor(t, "BLPOP blocked on Redis", func() bool { return clientIDWhere(t, rs, "cmd=blpop") != "" })
+		if r := c.do("CLIENT", "LIST", "ID", bid); !strings.Contains(r, " flags=b ") {
+			t.Errorf("CLIENT LIST of a blocked client = %q, want flags=b", r)
+		}
 		if r := c.do("CLIENT", "UNBLOCK", bid); r != ":1\r\n" {
 			t.Fatalf("CLIENT UNBLOCK %s = %q, want :1", bid, r)
 		}
@@ -453,4 +456,29 @@ func TestClientListFollowsStreamSessions(t *testing.T) {
 			t.Errorf("CLIENT LIST lacks %s:\n%s", want, list)
 		}
 	}
+}
+
+// A connection pinned only for blocking commands changed no state: it is
+// kept for reuse without a RESET, which Redis's SLOWLOG and MONITOR would
+// show after every blocking pop; one that ran anything else is reset.
+func TestBlockingOnlyPinNeedsNoReset(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c := dialClient(t, p.Addr)
+	resets := func() string {
+		return regexp.MustCompile(`cmdstat_reset:calls=\d+`).FindString(string(rs.Do(t, "INFO", "commandstats")))
+	}
+	for range 3 {
+		if r := c.do("BLPOP", "nothing", "0.01"); r != "*-1\r\n" {
+			t.Fatalf("BLPOP = %q", r)
+		}
+	}
+	assertNoPins(t, p)
+	if r := resets(); r != "" {
+		t.Errorf("blocking-only pins were reset: %s", r)
+	}
+	c.do("SELECT", "3")
+	c.do("SELECT", "0")
+	assertNoPins(t, p)
+	waitFor(t, "the SELECT pin reset", func() bool { return resets() == "cmdstat_reset:calls=1" })
 }

@@ -267,9 +267,17 @@ func (p *Pool) keepSpare() {
 // the handshake again, since RESET returns to RESP2 and deauthenticates) and
 // kept for reuse; anything else is closed, so no state leaks to the next
 // session.
-func (p *Pool) Release(d *Dedicated) {
+func (p *Pool) Release(d *Dedicated) { p.release(d, true) }
+
+// ReleaseClean takes back a lent connection whose session changed none of
+// its state (it only waited in blocking commands): it is kept for reuse
+// without the RESET round trip, which Redis's SLOWLOG and MONITOR would
+// otherwise show after every blocking pop.
+func (p *Pool) ReleaseClean(d *Dedicated) { p.release(d, false) }
+
+func (p *Pool) release(d *Dedicated, reset bool) {
 	p.metrics.pinned.Dec()
-	if !d.broken.Load() && d.reset() {
+	if !d.broken.Load() && (!reset || d.reset()) {
 		p.dmu.Lock()
 		if !p.closed && len(p.idle) < maxIdleDedicated {
 			p.idle = append(p.idle, d)
