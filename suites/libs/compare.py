@@ -173,6 +173,12 @@ def main():
         total += len(only)
         for n, (st, err) in only:
             print("- `%s` (%s)\n\n```\n%s\n```\n" % (n, st, err or "(no error text)"))
+        skipped = [n for n in r if r[n][0] == "skipped" and d.get(n, ("",))[0] == "passed"]
+        if skipped:
+            print("Passed direct, skipped through rproxy (a test's own Skip; not counted as failures):\n")
+            for n in skipped:
+                print("- `%s`" % n)
+            print()
         if missing:
             print("Passed direct, no result through rproxy (run cut short?):\n")
             for n in missing[:50]:
