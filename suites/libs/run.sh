@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Runs the client libraries' own test suites twice, once against Redis directly
+# and once through rproxy, and lists the tests that fail only through rproxy.
+# See docs/suites-libraries.md.
+#
+#   suites/libs/run.sh [goredis] [redispy]      (default: both)
+#
+# Environment:
+#   LIBS_OUT          where results go (default suites/libs/.cache/out/<UTC time>)
+#   REDISPY_SRC       a redis-py source tree (with tests/) to use instead of
+#                     Debian's source package python-redis
+#   GOREDIS_TIMEOUT   seconds for each go-redis run (Ginkgo suite; default 300)
+#   GOREDIS_PLAIN     "full" (default): also run go-redis's plain Go tests,
+#                     "off": only the Ginkgo suite
+#   PLAIN_TIMEOUT     seconds for each run of the plain Go tests (default 300)
+#   REDISPY_TIMEOUT   seconds for each redis-py run (default 300)
+#   LIBS_AUTH_MODE    rproxy's auth.mode for the rproxy runs (default: none,
+#                     the default, which refuses AUTH; "passthrough" lets
+#                     Redis check AUTH, so the suites' ACL and AUTH tests run)
+#   DIRECT_FROM       an earlier OUT directory: reuse its direct results
+#                     instead of running the suites directly again
+#
+# go-redis's suite dials Redis on the fixed port 6379, so that port must be
+# free: "direct" runs redis-server on 6379, "rproxy" runs redis-server on a
+# free port and rproxy on 127.0.0.1:6379 in front of it. Every process this
+# script starts is stopped on exit.
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+LIBS=$ROOT/suites/libs
+CACHE=$LIBS/.cache
+OUT=${LIBS_OUT:-$CACHE/out/$(date -u +%Y%m%dT%H%M%SZ)}
+GOREDIS_TIMEOUT=${GOREDIS_TIMEOUT:-300}
+PLAIN_TIMEOUT=${PLAIN_TIMEOUT:-300}
+REDISPY_TIMEOUT=${REDISPY_TIMEOUT:-300}
+GOREDIS_PLAIN=${GOREDIS_PLAIN:-full}
+PY=/usr/bin/python3
+PORT=6379
+
+WHAT=("$@")
+[ ${#WHAT[@]} -eq 0 ] && WHAT=(goredis redispy)
+want() { local w; for w in "${WHAT[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
+
+mkdir -p "$CACHE" "$OUT"
+CONFIG=$OUT/rproxy.yaml
+cp "$LIBS/rproxy-libs.yaml" "$CONFIG"
+if [ -n "${LIBS_AUTH_MODE:-}" ]; then
+	printf '\nauth:\n  mode: %s\n' "$LIBS_AUTH_MODE" >>"$CONFIG"
+fi
+MODES="direct rproxy"
+if [ -n "${DIRECT_FROM:-}" ]; then
+	MODES=rproxy
+	for d in "$DIRECT_FROM"/*-direct; do [ -d "$d" ] && cp -r "$d" "$OUT/"; done
+fi
+log() { echo "[libs $(date -u +%H:%M:%S)] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---- processes -------------------------------------------------------------
+REDIS_PID= RPROXY_PID=
+stop_servers() {
+	local p
+	for p in $RPROXY_PID $REDIS_PID; do
+		kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
+	done
+	RPROXY_PID= REDIS_PID=
+}
+trap stop_servers EXIT
+trap 'exit 130' INT TERM
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() { "$PY" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+wait_ping() {
+	local i
+	for i in $(seq 1 100); do
+		[ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# start_servers MODE DIR: a fresh redis-server (and rproxy in mode rproxy)
+# answering on 127.0.0.1:$PORT.
+start_servers() {
+	local mode=$1 dir=$2 rport
+	mkdir -p "$dir"
+	port_busy $PORT && die "something already listens on 127.0.0.1:$PORT; go-redis's suite needs that port"
+	if [ "$mode" = direct ]; then rport=$PORT; else rport=$(free_port); fi
+	# enable-debug-command: the suites call DEBUG (the client-libs-test image
+	# that go-redis and redis-py use in CI enables it too).
+	redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+		--enable-debug-command yes --dir "$dir" --logfile "$dir/redis.log" &
+	REDIS_PID=$!
+	wait_ping "$rport" || die "redis-server did not start on $rport (see $dir/redis.log)"
+	if [ "$mode" = rproxy ]; then
+		"$ROOT/bin/rproxy" -config "$CONFIG" -listen "127.0.0.1:$PORT" \
+			-upstream "127.0.0.1:$rport" >"$dir/rproxy.log" 2>&1 &
+		RPROXY_PID=$!
+		wait_ping $PORT || die "rproxy did not start (see $dir/rproxy.log)"
+	fi
+	log "$mode: redis-server pid $REDIS_PID on $rport${RPROXY_PID:+, rproxy pid $RPROXY_PID on $PORT}"
+}
+
+# ---- rproxy ----------------------------------------------------------------
+log "building rproxy"
+(cd "$ROOT" && go build -o bin/rproxy ./cmd/rproxy) || die "go build failed"
+"$ROOT/bin/rproxy" -check -config "$CONFIG" >/dev/null 2>&1 || die "$CONFIG rejected"
+command -v redis-server >/dev/null || die "redis-server not installed"
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "rproxy: $(cd "$ROOT" && git rev-parse --short HEAD)$(cd "$ROOT" && git diff --quiet HEAD -- . ':!suites/libs' || echo ' (modified)')"
+	echo "redis-server: $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
+	echo "cpus: $(nproc)"
+	echo "rproxy auth.mode: ${LIBS_AUTH_MODE:-none}"
+	[ -n "${DIRECT_FROM:-}" ] && echo "direct results from: $DIRECT_FROM"
+} >"$OUT/info.txt"
+
+# ---- go-redis --------------------------------------------------------------
+# Ginkgo specs that need more than one standalone Redis 7.0 (cluster, ring,
+# sentinel, TLS, redis-stack modules, Redis 8 data types) are skipped; the
+# standalone-only patch below keeps BeforeSuite from dialling those servers.
+GOREDIS_SKIP='Cluster|cluster|Ring|Sentinel|sentinel|RediSearch|FT\.|JSON|Timeseries|TS\.|Probabilistic|VectorSet|HIMPORT|TLS|HotKeys|Array Commands|Command Tips tests'
+# Plain Go tests: Examples (go-redis's own CI skips them; one panics on Redis
+# 7.0 and ends the run) and TLS/cluster/search ones that need other servers.
+PLAIN_SKIP='^TestGinkgoSuite$|^Example|TLS|Cluster|Search'
+
+prepare_goredis() {
+	local ver dir src
+	ver=$(cd "$ROOT" && go list -m -f '{{.Version}}' github.com/redis/go-redis/v9) || return 1
+	src=$(cd "$ROOT" && go mod download -json "github.com/redis/go-redis/v9@$ver" | "$PY" -c 'import json,sys;print(json.load(sys.stdin)["Dir"])') || return 1
+	dir=$CACHE/go-redis-$ver
+	echo "go-redis: $ver" >>"$OUT/info.txt"
+	GOREDIS_DIR=$dir
+	GOREDIS_BIN=$CACHE/go-redis-$ver.test
+	if [ ! -f "$dir/.patched-2" ]; then
+		log "copying go-redis $ver from the module cache and patching its test harness"
+		rm -rf "$dir" && cp -r "$src" "$dir" && chmod -R u+w "$dir" || return 1
+		# 1. Standalone only: BeforeSuite/AfterSuite skip ring, sentinel and
+		#    cluster set-up when GOREDIS_STANDALONE_ONLY is set.
+		perl -0pi -e 's/\tif !RECluster \{\n(\t\tringShard1, err = connectTo|\t\tExpect\(cluster\.Close\(\)\))/\tif !RECluster && os.Getenv("GOREDIS_STANDALONE_ONLY") == "" {\n$1/g' "$dir/main_test.go"
+		[ "$(grep -c GOREDIS_STANDALONE_ONLY "$dir/main_test.go")" = 2 ] || { log "main_test.go patch did not apply"; return 1; }
+		# 2. A failed assertion inside a goroutine of a spec is reported as that
+		#    spec's failure instead of panicking the whole test binary.
+		local f
+		for f in $(grep -l '\. "github.com/bsm/ginkgo/v2"' "$dir"/*_test.go); do
+			perl -pi -e 's/^(\s*)go func\((.*)\) \{\s*$/$1go func($2) {\n$1\tdefer GinkgoRecover()\n/' "$f"
+		done
+		touch "$dir/.patched-2"
+		rm -f "$GOREDIS_BIN"
+	fi
+	if [ ! -x "$GOREDIS_BIN" ]; then
+		log "building go-redis's test binary"
+		(cd "$dir" && go test -c -o "$GOREDIS_BIN" .) || return 1
+	fi
+}
+
+run_goredis() {
+	local mode=$1 d
+	d=$OUT/goredis-$mode
+	start_servers "$mode" "$d"
+	log "go-redis Ginkgo suite ($mode)"
+	(cd "$GOREDIS_DIR" && GOREDIS_STANDALONE_ONLY=1 REDIS_VERSION=7.0 timeout -k 10 $((GOREDIS_TIMEOUT + 30)) \
+		"$GOREDIS_BIN" -test.run '^TestGinkgoSuite$' -test.timeout $((GOREDIS_TIMEOUT + 20))s \
+		-ginkgo.timeout "${GOREDIS_TIMEOUT}s" -ginkgo.seed 1 -ginkgo.skip "$GOREDIS_SKIP" -ginkgo.no-color \
+		-ginkgo.json-report "$d/ginkgo.json" >"$d/ginkgo.out" 2>&1)
+	echo "exit $?" >>"$d/ginkgo.out"
+	if [ "$GOREDIS_PLAIN" = full ]; then
+		log "go-redis plain Go tests ($mode)"
+		(cd "$GOREDIS_DIR" && REDIS_VERSION=7.0 timeout -k 10 $((PLAIN_TIMEOUT + 30)) \
+			"$GOREDIS_BIN" -test.skip "$PLAIN_SKIP" -test.v -test.timeout "${PLAIN_TIMEOUT}s" \
+			>"$d/plain.out" 2>&1)
+		echo "exit $?" >>"$d/plain.out"
+	fi
+	stop_servers
+}
+
+# ---- redis-py --------------------------------------------------------------
+prepare_redispy() {
+	local d
+	if [ -n "${REDISPY_SRC:-}" ]; then
+		REDISPY_DIR=$REDISPY_SRC
+	else
+		d=$(ls -d "$CACHE"/src/python-redis-*/ 2>/dev/null | head -1)
+		if [ -z "$d" ]; then
+			log "fetching Debian's source package python-redis"
+			mkdir -p "$CACHE/src"
+			(cd "$CACHE/src" && timeout 120 apt-get source python-redis >"$CACHE/src/apt-get.log" 2>&1) ||
+				{ log "apt-get source python-redis failed: $(grep -m1 '^E:' "$CACHE/src/apt-get.log")"; return 1; }
+			d=$(ls -d "$CACHE"/src/python-redis-*/ 2>/dev/null | head -1)
+		fi
+		REDISPY_DIR=${d%/}
+	fi
+	[ -d "$REDISPY_DIR/tests" ] || { log "no tests/ in $REDISPY_DIR"; return 1; }
+	"$PY" -c 'import pytest, redis' 2>/dev/null ||
+		{ log "needs Debian's python3-pytest and python3-redis (apt-get install python3-pytest python3-pytest-timeout python3-pytest-asyncio python3-redis)"; return 1; }
+	echo "redis-py: $(sed -n 's/.*version="\{0,1\}\([0-9][0-9.]*\).*/\1/p' "$REDISPY_DIR/setup.py" 2>/dev/null | head -1) ($REDISPY_DIR)" >>"$OUT/info.txt"
+}
+
+run_redispy() {
+	local mode=$1 d to=()
+	d=$OUT/redispy-$mode
+	start_servers "$mode" "$d"
+	"$PY" -c 'import pytest_timeout' 2>/dev/null && to=(--timeout 60)
+	log "redis-py suite ($mode)"
+	(cd "$REDISPY_DIR" && timeout -k 10 "$REDISPY_TIMEOUT" "$PY" -m pytest -p no:cacheprovider -q -rN \
+		"${to[@]}" --redis-url "redis://127.0.0.1:$PORT/9" \
+		-m 'not onlycluster and not redismod and not ssl and not replica' \
+		--junitxml "$d/junit.xml" tests >"$d/pytest.out" 2>&1)
+	echo "exit $?" >>"$d/pytest.out"
+	stop_servers
+}
+
+# ---- main ------------------------------------------------------------------
+if want goredis; then
+	if prepare_goredis; then
+		for m in $MODES; do run_goredis "$m"; done
+	else
+		log "go-redis: preparation failed, skipped"
+		echo "go-redis: not run (preparation failed)" >>"$OUT/info.txt"
+	fi
+fi
+if want redispy; then
+	if prepare_redispy; then
+		for m in $MODES; do run_redispy "$m"; done
+	else
+		log "redis-py: source or packages not available, skipped"
+		echo "redis-py: not run (no source: set REDISPY_SRC or make 'apt-get source python-redis' work)" >>"$OUT/info.txt"
+	fi
+fi
+
+"$PY" "$LIBS/compare.py" "$OUT" | tee "$OUT/summary.md"
+log "results in $OUT"
