@@ -16,7 +16,8 @@ out_dir, modes, libs = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
 
 # (mode, scenario): why the difference is intended.
 INTENDED = {
-    ("default", "expiry_exact"): "TTL jitter raises SET EX / EXPIRE TTLs by up to 10% (docs/policy.md)",
+    ("default", "expiry_exact"): "TTL jitter spreads SET EX TTLs over the 10% below the one asked for (docs/policy.md)",
+    ("default", "lua_scripts"): "the default policy refuses the scenario's SCRIPT FLUSH, which affects every client (docs/policy.md)",
 }
 
 
