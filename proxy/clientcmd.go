@@ -185,6 +185,16 @@ func validClientType(t []byte) bool {
 
 // clientList answers CLIENT LIST [TYPE type] [ID id ...].
 func (s *Server) clientList(ss *session, cmd resp.Command) []byte {
+	text, errReply := s.clientListText(ss, cmd)
+	if errReply != nil {
+		return errReply
+	}
+	return appendText(nil, ss.proto, text)
+}
+
+// clientListText is CLIENT LIST's text, or the error reply for bad
+// arguments.
+func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) {
 	args := cmd.Args
 	var typ []byte
 	var ids []int64
@@ -193,7 +203,7 @@ func (s *Server) clientList(ss *session, cmd resp.Command) []byte {
 		case bytes.EqualFold(args[i], []byte("type")) && i+1 < len(args) && ids == nil:
 			typ = bytes.ToLower(args[i+1])
 			if !validClientType(typ) {
-				return resp.AppendError(nil, "ERR Unknown client type '"+string(args[i+1])+"'")
+				return nil, resp.AppendError(nil, "ERR Unknown client type '"+string(args[i+1])+"'")
 			}
 			if string(typ) == "slave" {
 				typ = []byte("replica")
@@ -203,13 +213,13 @@ func (s *Server) clientList(ss *session, cmd resp.Command) []byte {
 			for _, a := range args[i+1:] {
 				id, err := strconv.ParseInt(string(a), 10, 64)
 				if err != nil || id <= 0 {
-					return resp.AppendError(nil, "ERR Invalid client ID")
+					return nil, resp.AppendError(nil, "ERR Invalid client ID")
 				}
 				ids = append(ids, id)
 			}
 			i = len(args)
 		default:
-			return resp.AppendError(nil, "ERR syntax error")
+			return nil, resp.AppendError(nil, "ERR syntax error")
 		}
 	}
 	now := s.clock()
@@ -223,7 +233,7 @@ func (s *Server) clientList(ss *session, cmd resp.Command) []byte {
 		}
 		text = s.clientLine(text, other, ss, cmd, now)
 	}
-	return appendText(nil, ss.proto, text)
+	return text, nil
 }
 
 // clientKill answers CLIENT KILL: the old form (an address) and the
@@ -421,6 +431,15 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		return false
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getname")):
 		ss.streamCmds = append(ss.streamCmds, scriptName(ss.name))
+	case bytes.EqualFold(args[1], []byte("list")):
+		text, errReply := s.clientListText(ss, cmd)
+		if errReply != nil {
+			s.deny(ss, errReply)
+			return true
+		}
+		ss.streamCmds = append(ss.streamCmds, scriptText(text))
+	case len(args) == 2 && bytes.EqualFold(args[1], []byte("info")):
+		ss.streamCmds = append(ss.streamCmds, scriptText(s.clientLine(nil, ss, ss, cmd, s.clock())))
 	case bytes.EqualFold(args[1], []byte("tracking")):
 		raw, errReply := s.trackingRedirect(ss, cmd)
 		if errReply != nil {
@@ -441,6 +460,13 @@ func scriptName(name []byte) []byte {
 		return resp.AppendCommandString(nil, "EVAL", "return false", "0")
 	}
 	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return ARGV[1]"), []byte("0"), name)
+}
+
+// scriptText is a command that makes Redis reply text as a bulk string
+// (CLIENT LIST's RESP2 form; a RESP3 client gets a bulk string too, not
+// Redis's verbatim string).
+func scriptText(text []byte) []byte {
+	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return ARGV[1]"), []byte("0"), text)
 }
 
 // scriptInt is a command that makes Redis reply the integer n.

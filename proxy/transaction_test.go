@@ -447,6 +447,13 @@ func TestClientListFollowsStreamSessions(t *testing.T) {
 		t.Fatal(r)
 	}
 	trk.do("PING")
+	// Asked from the tracking session itself (stream mode) as from another.
+	if r := trk.do("CLIENT", "LIST"); !strings.Contains(r, "name=trk ") || !strings.Contains(r, "name=my-sub ") {
+		t.Errorf("CLIENT LIST from a session in stream mode:\n%s", r)
+	}
+	if r := trk.do("CLIENT", "INFO"); !strings.Contains(r, "name=trk ") || !strings.Contains(r, " flags=t ") {
+		t.Errorf("CLIENT INFO from a session in stream mode = %q", r)
+	}
 	list := dialClient(t, p.Addr).do("CLIENT", "LIST")
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`name=my-sub \S+ \S+ flags=P db=0 sub=2 psub=0 ssub=0 `),
