@@ -36,8 +36,10 @@ type Config struct {
 	// anyone who reaches it can reload the configuration and read
 	// /debug/pprof. Default false: such a config is refused.
 	AdminAllowUnauthenticated bool `yaml:"admin_allow_unauthenticated"`
-	// Procs is how many OS threads run Go code (GOMAXPROCS); default 1,
-	// 0 = Go's default (the GOMAXPROCS variable, else the CPU count); 0..1024.
+	// Procs is how many OS threads run Go code (GOMAXPROCS); default 0,
+	// auto: the GOMAXPROCS variable if set, else the CPUs this process may
+	// use, less one when upstream.address is a loopback address (Redis on
+	// this node wants a core of its own); 0..1024.
 	Procs    int      `yaml:"procs"`
 	TLS      TLS      `yaml:"tls"` // TLS on the client listener
 	Upstream Upstream `yaml:"upstream"`
@@ -480,7 +482,7 @@ func Default() Config {
 	return Config{
 		Listen: "127.0.0.1:6380",
 		Admin:  "",
-		Procs:  1,
+		Procs:  0,
 		TLS:    TLS{MinVersion: "1.2"},
 		Upstream: Upstream{
 			Address:      "127.0.0.1:6379",

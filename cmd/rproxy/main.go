@@ -122,6 +122,9 @@ func run(args []string) error {
 
 	if cfg.Procs > 0 {
 		runtime.GOMAXPROCS(cfg.Procs)
+	} else {
+		_, envSet := os.LookupEnv("GOMAXPROCS")
+		runtime.GOMAXPROCS(autoProcs(runtime.GOMAXPROCS(0), cfg.Upstream.Address, envSet))
 	}
 	if os.Getenv("GOGC") == "" {
 		// The live heap is a few MB, so the default GOGC=100 collects very

@@ -100,7 +100,7 @@ func TestReloadHotKeysAndRestartKeys(t *testing.T) {
 		t.Fatalf("hot keys after threshold 2: %s", h)
 	}
 	shown := httpBody(t, "http://"+admin+"/config")
-	for _, want := range []string{"threshold: 2\n", "max_bytes: 1mb\n", "procs: 1\n", "timeout: 5s\n"} {
+	for _, want := range []string{"threshold: 2\n", "max_bytes: 1mb\n", "procs: 0\n", "timeout: 5s\n"} {
 		if !strings.Contains(shown, want) {
 			t.Errorf("/config lacks %q:\n%s", want, shown)
 		}

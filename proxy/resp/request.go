@@ -38,6 +38,7 @@ const growStep = 1 << 20
 // one reuses what earlier batches grew.
 type readState struct {
 	buf     []byte
+	big     []byte   // the last buffer grown past buf for a large command, kept for the next (up to maxPooledBig)
 	argv    [][]byte // the batch's arguments
 	offs    []int    // start and end in buf of each argument of the command so far
 	scratch []byte   // re-encoded commands and inline arguments of one Parse
@@ -50,6 +51,11 @@ var readStates = sync.Pool{New: func() any { return &readState{buf: make([]byte,
 const (
 	maxPooledArgs    = 4096
 	maxPooledScratch = 64 << 10
+	// maxPooledBig bounds the large-command buffer a pooled readState
+	// keeps: 100 KB SETs then reuse one buffer instead of allocating and
+	// zeroing a new one per command. Pooled states are shared by all
+	// connections and dropped by the GC, so idle connections hold none.
+	maxPooledBig = 512 << 10
 )
 
 // LimitError reports a client request that breaks Redis's framing rules or
@@ -209,7 +215,14 @@ func (p *RequestParser) alloc(n int) {
 		p.buf = p.st.buf
 		return
 	}
+	if cap(p.st.big) >= n {
+		p.buf = p.st.big[:cap(p.st.big)]
+		return
+	}
 	p.buf = make([]byte, n)
+	if n <= maxPooledBig {
+		p.st.big = p.buf
+	}
 }
 
 // shift moves the partial command from old[cmdStart:end] to the start of

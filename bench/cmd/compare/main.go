@@ -33,6 +33,7 @@ func init() { runtime.LockOSThread() }
 
 type config struct {
 	rounds, requests, clients, keyspace int
+	datasize                            int
 	tests                               []string
 	pipelines                           []int
 	targets                             []string
@@ -63,6 +64,7 @@ func parseFlags() (*config, error) {
 		"(-defaultlist: -n, 20000 unless set)")
 	flag.IntVar(&c.clients, "clients", 50, "redis-benchmark -c")
 	flag.IntVar(&c.keyspace, "keyspace", 100000, "redis-benchmark -r")
+	flag.IntVar(&c.datasize, "datasize", 3, "redis-benchmark -d: value size in bytes for SET/GET")
 	flag.StringVar(&tests, "tests", "get,set", "comma-separated redis-benchmark -t tests, one run each")
 	flag.StringVar(&pipelines, "pipelines", "1,16", "comma-separated redis-benchmark -P values")
 	flag.StringVar(&targets, "targets", "redis,twemproxy,rproxy", "comma-separated targets: redis, twemproxy, rproxy")
@@ -80,8 +82,8 @@ func parseFlags() (*config, error) {
 	if c.defaultList && !c.requestsSet {
 		c.requests = 20000
 	}
-	if c.rounds < 1 || c.requests < 1 || c.clients < 1 || c.keyspace < 1 {
-		return nil, errors.New("-rounds, -requests, -clients and -keyspace must be positive")
+	if c.rounds < 1 || c.requests < 1 || c.clients < 1 || c.keyspace < 1 || c.datasize < 1 {
+		return nil, errors.New("-rounds, -requests, -clients, -keyspace and -datasize must be positive")
 	}
 	c.tests = splitList(tests)
 	c.targets = splitList(targets)
@@ -268,7 +270,7 @@ func (b *bench) requestsFor(p int) int { return b.cfg.requests * min(p, 8) }
 func (b *bench) measure(target, test string, pipeline int) (sample, error) {
 	n := b.requestsFor(pipeline)
 	argv := b.benchCmd(target, "-c", strconv.Itoa(b.cfg.clients), "-n", strconv.Itoa(n),
-		"-r", strconv.Itoa(b.cfg.keyspace), "-P", strconv.Itoa(pipeline), "-t", test, "--csv")
+		"-r", strconv.Itoa(b.cfg.keyspace), "-P", strconv.Itoa(pipeline), "-d", strconv.Itoa(b.cfg.datasize), "-t", test, "--csv")
 	if err := b.checkServers(); err != nil {
 		return sample{}, err
 	}
@@ -324,7 +326,7 @@ func (b *bench) compare() (string, error) {
 	// the first round on, and lets each proxy set up its connections.
 	for _, t := range cfg.targets {
 		argv := b.benchCmd(t, "-c", strconv.Itoa(cfg.clients), "-n", strconv.Itoa(2*cfg.keyspace),
-			"-r", strconv.Itoa(cfg.keyspace), "-P", "16", "-t", "set,get", "--csv")
+			"-r", strconv.Itoa(cfg.keyspace), "-P", "16", "-d", strconv.Itoa(cfg.datasize), "-t", "set,get", "--csv")
 		if out, stderr, err := b.exec(t, argv, 5*time.Minute); err != nil {
 			return "", fmt.Errorf("warm-up %s against %s: %v\n%s%s", strings.Join(argv, " "), t, err, out, stderr)
 		}
@@ -381,8 +383,8 @@ func (b *bench) header() string {
 		fmt.Fprintf(&r, "- rproxy: `%s`\n", strings.Join(p.Cmd.Args, " "))
 	}
 	if !cfg.defaultList {
-		fmt.Fprintf(&r, "- rounds: %d, clients: %d, keyspace: %d, target order rotated each round\n",
-			cfg.rounds, cfg.clients, cfg.keyspace)
+		fmt.Fprintf(&r, "- rounds: %d, clients: %d, keyspace: %d, value size: %d bytes, target order rotated each round\n",
+			cfg.rounds, cfg.clients, cfg.keyspace, cfg.datasize)
 	}
 	r.WriteString("\n")
 	return r.String()
