@@ -165,3 +165,64 @@ func TestCrossNodeWriteHotKeyAdmissionOff(t *testing.T) {
 	st := crossNodeStaleness(t, b, a, "c:n", 3000, 4)
 	t.Logf("write_limit 0: %v", st)
 }
+
+// A lock (SET NX PX with a token) handed from a holder on rproxy B to one
+// on rproxy A, the protected key cached on A (admission off, so the tier
+// holds it; invalidations reach A ~30ms late): the lock's acquisition
+// through A waits for A's tracking barrier, so the new holder never reads
+// a value older than the one written under the previous lock.
+func TestCrossNodeLockHandoff(t *testing.T) {
+	rs := redistest.Start(t)
+	off := func(c *proxy.Config) { c.HotKey.Churn.Limit = 0 }
+	a := proxytest.Start(t, rs.Addr, slowTracking, off)
+	b := proxytest.Start(t, rs.Addr, cacheAll, off)
+	waitServing(t, a)
+	ca, cb, ra := dialClient(t, a.Addr), dialClient(t, b.Addr), dialClient(t, a.Addr)
+	acquire := func(c *rawClient, tok string) {
+		t.Helper()
+		for i := 0; ; i++ {
+			if r := c.do("SET", "lock", tok, "NX", "PX", "10000"); r == "+OK\r\n" {
+				return
+			} else if r != "$-1\r\n" || i > 100000 {
+				t.Fatalf("SET NX = %q after %d tries", r, i)
+			}
+		}
+	}
+	release := func(c *rawClient, tok string) {
+		t.Helper()
+		const unlock = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`
+		if r := c.do("EVAL", unlock, "1", "lock", tok); r != ":1\r\n" {
+			t.Fatalf("release = %q", r)
+		}
+	}
+	cb.do("SET", "c:data", "0")
+	stale := 0
+	const rounds = 200
+	for i := 1; i <= rounds; i++ {
+		// The old value is in A's tier when the handoff starts.
+		want := fmt.Sprintf("$%d\r\n%d\r\n", len(strconv.Itoa(i-1)), i-1)
+		for hits := counterValue(t, a.Registry, "rproxy_hotkey_tier_hits_total", nil); ; {
+			if r := ra.do("GET", "c:data"); r == want &&
+				counterValue(t, a.Registry, "rproxy_hotkey_tier_hits_total", nil) > hits {
+				break
+			}
+		}
+		tokB, tokA := fmt.Sprintf("b%d", i), fmt.Sprintf("a%d", i)
+		acquire(cb, tokB)
+		if r := cb.do("SET", "c:data", strconv.Itoa(i)); r != "+OK\r\n" {
+			t.Fatalf("SET = %q", r)
+		}
+		release(cb, tokB)
+		acquire(ca, tokA)
+		if r := ca.do("GET", "c:data"); r != fmt.Sprintf("$%d\r\n%d\r\n", len(strconv.Itoa(i)), i) {
+			stale++
+			if stale == 1 {
+				t.Errorf("round %d: the new holder read %q", i, r)
+			}
+		}
+		release(ca, tokA)
+	}
+	if stale > 0 {
+		t.Errorf("%d of %d handoffs read a value older than the previous holder's write", stale, rounds)
+	}
+}
