@@ -226,3 +226,33 @@ func TestCrossNodeLockHandoff(t *testing.T) {
 		t.Errorf("%d of %d handoffs read a value older than the previous holder's write", stale, rounds)
 	}
 }
+
+// Salted copies on a cluster, the key written through rproxy B, which
+// never salts it, and read through rproxy A, which does: A reads the
+// origin on its tracking connections when it fills a copy, so B's write
+// is pushed to A, which deletes the copies. Stale reads are bounded by
+// the tracking lag, not by hotkeys.salt.ttl (5 s).
+func TestCrossNodeSaltedCopiesInvalidated(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	tierOn := func(c *proxy.Config) {
+		c.HotKey.Tier = true
+		c.HotKey.Detector.Threshold = 1e9 // the tier caches nothing: copies serve
+	}
+	a := startClusterProxy(t, cl, tierOn, func(c *proxy.Config) {
+		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}}
+	})
+	b := startClusterProxy(t, cl)
+	waitServing(t, a)
+	st := crossNodeStaleness(t, b, a, "hot:n", 300, 4)
+	t.Logf("salted on A, written through B: %v", st)
+	hits, _ := metricSum(t, a.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_hit"})
+	if hits == 0 {
+		t.Fatal("no read was served by a copy: the test proves nothing")
+	}
+	if st.stale*100 > st.reads {
+		t.Errorf("stale reads over 1%%: %v", st)
+	}
+	if lag := 100 * time.Millisecond; st.maxAge > lag {
+		t.Errorf("a copy served a value %v after a newer write was acknowledged (want under %v): %v", st.maxAge, lag, st)
+	}
+}

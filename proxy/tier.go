@@ -117,6 +117,10 @@ type hotTier struct {
 
 	closing bool // under mu: stopping is expected, not a warning
 
+	// onKey, if set before the tracking connection starts, is called with
+	// every key of a tracking push (salted copies, salt.go).
+	onKey atomic.Pointer[func(key []byte)]
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -344,6 +348,12 @@ func (h *hotTier) close() {
 		h.track.Close()
 	}
 	h.wg.Wait()
+}
+
+// trackingUp reports whether reads on the tracking connection are tracked
+// now (the tier serves: connection up, within max lag).
+func (h *hotTier) trackingUp() bool {
+	return h.tier != nil && h.tier.Serving()
 }
 
 // trackDo runs a batch on the tracking connection: the one, or on a
@@ -754,7 +764,10 @@ func (h *hotTier) onPush(push []byte) {
 		h.tier.Invalidate(k.Str)
 		h.disarm(k.Str)
 		h.churn.Record(xxhash.Sum64(k.Str))
-		h.gate.Written(k.Str) // Redis has applied the change: held readers read again
+		h.gate.Written(k.Str)
+		if f := h.onKey.Load(); f != nil {
+			(*f)(k.Str)
+		} // Redis has applied the change: held readers read again
 	}
 }
 
