@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -254,5 +255,93 @@ func TestCrossNodeSaltedCopiesInvalidated(t *testing.T) {
 	}
 	if lag := 100 * time.Millisecond; st.maxAge > lag {
 		t.Errorf("a copy served a value %v after a newer write was acknowledged (want under %v): %v", st.maxAge, lag, st)
+	}
+}
+
+// hotkeys.write_limit changes at run time: a key written often stays
+// cached with the limit off and stops being stored once it is set; an
+// invalid limit is refused.
+func TestSetHotKeysWriteLimit(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll, func(c *proxy.Config) { c.HotKey.Churn.Limit = 0 })
+	waitServing(t, p)
+	c := dialClient(t, p.Addr)
+	for i := 0; i < 20; i++ {
+		c.do("SET", "c:w", strconv.Itoa(i))
+	}
+	cached(t, p, c, "c:w") // limit off: still admitted
+	cfg, _ := p.Server.HotKeyConfig()
+	cfg.Churn.Limit = -1
+	if err := p.Server.SetHotKeys(cfg); err == nil {
+		t.Fatal("a negative write_limit was accepted")
+	}
+	cfg.Churn.Limit = 2
+	if err := p.Server.SetHotKeys(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		c.do("SET", "c:w", "x"+strconv.Itoa(i)) // counted from now: 3 > 2
+	}
+	waitFor(t, "a fill refused for the write rate", func() bool {
+		c.do("GET", "c:w")
+		return counterValue(t, p.Registry, "rproxy_hotkey_tier_fills_write_hot_total", nil) > 0
+	})
+	hits := counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil)
+	for i := 0; i < 50; i++ {
+		if r := c.do("GET", "c:w"); r != "$2\r\nx2\r\n" {
+			t.Fatalf("GET = %q", r)
+		}
+	}
+	if h := counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil); h != hits {
+		t.Fatalf("a write-hot key was served from the tier %v times", h-hits)
+	}
+}
+
+var cmdstatPTTL = regexp.MustCompile(`cmdstat_pttl:calls=(\d+)`)
+
+func upstreamPTTLs(t *testing.T, rs *redistest.Server) int {
+	t.Helper()
+	m := cmdstatPTTL.FindSubmatch(rs.Do(t, "INFO", "commandstats"))
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// A write-hot key's reads re-arm tracking (one PTTL on the tracking
+// connection) at most once per invalidation, so its writes keep being
+// counted at little cost.
+func TestWriteHotKeyTrackedOncePerWrite(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll, func(c *proxy.Config) { c.HotKey.MissWait = 0 })
+	waitServing(t, p)
+	c := dialClient(t, p.Addr)
+	for i := 0; i < 6; i++ { // > write_limit 4
+		c.do("SET", "c:h", strconv.Itoa(i))
+	}
+	waitFor(t, "the write-hot key tracked", func() bool {
+		c.do("GET", "c:h")
+		return counterValue(t, p.Registry, "rproxy_hotkey_tier_fills_write_hot_total", nil) > 0
+	})
+	before := upstreamPTTLs(t, rs)
+	for i := 0; i < 200; i++ {
+		c.do("GET", "c:h")
+	}
+	if n := upstreamPTTLs(t, rs) - before; n != 0 {
+		t.Fatalf("%d PTTLs for reads of a tracked write-hot key with no write", n)
+	}
+	rs.Do(t, "SET", "c:h", "direct") // pushed: counted, and tracking is re-armed once
+	waitFor(t, "tracking re-armed after the write", func() bool {
+		if r := c.do("GET", "c:h"); r != "$6\r\ndirect\r\n" {
+			t.Fatalf("GET after a direct write = %q", r)
+		}
+		return upstreamPTTLs(t, rs)-before == 1
+	})
+	for i := 0; i < 200; i++ {
+		c.do("GET", "c:h")
+	}
+	if n := upstreamPTTLs(t, rs) - before; n != 1 {
+		t.Fatalf("%d PTTLs for one write", n)
 	}
 }
