@@ -1,7 +1,10 @@
 package proxy_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -343,5 +346,34 @@ func TestWriteHotKeyTrackedOncePerWrite(t *testing.T) {
 	}
 	if n := upstreamPTTLs(t, rs) - before; n != 1 {
 		t.Fatalf("%d PTTLs for one write", n)
+	}
+}
+
+// With the tier on but its tracking connections down, salted copies are
+// not filled (reads fall back to the origin): an untracked copy could
+// outlive a write made elsewhere by up to hotkeys.salt.ttl.
+func TestSaltNoFillWithoutTracking(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.HotKey.Tier = true
+		c.HotKey.Detector.Threshold = 1e9
+		c.HotKey.TrackingDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return nil, errors.New("tracking refused by the test")
+		}
+		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+	})
+	c := dialClient(t, p.Addr)
+	c.do("SET", "hot:k", "v")
+	for i := 0; i < 30; i++ {
+		if r := c.do("GET", "hot:k"); r != "$1\r\nv\r\n" {
+			t.Fatalf("GET = %q", r)
+		}
+	}
+	misses, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_miss"})
+	if misses == 0 {
+		t.Fatal("no copy read: the test proves nothing")
+	}
+	if n := counterValue(t, p.Registry, "rproxy_hotkey_salt_copy_fills_total", nil); n != 0 {
+		t.Fatalf("%v copies filled while tracking was down", n)
 	}
 }

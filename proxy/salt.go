@@ -411,7 +411,11 @@ func (s *Server) saltAfterBatch(ss *session) {
 	// Redis then pushes any later write to them, whoever makes it, and
 	// saltOriginWritten deletes the copies. A fill is made only if
 	// tracking stayed up and the key was not invalidated since (toks).
-	tracked := s.hot != nil && s.hot.trackRouter != nil && s.hot.trackingUp()
+	// With the tier configured but tracking down (starting, reconnecting,
+	// lagging), the origin is read without filling: an untracked copy
+	// could outlive a write made elsewhere by up to hotkeys.salt.ttl.
+	followed := s.hot != nil && s.hot.trackRouter != nil
+	tracked := followed && s.hot.trackingUp()
 	var toks []hotkey.Token
 	b := upstream.NewBatch()
 	for i, sr := range misses {
@@ -439,8 +443,8 @@ func (s *Server) saltAfterBatch(ss *session) {
 		if tracked && ss.proto == 2 && len(val) > 0 && val[0] == '_' {
 			val = resp2Null // read in RESP3 on the tracking connection
 		}
-		if tracked && !s.hot.tier.Current(toks[i], sr.sk.key) {
-			gens[i] = -1 // written since, or tracking lost: no fill
+		if followed && (!tracked || !s.hot.tier.Current(toks[i], sr.sk.key)) {
+			gens[i] = -1 // untracked, written since, or tracking lost: no fill
 		}
 		ss.saltOver = append(ss.saltOver, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
 		v, isBulk := resp.Payload(val, '$')
