@@ -317,8 +317,12 @@ type HotKeys struct {
 	// one under prefixes) find no value, the first reader fills it and the
 	// others wait up to this long for its write, then read again.
 	MissWait Duration `yaml:"miss_wait"` // default 200ms; 0 = off; at most 10s
-	Prefixes []string `yaml:"prefixes"`  // also cache every key under these prefixes, hot or not; default []
-	Salt     Salt     `yaml:"salt"`      // salted fan-out (upstream.mode cluster)
+	// WriteLimit: a key invalidated (written) more than this many times
+	// per window is not stored in the tier until it is quiet again; it is
+	// read from Redis. 0 = off.
+	WriteLimit int      `yaml:"write_limit"` // default 4; 0..1000000
+	Prefixes   []string `yaml:"prefixes"`    // also cache every key under these prefixes, hot or not; default []
+	Salt       Salt     `yaml:"salt"`        // salted fan-out (upstream.mode cluster)
 }
 
 // Salt spreads hot keys' reads over copies on other masters of a cluster.
@@ -499,16 +503,17 @@ func Default() Config {
 		Auth:     Auth{Mode: "none"},
 		Coalesce: Coalesce{Commands: []string{"get"}, Window: "unsent"},
 		HotKeys: HotKeys{
-			Tier:      true,
-			Threshold: 500,
-			Window:    Duration(time.Second),
-			TopK:      64,
-			MaxBytes:  64 * Megabyte,
-			TTLCap:    Duration(10 * time.Second),
-			MaxLag:    Duration(time.Second),
-			MissWait:  Duration(200 * time.Millisecond),
-			Prefixes:  []string{},
-			Salt:      Salt{TTL: Duration(5 * time.Second), Prefixes: []string{}},
+			Tier:       true,
+			Threshold:  500,
+			Window:     Duration(time.Second),
+			TopK:       64,
+			MaxBytes:   64 * Megabyte,
+			TTLCap:     Duration(10 * time.Second),
+			MaxLag:     Duration(time.Second),
+			MissWait:   Duration(200 * time.Millisecond),
+			WriteLimit: 4,
+			Prefixes:   []string{},
+			Salt:       Salt{TTL: Duration(5 * time.Second), Prefixes: []string{}},
 		},
 		Policy: Policy{
 			Defaults: true,
@@ -958,6 +963,9 @@ func (c Config) Validate() error {
 	positive("hotkeys.ttl_cap", h.TTLCap)
 	if h.MaxLag < Duration(time.Millisecond) {
 		add("hotkeys.max_lag must be at least 1ms, got %s", h.MaxLag)
+	}
+	if h.WriteLimit < 0 || h.WriteLimit > 1000000 {
+		add("hotkeys.write_limit must be between 0 (off) and 1000000, got %d", h.WriteLimit)
 	}
 	if h.MissWait < 0 || h.MissWait > Duration(10*time.Second) {
 		add("hotkeys.miss_wait must be between 0 (off) and 10s, got %s", h.MissWait)

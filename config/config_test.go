@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 97 {
-		t.Errorf("Config has %d yaml keys, test expects 97: %v", len(want), want)
+	if len(want) != 98 {
+		t.Errorf("Config has %d yaml keys, test expects 98: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {

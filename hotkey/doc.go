@@ -104,6 +104,11 @@
 // the first miss is learned absent for AbsentFor, or until written, and
 // its readers pass. At most MaxKeys keys are gated.
 //
+// A Churn counts invalidations per key in fixed memory (two rows of
+// counters per sub-window, as the detector's sketch, only overestimating):
+// a key invalidated more than Limit times within Window is write-hot, and
+// the tier does not store it (proxy: hotkeys.write_limit).
+//
 // # Metrics
 //
 // On the Registerer given to the constructors (nil: none), namespace

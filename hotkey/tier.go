@@ -566,3 +566,16 @@ func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 	}
 	return nil
 }
+
+// Current reports whether a fill of key begun with tok could still store:
+// neither key (nor another key in its slot) was invalidated, nor the tier
+// cleared, since tok was taken.
+func (t *Tier) Current(tok Token, key []byte) bool {
+	if tok.t != t {
+		return false
+	}
+	slot := xxhash.Sum64(key) % slotCount
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.serving && t.cleared <= tok.gen && t.slots[slot] <= tok.gen
+}

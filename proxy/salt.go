@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/proxy/command"
 	"github.com/rproxy/rproxy/proxy/resp"
 	"github.com/rproxy/rproxy/proxy/upstream"
@@ -406,8 +407,21 @@ func (s *Server) saltAfterBatch(ss *session) {
 	// generation first: a fill is made only if no write to the key began
 	// since, and is queued before any later write's deletion of the copy.
 	gens := make([]int64, len(misses))
+	// With the tier's tracking connections up, the origins are read there:
+	// Redis then pushes any later write to them, whoever makes it, and
+	// saltOriginWritten deletes the copies. A fill is made only if
+	// tracking stayed up and the key was not invalidated since (toks).
+	// With the tier configured but tracking down (starting, reconnecting,
+	// lagging), the origin is read without filling: an untracked copy
+	// could outlive a write made elsewhere by up to hotkeys.salt.ttl.
+	followed := s.hot != nil && s.hot.trackRouter != nil
+	tracked := followed && s.hot.trackingUp()
+	var toks []hotkey.Token
 	b := upstream.NewBatch()
 	for i, sr := range misses {
+		if tracked {
+			toks = append(toks, s.hot.tier.Begin(sr.sk.key))
+		}
 		sr.sk.mu.Lock()
 		gens[i] = sr.sk.gen.Load()
 		if sr.sk.writing.Load() > 0 {
@@ -417,11 +431,21 @@ func (s *Server) saltAfterBatch(ss *session) {
 		b.AddSlot(resp.AppendCommand(nil, []byte("GET"), sr.sk.key), sr.names.slots[0])
 		b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), sr.sk.key), sr.names.slots[0])
 	}
-	ss.pools[ss.proto].Do(b)
+	if tracked {
+		s.hot.trackDo(b)
+	} else {
+		ss.pools[ss.proto].Do(b)
+	}
 	var fills []*upstream.Batch
 	var owners []*saltedKey
 	for i, sr := range misses {
 		val := b.Reply(2 * i)
+		if tracked && ss.proto == 2 && len(val) > 0 && val[0] == '_' {
+			val = resp2Null // read in RESP3 on the tracking connection
+		}
+		if followed && (!tracked || !s.hot.tier.Current(toks[i], sr.sk.key)) {
+			gens[i] = -1 // untracked, written since, or tracking lost: no fill
+		}
 		ss.saltOver = append(ss.saltOver, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
 		v, isBulk := resp.Payload(val, '$')
 		if resp.IsNull(val) {
@@ -460,6 +484,36 @@ func (s *Server) saltAfterBatch(ss *session) {
 		s.salt.checkReply(owners[i], f, "filling a salted copy")
 	}
 	s.salt.metrics.fills.Add(float64(len(fills)))
+}
+
+// saltOriginWritten deletes a salted key's copies when a tracking push
+// says its origin was written (by any rproxy or client): copies filled
+// from a tracked read are gone within the tracking lag and a DEL's round
+// trip. The generation is raised under the key's mutex, so a fill that
+// read the old value either is refused or was queued before the DELs on
+// the same connections.
+func (s *Server) saltOriginWritten(key []byte) {
+	sk := s.salt.lookup(key)
+	if sk == nil {
+		return
+	}
+	var dels []*upstream.Batch
+	sk.mu.Lock()
+	sk.gen.Add(1)
+	s.salt.current(sk).deletable(func(name []byte, slot int) {
+		b := upstream.NewBatch()
+		b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
+		s.salt.ordered.SendOrdered(b)
+		dels = append(dels, b)
+	})
+	sk.mu.Unlock()
+	s.salt.metrics.deletes.Add(float64(len(dels)))
+	go func() { // not on the tracking connection's reader
+		for _, b := range dels {
+			b.Wait()
+			s.salt.checkReply(sk, b, "deleting a salted copy after a tracked write")
+		}
+	}()
 }
 
 // checkReply reports whether a copy update succeeded, and handles a

@@ -166,6 +166,10 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		}
 		hot.resp2 = s.pools[2] // RESP2 reads of command fills (readcache.go)
 		s.hot = hot
+		if s.salt != nil && hot.trackRouter != nil {
+			f := s.saltOriginWritten
+			hot.onKey.Store(&f)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTable, s.tableDone = cancel, make(chan struct{})

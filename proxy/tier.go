@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -36,6 +37,11 @@ type HotKeyConfig struct {
 	// missing hot key wait up to this long for the first reader's fill.
 	// 0 = off.
 	MissWait time.Duration
+	// Churn is the admission rule for written keys: a key invalidated
+	// more than Churn.Limit times per Churn.Window (a write through this
+	// rproxy, or a tracking push) is not stored in the tier until it has
+	// been quiet enough; it is read from Redis meanwhile. Limit 0: off.
+	Churn hotkey.ChurnConfig
 	// TrackingDial, if set, dials the tracking connection instead of
 	// Upstream.Dial (tests use it to slow invalidations down).
 	TrackingDial func(ctx context.Context, network, address string) (net.Conn, error)
@@ -85,6 +91,7 @@ type hotTier struct {
 	// gate collapses misses (MissWait); missOn: MissWait > 0.
 	gate    *hotkey.MissGate
 	missOn  atomic.Bool
+	churn   *hotkey.Churn
 	maxLag  atomic.Int64                 // nanoseconds
 	lagSet  chan struct{}                // wakes the probe loop when maxLag changes
 	cfg     atomic.Pointer[HotKeyConfig] // the settings in force
@@ -100,10 +107,19 @@ type hotTier struct {
 
 	mu      sync.Mutex
 	pending map[string]struct{} // fills queued or under way (pendingKey)
-	connUp  bool                // the tracking connection is up
-	lagOK   bool                // the last probe came back within MaxLag
+	// armed: write-hot keys Redis tracks for this rproxy (read on the
+	// tracking connection since their last invalidation), so that their
+	// writes keep being counted without storing them. At most armedMax.
+	armed  map[string]struct{}
+	armedN atomic.Int64 // len(armed), read without mu
+	connUp bool         // the tracking connection is up
+	lagOK  bool         // the last probe came back within MaxLag
 
 	closing bool // under mu: stopping is expected, not a warning
+
+	// onKey, if set before the tracking connection starts, is called with
+	// every key of a tracking push (salted copies, salt.go).
+	onKey atomic.Pointer[func(key []byte)]
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -112,6 +128,7 @@ type hotTier struct {
 type tierMetrics struct {
 	fills        prometheus.Counter
 	fillsRefused prometheus.Counter
+	churnRefused prometheus.Counter
 	pushes       prometheus.Counter
 	barriers     prometheus.Counter
 	serving      prometheus.Gauge
@@ -125,6 +142,8 @@ func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
 			Name: "tier_fills_total", Help: "Keys read from Redis into the local tier."}),
 		fillsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
 			Name: "tier_fills_refused_total", Help: "Fills not stored because the key was invalidated while they were in flight."}),
+		churnRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
+			Name: "tier_fills_write_hot_total", Help: "Fills not stored because the key is invalidated too often (hotkeys.write_limit): it is read from Redis."}),
 		pushes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
 			Name: "tracking_invalidations_total", Help: "Invalidation messages received from Redis client tracking."}),
 		barriers: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "rproxy", Subsystem: "hotkey",
@@ -138,7 +157,7 @@ func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.fills, m.fillsRefused, m.pushes, m.barriers, m.serving, m.lagStops, m.probeSeconds)
+		reg.MustRegister(m.fills, m.fillsRefused, m.churnRefused, m.pushes, m.barriers, m.serving, m.lagStops, m.probeSeconds)
 	}
 	return m
 }
@@ -162,6 +181,10 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 		cancel()
 		return nil, err
 	}
+	if h.churn, err = hotkey.NewChurn(cfg.Churn, now); err != nil {
+		cancel()
+		return nil, err
+	}
 	h.missOn.Store(cfg.MissWait > 0)
 	h.maxLag.Store(int64(cfg.MaxLag))
 	h.setPrefixes(cfg.Prefixes)
@@ -178,6 +201,7 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 	h.enabled.Store(true)
 	h.queue = make(chan fillReq, fillQueue)
 	h.pending = make(map[string]struct{})
+	h.armed = make(map[string]struct{})
 	ucfg.Protocol = 3
 	ucfg.Connections = 1
 	ucfg.GatherYields = 0
@@ -228,6 +252,9 @@ func (c HotKeyConfig) Validate() error {
 	if c.MaxLag <= 0 {
 		errs = append(errs, fmt.Errorf("hotkey: max lag must be positive, got %v", c.MaxLag))
 	}
+	if err := c.Churn.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MissWait < 0 {
 		errs = append(errs, fmt.Errorf("hotkey: miss wait must be >= 0 (0 turns miss collapsing off), got %v", c.MissWait))
 	}
@@ -256,6 +283,9 @@ func (h *hotTier) set(cfg HotKeyConfig) error {
 		if err := h.tier.SetConfig(cfg.TierConfig); err != nil {
 			return err // Validate has checked it
 		}
+	}
+	if err := h.churn.SetConfig(cfg.Churn); err != nil {
+		return err // Validate has checked it
 	}
 	h.setPrefixes(cfg.Prefixes)
 	if err := h.gate.SetConfig(missGateConfig(cfg.MissWait)); err != nil {
@@ -320,6 +350,12 @@ func (h *hotTier) close() {
 	h.wg.Wait()
 }
 
+// trackingUp reports whether reads on the tracking connection are tracked
+// now (the tier serves: connection up, within max lag).
+func (h *hotTier) trackingUp() bool {
+	return h.tier != nil && h.tier.Serving()
+}
+
 // trackDo runs a batch on the tracking connection: the one, or on a
 // cluster each command's master's.
 func (h *hotTier) trackDo(b *upstream.Batch) {
@@ -373,10 +409,17 @@ func (h *hotTier) underPrefix(key []byte) bool {
 // command's bytes.
 type fillReq struct {
 	key, variant []byte
+	// trackOnly: the key is write-hot; read its PTTL on the tracking
+	// connection so that Redis pushes its next invalidation (counted), and
+	// store nothing.
+	trackOnly bool
 }
 
 // pendingKey names a fill in pending: GETs and commands apart.
 func (r fillReq) pendingKey() string {
+	if r.trackOnly {
+		return "t" + string(r.key)
+	}
 	if r.variant == nil {
 		return "g" + string(r.key)
 	}
@@ -401,13 +444,20 @@ func (h *hotTier) enqueueFill(r fillReq) {
 	if !h.tier.Serving() {
 		return
 	}
+	writeHot := h.churn.Hot(xxhash.Sum64(r.key))
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if writeHot {
+		if _, ok := h.armed[string(r.key)]; ok {
+			return // Redis will push its next write
+		}
+		r = fillReq{key: r.key, trackOnly: true}
+	}
 	pk := r.pendingKey()
 	if _, ok := h.pending[pk]; ok {
 		return
 	}
-	q := fillReq{key: []byte(string(r.key))}
+	q := fillReq{key: []byte(string(r.key)), trackOnly: r.trackOnly}
 	if r.variant != nil {
 		q.variant = []byte(string(r.variant))
 	}
@@ -422,21 +472,56 @@ func (h *hotTier) enqueueFill(r fillReq) {
 func (h *hotTier) invalidate(key []byte) {
 	if h.tier != nil {
 		h.tier.Invalidate(key)
+		h.disarm(key)
 	}
 }
 
 // written is invalidate for a write Redis has acknowledged: it also
-// releases the readers held for the key's fill.
+// releases the readers held for the key's fill, and counts the write for
+// admission (Churn).
 func (h *hotTier) written(key []byte) {
-	h.invalidate(key)
+	if h.tier != nil {
+		h.tier.Invalidate(key)
+		h.disarm(key)
+		h.churn.Record(xxhash.Sum64(key))
+	}
 	h.gate.Written(key)
+}
+
+// armedMax bounds the write-hot keys remembered as tracked; beyond it the
+// set is emptied (each such key then costs one more tracking read).
+const armedMax = 4096
+
+// disarm forgets that Redis tracks key for us: called after the key was
+// invalidated (tier.Invalidate), so that a fill which read it before the
+// invalidation cannot leave it marked (see fillLoop).
+func (h *hotTier) disarm(key []byte) {
+	if h.armedN.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	if _, ok := h.armed[string(key)]; ok {
+		delete(h.armed, string(key))
+		h.armedN.Store(int64(len(h.armed)))
+	}
+	h.mu.Unlock()
 }
 
 func (h *hotTier) clear() {
 	if h.tier != nil {
 		h.tier.Clear()
+		h.mu.Lock()
+		h.disarmAllLocked()
+		h.mu.Unlock()
 	}
 	h.gate.Clear()
+}
+
+// disarmAllLocked forgets every armed key: after a clear, or when tracking
+// was lost.
+func (h *hotTier) disarmAllLocked() {
+	clear(h.armed)
+	h.armedN.Store(0)
 }
 
 // missGate returns the miss gate when miss collapsing is on, else nil.
@@ -545,7 +630,10 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 			if h.trackRouter != nil {
 				slot = upstream.Slot(r.key)
 			}
-			if r.variant == nil {
+			if r.trackOnly {
+				b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), r.key), slot)
+				b.AddSlot(pingCmd, slot) // keeps two replies per request
+			} else if r.variant == nil {
 				b.AddSlot(resp.AppendCommand(nil, []byte("GET"), r.key), slot)
 				b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), r.key), slot)
 			} else {
@@ -557,7 +645,7 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 		sent := h.now()
 		h.trackDo(b)
 		for i, r := range reqs {
-			if r.variant != nil && r.variant[0] == 2 {
+			if !r.trackOnly && r.variant != nil && r.variant[0] == 2 {
 				slot := upstream.SlotAny
 				if h.trackRouter != nil {
 					slot = upstream.Slot(r.key)
@@ -572,6 +660,10 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 		rtt := h.now().Sub(sent)
 		for i, r := range reqs {
 			switch {
+			case r.trackOnly:
+			case h.churn.Hot(xxhash.Sum64(r.key)):
+				// Became write-hot while the fill was queued.
+				h.metrics.churnRefused.Inc()
 			case r.variant == nil:
 				h.store(toks[i], r.key, b.Reply(2*i), b.Reply(2*i+1), rtt)
 			case at2[i] >= 0:
@@ -584,6 +676,18 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 		h.mu.Lock()
 		for i, r := range reqs {
 			delete(h.pending, r.pendingKey())
+			// A write-hot key read above is tracked by Redis unless it was
+			// invalidated since (its token is stale): remember it, so that
+			// its reads do not ask again before the next push. Checked
+			// under mu, which disarm takes after the invalidation.
+			if r.trackOnly && h.tier.Current(toks[i], r.key) {
+				if len(h.armed) >= armedMax {
+					clear(h.armed)
+				}
+				h.armed[string(r.key)] = struct{}{}
+				h.armedN.Store(int64(len(h.armed)))
+				h.metrics.churnRefused.Inc()
+			}
 			reqs[i] = fillReq{}
 		}
 		h.mu.Unlock()
@@ -653,13 +757,17 @@ func (h *hotTier) onPush(push []byte) {
 	}
 	h.metrics.pushes.Inc()
 	if v.Elems[1].Null {
-		h.tier.Clear()
-		h.gate.Clear()
+		h.clear()
 		return
 	}
 	for _, k := range v.Elems[1].Elems {
 		h.tier.Invalidate(k.Str)
-		h.gate.Written(k.Str) // Redis has applied the change: held readers read again
+		h.disarm(k.Str)
+		h.churn.Record(xxhash.Sum64(k.Str))
+		h.gate.Written(k.Str)
+		if f := h.onKey.Load(); f != nil {
+			(*f)(k.Str)
+		} // Redis has applied the change: held readers read again
 	}
 }
 
@@ -687,6 +795,7 @@ func (h *hotTier) applyLocked() {
 		return
 	}
 	h.metrics.serving.Set(0)
+	h.disarmAllLocked()
 	if h.closing || !enabled {
 		return
 	}

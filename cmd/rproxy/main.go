@@ -497,6 +497,7 @@ func hotKeyConfig(h config.HotKeys) *proxy.HotKeyConfig {
 		Prefixes:   h.Prefixes,
 		MaxLag:     h.MaxLag.D(),
 		MissWait:   h.MissWait.D(),
+		Churn:      hotkey.ChurnConfig{Window: h.Window.D(), Limit: h.WriteLimit},
 	}
 }
 

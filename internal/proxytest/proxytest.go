@@ -62,6 +62,7 @@ func HotKeyConfig() *proxy.HotKeyConfig {
 		TierConfig: hotkey.DefaultTierConfig(),
 		MaxLag:     time.Second,
 		MissWait:   200 * time.Millisecond,
+		Churn:      hotkey.DefaultChurnConfig(),
 	}
 }
 
