@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // TestClusterAddMasterUnderLoad: a master is added to the cluster while

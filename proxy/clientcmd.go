@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // The CLIENT subcommands that name clients speak in the ids rproxy hands

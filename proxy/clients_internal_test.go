@@ -3,7 +3,7 @@ package proxy
 import (
 	"testing"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // PROXY CONFIG GET pattern matches dotted keys as CONFIG GET matches its

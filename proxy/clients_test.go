@@ -19,7 +19,7 @@ import (
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // Real clients against rproxy: go-redis, redis-cli and redis-benchmark, each

@@ -5,9 +5,9 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/rproxy/rproxy/proxy/command"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // discardReply: an order entry whose upstream reply the client does not

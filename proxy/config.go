@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/policy"
-	"github.com/rproxy/rproxy/proxy/command"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // Config configures a Server.

@@ -6,7 +6,7 @@
 // The request path reads top to bottom in session.go (exec): a client's
 // batch of pipelined commands is classified by the command table; the policy
 // stage (policy.go, package policy) may refuse or rewrite a command and
-// raises cache-write TTLs; writes drop their keys from the local tier
+// spreads cache-write TTLs below the one asked for; writes drop their keys from the local tier
 // (tier.go, package hotkey); commands answered by the proxy (HELLO, CLIENT
 // SETNAME/GETNAME/ID/SETINFO, AUTH, PROXY, refusals) are answered in place;
 // a GET of a cached hot key is answered from the tier; eligible reads may

@@ -7,8 +7,8 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // The cluster facade: with a cluster upstream, rproxy answers the CLUSTER

@@ -15,7 +15,7 @@ import (
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // loadClient writes an increasing counter to its own key and reads it

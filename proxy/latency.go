@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/rproxy/rproxy/proxy/command"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // latencyPerTick is how many client batches are timed per millisecond of

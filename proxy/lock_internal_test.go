@@ -3,7 +3,7 @@ package proxy
 import (
 	"testing"
 
-	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/command"
 )
 
 // Lock acquisitions are SET with NX (an option, not the value) and SETNX.

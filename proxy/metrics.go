@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/command"
 )
 
 // metrics are the client side's Prometheus metrics (namespace rproxy,

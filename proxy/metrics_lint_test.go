@@ -21,7 +21,7 @@ import (
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // Files under deploy/, relative to this package.

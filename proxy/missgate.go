@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"github.com/rproxy/rproxy/hotkey"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // Miss collapsing (hotkeys.miss_wait): when GETs of a hot key (or a key

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // OpsHooks connect the in-band operator commands to the process around the

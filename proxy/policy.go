@@ -3,10 +3,10 @@ package proxy
 import (
 	"bytes"
 
+	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/policy"
-	"github.com/rproxy/rproxy/proxy/command"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // SetPolicy compiles cfg and makes it the policy for every command from

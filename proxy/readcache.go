@@ -3,7 +3,7 @@ package proxy
 import (
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/command"
 )
 
 // tierReads are the read-only single-key commands, besides GET, that the

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rproxy/rproxy/proxy/command"
+	"github.com/rproxy/rproxy/command"
 )
 
 // Every command of tierReads is a readonly single-key command of the

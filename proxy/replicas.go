@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"github.com/rproxy/rproxy/proxy/command"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // sentinelReplicaReads reports whether reads under ReplicaReadPrefixes go

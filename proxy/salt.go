@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/hotkey"
-	"github.com/rproxy/rproxy/proxy/command"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // SaltConfig configures salted fan-out of hot keys on a cluster upstream:

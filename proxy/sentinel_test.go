@@ -14,8 +14,8 @@ import (
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // TestSentinelFailoverUnderLoad: rproxy with upstream.mode sentinel in

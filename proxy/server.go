@@ -15,11 +15,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/coalesce"
+	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
-	"github.com/rproxy/rproxy/proxy/command"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // Server is the proxy: a RESP listener for clients and the upstream pools

@@ -16,7 +16,7 @@ import (
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // rawClient speaks raw RESP, so tests see reply bytes exactly.

@@ -20,7 +20,7 @@ import (
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 var soakDuration = flag.Duration("soak", 12*time.Second, "how long TestSoak runs (make soak: 10m)")

@@ -15,8 +15,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/hotkey"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // HotKeyConfig configures hot-key detection and the local tier.

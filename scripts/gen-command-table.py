@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerates proxy/command/builtin_table.go from a live server's COMMAND reply.
+"""Regenerates command/builtin_table.go from a live server's COMMAND reply.
 
-Usage: redis-cli -p PORT --json COMMAND | scripts/gen-command-table.py VERSION > proxy/command/builtin_table.go
+Usage: redis-cli -p PORT --json COMMAND | scripts/gen-command-table.py VERSION > command/builtin_table.go
 The built-in table is only the fallback for servers that do not answer COMMAND.
 """
 import json, sys

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // Prepopulate settings.

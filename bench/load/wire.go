@@ -7,7 +7,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // headLen is how many leading bytes of each reply wire keeps: enough for

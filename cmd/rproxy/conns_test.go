@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // TestTenThousandConnections opens 10,000 client connections to

@@ -33,7 +33,7 @@ import (
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // defaultGCPercent applies unless the GOGC environment variable is set.

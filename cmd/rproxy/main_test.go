@@ -18,7 +18,7 @@ import (
 	"github.com/rproxy/rproxy/admin"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/internal/tlstest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // buildBinary builds rproxy once per test run.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // runReloadable starts the binary with a config file that the test

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/policy"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // certWarnBefore: a certificate this close to its end is warned about at

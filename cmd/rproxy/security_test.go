@@ -25,8 +25,8 @@ import (
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/internal/tlstest"
 	"github.com/rproxy/rproxy/policy"
-	"github.com/rproxy/rproxy/proxy/resp"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 const deployACL = "../../deploy/redis-acl.conf"

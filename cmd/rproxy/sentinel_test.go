@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // TestSentinelBinary: with upstream.mode sentinel the binary finds the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/proxy"
-	"github.com/rproxy/rproxy/proxy/upstream"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // Proxy is a running proxy server.

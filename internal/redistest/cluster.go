@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // NumSlots is the number of hash slots in a Redis Cluster.

@@ -18,5 +18,5 @@
 // PATH; `make test` installs it via scripts/ensure-redis.sh.
 //
 // The package is test-only infrastructure: it talks to Redis over raw RESP
-// with the project's own proxy/resp reader, no client library.
+// with the project's own resp reader, no client library.
 package redistest

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // InstallHint is the command that installs the Redis binaries this package

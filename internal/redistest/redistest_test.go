@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 func TestStartDo(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/bench/load"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // The scenario's timeline, from its start.

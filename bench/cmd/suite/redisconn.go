@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // redisConn is a control connection straight to redis-server, for the

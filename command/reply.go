@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // FromReply builds a table from the raw bytes of a COMMAND reply (RESP2 or

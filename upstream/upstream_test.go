@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // fakeRedis is a scripted upstream: for every command it receives it calls

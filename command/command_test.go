@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 func TestBuiltinClassifies(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // fakeSentinelSetup is a fake Sentinel naming one of several fake

@@ -3,7 +3,7 @@ package upstream
 import (
 	"sync/atomic"
 
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // maxRetained bounds the buffers a Batch keeps between uses, so one huge

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // Setup commands run on every new connection, pushes reach OnPush in stream

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/rproxy/rproxy/internal/redistest"
-	"github.com/rproxy/rproxy/proxy/resp"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // Keys agrees with Redis's own COMMAND GETKEYS for fixed-position and
