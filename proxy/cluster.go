@@ -2,21 +2,12 @@ package proxy
 
 import (
 	"bytes"
-	"math"
 	"strconv"
 
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
 )
-
-// discardReply: an order entry whose upstream reply the client does not
-// get (a deferred MULTI's, see deferMulti).
-const discardReply = math.MinInt32
-
-// mergeBase: an order entry o <= mergeBase stands for merge mergeBase-o,
-// whose reply is made from the replies of its parts (see session.order).
-const mergeBase = -1 << 30
 
 // mergeKind is how the replies of a split command's parts become one.
 type mergeKind uint8
@@ -212,7 +203,7 @@ func (s *Server) replicaReadable(keys [][]byte) bool {
 
 func (s *Server) queueMerge(ss *session, m merge) {
 	ss.merges = append(ss.merges, m)
-	ss.order = append(ss.order, mergeBase-(len(ss.merges)-1))
+	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.merges) - 1)})
 }
 
 // keyInfo is the Info that knows a command's key positions: a
@@ -259,7 +250,7 @@ func (s *Server) startDeferredMulti(ss *session) bool {
 	}
 	ss.slot = slot
 	ss.batch.AddSlot(multiCmd, slot)
-	ss.order = append(ss.order, discardReply)
+	ss.order = append(ss.order, replySource{from: fromDiscard})
 	ss.track = append(ss.track, track{kind: trackMulti})
 	return true
 }

@@ -58,7 +58,7 @@ func (s *Server) crossSlotEnd(ss *session, info *command.Info) bool {
 	case "exec":
 		ss.crossSlotTx = false
 		ss.batch.AddSlot(discardCmd, upstream.SlotAny)
-		ss.order = append(ss.order, discardReply)
+		ss.order = append(ss.order, replySource{from: fromDiscard})
 		ss.track = append(ss.track, track{kind: trackExec})
 		ss.multiSent = false
 		s.reply(ss, crossSlotReply)

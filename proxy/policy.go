@@ -106,7 +106,7 @@ func (s *Server) abortTransaction(ss *session) {
 		return // no connection for the transaction: its error is queued
 	}
 	ss.batch.AddSlot(poisonCmd, upstream.SlotAny)
-	ss.order = append(ss.order, discardReply)
+	ss.order = append(ss.order, replySource{from: fromDiscard})
 	ss.track = append(ss.track, track{})
 }
 

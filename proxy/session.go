@@ -31,6 +31,23 @@ const directWriteMin = 64 << 10
 // deadline.
 const directWriteChunk = 1 << 20
 
+// replySource says where the reply to one of a batch's commands comes
+// from, in the client's order (session.order).
+type replySource struct {
+	from replyFrom
+	idx  int32 // fromLocal: local reply; fromFlight: joined flight; fromMerge: merge
+}
+
+type replyFrom uint8
+
+const (
+	fromUpstream replyFrom = iota // the batch's next upstream reply
+	fromLocal                     // a reply made here (refusal, proxy answer, tier hit)
+	fromFlight                    // a coalesced flight this session joined
+	fromMerge                     // made from the replies of a split command's parts (cluster.go)
+	fromDiscard                   // the batch's next upstream reply, not for the client (a deferred MULTI, a poison command)
+)
+
 // Session states, for draining on shutdown.
 const (
 	stateIdle int32 = iota
@@ -57,13 +74,12 @@ type session struct {
 
 	// The batch being built from one read of pipelined commands: commands for
 	// the upstream go into batch; replies made here go into local; order says,
-	// for each command in client order, where its reply is (-1: the next
-	// upstream reply; i >= 0: local reply i).
+	// for each command in client order, where its reply comes from.
 	batch     *upstream.Batch
 	local     []byte
 	localEnds []int
 	localRefs [][]byte // per local reply: a large shared reply (a tier entry) kept by reference, or nil
-	order     []int
+	order     []replySource
 	quit      bool
 
 	// Cluster routing: the slot of the command being queued (set by
@@ -111,8 +127,8 @@ type session struct {
 	streamCmds [][]byte
 
 	// Coalescing, per read batch: flights this session leads (published
-	// right after its upstream call), flights it joined (order entries
-	// -2-i), whether the batch wrote (no joins after a write), and a scratch
+	// right after its upstream call), flights it joined (fromFlight order
+	// entries), whether the batch wrote (no joins after a write), and a scratch
 	// buffer for flight keys.
 	leads      []lead
 	joined     []*coalesce.Flight
@@ -669,7 +685,7 @@ func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, ke
 		return true
 	}
 	ss.joined = append(ss.joined, f)
-	ss.order = append(ss.order, -2-(len(ss.joined)-1))
+	ss.order = append(ss.order, replySource{from: fromFlight, idx: int32(len(ss.joined) - 1)})
 	return false
 }
 
@@ -680,7 +696,7 @@ func (s *Server) forward(ss *session, raw []byte) {
 func (s *Server) forwardTracked(ss *session, raw []byte, t track) {
 	ss.batch.AddSlot(raw, ss.slot)
 	ss.slot = upstream.SlotAny
-	ss.order = append(ss.order, -1)
+	ss.order = append(ss.order, replySource{from: fromUpstream})
 	if ss.pin != nil {
 		ss.track = append(ss.track, t)
 	}
@@ -697,7 +713,7 @@ func (ss *session) queueLocal(r []byte, shared bool) {
 		ss.localRefs = append(ss.localRefs, nil)
 	}
 	ss.localEnds = append(ss.localEnds, len(ss.local))
-	ss.order = append(ss.order, len(ss.localEnds)-1)
+	ss.order = append(ss.order, replySource{from: fromLocal, idx: int32(len(ss.localEnds) - 1)})
 }
 
 // replyShared queues a reply from the local tier (never modified).
@@ -871,17 +887,17 @@ func (s *Server) flush(ss *session) {
 	}
 	for i, o := range ss.order {
 		var r []byte
-		if o == discardReply {
+		switch o.from {
+		case fromDiscard:
 			up++ // the upstream reply to a deferred MULTI, answered already
 			continue
-		}
-		if o <= mergeBase {
-			m := &ss.merges[mergeBase-o]
+		case fromMerge:
+			m := &ss.merges[o.idx]
 			r = m.reply(ss.batch, up)
 			up += m.parts
-		} else if o <= -2 {
-			r = ss.joined[-2-o].Wait()
-		} else if o < 0 {
+		case fromFlight:
+			r = ss.joined[o.idx].Wait()
+		case fromUpstream:
 			r = ss.batch.Reply(up)
 			if over < len(ss.saltOver) && ss.saltOver[over].idx == up {
 				r = ss.saltOver[over].reply // a copy missed: the origin's reply
@@ -892,13 +908,13 @@ func (s *Server) flush(ss *session) {
 				ss.infoAt = ss.infoAt[1:]
 			}
 			up++
-		} else {
+		case fromLocal:
 			start := 0
-			if o > 0 {
-				start = ss.localEnds[o-1]
+			if o.idx > 0 {
+				start = ss.localEnds[o.idx-1]
 			}
-			r = ss.local[start:ss.localEnds[o]]
-			if ref := ss.localRefs[o]; ref != nil {
+			r = ss.local[start:ss.localEnds[o.idx]]
+			if ref := ss.localRefs[o.idx]; ref != nil {
 				r = ref
 			}
 		}
