@@ -346,6 +346,16 @@ func (s *Server) boundReplies(ss *session) {
 	}
 }
 
+// resetClientState forgets what RESET clears on Redis that the session
+// keeps itself: protocol, name, library, and a passthrough login (Redis
+// logs the connection out as default).
+func (s *Server) resetClientState(ss *session) {
+	ss.proto, ss.name, ss.libName, ss.libVer = 2, nil, nil, nil
+	if s.cfg.AuthPassthrough {
+		ss.user = ""
+	}
+}
+
 // exec classifies one command and either queues it for the upstream or
 // answers it in place. Commands that change how later commands are routed
 // (HELLO, RESET, QUIT) first flush what is queued, so order is kept.
@@ -362,6 +372,14 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		}
 		if s.hot != nil {
 			s.beforeWrite(ss, info, cmd.Args, false)
+		}
+		if info != nil && info.Handling == command.Reset {
+			// Redis resets the pinned connection and answers; the session
+			// forgets what it keeps of the client's state. It stays in
+			// stream mode: the pin is not reused.
+			s.resetClientState(ss)
+			ss.redirect, ss.db, ss.multiSent, ss.watching = -1, 0, false, false
+			clear(ss.subscribed)
 		}
 		if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
 			return
@@ -491,13 +509,12 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		s.flush(ss)
 		s.unpin(ss)
 		ss.multiPending = false
-		ss.proto, ss.name, ss.libName, ss.libVer = 2, nil, nil, nil
+		s.resetClientState(ss)
 		if s.cfg.Users != nil {
 			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
 		}
 		if s.cfg.AuthPassthrough {
 			ss.setPools(&s.pools)
-			ss.user = ""
 		}
 		s.reply(ss, []byte("+RESET\r\n"))
 	case command.Quit:

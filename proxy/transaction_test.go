@@ -463,6 +463,17 @@ func TestClientListFollowsStreamSessions(t *testing.T) {
 			t.Errorf("CLIENT LIST lacks %s:\n%s", want, list)
 		}
 	}
+	// RESET on a session in stream mode clears what CLIENT LIST shows of
+	// it, as on Redis (Redis's "RESET clears client state").
+	if r := trk.do("RESET"); r != "+RESET\r\n" {
+		t.Fatalf("RESET in stream mode = %q", r)
+	}
+	if r := trk.do("CLIENT", "INFO"); !strings.Contains(r, " name= ") || !strings.Contains(r, " flags=N ") || !strings.Contains(r, " db=0 ") {
+		t.Errorf("CLIENT INFO after RESET in stream mode = %q", r)
+	}
+	if r := trk.do("CLIENT", "GETREDIR"); r != ":-1\r\n" {
+		t.Errorf("CLIENT GETREDIR after RESET in stream mode = %q", r)
+	}
 }
 
 // A connection pinned only for blocking commands changed no state: it is
