@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // The CLIENT subcommands that name clients speak in the ids rproxy hands
@@ -309,6 +310,10 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 			return
 		}
 	}
+	if user != nil && !s.userExists(user) {
+		s.reply(ss, resp.AppendError(nil, "ERR No such user '"+string(user)+"'"))
+		return
+	}
 	var victims []*session
 	for _, other := range s.sessionsByID() {
 		st := s.clientStateOf(other, ss)
@@ -331,6 +336,29 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 	for _, v := range victims {
 		s.killSession(ss, v)
 	}
+}
+
+// userExists reports whether CLIENT KILL USER names a user sessions can
+// log in as: one of rproxy's users (auth.mode proxy), or else one of
+// Redis's ACL users, as Redis answers "No such user" for the rest. When
+// Redis will not say (rproxy's upstream user may not run ACL GETUSER), the
+// user is taken to exist: the kill then matches no session.
+func (s *Server) userExists(user []byte) bool {
+	if string(user) == "default" {
+		return true
+	}
+	if s.cfg.Users != nil {
+		_, ok := s.cfg.Users[string(user)]
+		return ok
+	}
+	b := upstream.NewBatch()
+	b.Add(resp.AppendCommand(nil, []byte("ACL"), []byte("GETUSER"), user))
+	s.pools[2].Do(b)
+	switch string(b.Reply(0)) {
+	case "$-1\r\n", "*-1\r\n", "_\r\n":
+		return false
+	}
+	return true
 }
 
 // killSession closes victim: at once, or, when it is the caller, after the

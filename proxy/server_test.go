@@ -506,6 +506,23 @@ func TestClientKillOwnSession(t *testing.T) {
 	}
 }
 
+// CLIENT KILL USER of a user nobody can log in as is an error, as on Redis
+// (Redis's unit/introspection "CLIENT KILL with illegal arguments").
+func TestClientKillUnknownUser(t *testing.T) {
+	rs := redistest.Start(t)
+	rs.Do(t, "ACL", "SETUSER", "known", "on", "nopass", "+@all", "~*")
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Policy = nil })
+	c := dialClient(t, p.Addr)
+	if got := c.do("CLIENT", "KILL", "USER", "wrong_user"); got != "-ERR No such user 'wrong_user'\r\n" {
+		t.Errorf("CLIENT KILL USER wrong_user = %q", got)
+	}
+	for _, u := range []string{"known", "default"} {
+		if got := c.do("CLIENT", "KILL", "USER", u); got != ":0\r\n" {
+			t.Errorf("CLIENT KILL USER %s = %q, want :0 (no other session)", u, got)
+		}
+	}
+}
+
 // SetLimits applies at once: a lowered max_clients refuses new clients and
 // keeps the connected ones; raising it admits them again.
 func TestSetLimitsAtRunTime(t *testing.T) {
