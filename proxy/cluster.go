@@ -54,6 +54,18 @@ func fanOutName(name string, args [][]byte) string {
 }
 
 // merge is a client command sent as parts, consecutive in the batch.
+// routeState is cluster routing's per-batch state in a session: the rest
+// of the read batch (so MULTI can pin to the master of the transaction's
+// first key), split commands whose replies are merged, and key scratch.
+type routeState struct {
+	multiPending bool // MULTI answered, not yet sent: no master chosen yet
+	crossSlotTx  bool // a command of the open transaction is for another master: EXEC gets CROSSSLOT (crossslot.go)
+	rest         []resp.Command
+	restAt       int
+	merges       []merge
+	keys         [][]byte
+}
+
 type merge struct {
 	kind  mergeKind
 	parts int
@@ -85,7 +97,7 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 	if ss.pin != nil && s.crossSlotEnd(ss, info) {
 		return true
 	}
-	pinned := ss.pin != nil || ss.multiPending // commands stay whole: they go to one master
+	pinned := ss.pin != nil || ss.route.multiPending // commands stay whole: they go to one master
 	if !pinned {
 		switch info.Name {
 		case "scan", "keys", "randomkey":
@@ -105,10 +117,10 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 			return false
 		}
 	}
-	keys, _ := command.Keys(s.keyInfo(info, args), args, ss.routeKeys[:0])
+	keys, _ := command.Keys(s.keyInfo(info, args), args, ss.route.keys[:0])
 	defer func() {
 		clear(keys)
-		ss.routeKeys = keys[:0]
+		ss.route.keys = keys[:0]
 	}()
 	if len(keys) == 0 {
 		return false
@@ -202,8 +214,8 @@ func (s *Server) replicaReadable(keys [][]byte) bool {
 }
 
 func (s *Server) queueMerge(ss *session, m merge) {
-	ss.merges = append(ss.merges, m)
-	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.merges) - 1)})
+	ss.route.merges = append(ss.route.merges, m)
+	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.route.merges) - 1)})
 }
 
 // keyInfo is the Info that knows a command's key positions: a
@@ -233,7 +245,7 @@ func (s *Server) deferMulti(ss *session, args [][]byte) bool {
 	if s.cfg.Cluster == nil || len(args) != 1 || s.transactionSlot(ss, s.table.Load().Lookup(args[0])) != upstream.SlotAny {
 		return false
 	}
-	ss.multiPending = true
+	ss.route.multiPending = true
 	s.reply(ss, []byte("+OK\r\n"))
 	return true
 }
@@ -243,7 +255,7 @@ func (s *Server) deferMulti(ss *session, args [][]byte) bool {
 // there, its reply dropped (the client has had it). It reports whether
 // the command can go on.
 func (s *Server) startDeferredMulti(ss *session) bool {
-	ss.multiPending = false
+	ss.route.multiPending = false
 	slot := ss.slot &^ upstream.ReplicaRead
 	if !s.pinSession(ss, slot) {
 		return false
@@ -266,7 +278,7 @@ func (s *Server) transactionSlot(ss *session, info *command.Info) int {
 		return ss.slot
 	}
 	table := s.table.Load()
-	for _, c := range ss.rest[ss.restAt:] {
+	for _, c := range ss.route.rest[ss.route.restAt:] {
 		ci := table.Lookup(c.Args[0])
 		if ci == nil {
 			continue
@@ -274,11 +286,11 @@ func (s *Server) transactionSlot(ss *session, info *command.Info) int {
 		if ci.Name == "exec" || ci.Name == "discard" {
 			break
 		}
-		keys, _ := command.Keys(s.keyInfo(ci, c.Args), c.Args, ss.routeKeys[:0])
+		keys, _ := command.Keys(s.keyInfo(ci, c.Args), c.Args, ss.route.keys[:0])
 		if len(keys) > 0 {
 			slot := upstream.Slot(keys[0])
 			clear(keys)
-			ss.routeKeys = keys[:0]
+			ss.route.keys = keys[:0]
 			return slot
 		}
 	}

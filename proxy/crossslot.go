@@ -37,7 +37,7 @@ func (s *Server) crossSlotCommand(ss *session) bool {
 	}
 	ss.slot = upstream.SlotAny
 	if ss.multiSent {
-		ss.crossSlotTx = true
+		ss.route.crossSlotTx = true
 		s.reply(ss, []byte("+QUEUED\r\n"))
 		return true
 	}
@@ -49,14 +49,14 @@ func (s *Server) crossSlotCommand(ss *session) bool {
 // as DISCARD (its reply dropped) and answered CROSSSLOT; DISCARD clears
 // the mark and goes on. It reports whether it answered the command.
 func (s *Server) crossSlotEnd(ss *session, info *command.Info) bool {
-	if !ss.crossSlotTx {
+	if !ss.route.crossSlotTx {
 		return false
 	}
 	switch info.Name {
 	case "discard":
-		ss.crossSlotTx = false
+		ss.route.crossSlotTx = false
 	case "exec":
-		ss.crossSlotTx = false
+		ss.route.crossSlotTx = false
 		ss.batch.AddSlot(discardCmd, upstream.SlotAny)
 		ss.order = append(ss.order, replySource{from: fromDiscard})
 		ss.track = append(ss.track, track{kind: trackExec})

@@ -26,7 +26,7 @@ type missAt struct {
 // noteMiss marks the GET of key about to be queued (its order entry is the
 // next) for the gate.
 func (s *Server) noteMiss(ss *session, key []byte) {
-	ss.missAts = append(ss.missAts, missAt{at: len(ss.order), key: key})
+	ss.hotWrites.misses = append(ss.hotWrites.misses, missAt{at: len(ss.order), key: key})
 }
 
 // isNoValue reports whether r is GET's reply for a missing key.

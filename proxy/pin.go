@@ -164,7 +164,7 @@ var blockingCommands = map[string]bool{
 // inTransaction reports whether the client has opened a transaction, as it
 // has sent its commands: from the MULTI on, not from Redis's reply to it.
 // Nothing rproxy adds may land inside it.
-func (ss *session) inTransaction() bool { return ss.multiSent || ss.multiPending }
+func (ss *session) inTransaction() bool { return ss.multiSent || ss.route.multiPending }
 
 // pinNoLongerNeeded reports whether the session holds no connection state.
 func (ss *session) pinNoLongerNeeded() bool {
@@ -188,7 +188,7 @@ func (s *Server) unpin(ss *session) {
 	ss.pin, ss.pinDirty = nil, false
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
 	ss.track = ss.track[:0]
-	ss.crossSlotTx = false
+	ss.route.crossSlotTx = false
 }
 
 // startStream puts the session in stream mode (pub/sub) on its pinned

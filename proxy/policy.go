@@ -27,13 +27,13 @@ func (s *Server) SetPolicy(cfg policy.Config) error {
 // the command to run and its info, or ok false when a reply was queued
 // instead.
 func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info, cmd resp.Command) (resp.Command, *command.Info, bool) {
-	req := &ss.polReq
+	req := &ss.pol.req
 	*req = policy.Request{Args: cmd.Args, User: ss.user, Addr: ss.addr}
 	if info != nil {
 		req.Name = info.Name
 		if pol.NeedsKeys(info.Name) {
-			ss.polKeys, _ = command.Keys(info, cmd.Args, ss.polKeys[:0])
-			req.Keys = ss.polKeys
+			ss.pol.keys, _ = command.Keys(info, cmd.Args, ss.pol.keys[:0])
+			req.Keys = ss.pol.keys
 		}
 	} else {
 		req.Name = string(bytes.ToLower(cmd.Args[0])) // unknown commands only
@@ -102,12 +102,21 @@ func (s *Server) abortTransaction(ss *session) {
 	if !ss.inTransaction() || ss.stream {
 		return
 	}
-	if ss.multiPending && !s.startDeferredMulti(ss) {
+	if ss.route.multiPending && !s.startDeferredMulti(ss) {
 		return // no connection for the transaction: its error is queued
 	}
 	ss.batch.AddSlot(poisonCmd, upstream.SlotAny)
 	ss.order = append(ss.order, replySource{from: fromDiscard})
 	ss.track = append(ss.track, track{})
+}
+
+// policyState is the policy's scratch in a session, reused per command so
+// the check allocates nothing, and the batch that probes key sizes before
+// a DEL.
+type policyState struct {
+	req   policy.Request
+	keys  [][]byte
+	probe *upstream.Batch
 }
 
 // lengthCommands gives, by TYPE reply, the O(1) command that sizes a value.
@@ -122,14 +131,14 @@ var lengthCommands = map[string]string{
 // A probe that fails lets the DEL through: the policy is a guard, not a
 // reason to fail deletes while Redis is reachable.
 func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd resp.Command) (resp.Command, bool) {
-	if ss.wrote && ss.batch.Len() > 0 || ss.pin != nil {
+	if ss.flights.wrote && ss.batch.Len() > 0 || ss.pin != nil {
 		s.flush(ss)
 	}
 	keys := cmd.Args[1:]
-	if ss.probe == nil {
-		ss.probe = upstream.NewBatch()
+	if ss.pol.probe == nil {
+		ss.pol.probe = upstream.NewBatch()
 	}
-	b := ss.probe
+	b := ss.pol.probe
 	b.Reset()
 	for _, k := range keys {
 		b.AddSlot(resp.AppendCommand(nil, []byte("TYPE"), k), s.slotOf(k))

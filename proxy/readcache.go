@@ -59,16 +59,16 @@ func tierRead(info *command.Info, args [][]byte) bool {
 // command's exact bytes. served: the reply is queued; hot: the key is hot
 // or cached, so the read is worth coalescing.
 //
-// ss.key is used as scratch: readMaybeJoined rebuilds it.
+// ss.flights.key is used as scratch: readMaybeJoined rebuilds it.
 func (s *Server) tierReadCmd(ss *session, key, raw []byte) (served, hot bool) {
 	hot, fill := s.hot.observe(key, xxhash.Sum64(key))
-	ss.key = append(append(ss.key[:0], byte(ss.proto)), raw...)
-	if r, ok := s.hot.lookupVariant(key, ss.key); ok {
+	ss.flights.key = append(append(ss.flights.key[:0], byte(ss.proto)), raw...)
+	if r, ok := s.hot.lookupVariant(key, ss.flights.key); ok {
 		s.replyShared(ss, r)
 		return true, true
 	}
 	if fill {
-		s.hot.requestFillVariant(key, ss.key)
+		s.hot.requestFillVariant(key, ss.flights.key)
 	}
 	return false, hot || fill
 }

@@ -21,10 +21,10 @@ func (s *Server) routeReplicaRead(ss *session, info *command.Info, args [][]byte
 	if info == nil || ss.pin != nil || ss.inTransaction() || !info.Has(command.ReadOnly) || info.Handling != command.Forward {
 		return
 	}
-	keys, _ := command.Keys(s.keyInfo(info, args), args, ss.routeKeys[:0])
+	keys, _ := command.Keys(s.keyInfo(info, args), args, ss.route.keys[:0])
 	if len(keys) > 0 && s.replicaReadable(keys) {
 		ss.slot = upstream.ReplicaRead
 	}
 	clear(keys)
-	ss.routeKeys = keys[:0]
+	ss.route.keys = keys[:0]
 }

@@ -305,6 +305,15 @@ func saltedName(key []byte, i int) []byte {
 }
 
 // saltRead is a GET of a copy queued in the session's batch.
+// saltState is salted fan-out's per-batch state in a session: copy reads
+// queued, salted keys written, and the replies of copy reads that missed
+// (served from the origin).
+type saltState struct {
+	reads  []saltRead
+	writes []*saltedKey
+	over   []saltOverride
+}
+
 type saltRead struct {
 	idx   int // the batch index of its reply
 	sk    *saltedKey
@@ -330,7 +339,7 @@ func (s *Server) saltedRead(ss *session, info *command.Info, key []byte) bool {
 	idx := ss.batch.Len()
 	ss.slot = n.slots[i]
 	if s.readMaybeJoined(ss, info, n.gets[i], 0, false, false) {
-		ss.saltReads = append(ss.saltReads, saltRead{idx: idx, sk: sk, names: n, copy: i})
+		ss.copies.reads = append(ss.copies.reads, saltRead{idx: idx, sk: sk, names: n, copy: i})
 	} else {
 		s.salt.metrics.reads.WithLabelValues("copy_joined").Inc()
 	}
@@ -346,7 +355,7 @@ func (s *Server) noteSaltedWrites(ss *session, keys [][]byte) {
 			sk.writing.Add(1)
 			sk.gen.Add(1)
 			sk.mu.Unlock()
-			ss.saltWrites = append(ss.saltWrites, sk)
+			ss.copies.writes = append(ss.copies.writes, sk)
 		}
 	}
 }
@@ -355,10 +364,10 @@ func (s *Server) noteSaltedWrites(ss *session, keys [][]byte) {
 // copies of salted keys the batch wrote, then serves the copy reads that
 // missed from the origin, filling their copies.
 func (s *Server) saltAfterBatch(ss *session) {
-	if len(ss.saltWrites) > 0 {
+	if len(ss.copies.writes) > 0 {
 		var dels []*upstream.Batch
 		var owners []*saltedKey
-		for _, sk := range ss.saltWrites {
+		for _, sk := range ss.copies.writes {
 			s.salt.current(sk).deletable(func(name []byte, slot int) {
 				b := upstream.NewBatch()
 				b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
@@ -374,7 +383,7 @@ func (s *Server) saltAfterBatch(ss *session) {
 			}
 		}
 		s.salt.metrics.deletes.Add(float64(len(dels)))
-		for i, sk := range ss.saltWrites {
+		for i, sk := range ss.copies.writes {
 			sk.mu.Lock()
 			sk.gen.Add(1)
 			sk.writing.Add(-1)
@@ -382,16 +391,16 @@ func (s *Server) saltAfterBatch(ss *session) {
 			if !failed[sk] {
 				sk.bypassUntil.Store(0) // written: a missing key may exist now
 			}
-			ss.saltWrites[i] = nil
+			ss.copies.writes[i] = nil
 		}
-		ss.saltWrites = ss.saltWrites[:0]
+		ss.copies.writes = ss.copies.writes[:0]
 	}
-	if len(ss.saltReads) == 0 {
+	if len(ss.copies.reads) == 0 {
 		return
 	}
 	var misses []saltRead
 	hits := 0
-	for _, sr := range ss.saltReads {
+	for _, sr := range ss.copies.reads {
 		if r := ss.batch.Reply(sr.idx); resp.IsNull(r) {
 			misses = append(misses, sr)
 		} else {
@@ -446,7 +455,7 @@ func (s *Server) saltAfterBatch(ss *session) {
 		if followed && (!tracked || !s.hot.tier.Current(toks[i], sr.sk.key)) {
 			gens[i] = -1 // untracked, written since, or tracking lost: no fill
 		}
-		ss.saltOver = append(ss.saltOver, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
+		ss.copies.over = append(ss.copies.over, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
 		v, isBulk := resp.Payload(val, '$')
 		if resp.IsNull(val) {
 			// A hot missing key: its copies would only add a second read

@@ -17,7 +17,6 @@ import (
 	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/hotkey"
-	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
 )
@@ -82,23 +81,21 @@ type session struct {
 	order     []replySource
 	quit      bool
 
-	// Cluster routing: the slot of the command being queued (set by
-	// routeCluster, taken by forwardTracked), the rest of the read batch
-	// (so MULTI can pin to the master of the transaction's first key),
-	// split commands whose replies are merged, and key scratch.
-	slot         int
-	multiPending bool // MULTI answered, not yet sent: no master chosen yet
-	crossSlotTx  bool // a command of the open transaction is for another master: EXEC gets CROSSSLOT (crossslot.go)
-	rest         []resp.Command
-	restAt       int
-	merges       []merge
-	routeKeys    [][]byte
+	// slot is the slot of the command being queued (set by cluster
+	// routing or replica reads, taken by forwardTracked).
+	slot int
 
-	// Salted fan-out, per batch: copy reads queued, salted keys written,
-	// and the replies of copy reads that missed (served from the origin).
-	saltReads  []saltRead
-	saltWrites []*saltedKey
-	saltOver   []saltOverride
+	// Per-stage state, each type beside its stage's code: cluster routing
+	// (cluster.go), salted fan-out (salt.go), coalescing (forwardRead), the
+	// local tier's writes and miss collapsing (beforeWrite, missgate.go),
+	// policy (policy.go), the slow log and request log (slowlog.go).
+	route     routeState
+	copies    saltState
+	flights   coalesceState
+	hotWrites hotWriteState
+	pol       policyState
+	slowlog   slowLogState
+	reqlog    reqLogState
 
 	// Pinning: while the session holds connection state, its commands run on
 	// a dedicated upstream connection. track holds, for each command in
@@ -126,47 +123,15 @@ type session struct {
 	stream     bool
 	streamCmds [][]byte
 
-	// Coalescing, per read batch: flights this session leads (published
-	// right after its upstream call), flights it joined (fromFlight order
-	// entries), whether the batch wrote (no joins after a write), and a scratch
-	// buffer for flight keys.
-	leads      []lead
-	joined     []*coalesce.Flight
-	wrote      bool   // this read batch has a write so far
-	batchWrote bool   // the batch being sent has a write
-	lastWrite  uint64 // send sequence when the session's last write was acknowledged
-	key        []byte
-
-	// Local tier coherence, per batch: keys written (invalidated again once
-	// acknowledged), whether a write emptied a database, and whether a write
-	// with undeclared keys needs the tracking barrier.
-	hotKeys    [][]byte
-	hotClear   bool
-	hotBarrier bool
-	missAts    []missAt // GETs of hot keys whose misses are collapsed (missgate.go)
-
-	// Policy scratch, reused per command so the check allocates nothing,
-	// and the batch used to probe key sizes before a DEL.
-	polReq  policy.Request
-	polKeys [][]byte
-	probe   *upstream.Batch
-
 	infoAt []int // batch indexes of INFO commands that get the # Proxy section
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
-	slowNames     []string      // the batch's first command names, for the slow log
-	slowCount     int           // the batch's commands, for the slow log
-	slowSkip      bool          // the batch blocked by request (BLPOP...): not logged
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
 	timed         bool          // this batch is being timed (metrics.sampler)
 
-	// Request logging (Server.SetRequestLog), per batch: whether this
-	// batch is logged, when it started, and what became of its commands.
-	// lastCmd is the name of the last command read, for error logs.
-	logReq   bool
-	reqStart time.Time
-	req      reqStats
-	lastCmd  string
+	// lastCmd is the name of the last command read, for error logs and
+	// CLIENT LIST.
+	lastCmd string
 
 	view clientView // what PROXY CLIENTS shows (publishView)
 
@@ -193,11 +158,11 @@ func newSession(id int64, c *clientConn, pools *poolSet, authed bool) *session {
 
 // resetBatchNames forgets the batch's command names (slow log, request log).
 func (ss *session) resetBatchNames() {
-	if ss.slowCount > 0 {
-		clear(ss.slowNames)
-		ss.slowNames, ss.slowCount = ss.slowNames[:0], 0
+	if ss.slowlog.count > 0 {
+		clear(ss.slowlog.names)
+		ss.slowlog.names, ss.slowlog.count = ss.slowlog.names[:0], 0
 	}
-	ss.slowSkip = false
+	ss.slowlog.skip = false
 }
 
 // writeDeadline keeps a client socket's write deadline at the current
@@ -251,30 +216,30 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 	}
 	// One atomic load per batch when request logging is off; nothing is
 	// measured for lines the log level would drop.
-	if ss.logReq = s.reqLog.Load() && s.log.Core().Enabled(zapcore.DebugLevel); ss.logReq {
-		ss.reqStart = time.Now()
+	if ss.reqlog.on = s.reqLog.Load() && s.log.Core().Enabled(zapcore.DebugLevel); ss.reqlog.on {
+		ss.reqlog.start = time.Now()
 	}
 	var start time.Time
 	if ss.timed = !ss.stream && s.metrics.sampler.sample(s.clock().UnixMilli()); ss.timed {
 		start = time.Now()
 	}
 	cmd, rest := cmds[0], cmds[1:]
-	ss.rest, ss.restAt = rest, 0
+	ss.route.rest, ss.route.restAt = rest, 0
 	s.exec(ss, cmd)
 	for i := 0; i < len(rest) && !ss.quit; i++ {
 		s.boundReplies(ss)
-		ss.restAt = i + 1
+		ss.route.restAt = i + 1
 		s.exec(ss, rest[i])
 	}
-	ss.rest = nil
+	ss.route.rest = nil
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
-	ss.wrote = false
+	ss.flights.wrote = false
 	if ss.stream {
-		if ss.logReq {
-			ss.req.upstream += len(ss.streamCmds)
+		if ss.reqlog.on {
+			ss.reqlog.stats.upstream += len(ss.streamCmds)
 		}
 		s.sendStream(ss)
-		if ss.logReq {
+		if ss.reqlog.on {
 			s.logBatch(ss, "stream")
 		}
 		s.publishView(ss)
@@ -295,11 +260,11 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 		ss.timed = false
 	}
 	if s.slow != nil {
-		if took := s.clock().Sub(slowStart); took >= s.cfg.SlowLogThreshold && !ss.slowSkip {
+		if took := s.clock().Sub(slowStart); took >= s.cfg.SlowLogThreshold && !ss.slowlog.skip {
 			s.noteSlow(ss, took)
 		}
 	}
-	if ss.logReq {
+	if ss.reqlog.on {
 		s.logBatch(ss, "")
 	}
 	s.publishView(ss)
@@ -405,10 +370,10 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 			ss.lastCmd = info.Name + "|" + strings.ToLower(string(args[1]))
 		}
 	}
-	if s.slow != nil || ss.logReq {
-		ss.slowCount++
-		if len(ss.slowNames) < slowLogNames || (ss.logReq && len(ss.slowNames) < reqLogNames) {
-			ss.slowNames = append(ss.slowNames, ss.lastCmd)
+	if s.slow != nil || ss.reqlog.on {
+		ss.slowlog.count++
+		if len(ss.slowlog.names) < slowLogNames || (ss.reqlog.on && len(ss.slowlog.names) < reqLogNames) {
+			ss.slowlog.names = append(ss.slowlog.names, ss.lastCmd)
 		}
 	}
 	if ss.inTransaction() && answeredByProxy(info, args) {
@@ -448,7 +413,7 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		if s.routeCluster(ss, info, cmd) {
 			return
 		}
-		if ss.multiPending && !s.startDeferredMulti(ss) {
+		if ss.route.multiPending && !s.startDeferredMulti(ss) {
 			return
 		}
 	}
@@ -476,7 +441,7 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 			return
 		}
 		ss.blocking = true
-		ss.slowSkip = true // it waits as long as the client asked: not slow
+		ss.slowlog.skip = true // it waits as long as the client asked: not slow
 		s.forward(ss, cmd.Raw)
 	case command.Transaction:
 		if ss.pin == nil && info.Name == "multi" && s.deferMulti(ss, args) {
@@ -508,7 +473,7 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 	case command.Reset:
 		s.flush(ss)
 		s.unpin(ss)
-		ss.multiPending = false
+		ss.route.multiPending = false
 		s.resetClientState(ss)
 		if s.cfg.Users != nil {
 			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
@@ -606,6 +571,19 @@ func isNonBlockingRead(info *command.Info, args [][]byte) bool {
 	return true
 }
 
+// coalesceState is coalescing's per-batch state in a session: flights it
+// leads (published right after its upstream call), flights it joined
+// (fromFlight order entries), whether the batch wrote (no joins after a
+// write), and a scratch buffer for flight keys.
+type coalesceState struct {
+	leads      []lead
+	joined     []*coalesce.Flight
+	wrote      bool   // this read batch has a write so far
+	batchWrote bool   // the batch being sent has a write
+	lastWrite  uint64 // send sequence when the session's last write was acknowledged
+	key        []byte
+}
+
 // lead is a flight this session leads: the reply of batch command idx.
 type lead struct {
 	f   *coalesce.Flight
@@ -619,18 +597,18 @@ type lead struct {
 // flight since its last acknowledged write) is coalesce.window.
 func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw []byte) {
 	if info.Has(command.Write) {
-		ss.wrote, ss.batchWrote = true, true
+		ss.flights.wrote, ss.flights.batchWrote = true, true
 	}
 	var keyHash uint64
 	hashed, hot := false, false
-	if s.hot != nil && info.Name != "get" && ss.pin == nil && !ss.wrote && ss.pools == &s.pools && tierRead(info, args) {
+	if s.hot != nil && info.Name != "get" && ss.pin == nil && !ss.flights.wrote && ss.pools == &s.pools && tierRead(info, args) {
 		// Other read-only single-key commands of a hot key: the tier and
 		// coalescing as for GET (readcache.go).
 		var served bool
 		if served, hot = s.tierReadCmd(ss, args[1], raw); served {
 			return
 		}
-	} else if (s.hot != nil || s.salt != nil || s.coalesceGet) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.wrote && ss.pools == &s.pools {
+	} else if (s.hot != nil || s.salt != nil || s.coalesceGet) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.flights.wrote && ss.pools == &s.pools {
 		// The tier holds db 0 as the shared connections' upstream user
 		// sees it: not for pinned sessions or passthrough users' ACLs.
 		// Hits are counted too, so a cached key stays hot and is filled
@@ -671,7 +649,7 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 // tierRead command of a hot key, coalesced whatever the configured list.
 func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
 	// A hashed read is a GET: its eligibility needs no lookup by name.
-	if s.coalesce == nil || ss.pin != nil || ss.wrote || !(hashed && s.coalesceGet || hot || s.coalesceCmds[info.Name]) {
+	if s.coalesce == nil || ss.pin != nil || ss.flights.wrote || !(hashed && s.coalesceGet || hot || s.coalesceCmds[info.Name]) {
 		s.forward(ss, raw)
 		return true
 	}
@@ -684,25 +662,25 @@ func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, ke
 		}
 	}
 	// Identity: protocol, upstream user, and the command as sent.
-	ss.key = append(ss.key[:0], byte(ss.proto), byte(len(ss.user)))
-	ss.key = append(ss.key, ss.user...)
-	ss.key = append(ss.key, raw...)
+	ss.flights.key = append(ss.flights.key[:0], byte(ss.proto), byte(len(ss.user)))
+	ss.flights.key = append(ss.flights.key, ss.user...)
+	ss.flights.key = append(ss.flights.key, raw...)
 	var f *coalesce.Flight
 	var leader bool
 	if hashed {
-		f, leader = s.coalesce.JoinHash(keyHash, ss.key, ss.batch, ss.lastWrite)
+		f, leader = s.coalesce.JoinHash(keyHash, ss.flights.key, ss.batch, ss.flights.lastWrite)
 	} else {
-		f, leader = s.coalesce.Join(ss.key, ss.batch, ss.lastWrite)
+		f, leader = s.coalesce.Join(ss.flights.key, ss.batch, ss.flights.lastWrite)
 	}
 	if leader {
 		s.forward(ss, raw)
 		if f != nil { // nil: a key not read recently starts no flight
-			ss.leads = append(ss.leads, lead{f: f, idx: ss.batch.Len() - 1})
+			ss.flights.leads = append(ss.flights.leads, lead{f: f, idx: ss.batch.Len() - 1})
 		}
 		return true
 	}
-	ss.joined = append(ss.joined, f)
-	ss.order = append(ss.order, replySource{from: fromFlight, idx: int32(len(ss.joined) - 1)})
+	ss.flights.joined = append(ss.flights.joined, f)
+	ss.order = append(ss.order, replySource{from: fromFlight, idx: int32(len(ss.flights.joined) - 1)})
 	return false
 }
 
@@ -756,6 +734,17 @@ func (s *Server) refuseMsg(ss *session, msg string) {
 	ss.queueLocal(resp.AppendError(nil, "ERR rproxy: "+msg), false)
 }
 
+// hotWriteState is the local tier's per-batch state in a session: keys
+// written (invalidated again once acknowledged), whether a write emptied a
+// database, whether a write with undeclared keys needs the tracking
+// barrier, and the GETs of hot keys whose misses are collapsed.
+type hotWriteState struct {
+	keys    [][]byte
+	clear   bool
+	barrier bool
+	misses  []missAt
+}
+
 // beforeWrite drops from the local tier what a command may change, before
 // it is sent. With acked, the batch's replies will be seen: writes to known
 // keys are dropped again then (afterWrite), so that a fill which read the
@@ -764,7 +753,7 @@ func (s *Server) refuseMsg(ss *session, msg string) {
 // acknowledgement is seen, and client tracking covers the rest.
 func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, acked bool) {
 	if info == nil {
-		ss.hotBarrier = ss.hotBarrier || acked // unknown here: a module command may write
+		ss.hotWrites.barrier = ss.hotWrites.barrier || acked // unknown here: a module command may write
 		return
 	}
 	switch info.Invalidates {
@@ -772,21 +761,21 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, ack
 		return
 	case command.InvalidatesAll:
 		s.hot.clear()
-		ss.hotClear = ss.hotClear || acked
+		ss.hotWrites.clear = ss.hotWrites.clear || acked
 		return
 	}
-	n := len(ss.hotKeys)
-	keys, ok := command.Keys(info, args, ss.hotKeys)
+	n := len(ss.hotWrites.keys)
+	keys, ok := command.Keys(info, args, ss.hotWrites.keys)
 	for _, k := range keys[n:] {
 		s.hot.invalidate(k)
 	}
 	if !acked {
-		ss.hotKeys = keys[:n]
+		ss.hotWrites.keys = keys[:n]
 		return
 	}
-	ss.hotKeys = keys
+	ss.hotWrites.keys = keys
 	if !ok || info.Invalidates == command.InvalidatesUnknown || lockAcquire(info, args) {
-		ss.hotBarrier = true
+		ss.hotWrites.barrier = true
 	}
 }
 
@@ -812,18 +801,18 @@ func lockAcquire(info *command.Info, args [][]byte) bool {
 
 // afterWrite completes beforeWrite once the batch's replies are in.
 func (s *Server) afterWrite(ss *session) {
-	for i, k := range ss.hotKeys {
+	for i, k := range ss.hotWrites.keys {
 		s.hot.written(k)
-		ss.hotKeys[i] = nil
+		ss.hotWrites.keys[i] = nil
 	}
-	ss.hotKeys = ss.hotKeys[:0]
-	if ss.hotClear {
+	ss.hotWrites.keys = ss.hotWrites.keys[:0]
+	if ss.hotWrites.clear {
 		s.hot.clear()
-		ss.hotClear = false
+		ss.hotWrites.clear = false
 	}
-	if ss.hotBarrier {
+	if ss.hotWrites.barrier {
 		s.hot.barrier()
-		ss.hotBarrier = false
+		ss.hotWrites.barrier = false
 	}
 }
 
@@ -840,10 +829,10 @@ func (s *Server) flush(ss *session) {
 			start = time.Now()
 		}
 		if ss.pin != nil {
-			ss.batchWrote = true // pinned batches may write in ways not flagged here
+			ss.flights.batchWrote = true // pinned batches may write in ways not flagged here
 			s.doPinned(ss)
 		} else {
-			for _, l := range ss.leads {
+			for _, l := range ss.flights.leads {
 				l.f.AwaitTurn() // a key read concurrently: one flight at a time
 			}
 			ss.pools[ss.proto].Do(ss.batch)
@@ -859,35 +848,35 @@ func (s *Server) flush(ss *session) {
 		} else {
 			ss.replyAvg = (3*ss.replyAvg + avg) / 4
 		}
-		if ss.batchWrote {
+		if ss.flights.batchWrote {
 			// Every send numbered after this moment left after the write
 			// was acknowledged: such flights are safe to join.
-			ss.lastWrite, ss.batchWrote = s.sendSeq.Load(), false
+			ss.flights.lastWrite, ss.flights.batchWrote = s.sendSeq.Load(), false
 		}
 	}
-	if s.salt != nil && (len(ss.saltReads) > 0 || len(ss.saltWrites) > 0) {
+	if s.salt != nil && (len(ss.copies.reads) > 0 || len(ss.copies.writes) > 0) {
 		s.saltAfterBatch(ss)
 	}
 	if s.hot != nil {
 		s.afterWrite(ss)
 	}
-	for i, l := range ss.leads {
+	for i, l := range ss.flights.leads {
 		// Before waiting on any flight we joined: no cycle can form.
 		r := ss.batch.Reply(l.idx)
-		for _, o := range ss.saltOver {
+		for _, o := range ss.copies.over {
 			if o.idx == l.idx {
 				r = o.reply // a copy that missed: joiners get the origin's reply too
 			}
 		}
 		l.f.Publish(r)
-		ss.leads[i] = lead{}
+		ss.flights.leads[i] = lead{}
 	}
-	ss.leads = ss.leads[:0]
-	if ss.logReq {
-		ss.req.upstream += ss.batch.Len()
-		ss.req.local += ss.localCount
-		ss.req.refused += ss.refusedCount
-		ss.req.joined += len(ss.joined)
+	ss.flights.leads = ss.flights.leads[:0]
+	if ss.reqlog.on {
+		ss.reqlog.stats.upstream += ss.batch.Len()
+		ss.reqlog.stats.local += ss.localCount
+		ss.reqlog.stats.refused += ss.refusedCount
+		ss.reqlog.stats.joined += len(ss.flights.joined)
 	}
 	if ss.localCount > 0 {
 		s.metrics.local.Add(float64(ss.localCount))
@@ -899,7 +888,7 @@ func (s *Server) flush(ss *session) {
 	}
 	up, over, miss := 0, 0, 0
 	var gate *hotkey.MissGate
-	if len(ss.missAts) > 0 {
+	if len(ss.hotWrites.misses) > 0 {
 		gate = s.hot.missGate()
 	}
 	for i, o := range ss.order {
@@ -909,15 +898,15 @@ func (s *Server) flush(ss *session) {
 			up++ // the upstream reply to a deferred MULTI, answered already
 			continue
 		case fromMerge:
-			m := &ss.merges[o.idx]
+			m := &ss.route.merges[o.idx]
 			r = m.reply(ss.batch, up)
 			up += m.parts
 		case fromFlight:
-			r = ss.joined[o.idx].Wait()
+			r = ss.flights.joined[o.idx].Wait()
 		case fromUpstream:
 			r = ss.batch.Reply(up)
-			if over < len(ss.saltOver) && ss.saltOver[over].idx == up {
-				r = ss.saltOver[over].reply // a copy missed: the origin's reply
+			if over < len(ss.copies.over) && ss.copies.over[over].idx == up {
+				r = ss.copies.over[over].reply // a copy missed: the origin's reply
 				over++
 			}
 			if len(ss.infoAt) > 0 && ss.infoAt[0] == up {
@@ -935,37 +924,37 @@ func (s *Server) flush(ss *session) {
 				r = ref
 			}
 		}
-		if miss < len(ss.missAts) && ss.missAts[miss].at == i {
+		if miss < len(ss.hotWrites.misses) && ss.hotWrites.misses[miss].at == i {
 			if gate != nil {
-				r = s.collapseMiss(ss, gate, ss.missAts[miss].key, r)
+				r = s.collapseMiss(ss, gate, ss.hotWrites.misses[miss].key, r)
 			}
 			miss++
 		}
-		if ss.logReq && len(r) > 0 && (r[0] == '-' || r[0] == '!') {
-			ss.req.errors++
+		if ss.reqlog.on && len(r) > 0 && (r[0] == '-' || r[0] == '!') {
+			ss.reqlog.stats.errors++
 		}
 		s.write(ss, r)
 	}
-	if len(ss.missAts) > 0 {
-		clear(ss.missAts)
-		ss.missAts = ss.missAts[:0]
+	if len(ss.hotWrites.misses) > 0 {
+		clear(ss.hotWrites.misses)
+		ss.hotWrites.misses = ss.hotWrites.misses[:0]
 	}
 	ss.batch.ResetKeep() // Shrink at the end of the client's read: boundReplies may send the rest in parts
 	ss.infoAt = ss.infoAt[:0]
 	ss.localHigh = max(ss.localHigh, len(ss.local))
 	clear(ss.localRefs)
 	ss.local, ss.localEnds, ss.localRefs, ss.order = ss.local[:0], ss.localEnds[:0], ss.localRefs[:0], ss.order[:0]
-	clear(ss.joined)
-	ss.joined = ss.joined[:0]
-	if len(ss.merges) > 0 {
-		clear(ss.merges)
-		ss.merges = ss.merges[:0]
+	clear(ss.flights.joined)
+	ss.flights.joined = ss.flights.joined[:0]
+	if len(ss.route.merges) > 0 {
+		clear(ss.route.merges)
+		ss.route.merges = ss.route.merges[:0]
 	}
-	if len(ss.saltReads) > 0 {
-		clear(ss.saltReads)
-		ss.saltReads = ss.saltReads[:0]
-		clear(ss.saltOver)
-		ss.saltOver = ss.saltOver[:0]
+	if len(ss.copies.reads) > 0 {
+		clear(ss.copies.reads)
+		ss.copies.reads = ss.copies.reads[:0]
+		clear(ss.copies.over)
+		ss.copies.over = ss.copies.over[:0]
 	}
 	if ss.pin != nil && ss.pinNoLongerNeeded() {
 		// Let the replies go before the reset round trip of Release.

@@ -21,6 +21,22 @@ const slowLogNames = 8
 const reqLogNames = 32
 
 // reqStats is what became of a batch's commands, for its request log line.
+// slowLogState is the slow log's per-batch state in a session.
+type slowLogState struct {
+	names []string // the batch's first command names
+	count int      // the batch's commands
+	skip  bool     // the batch blocked by request (BLPOP...): not logged
+}
+
+// reqLogState is request logging's (Server.SetRequestLog) per-batch state
+// in a session: whether this batch is logged, when it started, and what
+// became of its commands.
+type reqLogState struct {
+	on    bool
+	start time.Time
+	stats reqStats
+}
+
 type reqStats struct {
 	upstream int // sent to Redis (or the pinned connection)
 	local    int // answered by rproxy (the tier, PROXY, CLIENT ID...)
@@ -36,19 +52,19 @@ type reqStats struct {
 func (s *Server) logBatch(ss *session, outcome string) {
 	if outcome == "" {
 		outcome = "ok"
-		if ss.req.errors > 0 {
+		if ss.reqlog.stats.errors > 0 {
 			outcome = "error_replies"
 		}
 	}
 	if ce := s.log.Check(zap.DebugLevel, "client batch"); ce != nil {
 		// A copy: a core may encode after the session reuses its slice.
 		ce.Write(zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
-			zap.Strings("commands", slices.Clone(ss.slowNames)), zap.Int("count", ss.slowCount),
-			zap.Duration("duration_seconds", time.Since(ss.reqStart)), zap.String("outcome", outcome),
-			zap.Int("upstream", ss.req.upstream), zap.Int("local", ss.req.local), zap.Int("refused", ss.req.refused),
-			zap.Int("joined", ss.req.joined), zap.Int("errors", ss.req.errors))
+			zap.Strings("commands", slices.Clone(ss.slowlog.names)), zap.Int("count", ss.slowlog.count),
+			zap.Duration("duration_seconds", time.Since(ss.reqlog.start)), zap.String("outcome", outcome),
+			zap.Int("upstream", ss.reqlog.stats.upstream), zap.Int("local", ss.reqlog.stats.local), zap.Int("refused", ss.reqlog.stats.refused),
+			zap.Int("joined", ss.reqlog.stats.joined), zap.Int("errors", ss.reqlog.stats.errors))
 	}
-	ss.req = reqStats{}
+	ss.reqlog.stats = reqStats{}
 }
 
 // slowEntry is one client batch that took longer than the threshold, from
@@ -119,9 +135,9 @@ func (l *slowLog) reset() {
 // noteSlow records the batch just served if it took at least the
 // threshold. names are the batch's command names, gathered by exec.
 func (s *Server) noteSlow(ss *session, took time.Duration) {
-	names := ss.slowNames[:min(len(ss.slowNames), slowLogNames)]
+	names := ss.slowlog.names[:min(len(ss.slowlog.names), slowLogNames)]
 	e := slowEntry{at: time.Now(), duration: took, names: append([]string(nil), names...),
-		count: ss.slowCount, addr: ss.conn.RemoteAddr(), client: string(ss.name)}
+		count: ss.slowlog.count, addr: ss.conn.RemoteAddr(), client: string(ss.name)}
 	s.slow.add(e)
 }
 
