@@ -3,17 +3,16 @@
 // resp.RequestParser, which enforces Redis's framing rules and limits),
 // keeps each client's session state, and forwards commands to Redis.
 //
-// The request path reads top to bottom in session.go (exec): a client's
-// batch of pipelined commands is classified by the command table; the policy
-// stage (policy.go, package policy) may refuse or rewrite a command and
-// spreads cache-write TTLs below the one asked for; writes drop their keys from the local tier
-// (tier.go, package hotkey); commands answered by the proxy (HELLO, CLIENT
-// SETNAME/GETNAME/ID/SETINFO, AUTH, PROXY, refusals) are answered in place;
-// a GET of a cached hot key is answered from the tier; eligible reads may
-// join an identical read in flight (package coalesce); the rest go upstream
-// as one Batch, on the shared
-// pipelined connections of package upstream, or on a connection pinned to
-// the session while it holds state (pin.go: transactions, WATCH, SELECT,
-// blocking commands; stream mode for pub/sub, MONITOR and tracking). Replies
-// are written back in the client's order, byte for byte as Redis sent them.
+// The request path reads top to bottom in chain.go: each command of a
+// client's read passes a chain of stages declared there in one place
+// (bookkeeping, the MULTI guard, auth, policy, the local tier's writes,
+// SCRIPT KILL, replica reads, cluster routing, the tier's reads, salted
+// copies, coalescing, dispatch), until one takes it; the batch then goes
+// upstream as one Batch, on the shared pipelined connections of package
+// upstream, or on a connection pinned to the session while it holds state
+// (pin.go: transactions, WATCH, SELECT, blocking commands; stream mode for
+// pub/sub, MONITOR and tracking). Once the replies are in, the chain's
+// replies phase runs (salted copies, the tier's written keys, flights
+// published), and flush (session.go) writes every reply back in the
+// client's order, byte for byte as Redis sent it or as a stage made it.
 package proxy

@@ -28,6 +28,7 @@ type Server struct {
 	cfg     Config
 	log     *zap.Logger
 	metrics *metrics
+	chain   chain // the request path's stages (chain.go)
 
 	// pools[2] and pools[3] are the shared connections of each protocol.
 	pools poolSet
@@ -171,6 +172,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 			hot.onKey.Store(&f)
 		}
 	}
+	s.chain = s.newChain()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTable, s.tableDone = cancel, make(chan struct{})
 	go s.loadTable(ctx)

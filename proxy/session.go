@@ -6,11 +6,9 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -86,9 +84,10 @@ type session struct {
 	slot int
 
 	// Per-stage state, each type beside its stage's code: cluster routing
-	// (cluster.go), salted fan-out (salt.go), coalescing (forwardRead), the
+	// (cluster.go), salted fan-out (salt.go), coalescing (joinRead), the
 	// local tier's writes and miss collapsing (beforeWrite, missgate.go),
 	// policy (policy.go), the slow log and request log (slowlog.go).
+	call      call // the command passing the chain (chain.go), reused
 	route     routeState
 	copies    saltState
 	flights   coalesceState
@@ -321,175 +320,6 @@ func (s *Server) resetClientState(ss *session) {
 	}
 }
 
-// exec classifies one command and either queues it for the upstream or
-// answers it in place. Commands that change how later commands are routed
-// (HELLO, RESET, QUIT) first flush what is queued, so order is kept.
-func (s *Server) exec(ss *session, cmd resp.Command) {
-	if ss.stream {
-		// Everything goes to the pinned connection in order; Redis answers
-		// (and enforces RESP2's subscribed-mode command rules).
-		info := s.table.Load().Lookup(cmd.Args[0])
-		if pol := s.policy.Load(); pol != nil {
-			var ok bool
-			if cmd, info, ok = s.applyPolicy(ss, pol, info, cmd); !ok {
-				return
-			}
-		}
-		if s.hot != nil {
-			s.beforeWrite(ss, info, cmd.Args, false)
-		}
-		if info != nil && info.Handling == command.Reset {
-			// Redis resets the pinned connection and answers; the session
-			// forgets what it keeps of the client's state. It stays in
-			// stream mode: the pin is not reused.
-			s.resetClientState(ss)
-			ss.redirect, ss.db, ss.multiSent, ss.watching = -1, 0, false, false
-			clear(ss.subscribed)
-		}
-		if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
-			return
-		}
-		if info != nil && info.Handling == command.Subscribe {
-			ss.noteSubscriptions(info.Name, cmd.Args)
-		}
-		ss.streamCmds = append(ss.streamCmds, cmd.Raw)
-		return
-	}
-	args := cmd.Args
-	table := s.table.Load()
-	info := table.Lookup(args[0])
-	if cc := s.calls.Load(); cc.table == table {
-		cc.inc(s.metrics, info)
-	}
-	ss.lastCmd = "unknown"
-	if info != nil {
-		ss.lastCmd = info.Name
-		if info.Subcommands != nil && len(args) > 1 && len(args[1]) <= 32 {
-			// As CLIENT LIST's cmd= shows it (client|setname); container
-			// commands are rare on the hot path.
-			ss.lastCmd = info.Name + "|" + strings.ToLower(string(args[1]))
-		}
-	}
-	if s.slow != nil || ss.reqlog.on {
-		ss.slowlog.count++
-		if len(ss.slowlog.names) < slowLogNames || (ss.reqlog.on && len(ss.slowlog.names) < reqLogNames) {
-			ss.slowlog.names = append(ss.slowlog.names, ss.lastCmd)
-		}
-	}
-	if ss.inTransaction() && answeredByProxy(info, args) {
-		// Redis would queue it and run it at EXEC, inside the array it
-		// returns; rproxy answers it for the session, so it cannot.
-		s.refuseMsg(ss, strings.ToUpper(commandLabel(info, args))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
-		return
-	}
-	if isAuth(args[0]) {
-		s.auth(ss, cmd)
-		return
-	}
-	if !s.gateAuth(ss, info) {
-		return
-	}
-	if pol := s.policy.Load(); pol != nil {
-		var ok bool
-		if cmd, info, ok = s.applyPolicy(ss, pol, info, cmd); !ok {
-			return
-		}
-		args = cmd.Args
-	}
-	if s.hot != nil {
-		s.beforeWrite(ss, info, args, true)
-	}
-	if info != nil && (info.Name == "script" || info.Name == "function") && len(args) == 2 && bytes.EqualFold(args[1], []byte("kill")) && !ss.inTransaction() {
-		s.killOutOfBand(ss, cmd.Raw)
-		return
-	}
-	if s.sentinelReplicaReads() {
-		s.routeReplicaRead(ss, info, cmd.Args) // replicas.go
-	}
-	if s.cfg.Cluster != nil {
-		if info != nil && info.Name == "cluster" && s.clusterCommand(ss, cmd) {
-			return
-		}
-		if s.routeCluster(ss, info, cmd) {
-			return
-		}
-		if ss.route.multiPending && !s.startDeferredMulti(ss) {
-			return
-		}
-	}
-	if info == nil {
-		if bytes.EqualFold(args[0], []byte("proxy")) {
-			s.proxyCommand(ss, args)
-			return
-		}
-		// Unknown here; Redis answers it (usually "unknown command").
-		s.forward(ss, cmd.Raw)
-		return
-	}
-	switch info.Handling {
-	case command.Forward:
-		if info.Name == "info" && infoWantsProxy(args) {
-			ss.infoAt = append(ss.infoAt, ss.batch.Len())
-		}
-		s.forwardRead(ss, info, args, cmd.Raw)
-	case command.BlockingCmd:
-		if isNonBlockingRead(info, args) {
-			s.forward(ss, cmd.Raw)
-			return
-		}
-		if ss.pin == nil && !s.pinSession(ss, ss.slot) {
-			return
-		}
-		ss.blocking = true
-		ss.slowlog.skip = true // it waits as long as the client asked: not slow
-		s.forward(ss, cmd.Raw)
-	case command.Transaction:
-		if ss.pin == nil && info.Name == "multi" && s.deferMulti(ss, args) {
-			ss.multiSent = true
-			return
-		}
-		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss, s.transactionSlot(ss, info)) {
-			return
-		}
-		s.forwardTracked(ss, cmd.Raw, transactionTrack(info.Name))
-		switch info.Name {
-		case "multi":
-			ss.multiSent = true
-		case "exec", "discard":
-			ss.multiSent = false
-		}
-	case command.Subscribe:
-		ss.noteSubscriptions(info.Name, args)
-		s.startStream(ss, cmd.Raw)
-	case command.Unsupported:
-		s.refuse(ss, args[0], "it needs session state rproxy does not keep")
-	case command.Select:
-		s.selectDB(ss, cmd)
-	case command.Client:
-		s.client(ss, cmd)
-	case command.Hello:
-		s.flush(ss)
-		s.hello(ss, cmd)
-	case command.Reset:
-		s.flush(ss)
-		s.unpin(ss)
-		ss.route.multiPending = false
-		s.resetClientState(ss)
-		if s.cfg.Users != nil {
-			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
-		}
-		if s.cfg.AuthPassthrough {
-			ss.setPools(&s.pools)
-		}
-		s.reply(ss, []byte("+RESET\r\n"))
-	case command.Quit:
-		ss.quit = true
-		s.reply(ss, []byte("+OK\r\n"))
-	default:
-		s.forward(ss, cmd.Raw)
-	}
-}
-
 // killOutOfBand sends SCRIPT KILL or FUNCTION KILL on a connection of its
 // own: on the shared connection it would wait behind the very script it is
 // to stop. On a cluster it goes to every master, and the reply is the
@@ -590,75 +420,38 @@ type lead struct {
 	idx int
 }
 
-// forwardRead forwards a command, letting an eligible read join an identical
-// one in flight. A session joins only while unpinned (db 0, no transaction,
-// no stream) and only before any write in the same batch, so it always reads
-// its own writes; which flights are joinable (not yet written, or also in
-// flight since its last acknowledged write) is coalesce.window.
-func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw []byte) {
-	if info.Has(command.Write) {
-		ss.flights.wrote, ss.flights.batchWrote = true, true
-	}
-	var keyHash uint64
-	hashed, hot := false, false
-	if s.hot != nil && info.Name != "get" && ss.pin == nil && !ss.flights.wrote && ss.pools == &s.pools && tierRead(info, args) {
-		// Other read-only single-key commands of a hot key: the tier and
-		// coalescing as for GET (readcache.go).
-		var served bool
-		if served, hot = s.tierReadCmd(ss, args[1], raw); served {
-			return
-		}
-	} else if (s.hot != nil || s.salt != nil || s.coalesceGet) && info.Name == "get" && len(args) == 2 && ss.pin == nil && !ss.flights.wrote && ss.pools == &s.pools {
-		// The tier holds db 0 as the shared connections' upstream user
-		// sees it: not for pinned sessions or passthrough users' ACLs.
-		// Hits are counted too, so a cached key stays hot and is filled
-		// again as soon as its entry expires.
-		// One hash of the key serves the detector, the coalescing filter
-		// and its table.
-		keyHash, hashed = xxhash.Sum64(args[1]), true
-		hotGet := false // GETs coalesce by configuration, hot or not
-		if s.hot != nil {
-			var fill bool
-			hotGet, fill = s.hot.observe(args[1], keyHash)
-			if (hotGet || fill) && s.hot.missOn.Load() {
-				s.noteMiss(ss, args[1]) // before the tier: a cached miss counts too
-			}
-			if r, ok := s.hot.lookup(args[1], ss.proto); ok {
-				s.replyShared(ss, r)
-				return
-			}
-			if fill {
-				s.hot.requestFill(args[1])
-			}
-		}
-		// On a cluster, a hot key's reads spread over its salted copies.
-		if s.salt != nil && (hotGet || s.salt.listed(args[1])) && s.saltedRead(ss, info, args[1]) {
-			return
-		}
-	}
-	s.readMaybeJoined(ss, info, raw, keyHash, hashed, hot)
-}
-
 // readMaybeJoined queues a read, or joins an identical one in flight when
 // it is eligible; it reports whether the read is in the session's own
 // batch (false: joined).
+func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
+	taken, joined := s.joinRead(ss, info, raw, keyHash, hashed, hot)
+	if !taken {
+		s.forward(ss, raw)
+	}
+	return !joined
+}
+
+// joinRead lets an eligible read join an identical one in flight (joined),
+// or queues it as the leader of a new flight; it reports whether it took
+// the read. A session joins only while unpinned (db 0, no transaction, no
+// stream) and only before any write in the same batch, so it always reads
+// its own writes; which flights are joinable (not yet written, or also in
+// flight since its last acknowledged write) is coalesce.window.
 //
 // keyHash, when hashed, is xxhash.Sum64 of the GET's key: mixed with the
 // protocol it stands for the whole identity's hash (equal identities have
 // equal keys; the table compares the identities in full). hot: a
 // tierRead command of a hot key, coalesced whatever the configured list.
-func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
+func (s *Server) joinRead(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) (taken, joined bool) {
 	// A hashed read is a GET: its eligibility needs no lookup by name.
 	if s.coalesce == nil || ss.pin != nil || ss.flights.wrote || !(hashed && s.coalesceGet || hot || s.coalesceCmds[info.Name]) {
-		s.forward(ss, raw)
-		return true
+		return false, false
 	}
 	hashed = hashed && len(ss.user) == 0
 	if hashed {
 		keyHash ^= uint64(ss.proto) * 0x9e3779b97f4a7c15
 		if !s.coalesce.Seen(keyHash) {
-			s.forward(ss, raw) // not read recently: no flight, no identity to build
-			return true
+			return false, false // not read recently: no flight, no identity to build
 		}
 	}
 	// Identity: protocol, upstream user, and the command as sent.
@@ -677,11 +470,11 @@ func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, ke
 		if f != nil { // nil: a key not read recently starts no flight
 			ss.flights.leads = append(ss.flights.leads, lead{f: f, idx: ss.batch.Len() - 1})
 		}
-		return true
+		return true, false
 	}
 	ss.flights.joined = append(ss.flights.joined, f)
 	ss.order = append(ss.order, replySource{from: fromFlight, idx: int32(len(ss.flights.joined) - 1)})
-	return false
+	return true, true
 }
 
 func (s *Server) forward(ss *session, raw []byte) {
@@ -854,24 +647,7 @@ func (s *Server) flush(ss *session) {
 			ss.flights.lastWrite, ss.flights.batchWrote = s.sendSeq.Load(), false
 		}
 	}
-	if s.salt != nil && (len(ss.copies.reads) > 0 || len(ss.copies.writes) > 0) {
-		s.saltAfterBatch(ss)
-	}
-	if s.hot != nil {
-		s.afterWrite(ss)
-	}
-	for i, l := range ss.flights.leads {
-		// Before waiting on any flight we joined: no cycle can form.
-		r := ss.batch.Reply(l.idx)
-		for _, o := range ss.copies.over {
-			if o.idx == l.idx {
-				r = o.reply // a copy that missed: joiners get the origin's reply too
-			}
-		}
-		l.f.Publish(r)
-		ss.flights.leads[i] = lead{}
-	}
-	ss.flights.leads = ss.flights.leads[:0]
+	s.afterReplies(ss) // the chain's replies phase (chain.go)
 	if ss.reqlog.on {
 		ss.reqlog.stats.upstream += ss.batch.Len()
 		ss.reqlog.stats.local += ss.localCount

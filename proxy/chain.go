@@ -1,0 +1,472 @@
+package proxy
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/resp"
+)
+
+// The request path, top to bottom. A client's read of pipelined commands
+// is executed command by command (exec): each passes the stages of
+// chain.commands in order until one takes it (answers, refuses or queues
+// it); dispatch, the last, takes what is left. The batch then goes
+// upstream in one send (flush), and once its replies are in, the stages of
+// chain.replies see them, in order, before flush writes every reply to the
+// client in the client's order (session.order says where each comes from).
+//
+// A session in stream mode (pub/sub, MONITOR, tracking, replication)
+// passes chain.stream instead: the same policy and tier stages, then
+// streamDispatch, which sends each command as it comes.
+//
+// Stages that are off in the configuration are not in the chain, so the
+// path pays nothing for them.
+type chain struct {
+	commands []stage
+	replies  []stage
+	stream   []stage
+}
+
+// newChain declares the chain from what the Server was configured with
+// (hot keys, salting, coalescing and a cluster are fixed at start).
+func (s *Server) newChain() chain {
+	var c chain
+	add := func(list *[]stage, on bool, st stage) {
+		if on {
+			*list = append(*list, st)
+		}
+	}
+	tw := tierWrites{s}
+	sr := saltReads{s}
+	co := coalescing{s}
+
+	add(&c.commands, true, bookkeeping{s})                    // command counts, CLIENT LIST's cmd, slow-log names
+	add(&c.commands, true, transactionGuard{s})               // no proxy-answered command inside MULTI
+	add(&c.commands, true, authStage{s})                      // AUTH, and NOAUTH before it
+	add(&c.commands, true, policyStage{s})                    // refusals, big-key probes, TTL jitter (reloadable)
+	add(&c.commands, s.hot != nil, tw)                        // writes drop their keys from the local tier
+	add(&c.commands, true, scriptKill{s})                     // SCRIPT/FUNCTION KILL out of band
+	add(&c.commands, true, replicaReads{s})                   // Sentinel replicas for reads under prefixes
+	add(&c.commands, s.cfg.Cluster != nil, clusterRouting{s}) // facade, slots, split commands
+	add(&c.commands, s.hot != nil, tierCached{s})             // hot keys' reads from the local tier
+	add(&c.commands, s.salt != nil, sr)                       // hot keys' reads spread over salted copies
+	add(&c.commands, s.coalesce != nil, co)                   // identical reads share one flight
+	add(&c.commands, true, dispatch{s})                       // forward, pin, or answer in place
+
+	// After the replies: copies updated from what the reads found, the
+	// tier's written keys dropped again (or the barrier), flights
+	// published to their joiners (before this session waits on any).
+	add(&c.replies, s.salt != nil, sr)
+	add(&c.replies, s.hot != nil, tw)
+	add(&c.replies, s.coalesce != nil, co)
+
+	add(&c.stream, true, policyStage{s})
+	add(&c.stream, s.hot != nil, tw)
+	add(&c.stream, true, streamDispatch{s})
+	return c
+}
+
+// call is one client command on its way through the chain.
+type call struct {
+	cmd   resp.Command
+	info  *command.Info // nil: not in the command table
+	table *command.Table
+	// keyHash: a GET's key hashed once for the detector, the tier and
+	// coalescing (when hashed). hotGet: the detector found the GET's key
+	// hot (salted copies spread it). hot: a tierRead command of a hot key,
+	// coalesced whatever the configured list.
+	keyHash        uint64
+	hashed, hotGet bool
+	hot            bool
+}
+
+// stage is one step of the request path.
+type stage interface {
+	// command sees a command before it is queued; it reports whether it
+	// took it (answered, refused or queued it): later stages do not see it.
+	command(ss *session, c *call) bool
+	// replies runs once the batch's upstream replies are in, before any is
+	// written to the client.
+	replies(ss *session)
+}
+
+// exec runs one command through the chain.
+func (s *Server) exec(ss *session, cmd resp.Command) {
+	table := s.table.Load()
+	c := &ss.call
+	*c = call{cmd: cmd, info: table.Lookup(cmd.Args[0]), table: table}
+	stages := s.chain.commands
+	if ss.stream {
+		stages = s.chain.stream
+	}
+	for _, st := range stages {
+		if st.command(ss, c) {
+			break
+		}
+	}
+	c.cmd, c.info = resp.Command{}, nil
+}
+
+// afterReplies runs the replies phase of the chain.
+func (s *Server) afterReplies(ss *session) {
+	for _, st := range s.chain.replies {
+		st.replies(ss)
+	}
+}
+
+// bookkeeping counts the command and names it for CLIENT LIST and the slow
+// log. It takes nothing.
+type bookkeeping struct{ s *Server }
+
+func (st bookkeeping) command(ss *session, c *call) bool {
+	s, info, args := st.s, c.info, c.cmd.Args
+	if cc := s.calls.Load(); cc.table == c.table {
+		cc.inc(s.metrics, info)
+	}
+	ss.lastCmd = "unknown"
+	if info != nil {
+		ss.lastCmd = info.Name
+		if info.Subcommands != nil && len(args) > 1 && len(args[1]) <= 32 {
+			// As CLIENT LIST's cmd= shows it (client|setname); container
+			// commands are rare on the hot path.
+			ss.lastCmd = info.Name + "|" + strings.ToLower(string(args[1]))
+		}
+	}
+	if s.slow != nil || ss.reqlog.on {
+		ss.slowlog.count++
+		if len(ss.slowlog.names) < slowLogNames || (ss.reqlog.on && len(ss.slowlog.names) < reqLogNames) {
+			ss.slowlog.names = append(ss.slowlog.names, ss.lastCmd)
+		}
+	}
+	return false
+}
+
+func (bookkeeping) replies(*session) {}
+
+// transactionGuard refuses, inside MULTI, the commands rproxy answers
+// itself: Redis would queue them and run them at EXEC, inside the array it
+// returns, which rproxy cannot do.
+type transactionGuard struct{ s *Server }
+
+func (st transactionGuard) command(ss *session, c *call) bool {
+	if !ss.inTransaction() || !answeredByProxy(c.info, c.cmd.Args) {
+		return false
+	}
+	st.s.refuseMsg(ss, strings.ToUpper(commandLabel(c.info, c.cmd.Args))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
+	return true
+}
+
+func (transactionGuard) replies(*session) {}
+
+// authStage answers AUTH, and NOAUTH to a session that has not
+// authenticated (auth.go).
+type authStage struct{ s *Server }
+
+func (st authStage) command(ss *session, c *call) bool {
+	if isAuth(c.cmd.Args[0]) {
+		st.s.auth(ss, c.cmd)
+		return true
+	}
+	return !st.s.gateAuth(ss, c.info)
+}
+
+func (authStage) replies(*session) {}
+
+// policyStage applies the policy in force (policy.go): it may refuse a
+// command or rewrite it (TTL jitter).
+type policyStage struct{ s *Server }
+
+func (st policyStage) command(ss *session, c *call) bool {
+	pol := st.s.policy.Load()
+	if pol == nil {
+		return false
+	}
+	var ok bool
+	c.cmd, c.info, ok = st.s.applyPolicy(ss, pol, c.info, c.cmd)
+	return !ok
+}
+
+func (policyStage) replies(*session) {}
+
+// tierWrites drops from the local tier the keys a command may write, before
+// it is sent, and again once acknowledged (beforeWrite, afterWrite). In
+// stream mode no acknowledgement is seen.
+type tierWrites struct{ s *Server }
+
+func (st tierWrites) command(ss *session, c *call) bool {
+	st.s.beforeWrite(ss, c.info, c.cmd.Args, !ss.stream)
+	return false
+}
+
+func (st tierWrites) replies(ss *session) { st.s.afterWrite(ss) }
+
+// scriptKill sends SCRIPT KILL and FUNCTION KILL out of band
+// (killOutOfBand): on the shared connection they would wait behind the
+// script they are to stop.
+type scriptKill struct{ s *Server }
+
+func (st scriptKill) command(ss *session, c *call) bool {
+	info, args := c.info, c.cmd.Args
+	if info == nil || (info.Name != "script" && info.Name != "function") || len(args) != 2 || !bytes.EqualFold(args[1], []byte("kill")) || ss.inTransaction() {
+		return false
+	}
+	st.s.killOutOfBand(ss, c.cmd.Raw)
+	return true
+}
+
+func (scriptKill) replies(*session) {}
+
+// replicaReads marks reads under the replica-read prefixes for Sentinel's
+// replicas (replicas.go).
+type replicaReads struct{ s *Server }
+
+func (st replicaReads) command(ss *session, c *call) bool {
+	if st.s.sentinelReplicaReads() {
+		st.s.routeReplicaRead(ss, c.info, c.cmd.Args)
+	}
+	return false
+}
+
+func (replicaReads) replies(*session) {}
+
+// clusterRouting presents a cluster as one Redis: CLUSTER commands
+// answered by the facade (facade.go), commands routed by slot, split and
+// merged across masters, transactions pinned to a master (cluster.go).
+type clusterRouting struct{ s *Server }
+
+func (st clusterRouting) command(ss *session, c *call) bool {
+	s := st.s
+	if c.info != nil && c.info.Name == "cluster" && s.clusterCommand(ss, c.cmd) {
+		return true
+	}
+	if s.routeCluster(ss, c.info, c.cmd) {
+		return true
+	}
+	return ss.route.multiPending && !s.startDeferredMulti(ss)
+}
+
+func (clusterRouting) replies(*session) {}
+
+// readable reports whether a forwarded read may be served by the tier,
+// salted copies or a shared flight: the tier and the flights hold db 0 as
+// the shared connections' upstream user sees it, so not for pinned
+// sessions, passthrough users' ACLs, or after a write in the same batch
+// (a session reads its own writes).
+func (s *Server) readable(ss *session, c *call) bool {
+	return c.info != nil && c.info.Handling == command.Forward && ss.pin == nil && !ss.flights.wrote && ss.pools == &s.pools
+}
+
+// isGet reports whether c is a GET with one key.
+func (c *call) isGet() bool {
+	return c.info.Name == "get" && len(c.cmd.Args) == 2
+}
+
+// tierCached serves hot keys' reads from the local tier (tier.go,
+// readcache.go). Hits are counted too, so a cached key stays hot and is
+// filled again as soon as its entry expires.
+type tierCached struct{ s *Server }
+
+func (st tierCached) command(ss *session, c *call) bool {
+	s := st.s
+	if !s.readable(ss, c) {
+		return false
+	}
+	args := c.cmd.Args
+	if !c.isGet() {
+		if !tierRead(c.info, args) {
+			return false
+		}
+		// Other read-only single-key commands of a hot key: the tier and
+		// coalescing as for GET.
+		var served bool
+		served, c.hot = s.tierReadCmd(ss, args[1], c.cmd.Raw)
+		return served
+	}
+	// One hash of the key serves the detector, the coalescing filter and
+	// its table.
+	c.keyHash, c.hashed = xxhash.Sum64(args[1]), true
+	var fill bool
+	c.hotGet, fill = s.hot.observe(args[1], c.keyHash)
+	if (c.hotGet || fill) && s.hot.missOn.Load() {
+		s.noteMiss(ss, args[1]) // before the tier: a cached miss counts too
+	}
+	if r, ok := s.hot.lookup(args[1], ss.proto); ok {
+		s.replyShared(ss, r)
+		return true
+	}
+	if fill {
+		s.hot.requestFill(args[1])
+	}
+	return false
+}
+
+func (tierCached) replies(*session) {}
+
+// saltReads spreads the GETs of hot (or listed) keys over their salted
+// copies on a cluster, and after the replies updates the copies from what
+// the reads found (salt.go).
+type saltReads struct{ s *Server }
+
+func (st saltReads) command(ss *session, c *call) bool {
+	s := st.s
+	if !s.readable(ss, c) || !c.isGet() {
+		return false
+	}
+	key := c.cmd.Args[1]
+	return (c.hotGet || s.salt.listed(key)) && s.saltedRead(ss, c.info, key)
+}
+
+func (st saltReads) replies(ss *session) {
+	if len(ss.copies.reads) > 0 || len(ss.copies.writes) > 0 {
+		st.s.saltAfterBatch(ss)
+	}
+}
+
+// coalescing lets an eligible read join an identical one in flight
+// (readMaybeJoined), and after the replies publishes the flights this
+// session leads.
+type coalescing struct{ s *Server }
+
+func (st coalescing) command(ss *session, c *call) bool {
+	s := st.s
+	if c.info == nil || c.info.Handling != command.Forward || c.info.Has(command.Write) {
+		return false
+	}
+	if !c.hashed && s.coalesceGet && s.readable(ss, c) && c.isGet() {
+		c.keyHash, c.hashed = xxhash.Sum64(c.cmd.Args[1]), true
+	}
+	taken, _ := s.joinRead(ss, c.info, c.cmd.Raw, c.keyHash, c.hashed, c.hot)
+	return taken
+}
+
+func (st coalescing) replies(ss *session) {
+	for i, l := range ss.flights.leads {
+		// Before waiting on any flight we joined: no cycle can form.
+		r := ss.batch.Reply(l.idx)
+		for _, o := range ss.copies.over {
+			if o.idx == l.idx {
+				r = o.reply // a copy that missed: joiners get the origin's reply too
+			}
+		}
+		l.f.Publish(r)
+		ss.flights.leads[i] = lead{}
+	}
+	ss.flights.leads = ss.flights.leads[:0]
+}
+
+// dispatch takes every command the stages before it left: forwarded on the
+// shared connections, on a pinned one (blocking commands, transactions),
+// in stream mode (pub/sub), or answered here.
+type dispatch struct{ s *Server }
+
+func (st dispatch) command(ss *session, c *call) bool {
+	s, info, cmd, args := st.s, c.info, c.cmd, c.cmd.Args
+	if info == nil {
+		if bytes.EqualFold(args[0], []byte("proxy")) {
+			s.proxyCommand(ss, args)
+			return true
+		}
+		// Unknown here; Redis answers it (usually "unknown command").
+		s.forward(ss, cmd.Raw)
+		return true
+	}
+	switch info.Handling {
+	case command.Forward:
+		if info.Has(command.Write) {
+			ss.flights.wrote, ss.flights.batchWrote = true, true
+		}
+		if info.Name == "info" && infoWantsProxy(args) {
+			ss.infoAt = append(ss.infoAt, ss.batch.Len())
+		}
+		s.forward(ss, cmd.Raw)
+	case command.BlockingCmd:
+		if isNonBlockingRead(info, args) {
+			s.forward(ss, cmd.Raw)
+			return true
+		}
+		if ss.pin == nil && !s.pinSession(ss, ss.slot) {
+			return true
+		}
+		ss.blocking = true
+		ss.slowlog.skip = true // it waits as long as the client asked: not slow
+		s.forward(ss, cmd.Raw)
+	case command.Transaction:
+		if ss.pin == nil && info.Name == "multi" && s.deferMulti(ss, args) {
+			ss.multiSent = true
+			return true
+		}
+		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss, s.transactionSlot(ss, info)) {
+			return true
+		}
+		s.forwardTracked(ss, cmd.Raw, transactionTrack(info.Name))
+		switch info.Name {
+		case "multi":
+			ss.multiSent = true
+		case "exec", "discard":
+			ss.multiSent = false
+		}
+	case command.Subscribe:
+		ss.noteSubscriptions(info.Name, args)
+		s.startStream(ss, cmd.Raw)
+	case command.Unsupported:
+		s.refuse(ss, args[0], "it needs session state rproxy does not keep")
+	case command.Select:
+		s.selectDB(ss, cmd)
+	case command.Client:
+		s.client(ss, cmd)
+	case command.Hello:
+		s.flush(ss)
+		s.hello(ss, cmd)
+	case command.Reset:
+		s.flush(ss)
+		s.unpin(ss)
+		ss.route.multiPending = false
+		s.resetClientState(ss)
+		if s.cfg.Users != nil {
+			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
+		}
+		if s.cfg.AuthPassthrough {
+			ss.setPools(&s.pools)
+		}
+		s.reply(ss, []byte("+RESET\r\n"))
+	case command.Quit:
+		ss.quit = true
+		s.reply(ss, []byte("+OK\r\n"))
+	default:
+		s.forward(ss, cmd.Raw)
+	}
+	return true
+}
+
+func (dispatch) replies(*session) {}
+
+// streamDispatch sends a stream-mode session's commands to its pinned
+// connection as they come; Redis answers (and enforces RESP2's
+// subscribed-mode command rules). CLIENT subcommands that speak in
+// rproxy's ids are answered through a script, in order (streamClient).
+type streamDispatch struct{ s *Server }
+
+func (st streamDispatch) command(ss *session, c *call) bool {
+	s, info, cmd := st.s, c.info, c.cmd
+	if info != nil && info.Handling == command.Reset {
+		// Redis resets the pinned connection and answers; the session
+		// forgets what it keeps of the client's state. It stays in
+		// stream mode: the pin is not reused.
+		s.resetClientState(ss)
+		ss.redirect, ss.db, ss.multiSent, ss.watching = -1, 0, false, false
+		clear(ss.subscribed)
+	}
+	if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
+		return true
+	}
+	if info != nil && info.Handling == command.Subscribe {
+		ss.noteSubscriptions(info.Name, cmd.Args)
+	}
+	ss.streamCmds = append(ss.streamCmds, cmd.Raw)
+	return true
+}
+
+func (streamDispatch) replies(*session) {}
