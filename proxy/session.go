@@ -19,6 +19,8 @@ import (
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/salt"
+	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -81,7 +83,7 @@ type session struct {
 	// Salted fan-out, per batch: copy reads queued, salted keys written,
 	// and the replies of copy reads that missed (served from the origin).
 	saltReads  []saltRead
-	saltWrites []*saltedKey
+	saltWrites []*salt.Key
 	saltOver   []saltOverride
 
 	// Pinning: while the session holds connection state, its commands run on
@@ -590,9 +592,9 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 	}
 	var keyHash uint64
 	hashed, hot := false, false
-	if s.hot != nil && info.Name != "get" && ss.pin == nil && !ss.wrote && ss.pools == &s.pools && tierRead(info, args) {
+	if s.hot != nil && info.Name != "get" && ss.pin == nil && !ss.wrote && ss.pools == &s.pools && tier.Cacheable(info, args) {
 		// Other read-only single-key commands of a hot key: the tier and
-		// coalescing as for GET (readcache.go).
+		// coalescing as for GET (readcache.go, tier.Cacheable).
 		var served bool
 		if served, hot = s.tierReadCmd(ss, args[1], raw); served {
 			return
@@ -608,20 +610,20 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 		hotGet := false // GETs coalesce by configuration, hot or not
 		if s.hot != nil {
 			var fill bool
-			hotGet, fill = s.hot.observe(args[1], keyHash)
-			if (hotGet || fill) && s.hot.missOn.Load() {
+			hotGet, fill = s.hot.Observe(args[1], keyHash)
+			if (hotGet || fill) && s.hot.MissOn() {
 				s.noteMiss(ss, args[1]) // before the tier: a cached miss counts too
 			}
-			if r, ok := s.hot.lookup(args[1], ss.proto); ok {
+			if r, ok := s.hot.Lookup(args[1], ss.proto); ok {
 				s.replyShared(ss, r)
 				return
 			}
 			if fill {
-				s.hot.requestFill(args[1])
+				s.hot.RequestFill(args[1])
 			}
 		}
 		// On a cluster, a hot key's reads spread over its salted copies.
-		if s.salt != nil && (hotGet || s.salt.listed(args[1])) && s.saltedRead(ss, info, args[1]) {
+		if s.salt != nil && (hotGet || s.salt.Listed(args[1])) && s.saltedRead(ss, info, args[1]) {
 			return
 		}
 	}
@@ -635,7 +637,7 @@ func (s *Server) forwardRead(ss *session, info *command.Info, args [][]byte, raw
 // keyHash, when hashed, is xxhash.Sum64 of the GET's key: mixed with the
 // protocol it stands for the whole identity's hash (equal identities have
 // equal keys; the table compares the identities in full). hot: a
-// tierRead command of a hot key, coalesced whatever the configured list.
+// tier.Cacheable command of a hot key, coalesced whatever the configured list.
 func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
 	// A hashed read is a GET: its eligibility needs no lookup by name.
 	if s.coalesce == nil || ss.pin != nil || ss.wrote || !(hashed && s.coalesceGet || hot || s.coalesceCmds[info.Name]) {
@@ -738,58 +740,38 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, ack
 	case command.InvalidatesNone:
 		return
 	case command.InvalidatesAll:
-		s.hot.clear()
+		s.hot.Clear()
 		ss.hotClear = ss.hotClear || acked
 		return
 	}
 	n := len(ss.hotKeys)
 	keys, ok := command.Keys(info, args, ss.hotKeys)
 	for _, k := range keys[n:] {
-		s.hot.invalidate(k)
+		s.hot.Invalidate(k)
 	}
 	if !acked {
 		ss.hotKeys = keys[:n]
 		return
 	}
 	ss.hotKeys = keys
-	if !ok || info.Invalidates == command.InvalidatesUnknown || lockAcquire(info, args) {
+	if !ok || info.Invalidates == command.InvalidatesUnknown || tier.LockAcquire(info, args) {
 		ss.hotBarrier = true
 	}
-}
-
-// lockAcquire reports whether a command is a lock acquisition: SET with
-// NX, or SETNX. Its reply is held for the tracking barrier (afterWrite),
-// so every write Redis applied before granting the lock, through any
-// rproxy or client, has been invalidated here before the new holder can
-// read: a lock handed over between rproxies never shows the new holder a
-// value older than the one written under the previous lock.
-func lockAcquire(info *command.Info, args [][]byte) bool {
-	switch info.Name {
-	case "setnx":
-		return true
-	case "set":
-		for _, a := range args[min(3, len(args)):] {
-			if len(a) == 2 && (a[0]|0x20) == 'n' && (a[1]|0x20) == 'x' {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // afterWrite completes beforeWrite once the batch's replies are in.
 func (s *Server) afterWrite(ss *session) {
 	for i, k := range ss.hotKeys {
-		s.hot.written(k)
+		s.hot.Written(k)
 		ss.hotKeys[i] = nil
 	}
 	ss.hotKeys = ss.hotKeys[:0]
 	if ss.hotClear {
-		s.hot.clear()
+		s.hot.Clear()
 		ss.hotClear = false
 	}
 	if ss.hotBarrier {
-		s.hot.barrier()
+		s.hot.Barrier()
 		ss.hotBarrier = false
 	}
 }
@@ -867,7 +849,7 @@ func (s *Server) flush(ss *session) {
 	up, over, miss := 0, 0, 0
 	var gate *hotkey.MissGate
 	if len(ss.missAts) > 0 {
-		gate = s.hot.missGate()
+		gate = s.hot.MissGate()
 	}
 	for i, o := range ss.order {
 		var r []byte
