@@ -8,6 +8,7 @@ import (
 
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/tier"
 )
 
 // The request path, top to bottom. A client's read of pipelined commands
@@ -76,7 +77,7 @@ type call struct {
 	table *command.Table
 	// keyHash: a GET's key hashed once for the detector, the tier and
 	// coalescing (when hashed). hotGet: the detector found the GET's key
-	// hot (salted copies spread it). hot: a tierRead command of a hot key,
+	// hot (salted copies spread it). hot: a tier.Cacheable command of a hot key,
 	// coalesced whatever the configured list.
 	keyHash        uint64
 	hashed, hotGet bool
@@ -264,7 +265,7 @@ func (c *call) isGet() bool {
 	return c.info.Name == "get" && len(c.cmd.Args) == 2
 }
 
-// tierCached serves hot keys' reads from the local tier (tier.go,
+// tierCached serves hot keys' reads from the local tier (package tier,
 // readcache.go). Hits are counted too, so a cached key stays hot and is
 // filled again as soon as its entry expires.
 type tierCached struct{ s *Server }
@@ -276,7 +277,7 @@ func (st tierCached) command(ss *session, c *call) bool {
 	}
 	args := c.cmd.Args
 	if !c.isGet() {
-		if !tierRead(c.info, args) {
+		if !tier.Cacheable(c.info, args) {
 			return false
 		}
 		// Other read-only single-key commands of a hot key: the tier and
@@ -289,16 +290,16 @@ func (st tierCached) command(ss *session, c *call) bool {
 	// its table.
 	c.keyHash, c.hashed = xxhash.Sum64(args[1]), true
 	var fill bool
-	c.hotGet, fill = s.hot.observe(args[1], c.keyHash)
-	if (c.hotGet || fill) && s.hot.missOn.Load() {
+	c.hotGet, fill = s.hot.Observe(args[1], c.keyHash)
+	if (c.hotGet || fill) && s.hot.MissOn() {
 		s.noteMiss(ss, args[1]) // before the tier: a cached miss counts too
 	}
-	if r, ok := s.hot.lookup(args[1], ss.proto); ok {
+	if r, ok := s.hot.Lookup(args[1], ss.proto); ok {
 		s.replyShared(ss, r)
 		return true
 	}
 	if fill {
-		s.hot.requestFill(args[1])
+		s.hot.RequestFill(args[1])
 	}
 	return false
 }
@@ -316,7 +317,7 @@ func (st saltReads) command(ss *session, c *call) bool {
 		return false
 	}
 	key := c.cmd.Args[1]
-	return (c.hotGet || s.salt.listed(key)) && s.saltedRead(ss, c.info, key)
+	return (c.hotGet || s.salt.Listed(key)) && s.saltedRead(ss, c.info, key)
 }
 
 func (st saltReads) replies(ss *session) {

@@ -18,6 +18,7 @@ import (
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/salt"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -702,7 +703,7 @@ func clusterComparable(table *command.Table, args []string) bool {
 	return true
 }
 
-// roundRobin is a SaltConfig.IntN that cycles through the copies.
+// roundRobin is a salt.Config.IntN that cycles through the copies.
 func roundRobin() func(n int) int {
 	var c atomic.Uint64
 	return func(n int) int { return int(c.Add(1) % uint64(n)) }
@@ -746,7 +747,7 @@ func dbsizes(t *testing.T, cl *redistest.Cluster) map[string]string {
 func TestClusterSaltedFanOut(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl, func(c *proxy.Config) {
-		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 1500 * time.Millisecond, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+		c.Salt = &salt.Config{Copies: 3, TTL: 1500 * time.Millisecond, Prefixes: []string{"hot:"}, IntN: roundRobin()}
 	})
 	c := dialClient(t, p.Addr)
 	if r := c.do("SET", "hot:k", "v1"); r != "+OK\r\n" {
@@ -848,7 +849,7 @@ func TestClusterSaltedHotKeyDetected(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl, func(c *proxy.Config) {
 		c.HotKey.Detector.Threshold = 100
-		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second}
+		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second}
 	})
 	c := dialClient(t, p.Addr)
 	c.do("SET", "plain", "v")
@@ -888,7 +889,7 @@ func TestClusterSaltedHotKeyDetected(t *testing.T) {
 func TestClusterSaltedReadYourWrites(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl, func(c *proxy.Config) {
-		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}}
+		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}}
 	})
 	w := dialClient(t, p.Addr)
 	w.do("SET", "hot:n", "0")
@@ -1108,7 +1109,7 @@ func TestClusterInteractiveMulti(t *testing.T) {
 func TestClusterSaltRetiredCopiesDeleted(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl, func(c *proxy.Config) {
-		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 30 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+		c.Salt = &salt.Config{Copies: 3, TTL: 30 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
 	})
 	c := dialClient(t, p.Addr)
 	const key = "hot:m"

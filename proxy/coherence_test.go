@@ -16,6 +16,7 @@ import (
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/salt"
 )
 
 // staleness is what readers through one rproxy saw of a key written
@@ -243,7 +244,7 @@ func TestCrossNodeSaltedCopiesInvalidated(t *testing.T) {
 		c.HotKey.Detector.Threshold = 1e9 // the tier caches nothing: copies serve
 	}
 	a := startClusterProxy(t, cl, tierOn, func(c *proxy.Config) {
-		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}}
+		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}}
 	})
 	b := startClusterProxy(t, cl)
 	waitServing(t, a)
@@ -360,7 +361,7 @@ func TestSaltNoFillWithoutTracking(t *testing.T) {
 		c.HotKey.TrackingDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return nil, errors.New("tracking refused by the test")
 		}
-		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
 	})
 	c := dialClient(t, p.Addr)
 	c.do("SET", "hot:k", "v")

@@ -10,6 +10,8 @@ import (
 
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/policy"
+	"github.com/rproxy/rproxy/salt"
+	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -64,11 +66,11 @@ type Config struct {
 	// Salt, when not nil, spreads hot keys' GETs over salted copies on
 	// other masters (cluster upstream only; hot keys from HotKey's
 	// detector, or Salt.Prefixes).
-	Salt *SaltConfig
+	Salt *salt.Config
 
 	// HotKey, when not nil, detects hot keys and (HotKey.Tier) serves their
 	// GETs from a local tier kept coherent with Redis.
-	HotKey *HotKeyConfig
+	HotKey *tier.Config
 
 	// Policy, when not nil, is the initial policy (rules, big keys, TTL
 	// jitter); SetPolicy replaces it at run time.

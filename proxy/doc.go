@@ -13,6 +13,8 @@
 // (pin.go: transactions, WATCH, SELECT, blocking commands; stream mode for
 // pub/sub, MONITOR and tracking). Once the replies are in, the chain's
 // replies phase runs (salted copies, the tier's written keys, flights
-// published), and flush (session.go) writes every reply back in the
+// published). The engines behind the tier and the salted copies are
+// packages of their own (tier, salt): here is only their session side.
+// Then flush (session.go) writes every reply back in the
 // client's order, byte for byte as Redis sent it or as a stage made it.
 package proxy

@@ -22,6 +22,7 @@ import (
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/salt"
 )
 
 // Files under deploy/, relative to this package.
@@ -162,7 +163,7 @@ func lintClusterTraffic(t *testing.T) ([]*dto.MetricFamily, []string) {
 	t.Helper()
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl, func(c *proxy.Config) {
-		c.Salt = &proxy.SaltConfig{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"salted:"}}
+		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"salted:"}}
 	})
 	c := dialClient(t, p.Addr)
 	hot := "salted:" + lintSecret

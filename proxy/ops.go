@@ -57,9 +57,9 @@ func (s *Server) proxyInfo() string {
 	field("policy", onOff(s.policy.Load() != nil))
 	s.latencyInfo(field)
 	if s.hot != nil {
-		field("hot_keys", len(s.hot.det.Hot()))
+		field("hot_keys", len(s.hot.HotKeys()))
 		if st, ok := s.TierStats(); ok {
-			field("tier_serving", boolInt(s.hot.tier.Serving()))
+			field("tier_serving", boolInt(s.hot.TrackingUp()))
 			field("tier_entries", st.Entries)
 			field("tier_bytes", st.Bytes)
 			field("tier_hits", st.Hits)

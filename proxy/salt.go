@@ -1,398 +1,71 @@
 package proxy
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"slices"
-	"strconv"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/salt"
 	"github.com/rproxy/rproxy/upstream"
 )
 
-// SaltConfig configures salted fan-out of hot keys on a cluster upstream:
-// a hot key's GETs are spread over copies of it kept on other masters.
-type SaltConfig struct {
-	// Copies is how many masters serve a salted key's reads, the key's own
-	// master (the origin) included; at most the cluster's masters. >= 2.
-	Copies int
-	// TTL bounds how long a copy lives (it also never outlives the origin's
-	// own expiry), so nothing is left once the key cools.
-	TTL time.Duration
-	// Prefixes: keys under them are salted whether or not they are hot.
-	Prefixes []string
-	// IntN picks a copy for each read; nil means math/rand/v2.IntN.
-	IntN func(n int) int
-}
+// Salted fan-out's session side: the engine (package salt) keeps the
+// copies and their coherence; here its reads and writes join a session's
+// batch.
 
-// Validate reports what is wrong with c.
-func (c SaltConfig) Validate() error {
-	var errs []error
-	if c.Copies < 2 || c.Copies > 16 {
-		errs = append(errs, fmt.Errorf("proxy: salted copies must be between 2 and 16, got %d", c.Copies))
-	}
-	if c.TTL < time.Millisecond {
-		errs = append(errs, fmt.Errorf("proxy: salted copies' TTL must be at least 1ms, got %v", c.TTL))
-	}
-	return errors.Join(errs...)
-}
-
-// maxSaltedKeys bounds the keys with copies at once; more are read from
-// their origin only.
-const maxSaltedKeys = 4096
-
-// saltMarker separates a key from its copy number in a copy's name. It
-// holds no brace, so it never makes or breaks a hash tag.
-const saltMarker = "#rproxy-copy-"
-
-// salter keeps, for each salted key, the names of its copies: one per
-// master other than the origin's, chosen from the live slot map.
-//
-// Coherence with writes through this rproxy: a write to a salted key
-// raises the key's writing count and generation before it is sent and,
-// once Redis acknowledged it, deletes every copy (and raises the
-// generation again) before the client sees the reply. A fill (a read that
-// missed a copy and read the origin) is made only if no write was under
-// way when it read the origin and none has begun since; that last check
-// and the fill's send are one step under the key's mutex, and copy
-// updates go on one connection per copy (Router.SendOrdered), so a write
-// that begins later deletes the copy after the fill lands. After a write
-// is acknowledged, no copy holds an older value. A copy update that fails
-// sends the key's reads to its origin until its copies have expired.
-type salter struct {
-	cfg      SaltConfig
-	cluster  *upstream.Cluster
-	ordered  *upstream.Router // copy updates: one connection per copy, in order
-	prefixes [][]byte
-	now      func() time.Time
-	log      *zap.Logger
-	metrics  *saltMetrics
-
-	mu   sync.RWMutex // every salted GET reads keys; a new key writes it
-	keys map[string]*saltedKey
-}
-
-// saltedKey is one salted key's copies and coherence counters.
-type saltedKey struct {
-	key   []byte
-	names atomic.Pointer[saltNames]
-	// mu orders a fill's last check and send against a write's start.
-	mu      sync.Mutex
-	gen     atomic.Int64
-	writing atomic.Int64
-	used    atomic.Int64 // unix ms of the last salted read
-	// bypassUntil (unix ms): after a failed copy update, reads go to the
-	// origin until any copy left behind has expired.
-	bypassUntil atomic.Int64
-}
-
-// saltNames are a key's copies for one version of the slot map: [0] is
-// the origin.
-type saltNames struct {
-	version uint64
-	names   [][]byte
-	slots   []int
-	gets    [][]byte // GET <name>, encoded
-	// retired are the previous map's copies that this one no longer
-	// names: no read uses them, but they may live until their TTL, and a
-	// later map could name them again, so writes delete them too.
-	retiredNames [][]byte
-	retiredSlots []int
-}
-
-// deletable calls f with every copy a write must delete.
-func (n *saltNames) deletable(f func(name []byte, slot int)) {
-	for i := 1; i < len(n.names); i++ {
-		f(n.names[i], n.slots[i])
-	}
-	for i, name := range n.retiredNames {
-		f(name, n.retiredSlots[i])
-	}
-}
-
-type saltMetrics struct {
-	reads   *prometheus.CounterVec
-	missing prometheus.Counter
-	fills   prometheus.Counter
-	deletes prometheus.Counter
-	keys    prometheus.GaugeFunc
-}
-
-func newSalter(cfg SaltConfig, c *upstream.Cluster, now func() time.Time, reg prometheus.Registerer, log *zap.Logger) (*salter, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.IntN == nil {
-		cfg.IntN = rand.IntN
-	}
-	if log == nil {
-		log = zap.NewNop()
-	}
-	s := &salter{cfg: cfg, cluster: c, now: now, log: log, keys: make(map[string]*saltedKey)}
-	if c != nil { // nil only in tests of the key table
-		s.ordered = c.Router(2)
-	}
-	for _, p := range cfg.Prefixes {
-		s.prefixes = append(s.prefixes, []byte(p))
-	}
-	const ns, sub = "rproxy", "hotkey"
-	s.metrics = &saltMetrics{
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_reads_total",
-			Help: "GETs of salted keys by where they were served: copy_hit, copy_miss (then the origin, filling the copy), copy_joined (a coalesced copy read) or origin."}, []string{"outcome"}),
-		missing: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_missing_keys_total",
-			Help: "Salted keys found missing at their origin: read from the origin for hotkeys.salt.ttl (or until written through rproxy)."}),
-		fills: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_copy_fills_total",
-			Help: "Salted copies written after a read missed them."}),
-		deletes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "salt_copy_deletes_total",
-			Help: "Salted copies deleted because their key was written through rproxy (or a fill raced a write)."}),
-	}
-	s.metrics.keys = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "salt_keys",
-		Help: "Keys with salted copies being served or still alive."}, func() float64 {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-		return float64(len(s.keys))
-	})
-	for _, o := range []string{"copy_hit", "copy_miss", "copy_joined", "origin"} {
-		s.metrics.reads.WithLabelValues(o)
-	}
-	if reg != nil {
-		for _, m := range []prometheus.Collector{s.metrics.reads, s.metrics.missing, s.metrics.fills, s.metrics.deletes, s.metrics.keys} {
-			if err := reg.Register(m); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return s, nil
-}
-
-// listed reports whether key is salted by configuration.
-func (s *salter) listed(key []byte) bool {
-	for _, p := range s.prefixes {
-		if bytes.HasPrefix(key, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// get returns key's salted state, creating it; nil when the table is full.
-func (s *salter) get(key []byte) *saltedKey {
-	s.mu.RLock()
-	sk := s.keys[string(key)]
-	s.mu.RUnlock()
-	if sk == nil {
-		sk = s.add(key)
-		if sk == nil {
-			return nil
-		}
-	}
-	// The last use only matters to a second (sweepLocked allows for it): a
-	// hot key's readers do not all write it.
-	if now := s.now().UnixMilli(); now-sk.used.Load() >= 1000 {
-		sk.used.Store(now)
-	}
-	return sk
-}
-
-// add makes key's salted state; nil when the table is full.
-func (s *salter) add(key []byte) *saltedKey {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sk := s.keys[string(key)]
-	if sk == nil {
-		if len(s.keys) >= maxSaltedKeys {
-			s.sweepLocked()
-		}
-		if len(s.keys) >= maxSaltedKeys {
-			return nil
-		}
-		sk = &saltedKey{key: append([]byte(nil), key...)}
-		sk.used.Store(s.now().UnixMilli())
-		s.keys[string(sk.key)] = sk
-	}
-	return sk
-}
-
-// lookup returns key's salted state if it has one.
-func (s *salter) lookup(key []byte) *saltedKey {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if len(s.keys) == 0 {
-		return nil
-	}
-	return s.keys[string(key)]
-}
-
-// sweepLocked forgets keys not read through a copy for longer than a
-// copy lives (plus the second by which get may leave the last use
-// behind): none of their copies can be left.
-func (s *salter) sweepLocked() {
-	cutoff := s.now().Add(-2*s.cfg.TTL - time.Second).UnixMilli()
-	for k, sk := range s.keys {
-		if sk.used.Load() < cutoff && sk.writing.Load() == 0 {
-			delete(s.keys, k)
-		}
-	}
-}
-
-// current returns the key's copies for the live slot map, choosing them
-// again when the map has changed since.
-func (s *salter) current(sk *saltedKey) *saltNames {
-	v := s.cluster.MapVersion()
-	old := sk.names.Load()
-	if old != nil && old.version == v {
-		return old
-	}
-	n := &saltNames{version: v}
-	origin := upstream.Slot(sk.key)
-	n.add(sk.key, origin)
-	used := map[int]bool{s.cluster.Owner(origin): true}
-	want := min(s.cfg.Copies, s.cluster.Masters())
-	// Copy numbers in order, keeping the first that lands on each master
-	// not yet used: deterministic for a slot map, so every rproxy with the
-	// same map names the same copies.
-	for i := 1; i < 64*want && len(n.names) < want; i++ {
-		name := saltedName(sk.key, i)
-		slot := upstream.Slot(name)
-		owner := s.cluster.Owner(slot)
-		if owner < 0 || used[owner] {
-			continue
-		}
-		used[owner] = true
-		n.add(name, slot)
-	}
-	if old != nil {
-		for i := 1; i < len(old.names); i++ {
-			if !slices.ContainsFunc(n.names, func(x []byte) bool { return bytes.Equal(x, old.names[i]) }) {
-				n.retiredNames = append(n.retiredNames, old.names[i])
-				n.retiredSlots = append(n.retiredSlots, old.slots[i])
-			}
-		}
-	}
-	sk.names.Store(n)
-	return n
-}
-
-func (n *saltNames) add(name []byte, slot int) {
-	n.names = append(n.names, name)
-	n.slots = append(n.slots, slot)
-	n.gets = append(n.gets, resp.AppendCommand(nil, []byte("GET"), name))
-}
-
-// saltedName is copy i of key: the marker and number go at the end of the
-// key's hash tag when it has one (so the copy hashes by the salted tag),
-// else at the end of the key.
-func saltedName(key []byte, i int) []byte {
-	salt := saltMarker + strconv.Itoa(i)
-	at := len(key)
-	if _, end, ok := upstream.HashTag(key); ok {
-		at = end
-	}
-	out := make([]byte, 0, len(key)+len(salt))
-	out = append(out, key[:at]...)
-	out = append(out, salt...)
-	return append(out, key[at:]...)
-}
-
-// saltRead is a GET of a copy queued in the session's batch.
 // saltState is salted fan-out's per-batch state in a session: copy reads
 // queued, salted keys written, and the replies of copy reads that missed
 // (served from the origin).
 type saltState struct {
 	reads  []saltRead
-	writes []*saltedKey
+	writes []*salt.Key
 	over   []saltOverride
 }
 
+// saltRead is a GET of a copy queued in the session's batch.
 type saltRead struct {
-	idx   int // the batch index of its reply
-	sk    *saltedKey
-	names *saltNames
-	copy  int
+	idx int // the batch index of its reply
+	salt.Read
 }
 
 // saltedRead queues a salted key's GET on a copy picked at random, and
 // reports whether it did (false: read the origin as usual).
 func (s *Server) saltedRead(ss *session, info *command.Info, key []byte) bool {
-	sk := s.salt.get(key)
-	if sk == nil || s.clock().UnixMilli() < sk.bypassUntil.Load() {
-		return false
-	}
-	n := s.salt.current(sk)
-	i := s.salt.cfg.IntN(len(n.names))
-	if i == 0 {
-		s.salt.metrics.reads.WithLabelValues("origin").Inc()
+	r, ok := s.salt.Pick(key)
+	if !ok {
 		return false
 	}
 	// Copy reads coalesce like any GET; the leader of a flight handles a
 	// miss, and its joiners get the origin's reply with it.
 	idx := ss.batch.Len()
-	ss.slot = n.slots[i]
-	if s.readMaybeJoined(ss, info, n.gets[i], 0, false, false) {
-		ss.copies.reads = append(ss.copies.reads, saltRead{idx: idx, sk: sk, names: n, copy: i})
+	ss.slot = r.Slot()
+	if s.readMaybeJoined(ss, info, r.Cmd(), 0, false, false) {
+		ss.copies.reads = append(ss.copies.reads, saltRead{idx: idx, Read: r})
 	} else {
-		s.salt.metrics.reads.WithLabelValues("copy_joined").Inc()
+		s.salt.Joined()
 	}
 	return true
 }
 
 // noteSaltedWrites marks the salted keys among a write's keys as being
-// written, before the write is sent (see salter).
+// written, before the write is sent (see salt.Engine).
 func (s *Server) noteSaltedWrites(ss *session, keys [][]byte) {
 	for _, k := range keys {
-		if sk := s.salt.lookup(k); sk != nil {
-			sk.mu.Lock()
-			sk.writing.Add(1)
-			sk.gen.Add(1)
-			sk.mu.Unlock()
+		if sk := s.salt.BeginWrite(k); sk != nil {
 			ss.copies.writes = append(ss.copies.writes, sk)
 		}
 	}
 }
+
+// resp2Null is a missing key's GET reply in RESP2.
+var resp2Null = []byte("$-1\r\n")
 
 // saltAfterBatch runs once the batch's replies are in: it deletes the
 // copies of salted keys the batch wrote, then serves the copy reads that
 // missed from the origin, filling their copies.
 func (s *Server) saltAfterBatch(ss *session) {
 	if len(ss.copies.writes) > 0 {
-		var dels []*upstream.Batch
-		var owners []*saltedKey
-		for _, sk := range ss.copies.writes {
-			s.salt.current(sk).deletable(func(name []byte, slot int) {
-				b := upstream.NewBatch()
-				b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
-				s.salt.ordered.SendOrdered(b)
-				dels, owners = append(dels, b), append(owners, sk)
-			})
-		}
-		failed := map[*saltedKey]bool{}
-		for i, b := range dels {
-			b.Wait()
-			if !s.salt.checkReply(owners[i], b, "deleting a salted copy after a write") {
-				failed[owners[i]] = true
-			}
-		}
-		s.salt.metrics.deletes.Add(float64(len(dels)))
-		for i, sk := range ss.copies.writes {
-			sk.mu.Lock()
-			sk.gen.Add(1)
-			sk.writing.Add(-1)
-			sk.mu.Unlock()
-			if !failed[sk] {
-				sk.bypassUntil.Store(0) // written: a missing key may exist now
-			}
-			ss.copies.writes[i] = nil
-		}
+		s.salt.EndWrites(ss.copies.writes)
+		clear(ss.copies.writes)
 		ss.copies.writes = ss.copies.writes[:0]
 	}
 	if len(ss.copies.reads) == 0 {
@@ -407,136 +80,50 @@ func (s *Server) saltAfterBatch(ss *session) {
 			hits++
 		}
 	}
-	s.salt.metrics.reads.WithLabelValues("copy_hit").Add(float64(hits))
+	s.salt.CountReads(hits, len(misses))
 	if len(misses) == 0 {
 		return
 	}
-	s.salt.metrics.reads.WithLabelValues("copy_miss").Add(float64(len(misses)))
 	// Read the origins (value and remaining TTL), noting each key's
 	// generation first: a fill is made only if no write to the key began
 	// since, and is queued before any later write's deletion of the copy.
 	gens := make([]int64, len(misses))
 	// With the tier's tracking connections up, the origins are read there:
 	// Redis then pushes any later write to them, whoever makes it, and
-	// saltOriginWritten deletes the copies. A fill is made only if
+	// salt.Engine.OriginWritten deletes the copies. A fill is made only if
 	// tracking stayed up and the key was not invalidated since (toks).
 	// With the tier configured but tracking down (starting, reconnecting,
 	// lagging), the origin is read without filling: an untracked copy
 	// could outlive a write made elsewhere by up to hotkeys.salt.ttl.
-	followed := s.hot != nil && s.hot.trackRouter != nil
-	tracked := followed && s.hot.trackingUp()
+	followed := s.hot != nil && s.hot.Clustered()
+	tracked := followed && s.hot.TrackingUp()
 	var toks []hotkey.Token
 	b := upstream.NewBatch()
 	for i, sr := range misses {
 		if tracked {
-			toks = append(toks, s.hot.tier.Begin(sr.sk.key))
+			toks = append(toks, s.hot.Begin(sr.Origin()))
 		}
-		sr.sk.mu.Lock()
-		gens[i] = sr.sk.gen.Load()
-		if sr.sk.writing.Load() > 0 {
-			gens[i] = -1 // a write is under way: no fill
-		}
-		sr.sk.mu.Unlock()
-		b.AddSlot(resp.AppendCommand(nil, []byte("GET"), sr.sk.key), sr.names.slots[0])
-		b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), sr.sk.key), sr.names.slots[0])
+		gens[i] = sr.FillGen() // -1: a write is under way, no fill
+		sr.ReadOrigin(b)
 	}
 	if tracked {
-		s.hot.trackDo(b)
+		s.hot.TrackDo(b)
 	} else {
 		ss.pools[ss.proto].Do(b)
 	}
-	var fills []*upstream.Batch
-	var owners []*saltedKey
+	var fills salt.Fills
 	for i, sr := range misses {
 		val := b.Reply(2 * i)
 		if tracked && ss.proto == 2 && len(val) > 0 && val[0] == '_' {
 			val = resp2Null // read in RESP3 on the tracking connection
 		}
-		if followed && (!tracked || !s.hot.tier.Current(toks[i], sr.sk.key)) {
+		if followed && (!tracked || !s.hot.Current(toks[i], sr.Origin())) {
 			gens[i] = -1 // untracked, written since, or tracking lost: no fill
 		}
 		ss.copies.over = append(ss.copies.over, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
-		v, isBulk := resp.Payload(val, '$')
-		if resp.IsNull(val) {
-			// A hot missing key: its copies would only add a second read
-			// per GET. Read the origin (coalesced) until a copy could have
-			// lived, or until it is written through rproxy.
-			sr.sk.bypassUntil.Store(s.clock().Add(s.salt.cfg.TTL).UnixMilli())
-			s.salt.metrics.missing.Inc()
-		}
-		if !isBulk || gens[i] < 0 {
-			continue
-		}
-		ttl := s.salt.cfg.TTL.Milliseconds()
-		pttl, ok := resp.Int(b.Reply(2*i + 1))
-		if !ok || pttl == -2 || pttl == 0 {
-			continue // gone, expiring, or not a number: no copy
-		}
-		if pttl > 0 {
-			ttl = min(ttl, pttl)
-		}
-		n := sr.names
-		fill := upstream.NewBatch()
-		fill.AddSlot(resp.AppendCommand(nil, []byte("SET"), n.names[sr.copy], v, []byte("PX"), []byte(strconv.FormatInt(ttl, 10))), n.slots[sr.copy])
-		// The check and the send are one step with respect to a write's
-		// start (noteSaltedWrites): a write that begins after it queues
-		// its DEL behind this SET on the same connection.
-		sr.sk.mu.Lock()
-		if sr.sk.gen.Load() == gens[i] && sr.sk.writing.Load() == 0 {
-			s.salt.ordered.SendOrdered(fill)
-			fills, owners = append(fills, fill), append(owners, sr.sk)
-		}
-		sr.sk.mu.Unlock()
+		s.salt.Fill(&fills, sr.Read, gens[i], val, b.Reply(2*i+1))
 	}
-	for i, f := range fills {
-		f.Wait()
-		s.salt.checkReply(owners[i], f, "filling a salted copy")
-	}
-	s.salt.metrics.fills.Add(float64(len(fills)))
-}
-
-// saltOriginWritten deletes a salted key's copies when a tracking push
-// says its origin was written (by any rproxy or client): copies filled
-// from a tracked read are gone within the tracking lag and a DEL's round
-// trip. The generation is raised under the key's mutex, so a fill that
-// read the old value either is refused or was queued before the DELs on
-// the same connections.
-func (s *Server) saltOriginWritten(key []byte) {
-	sk := s.salt.lookup(key)
-	if sk == nil {
-		return
-	}
-	var dels []*upstream.Batch
-	sk.mu.Lock()
-	sk.gen.Add(1)
-	s.salt.current(sk).deletable(func(name []byte, slot int) {
-		b := upstream.NewBatch()
-		b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
-		s.salt.ordered.SendOrdered(b)
-		dels = append(dels, b)
-	})
-	sk.mu.Unlock()
-	s.salt.metrics.deletes.Add(float64(len(dels)))
-	go func() { // not on the tracking connection's reader
-		for _, b := range dels {
-			b.Wait()
-			s.salt.checkReply(sk, b, "deleting a salted copy after a tracked write")
-		}
-	}()
-}
-
-// checkReply reports whether a copy update succeeded, and handles a
-// failed one: the key is read from its origin
-// only until any copy it may have left has expired.
-func (s *salter) checkReply(sk *saltedKey, b *upstream.Batch, what string) bool {
-	r := b.Reply(0)
-	if len(r) == 0 || (r[0] != '-' && r[0] != '!') {
-		return true
-	}
-	sk.bypassUntil.Store(s.now().Add(s.cfg.TTL).UnixMilli())
-	s.log.Warn("salted fan-out: "+what+" failed; the key is read from its origin until its copies expire",
-		zap.ByteString("reply", bytes.TrimSpace(r)), zap.Duration("for_seconds", s.cfg.TTL))
-	return false
+	s.salt.Wait(&fills)
 }
 
 // saltOverride replaces the reply of batch command idx (a copy read that

@@ -19,6 +19,8 @@ import (
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/salt"
+	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -42,9 +44,9 @@ type Server struct {
 	sendSeq      *atomic.Uint64  // numbers upstream writes, shared by all pools
 	coalesceCmds map[string]bool
 	coalesceGet  bool              // coalesceCmds["get"], the common case, without the lookup
-	hot          *hotTier          // nil: hot-key detection off
+	hot          *tier.Engine      // nil: hot-key detection off
 	cluster      *upstream.Cluster // the shared pools' cluster (nil: standalone)
-	salt         *salter           // nil: salted fan-out off
+	salt         *salt.Engine      // nil: salted fan-out off
 
 	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
 	reqLog        atomic.Bool                   // log every client batch at debug (SetRequestLog)
@@ -154,22 +156,24 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	}
 	if cfg.Salt != nil {
 		var err error
-		if s.salt, err = newSalter(*cfg.Salt, s.cluster, s.clock, reg, log.Named("salt")); err != nil {
+		if s.salt, err = salt.New(*cfg.Salt, s.cluster, s.clock, reg, log.Named("salt")); err != nil {
 			s.closePools()
 			return nil, fmt.Errorf("proxy: salted fan-out: %w", err)
 		}
 	}
 	if cfg.HotKey != nil {
-		hot, err := newHotTier(*cfg.HotKey, cfg.Upstream, cfg.Cluster, s.clock, s.metricsUp, reg, log.Named("hotkey"))
+		hot, err := tier.New(*cfg.HotKey, tier.Deps{
+			Upstream: cfg.Upstream, Cluster: cfg.Cluster, Coarse: s.clock,
+			RESP2:           s.pools[2], // RESP2 reads of command fills (readcache.go)
+			UpstreamMetrics: s.metricsUp, Registry: reg, Log: log.Named("hotkey"),
+		})
 		if err != nil {
 			s.closePools()
 			return nil, fmt.Errorf("proxy: hot keys: %w", err)
 		}
-		hot.resp2 = s.pools[2] // RESP2 reads of command fills (readcache.go)
 		s.hot = hot
-		if s.salt != nil && hot.trackRouter != nil {
-			f := s.saltOriginWritten
-			hot.onKey.Store(&f)
+		if s.salt != nil && hot.Clustered() {
+			hot.OnKey(s.salt.OriginWritten)
 		}
 	}
 	s.chain = s.newChain()
@@ -256,11 +260,11 @@ func (s *Server) SetLimits(l Limits) error {
 // Turning on a tier that was off at start is refused (its tracking
 // connection is made at start), as is any change when detection was off
 // at start; TrackingDial is not changed.
-func (s *Server) SetHotKeys(cfg HotKeyConfig) error {
+func (s *Server) SetHotKeys(cfg tier.Config) error {
 	if s.hot == nil {
 		return errors.New("proxy: hot-key detection was off at start: turning it on needs a restart")
 	}
-	if err := s.hot.set(cfg); err != nil {
+	if err := s.hot.Set(cfg); err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	return nil
@@ -275,11 +279,11 @@ func (s *Server) SetRequestLog(on bool) { s.reqLog.Store(on) }
 
 // HotKeyConfig returns the hot-key settings in force (false when hot-key
 // detection is off).
-func (s *Server) HotKeyConfig() (HotKeyConfig, bool) {
+func (s *Server) HotKeyConfig() (tier.Config, bool) {
 	if s.hot == nil {
-		return HotKeyConfig{}, false
+		return tier.Config{}, false
 	}
-	return *s.hot.cfg.Load(), true
+	return s.hot.Config(), true
 }
 
 // HotKeys returns the keys currently detected as hot, highest rate first
@@ -288,15 +292,15 @@ func (s *Server) HotKeys() []hotkey.HotKey {
 	if s.hot == nil {
 		return nil
 	}
-	return s.hot.det.Hot()
+	return s.hot.HotKeys()
 }
 
 // TierStats returns the local tier's figures, and false when it is off.
 func (s *Server) TierStats() (hotkey.TierStats, bool) {
-	if s.hot == nil || s.hot.tier == nil {
+	if s.hot == nil {
 		return hotkey.TierStats{}, false
 	}
-	return s.hot.tier.Stats(), true
+	return s.hot.Stats()
 }
 
 // Ready reports whether the upstream is reachable and the command table has
@@ -395,7 +399,7 @@ func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
 
 func (s *Server) closePools() {
 	if s.hot != nil {
-		s.hot.close()
+		s.hot.Close()
 	}
 	s.stopClock()
 	sets := []*poolSet{&s.pools}

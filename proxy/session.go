@@ -16,6 +16,7 @@ import (
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -441,7 +442,7 @@ func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, ke
 // keyHash, when hashed, is xxhash.Sum64 of the GET's key: mixed with the
 // protocol it stands for the whole identity's hash (equal identities have
 // equal keys; the table compares the identities in full). hot: a
-// tierRead command of a hot key, coalesced whatever the configured list.
+// tier.Cacheable command of a hot key, coalesced whatever the configured list.
 func (s *Server) joinRead(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) (taken, joined bool) {
 	// A hashed read is a GET: its eligibility needs no lookup by name.
 	if s.coalesce == nil || ss.pin != nil || ss.flights.wrote || !(hashed && s.coalesceGet || hot || s.coalesceCmds[info.Name]) {
@@ -553,58 +554,38 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, ack
 	case command.InvalidatesNone:
 		return
 	case command.InvalidatesAll:
-		s.hot.clear()
+		s.hot.Clear()
 		ss.hotWrites.clear = ss.hotWrites.clear || acked
 		return
 	}
 	n := len(ss.hotWrites.keys)
 	keys, ok := command.Keys(info, args, ss.hotWrites.keys)
 	for _, k := range keys[n:] {
-		s.hot.invalidate(k)
+		s.hot.Invalidate(k)
 	}
 	if !acked {
 		ss.hotWrites.keys = keys[:n]
 		return
 	}
 	ss.hotWrites.keys = keys
-	if !ok || info.Invalidates == command.InvalidatesUnknown || lockAcquire(info, args) {
+	if !ok || info.Invalidates == command.InvalidatesUnknown || tier.LockAcquire(info, args) {
 		ss.hotWrites.barrier = true
 	}
-}
-
-// lockAcquire reports whether a command is a lock acquisition: SET with
-// NX, or SETNX. Its reply is held for the tracking barrier (afterWrite),
-// so every write Redis applied before granting the lock, through any
-// rproxy or client, has been invalidated here before the new holder can
-// read: a lock handed over between rproxies never shows the new holder a
-// value older than the one written under the previous lock.
-func lockAcquire(info *command.Info, args [][]byte) bool {
-	switch info.Name {
-	case "setnx":
-		return true
-	case "set":
-		for _, a := range args[min(3, len(args)):] {
-			if len(a) == 2 && (a[0]|0x20) == 'n' && (a[1]|0x20) == 'x' {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // afterWrite completes beforeWrite once the batch's replies are in.
 func (s *Server) afterWrite(ss *session) {
 	for i, k := range ss.hotWrites.keys {
-		s.hot.written(k)
+		s.hot.Written(k)
 		ss.hotWrites.keys[i] = nil
 	}
 	ss.hotWrites.keys = ss.hotWrites.keys[:0]
 	if ss.hotWrites.clear {
-		s.hot.clear()
+		s.hot.Clear()
 		ss.hotWrites.clear = false
 	}
 	if ss.hotWrites.barrier {
-		s.hot.barrier()
+		s.hot.Barrier()
 		ss.hotWrites.barrier = false
 	}
 }
@@ -665,7 +646,7 @@ func (s *Server) flush(ss *session) {
 	up, over, miss := 0, 0, 0
 	var gate *hotkey.MissGate
 	if len(ss.hotWrites.misses) > 0 {
-		gate = s.hot.missGate()
+		gate = s.hot.MissGate()
 	}
 	for i, o := range ss.order {
 		var r []byte

@@ -33,6 +33,8 @@ import (
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/salt"
+	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -423,7 +425,7 @@ func logReload(log *zap.Logger, file string, rules int, ch config.Changes) {
 func reloadable(tierAtStart bool) func(key string) bool {
 	return func(key string) bool {
 		if strings.HasPrefix(key, "hotkeys.salt.") {
-			return false // the salter is built at start
+			return false // the salt engine is built at start
 		}
 		switch key {
 		case "hotkeys.tier":
@@ -463,11 +465,11 @@ func proxyLimits(l config.Limits) proxy.Limits {
 }
 
 // saltConfig maps hotkeys.salt; nil when it is off.
-func saltConfig(s config.Salt) *proxy.SaltConfig {
+func saltConfig(s config.Salt) *salt.Config {
 	if s.Copies == 0 {
 		return nil
 	}
-	return &proxy.SaltConfig{Copies: s.Copies, TTL: s.TTL.D(), Prefixes: s.Prefixes}
+	return &salt.Config{Copies: s.Copies, TTL: s.TTL.D(), Prefixes: s.Prefixes}
 }
 
 // checkHealth asks an rproxy admin address whether the process is up.
@@ -485,15 +487,15 @@ func checkHealth(addr string) error {
 }
 
 // hotKeyConfig maps the hotkeys section; sketch sizes keep their defaults.
-func hotKeyConfig(h config.HotKeys) *proxy.HotKeyConfig {
+func hotKeyConfig(h config.HotKeys) *tier.Config {
 	det := hotkey.DefaultDetectorConfig()
 	det.Threshold, det.Window, det.TopK = h.Threshold, h.Window.D(), h.TopK
-	tier := hotkey.DefaultTierConfig()
-	tier.MaxBytes, tier.TTLCap = h.MaxBytes.Bytes(), h.TTLCap.D()
-	return &proxy.HotKeyConfig{
+	tc := hotkey.DefaultTierConfig()
+	tc.MaxBytes, tc.TTLCap = h.MaxBytes.Bytes(), h.TTLCap.D()
+	return &tier.Config{
 		Detector:   det,
 		Tier:       h.Tier,
-		TierConfig: tier,
+		TierConfig: tc,
 		Prefixes:   h.Prefixes,
 		MaxLag:     h.MaxLag.D(),
 		MissWait:   h.MissWait.D(),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -55,8 +56,8 @@ func Config(upstreamAddr string) proxy.Config {
 
 // HotKeyConfig returns the shipped hot-key settings: detection on, the tier
 // on, with the shipped max lag (1s).
-func HotKeyConfig() *proxy.HotKeyConfig {
-	return &proxy.HotKeyConfig{
+func HotKeyConfig() *tier.Config {
+	return &tier.Config{
 		Detector:   hotkey.DefaultDetectorConfig(),
 		Tier:       true,
 		TierConfig: hotkey.DefaultTierConfig(),

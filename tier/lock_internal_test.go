@@ -1,4 +1,4 @@
-package proxy
+package tier
 
 import (
 	"testing"
@@ -29,8 +29,8 @@ func TestLockAcquire(t *testing.T) {
 		{setnx, args("SETNX", "lock", "tok"), true},
 		{get, args("GET", "NX"), false},
 	} {
-		if got := lockAcquire(c.info, c.args); got != c.want {
-			t.Errorf("lockAcquire(%q) = %v", c.args, got)
+		if got := LockAcquire(c.info, c.args); got != c.want {
+			t.Errorf("LockAcquire(%q) = %v", c.args, got)
 		}
 	}
 }

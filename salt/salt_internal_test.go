@@ -1,4 +1,4 @@
-package proxy
+package salt
 
 import (
 	"strconv"
@@ -11,7 +11,7 @@ import (
 // (unused for 2 TTLs plus a second), and never one being written.
 func TestSalterTableBound(t *testing.T) {
 	now := time.Unix(1000, 0)
-	s, err := newSalter(SaltConfig{Copies: 3, TTL: time.Second}, nil, func() time.Time { return now }, nil, nil)
+	s, err := New(Config{Copies: 3, TTL: time.Second}, nil, func() time.Time { return now }, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func TestSalterTableBound(t *testing.T) {
 			t.Fatalf("key %d refused below the bound", i)
 		}
 	}
-	busy := s.lookup([]byte("k0"))
+	busy := s.Lookup([]byte("k0"))
 	busy.writing.Add(1)
 	now = now.Add(2*time.Second + 900*time.Millisecond) // within 2 TTLs + 1 s
 	if s.get([]byte("new")) != nil {
@@ -30,10 +30,10 @@ func TestSalterTableBound(t *testing.T) {
 	if s.get([]byte("new")) == nil {
 		t.Fatal("a full table did not make room from keys whose copies are gone")
 	}
-	if s.lookup([]byte("k0")) != busy {
+	if s.Lookup([]byte("k0")) != busy {
 		t.Fatal("a key being written was forgotten")
 	}
-	if s.lookup([]byte("k1")) != nil {
+	if s.Lookup([]byte("k1")) != nil {
 		t.Fatal("an old key was kept")
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package tier
 
 import (
 	"strings"
@@ -26,7 +26,7 @@ func TestTierReadEligibility(t *testing.T) {
 			t.Errorf("%s: not in the built-in table", name)
 			continue
 		}
-		if !tierRead(info, args(name+" k a b")) && !tierRead(info, args(name+" k")) {
+		if !Cacheable(info, args(name+" k a b")) && !Cacheable(info, args(name+" k")) {
 			t.Errorf("%s: listed but not eligible (flags %b, keys %d..%d)", name, info.Flags, info.FirstKey, info.LastKey)
 		}
 	}
@@ -58,8 +58,8 @@ func TestTierReadEligibility(t *testing.T) {
 		if info == nil {
 			t.Fatalf("%s: unknown", tc.line)
 		}
-		if got := tierRead(info, a); got != tc.want {
-			t.Errorf("%s: tierRead %v, want %v", tc.line, got, tc.want)
+		if got := Cacheable(info, a); got != tc.want {
+			t.Errorf("%s: Cacheable %v, want %v", tc.line, got, tc.want)
 		}
 	}
 }

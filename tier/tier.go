@@ -1,4 +1,4 @@
-package proxy
+package tier
 
 import (
 	"bytes"
@@ -19,11 +19,11 @@ import (
 	"github.com/rproxy/rproxy/upstream"
 )
 
-// HotKeyConfig configures hot-key detection and the local tier.
-type HotKeyConfig struct {
+// Config configures hot-key detection and the local tier.
+type Config struct {
 	Detector hotkey.DetectorConfig
-	// Tier serves hot keys' GET replies, and their tierReads commands'
-	// (readcache.go), from memory when true.
+	// Tier serves hot keys' GET replies, and their Cacheable commands'
+	// (reads.go), from memory when true.
 	Tier       bool
 	TierConfig hotkey.TierConfig
 	// Prefixes: every key under one of these is admitted to the tier, hot
@@ -33,7 +33,7 @@ type HotKeyConfig struct {
 	// rproxy: when the tracking connection does not answer a probe within
 	// it, the tier empties and stops serving until it does.
 	MaxLag time.Duration
-	// MissWait turns miss collapsing on (missgate.go): readers of a
+	// MissWait turns miss collapsing on (proxy's missgate.go): readers of a
 	// missing hot key wait up to this long for the first reader's fill.
 	// 0 = off.
 	MissWait time.Duration
@@ -60,21 +60,13 @@ const fillQueue = 1024
 // fillBatch is the most keys one fill round trip carries.
 const fillBatch = 64
 
-// hotTier glues the hotkey package to the upstream. The tier is filled
-// through one RESP3 connection with CLIENT TRACKING ON (default mode), so
-// Redis remembers only the keys rproxy cached and pushes their
-// invalidations on that same connection, in order with the fill replies:
-// an invalidation that Redis sent before a fill's reply is seen before it.
-// Writes forwarded by rproxy invalidate before they are sent and again
-// when acknowledged (see session.go), so a fill racing the write cannot
-// outlive it; writes whose keys are not known (scripts, EXEC, modules)
-// wait for a barrier: a PING on the tracking connection, whose reply
-// follows every invalidation the write caused.
+// Engine glues the hotkey package to the upstream through the tracking
+// connection (see the package comment for the coherence rules).
 //
-// Everything but the tracking connection can change at run time (set): the
+// Everything but the tracking connection can change at run time (Set): the
 // detector and the tier in place, the rest through atomics read on the
 // request path.
-type hotTier struct {
+type Engine struct {
 	det   *hotkey.Detector
 	tier  *hotkey.Tier // nil: the tier was off at start (no tracking connection)
 	track *upstream.Pool
@@ -84,7 +76,7 @@ type hotTier struct {
 	trackCluster *upstream.Cluster
 	trackRouter  *upstream.Router
 	nodeUp       map[string]bool
-	// enabled: the tier serves and is filled (HotKeyConfig.Tier); false
+	// enabled: the tier serves and is filled (Config.Tier); false
 	// turns it off without closing the tracking connection.
 	enabled  atomic.Bool
 	prefixes atomic.Pointer[[][]byte]
@@ -92,9 +84,9 @@ type hotTier struct {
 	gate    *hotkey.MissGate
 	missOn  atomic.Bool
 	churn   *hotkey.Churn
-	maxLag  atomic.Int64                 // nanoseconds
-	lagSet  chan struct{}                // wakes the probe loop when maxLag changes
-	cfg     atomic.Pointer[HotKeyConfig] // the settings in force
+	maxLag  atomic.Int64           // nanoseconds
+	lagSet  chan struct{}          // wakes the probe loop when maxLag changes
+	cfg     atomic.Pointer[Config] // the settings in force
 	now     func() time.Time
 	log     *zap.Logger
 	metrics *tierMetrics
@@ -118,7 +110,7 @@ type hotTier struct {
 	closing bool // under mu: stopping is expected, not a warning
 
 	// onKey, if set before the tracking connection starts, is called with
-	// every key of a tracking push (salted copies, salt.go).
+	// every key of a tracking push (salted copies, package salt).
 	onKey atomic.Pointer[func(key []byte)]
 
 	cancel context.CancelFunc
@@ -162,7 +154,27 @@ func newTierMetrics(reg prometheus.Registerer) *tierMetrics {
 	return m
 }
 
-func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.ClusterConfig, coarse func() time.Time, um *upstream.Metrics, reg prometheus.Registerer, log *zap.Logger) (*hotTier, error) {
+// Deps is what an Engine takes from its surroundings.
+type Deps struct {
+	// Upstream is the shared connections' config: the tracking
+	// connection is made from it (RESP3, one connection, CLIENT TRACKING
+	// ON). Its Now, when set (tests), is the engine's clock; else
+	// time.Now, and Coarse for the detector.
+	Upstream upstream.Config
+	Cluster  *upstream.ClusterConfig // nil: a standalone upstream
+	Coarse   func() time.Time
+	// RESP2 runs the RESP2 reads of command fills (the shared RESP2
+	// connections). nil: only RESP3 variants of commands are filled.
+	RESP2           interface{ Do(*upstream.Batch) }
+	UpstreamMetrics *upstream.Metrics
+	Registry        prometheus.Registerer // nil: no metrics registered
+	Log             *zap.Logger
+}
+
+// New starts an Engine: with cfg.Tier, its tracking connection and the
+// fill and probe loops, stopped by Close.
+func New(cfg Config, d Deps) (*Engine, error) {
+	ucfg, cluster, coarse, um, reg, log := d.Upstream, d.Cluster, d.Coarse, d.UpstreamMetrics, d.Registry, d.Log
 	now := ucfg.Now
 	ctx, cancel := context.WithCancel(context.Background())
 	detectorNow := now
@@ -176,7 +188,7 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 		cancel()
 		return nil, err
 	}
-	h := &hotTier{det: det, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel, lagSet: make(chan struct{}, 1)}
+	h := &Engine{det: det, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel, lagSet: make(chan struct{}, 1), resp2: d.RESP2}
 	if h.gate, err = hotkey.NewMissGate(missGateConfig(cfg.MissWait), now, reg); err != nil {
 		cancel()
 		return nil, err
@@ -241,7 +253,7 @@ func newHotTier(cfg HotKeyConfig, ucfg upstream.Config, cluster *upstream.Cluste
 }
 
 // Validate reports what makes c unusable, at start or in a reload.
-func (c HotKeyConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if err := c.Detector.Validate(); err != nil {
 		errs = append(errs, err)
@@ -266,10 +278,10 @@ func (c HotKeyConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// set applies cfg while clients are served; an error changes nothing.
+// Set applies cfg while clients are served; an error changes nothing.
 // Turning the tier on needs the tracking connection, made at start only
 // when the tier was on then.
-func (h *hotTier) set(cfg HotKeyConfig) error {
+func (h *Engine) Set(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -308,7 +320,7 @@ func (h *hotTier) set(cfg HotKeyConfig) error {
 	return nil
 }
 
-func (h *hotTier) setPrefixes(ps []string) {
+func (h *Engine) setPrefixes(ps []string) {
 	b := make([][]byte, len(ps))
 	for i, p := range ps {
 		b[i] = []byte(p)
@@ -319,7 +331,7 @@ func (h *hotTier) setPrefixes(ps []string) {
 // setEnabled turns the tier on or off by configuration. Off empties it at
 // once; on serves again once the tracking connection is up and within
 // max lag (fills begun while it was off are refused).
-func (h *hotTier) setEnabled(on bool) {
+func (h *Engine) setEnabled(on bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.enabled.Swap(on) == on {
@@ -333,7 +345,7 @@ func (h *hotTier) setEnabled(on bool) {
 	h.applyLocked() // off: not counted as a stop
 }
 
-func (h *hotTier) close() {
+func (h *Engine) Close() {
 	if h.track == nil && h.trackCluster == nil {
 		h.cancel()
 		return
@@ -350,15 +362,50 @@ func (h *hotTier) close() {
 	h.wg.Wait()
 }
 
-// trackingUp reports whether reads on the tracking connection are tracked
+// MissOn reports whether miss collapsing is on (Config.MissWait > 0).
+func (h *Engine) MissOn() bool { return h.missOn.Load() }
+
+// Config returns the settings in force.
+func (h *Engine) Config() Config { return *h.cfg.Load() }
+
+// HotKeys returns the keys detected as hot, highest rate first.
+func (h *Engine) HotKeys() []hotkey.HotKey { return h.det.Hot() }
+
+// Stats returns the tier's figures, and false when the tier was off at
+// start.
+func (h *Engine) Stats() (hotkey.TierStats, bool) {
+	if h.tier == nil {
+		return hotkey.TierStats{}, false
+	}
+	return h.tier.Stats(), true
+}
+
+// Clustered reports whether tracking runs per cluster master: then Redis
+// pushes writes to any key read with TrackDo, which salted copies follow.
+func (h *Engine) Clustered() bool { return h.trackRouter != nil }
+
+// Begin starts a read of key made outside the tier's fills (a salted
+// copy's origin, on the tracking connection): Current then says whether
+// the key was invalidated, or tracking lost, since. Only while the tier
+// is on.
+func (h *Engine) Begin(key []byte) hotkey.Token { return h.tier.Begin(key) }
+
+// Current reports whether nothing invalidated key since tok was taken.
+func (h *Engine) Current(tok hotkey.Token, key []byte) bool { return h.tier.Current(tok, key) }
+
+// OnKey sets f to be called with every key of a tracking push. Set it
+// before clients are served.
+func (h *Engine) OnKey(f func(key []byte)) { h.onKey.Store(&f) }
+
+// TrackingUp reports whether reads on the tracking connection are tracked
 // now (the tier serves: connection up, within max lag).
-func (h *hotTier) trackingUp() bool {
+func (h *Engine) TrackingUp() bool {
 	return h.tier != nil && h.tier.Serving()
 }
 
-// trackDo runs a batch on the tracking connection: the one, or on a
+// TrackDo runs a batch on the tracking connection: the one, or on a
 // cluster each command's master's.
-func (h *hotTier) trackDo(b *upstream.Batch) {
+func (h *Engine) TrackDo(b *upstream.Batch) {
 	if h.trackRouter != nil {
 		h.trackRouter.Do(b)
 		return
@@ -366,8 +413,8 @@ func (h *hotTier) trackDo(b *upstream.Batch) {
 	h.track.Do(b)
 }
 
-// lookup returns the tier's reply for GET key in protocol proto.
-func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
+// Lookup returns the tier's reply for GET key in protocol proto.
+func (h *Engine) Lookup(key []byte, proto int) ([]byte, bool) {
 	if h.tier == nil || !h.enabled.Load() {
 		return nil, false
 	}
@@ -378,24 +425,24 @@ func (h *hotTier) lookup(key []byte, proto int) ([]byte, bool) {
 	return h.tier.Get(key, v)
 }
 
-// lookupVariant returns the tier's reply for a tierRead command: variant
+// LookupVariant returns the tier's reply for a Cacheable command: variant
 // is the protocol byte followed by the command's bytes.
-func (h *hotTier) lookupVariant(key, variant []byte) ([]byte, bool) {
+func (h *Engine) LookupVariant(key, variant []byte) ([]byte, bool) {
 	if h.tier == nil || !h.enabled.Load() {
 		return nil, false
 	}
 	return h.tier.GetVariant(key, variant)
 }
 
-// observe counts a read of key (keyHash: xxhash.Sum64(key)): hot says
+// Observe counts a read of key (keyHash: xxhash.Sum64(key)): hot says
 // whether the key is hot, fill whether the tier should hold it (hot, or
 // under a cached prefix).
-func (h *hotTier) observe(key []byte, keyHash uint64) (hot, fill bool) {
+func (h *Engine) Observe(key []byte, keyHash uint64) (hot, fill bool) {
 	hot = h.det.ObserveHash(key, keyHash)
-	return hot, h.tier != nil && h.enabled.Load() && (hot || h.underPrefix(key))
+	return hot, h.tier != nil && h.enabled.Load() && (hot || h.UnderPrefix(key))
 }
 
-func (h *hotTier) underPrefix(key []byte) bool {
+func (h *Engine) UnderPrefix(key []byte) bool {
 	for _, p := range *h.prefixes.Load() {
 		if bytes.HasPrefix(key, p) {
 			return true
@@ -405,7 +452,7 @@ func (h *hotTier) underPrefix(key []byte) bool {
 }
 
 // fillReq is a queued fill: a GET's (variant nil: both protocols' replies)
-// or a tierRead command's, variant being the protocol byte and the
+// or a Cacheable command's, variant being the protocol byte and the
 // command's bytes.
 type fillReq struct {
 	key, variant []byte
@@ -426,13 +473,13 @@ func (r fillReq) pendingKey() string {
 	return "c" + string(r.variant)
 }
 
-func (h *hotTier) requestFill(key []byte) {
+func (h *Engine) RequestFill(key []byte) {
 	h.enqueueFill(fillReq{key: key})
 }
 
-// requestFillVariant asks for a fill of a tierRead command: variant is
+// RequestFillVariant asks for a fill of a Cacheable command: variant is
 // the protocol byte followed by the command's bytes, key its key.
-func (h *hotTier) requestFillVariant(key, variant []byte) {
+func (h *Engine) RequestFillVariant(key, variant []byte) {
 	if variant[0] == 2 && h.resp2 == nil {
 		return
 	}
@@ -440,7 +487,7 @@ func (h *hotTier) requestFillVariant(key, variant []byte) {
 }
 
 // enqueueFill queues r unless it is queued already; r's bytes are copied.
-func (h *hotTier) enqueueFill(r fillReq) {
+func (h *Engine) enqueueFill(r fillReq) {
 	if !h.tier.Serving() {
 		return
 	}
@@ -468,18 +515,18 @@ func (h *hotTier) enqueueFill(r fillReq) {
 	}
 }
 
-// invalidate drops key from the tier; fills begun before fail.
-func (h *hotTier) invalidate(key []byte) {
+// Invalidate drops key from the tier; fills begun before fail.
+func (h *Engine) Invalidate(key []byte) {
 	if h.tier != nil {
 		h.tier.Invalidate(key)
 		h.disarm(key)
 	}
 }
 
-// written is invalidate for a write Redis has acknowledged: it also
+// Written is Invalidate for a write Redis has acknowledged: it also
 // releases the readers held for the key's fill, and counts the write for
 // admission (Churn).
-func (h *hotTier) written(key []byte) {
+func (h *Engine) Written(key []byte) {
 	if h.tier != nil {
 		h.tier.Invalidate(key)
 		h.disarm(key)
@@ -495,7 +542,7 @@ const armedMax = 4096
 // disarm forgets that Redis tracks key for us: called after the key was
 // invalidated (tier.Invalidate), so that a fill which read it before the
 // invalidation cannot leave it marked (see fillLoop).
-func (h *hotTier) disarm(key []byte) {
+func (h *Engine) disarm(key []byte) {
 	if h.armedN.Load() == 0 {
 		return
 	}
@@ -507,7 +554,7 @@ func (h *hotTier) disarm(key []byte) {
 	h.mu.Unlock()
 }
 
-func (h *hotTier) clear() {
+func (h *Engine) Clear() {
 	if h.tier != nil {
 		h.tier.Clear()
 		h.mu.Lock()
@@ -519,13 +566,13 @@ func (h *hotTier) clear() {
 
 // disarmAllLocked forgets every armed key: after a clear, or when tracking
 // was lost.
-func (h *hotTier) disarmAllLocked() {
+func (h *Engine) disarmAllLocked() {
 	clear(h.armed)
 	h.armedN.Store(0)
 }
 
-// missGate returns the miss gate when miss collapsing is on, else nil.
-func (h *hotTier) missGate() *hotkey.MissGate {
+// MissGate returns the miss gate when miss collapsing is on, else nil.
+func (h *Engine) MissGate() *hotkey.MissGate {
 	if !h.missOn.Load() {
 		return nil
 	}
@@ -542,9 +589,9 @@ func missGateConfig(wait time.Duration) hotkey.MissGateConfig {
 	return c
 }
 
-// barrier returns once every invalidation Redis sent before this call has
+// Barrier returns once every invalidation Redis sent before this call has
 // been applied: the tracking connection answers in order.
-func (h *hotTier) barrier() {
+func (h *Engine) Barrier() {
 	// Nothing to wait for if nothing is cached and no fill that could have
 	// read an old value is under way. filling is read first: a fill counted
 	// there has not stored yet, and one that begins after this check reads
@@ -555,7 +602,7 @@ func (h *hotTier) barrier() {
 	h.metrics.barriers.Inc()
 	if !h.ping() {
 		// The connection failed: OnState(false) has emptied the tier.
-		h.clear()
+		h.Clear()
 	}
 }
 
@@ -565,7 +612,7 @@ var pingCmd = resp.AppendCommandString(nil, "PING")
 // answered: its reply follows every push Redis queued before it.
 //
 // On a cluster it pings every master's tracking connection.
-func (h *hotTier) ping() bool {
+func (h *Engine) ping() bool {
 	b := upstream.NewBatch()
 	if h.trackRouter != nil {
 		for _, slot := range h.trackRouter.Shards() {
@@ -577,7 +624,7 @@ func (h *hotTier) ping() bool {
 	} else {
 		b.Add(pingCmd)
 	}
-	h.trackDo(b)
+	h.TrackDo(b)
 	for i := range b.Len() {
 		if r := b.Reply(i); len(r) == 0 || r[0] != '+' {
 			return false
@@ -591,7 +638,7 @@ func (h *hotTier) ping() bool {
 // meanwhile.
 //
 // A GET is read as GET then PTTL on the tracking connection, and its RESP2
-// reply derived (they differ only for a missing key). A tierRead command
+// reply derived (they differ only for a missing key). A Cacheable command
 // is read as PTTL then the command, so that Redis tracks the key from
 // before the command runs (PTTL is a read): a write between the two is
 // invalidated. Its RESP3 reply is the tracking connection's; a RESP2 reply
@@ -599,7 +646,7 @@ func (h *hotTier) ping() bool {
 // RESP2 connection once the tracking read is answered: the key is tracked
 // by then, so any write before that read is invalidated after it, and the
 // fill's token refuses the copy or the invalidation drops it.
-func (h *hotTier) fillLoop(ctx context.Context) {
+func (h *Engine) fillLoop(ctx context.Context) {
 	b, b2 := upstream.NewBatch(), upstream.NewBatch()
 	var reqs []fillReq
 	var toks []hotkey.Token
@@ -643,7 +690,7 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 			at2 = append(at2, -1)
 		}
 		sent := h.now()
-		h.trackDo(b)
+		h.TrackDo(b)
 		for i, r := range reqs {
 			if !r.trackOnly && r.variant != nil && r.variant[0] == 2 {
 				slot := upstream.SlotAny
@@ -694,11 +741,11 @@ func (h *hotTier) fillLoop(ctx context.Context) {
 	}
 }
 
-// storeVariant caches a tierRead command's reply, read after the PTTL
+// storeVariant caches a Cacheable command's reply, read after the PTTL
 // pttl, for at most the key's remaining life less the fill's round trip.
 // Errors are not cached. A missing key (PTTL -2) is cached like a value:
 // it was tracked from the PTTL on, so its creation is invalidated.
-func (h *hotTier) storeVariant(tok hotkey.Token, r fillReq, pttl, reply []byte, rtt time.Duration) {
+func (h *Engine) storeVariant(tok hotkey.Token, r fillReq, pttl, reply []byte, rtt time.Duration) {
 	ms, ok := resp.Int(pttl)
 	if !ok || len(reply) == 0 || reply[0] == '-' || reply[0] == '!' || ms == 0 {
 		return
@@ -721,7 +768,7 @@ var resp2Null = []byte("$-1\r\n")
 // store caches a fill. rtt is the fill's round trip: PTTL was measured at
 // some point within it, so the entry's life is cut by it to end no later
 // than the key on Redis.
-func (h *hotTier) store(tok hotkey.Token, key, get, pttl []byte, rtt time.Duration) {
+func (h *Engine) store(tok hotkey.Token, key, get, pttl []byte, rtt time.Duration) {
 	ms, ok := resp.Int(pttl)
 	if len(get) == 0 || (get[0] != '$' && get[0] != '_') || !ok {
 		return // an error (WRONGTYPE, upstream down): nothing to cache
@@ -750,14 +797,14 @@ func (h *hotTier) store(tok hotkey.Token, key, get, pttl []byte, rtt time.Durati
 
 // onPush applies Redis's invalidation messages: [invalidate, [keys...]], or
 // [invalidate, null] after FLUSHALL/FLUSHDB.
-func (h *hotTier) onPush(push []byte) {
+func (h *Engine) onPush(push []byte) {
 	v, err := resp.Parse(push)
 	if err != nil || len(v.Elems) != 2 || !bytes.Equal(v.Elems[0].Str, []byte("invalidate")) {
 		return
 	}
 	h.metrics.pushes.Inc()
 	if v.Elems[1].Null {
-		h.clear()
+		h.Clear()
 		return
 	}
 	for _, k := range v.Elems[1].Elems {
@@ -773,7 +820,7 @@ func (h *hotTier) onPush(push []byte) {
 
 // onState follows the tracking connection: while it is down, Redis tracks
 // nothing for rproxy, so the tier must not serve.
-func (h *hotTier) onState(up bool) {
+func (h *Engine) onState(up bool) {
 	h.mu.Lock()
 	h.connUp = up
 	h.applyLocked()
@@ -782,7 +829,7 @@ func (h *hotTier) onState(up bool) {
 
 // applyLocked serves only while the tier is on, the connection is up and
 // not lagging.
-func (h *hotTier) applyLocked() {
+func (h *Engine) applyLocked() {
 	enabled := h.enabled.Load()
 	on := h.connUp && h.lagOK && enabled
 	if on == h.tier.Serving() {
@@ -807,7 +854,7 @@ func (h *hotTier) applyLocked() {
 // MaxLag: invalidations queue on that connection ahead of the probe, so a
 // late probe means invalidations may be late too.
 // MaxLag is read at each probe; a change wakes the loop.
-func (h *hotTier) probeLoop(ctx context.Context) {
+func (h *Engine) probeLoop(ctx context.Context) {
 	done := make(chan bool, 1)
 	for {
 		maxLag := time.Duration(h.maxLag.Load())
@@ -840,7 +887,7 @@ func (h *hotTier) probeLoop(ctx context.Context) {
 }
 
 // onNodeState follows a cluster node's tracking connection.
-func (h *hotTier) onNodeState(addr string, up bool) {
+func (h *Engine) onNodeState(addr string, up bool) {
 	h.mu.Lock()
 	h.nodeUp[addr] = up
 	h.connUp = h.mastersTrackedLocked()
@@ -851,9 +898,9 @@ func (h *hotTier) onNodeState(addr string, up bool) {
 // mastersTrackedLocked reports whether every master of the slot map has
 // its tracking connection up. The map may change without a node's
 // connection changing (a failover): the probe loop asks again.
-func (h *hotTier) mastersTrackedLocked() bool {
+func (h *Engine) mastersTrackedLocked() bool {
 	if h.trackCluster == nil {
-		return false // still being made: newHotTier looks again once it is
+		return false // still being made: New looks again once it is
 	}
 	masters := h.trackCluster.MasterAddrs()
 	for _, a := range masters {
@@ -864,7 +911,7 @@ func (h *hotTier) mastersTrackedLocked() bool {
 	return len(masters) > 0
 }
 
-func (h *hotTier) setLag(ok bool) {
+func (h *Engine) setLag(ok bool) {
 	h.mu.Lock()
 	if h.trackCluster != nil {
 		h.connUp = h.mastersTrackedLocked()

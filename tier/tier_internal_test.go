@@ -1,4 +1,4 @@
-package proxy
+package tier
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 )
 
 // TestTierNodeStateBeforeClusterKnown: a tracking connection of a cluster
-// may come up (and report) before newHotTier has the cluster in hand; the
+// may come up (and report) before New has the cluster in hand; the
 // report is kept, and the tier does not serve on it alone. (CI once caught
 // this as a nil dereference in a cluster test.)
 func TestTierNodeStateBeforeClusterKnown(t *testing.T) {
@@ -18,7 +18,7 @@ func TestTierNodeStateBeforeClusterKnown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &hotTier{tier: tier, nodeUp: map[string]bool{}, metrics: newTierMetrics(nil), log: zap.NewNop()}
+	h := &Engine{tier: tier, nodeUp: map[string]bool{}, metrics: newTierMetrics(nil), log: zap.NewNop()}
 	h.enabled.Store(true)
 	h.lagOK = true
 	h.onNodeState("127.0.0.1:7000", true)

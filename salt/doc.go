@@ -1,0 +1,20 @@
+// Package salt spreads a hot key's GETs over copies of it kept on other
+// cluster masters (hotkeys.salt): the engine behind salted fan-out. It
+// needs no client session, so it lives apart from package proxy, which
+// queues its reads and writes in a session's batch.
+//
+// Each salted key has up to Config.Copies names, the key itself (the
+// origin) and copies whose names hash to other masters (chosen from the
+// live slot map, the same on every rproxy). A read picks one at random
+// (Pick); a copy that misses is read from the origin and filled (Fill),
+// for at most Config.TTL and never beyond the origin's own expiry. A write
+// through rproxy marks the key before it is sent (BeginWrite) and deletes
+// its copies once acknowledged (EndWrites); a fill is sent only if no
+// write began since it read the origin, on the same ordered connection as
+// any later deletion (see Engine). With the tier's tracking on a cluster,
+// writes made elsewhere delete the copies too (OriginWritten).
+//
+// Metrics, on the Registerer given to New, namespace rproxy, subsystem
+// hotkey: salt_reads_total{outcome}, salt_missing_keys_total,
+// salt_copy_fills_total, salt_copy_deletes_total and salt_keys.
+package salt
