@@ -362,16 +362,19 @@ func (d *Detector) hotCount() int {
 func (s *sketch) threshold() float64 { return math.Float64frombits(s.thr.Load()) }
 
 // epochAt returns the sub-window at t, rotating if t is past its end, and
-// how far into it t is. If another goroutine holds the lock (rotating or
-// admitting a key), it returns the old epoch rather than wait: weights
-// still estimates correctly from it, and this read counts toward what is
-// about to be the previous sub-window.
+// how far into it t is. Past the end it waits for the lock (once per
+// window): returning the old epoch instead, while a goroutine that holds
+// the lock to admit a key is descheduled, would count every read made
+// meanwhile toward the sub-window about to become the previous one, which
+// the rotation then weighs by how late it came, so a hot key could drop
+// out of the table (TestConcurrentDetector caught it under -race).
 func (s *sketch) epochAt(t time.Time) (*epoch, time.Duration) {
 	e := s.epoch.Load()
 	el := t.Sub(e.start)
-	if el < s.window || !s.mu.TryLock() {
+	if el < s.window {
 		return e, el
 	}
+	s.mu.Lock()
 	e = s.rotateLocked(t)
 	s.mu.Unlock()
 	return e, t.Sub(e.start)
