@@ -119,7 +119,6 @@ func renderHeadline(b *strings.Builder, scs []scenario, targets []string, res *r
 			return fmtCalls(median(series(runs[t], upstream)))
 		}})
 	}
-	b.WriteString("## Headline\n\n")
 	var idle []string
 	for _, sc := range scs {
 		if runs := res.runs[sc.name]; sc.kind == kindIdle && runs != nil {
@@ -140,7 +139,12 @@ func renderHeadline(b *strings.Builder, scs []scenario, targets []string, res *r
 			rows = append(rows, sc)
 		}
 	}
-	if len(cols) > 0 && len(rows) > 0 {
+	table := len(cols) > 0 && len(rows) > 0
+	if !table && len(idle) == 0 && len(res.lists) == 0 {
+		return // nothing to sum up, as when only the scaling scenarios ran
+	}
+	b.WriteString("## Headline\n\n")
+	if table {
 		b.WriteString("Throughput relative to direct Redis and to twemproxy (above 1 = more requests per second), " +
 			"and how many requests reached Redis per 100 client requests.\n\n| scenario |")
 		for _, c := range cols {
