@@ -6,6 +6,7 @@
 //	go run ./bench/cmd/suite             # make bench: about 6.5 minutes on 2 cores
 //	go run ./bench/cmd/suite -quick      # make bench-quick: under 2 minutes
 //	go run ./bench/cmd/suite -scenarios hot,zipf-0.99 -targets redis,rproxy -rounds 5
+//	go run ./bench/cmd/suite -scenarios scaling -procs 1,2,4,8,15   # rproxy per procs value
 //
 // Load comes from bench/load, in process; the redis-benchmark default test
 // list is run by redis-benchmark itself. Around every run the suite reads
@@ -26,6 +27,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +49,7 @@ type config struct {
 	out       string        // output directory
 	targets   []string
 	scenarios []string
+	procs     []int  // scaling scenarios: one rproxy per value
 	rproxy    string // prebuilt rproxy binary; "" builds ./cmd/rproxy
 	idleConns int
 	listN     int // redis-benchmark -n for the default list
@@ -86,10 +89,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c := config{}
 	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var targets, scenarios string
-	var names []string
+	var targets, scenarios, procsFlag string
+	var names, defaults []string
 	for _, s := range allScenarios(defaultIdleConns) {
 		names = append(names, s.name)
+		if !s.optional {
+			defaults = append(defaults, s.name)
+		}
 	}
 	fs.IntVar(&c.rounds, "rounds", 3, "interleaved rounds; the report gives medians over them (at least 3 for a spread)")
 	fs.BoolVar(&c.quick, "quick", false, fmt.Sprintf("short runs (%v + %v warm-up; default list -n %d): under 2 minutes",
@@ -98,7 +104,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fullDuration, quickDuration))
 	fs.StringVar(&c.out, "out", "", "output directory (default bench/results/<YYYY-MM-DD> in the module root)")
 	fs.StringVar(&targets, "targets", "redis,twemproxy,rproxy", "comma-separated targets: redis, twemproxy, rproxy")
-	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names, ", "))
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios to run (default all but scaling-*): "+
+		strings.Join(names, ", ")+"; "+scalingGroup+" = scaling-p1,scaling-p16")
+	fs.StringVar(&procsFlag, "procs", "", fmt.Sprintf("comma-separated rproxy procs values for the scaling scenarios "+
+		"(default 1,2,4 up to the CPU count, and the CPU count: %s here)", joinInts(defaultProcs(runtime.NumCPU()))))
 	fs.StringVar(&c.rproxy, "rproxy", "", "rproxy binary (default: go build ./cmd/rproxy into a temp dir)")
 	fs.IntVar(&c.idleConns, "idle-conns", defaultIdleConns, "idle connections in the idle-10k scenario")
 	fs.BoolVar(&c.verbose, "v", false, "print every run's full result; keep the temp dir with the server logs")
@@ -137,16 +146,43 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if len(c.targets) == 0 {
 		return c, errors.New("-targets must not be empty")
 	}
-	c.scenarios = splitList(scenarios)
-	if len(c.scenarios) == 0 {
-		c.scenarios = names
-	}
-	for _, s := range c.scenarios {
+	for _, s := range splitList(scenarios) {
+		if s == scalingGroup {
+			for _, n := range names {
+				if strings.HasPrefix(n, scalingGroup+"-") && !slices.Contains(c.scenarios, n) {
+					c.scenarios = append(c.scenarios, n)
+				}
+			}
+			continue
+		}
 		if !slices.Contains(names, s) {
-			return c, fmt.Errorf("unknown scenario %q (want some of %s)", s, strings.Join(names, ", "))
+			return c, fmt.Errorf("unknown scenario %q (want some of %s, or %s)", s, strings.Join(names, ", "), scalingGroup)
+		}
+		if !slices.Contains(c.scenarios, s) {
+			c.scenarios = append(c.scenarios, s)
 		}
 	}
+	if len(c.scenarios) == 0 {
+		c.scenarios = defaults
+	}
+	var err error
+	if c.procs, err = parseProcs(procsFlag, runtime.NumCPU()); err != nil {
+		return c, err
+	}
+	if slices.ContainsFunc(c.scenarios, func(s string) bool { return strings.HasPrefix(s, scalingGroup+"-") }) &&
+		!slices.Contains(c.targets, "rproxy") {
+		return c, errors.New("the scaling scenarios run rproxy at each procs value: -targets must include rproxy")
+	}
 	return c, nil
+}
+
+// joinInts formats ns as a comma-separated list: 1,2,4.
+func joinInts(ns []int) string {
+	var ss []string
+	for _, n := range ns {
+		ss = append(ss, strconv.Itoa(n))
+	}
+	return strings.Join(ss, ",")
 }
 
 func splitList(s string) []string {

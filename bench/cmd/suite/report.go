@@ -54,12 +54,17 @@ func renderReport(m meta, scs []scenario, targets []string, res *results, charts
 	p("\n")
 
 	renderHeadline(&b, scs, targets, res)
+	scalingNoted := false
 	for _, sc := range scs {
-		if sc.kind == kindList {
+		switch sc.kind {
+		case kindList:
 			renderList(&b, sc, targets, res.lists, m.listN)
-			continue
+		case kindScaling:
+			renderScaling(&b, sc, scenarioTargets(sc, targets, m.procs), res.runs[sc.name], m, !scalingNoted)
+			scalingNoted = true
+		default:
+			renderScenario(&b, sc, targets, res.runs[sc.name], m.rounds)
 		}
-		renderScenario(&b, sc, targets, res.runs[sc.name], m.rounds)
 	}
 	if len(charts) > 0 {
 		p("## Charts\n\n")
@@ -114,7 +119,6 @@ func renderHeadline(b *strings.Builder, scs []scenario, targets []string, res *r
 			return fmtCalls(median(series(runs[t], upstream)))
 		}})
 	}
-	b.WriteString("## Headline\n\n")
 	var idle []string
 	for _, sc := range scs {
 		if runs := res.runs[sc.name]; sc.kind == kindIdle && runs != nil {
@@ -127,18 +131,28 @@ func renderHeadline(b *strings.Builder, scs []scenario, targets []string, res *r
 			}
 		}
 	}
-	if len(cols) > 0 {
+	// The scaling scenarios have no plain rproxy row; their own sections
+	// give their ratios.
+	var rows []scenario
+	for _, sc := range scs {
+		if sc.kind != kindList && sc.kind != kindScaling && res.runs[sc.name] != nil {
+			rows = append(rows, sc)
+		}
+	}
+	table := len(cols) > 0 && len(rows) > 0
+	if !table && len(idle) == 0 && len(res.lists) == 0 {
+		return // nothing to sum up, as when only the scaling scenarios ran
+	}
+	b.WriteString("## Headline\n\n")
+	if table {
 		b.WriteString("Throughput relative to direct Redis and to twemproxy (above 1 = more requests per second), " +
 			"and how many requests reached Redis per 100 client requests.\n\n| scenario |")
 		for _, c := range cols {
 			b.WriteString(" " + c.head + " |")
 		}
 		b.WriteString("\n|---|" + strings.Repeat("---:|", len(cols)) + "\n")
-		for _, sc := range scs {
+		for _, sc := range rows {
 			runs := res.runs[sc.name]
-			if sc.kind == kindList || runs == nil {
-				continue
-			}
 			fmt.Fprintf(b, "| %s |", sc.label)
 			for _, c := range cols {
 				b.WriteString(" " + c.value(runs) + " |")
@@ -217,6 +231,65 @@ func renderScenario(b *strings.Builder, sc scenario, targets []string, runs map[
 			fmt.Fprintf(b, " %s | %s..%s |", fmtNum(median(r), 1), fmtNum(lo, 1), fmtNum(hi, 1))
 		}
 		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+// totalCPU is the CPU per request of the whole path: proxy plus Redis,
+// or Redis alone for direct Redis.
+func totalCPU(s sample) float64 {
+	if math.IsNaN(s.proxyCPU) {
+		return s.redisCPU
+	}
+	return s.proxyCPU + s.redisCPU
+}
+
+// renderScaling writes a scaling scenario's table: a row per target, with
+// the rproxy rows one per procs value, and CPU per request as ratios too.
+// note adds, for the first scaling section, which procs values ran and why.
+func renderScaling(b *strings.Builder, sc scenario, targets []string, runs map[string][]sample, m meta, note bool) {
+	fmt.Fprintf(b, "## %s: %s\n\n%s.\n\n", sc.name, sc.title, sc.what)
+	if note {
+		why := fmt.Sprintf("1, 2 and 4 where they do not exceed the machine's %d CPUs, and %d itself", m.nproc, m.nproc)
+		if !slices.Equal(m.procs, defaultProcs(m.nproc)) {
+			why = "from -procs"
+		}
+		fmt.Fprintf(b, "rproxy-procsN is rproxy with `procs: N` in its config (GOMAXPROCS; checked in its start-up log), "+
+			"the suite's rproxy config otherwise; one process per value, all on the same Redis. Values: %s (%s). "+
+			"The plain rproxy target (procs auto: the CPUs less one, with Redis local) is not run here. "+
+			"CPU ratios are medians of per-round ratios, like throughput: proxy CPU against twemproxy's, "+
+			"and proxy plus Redis CPU against direct Redis's own.\n\n", joinInts(m.procs), why)
+	}
+	b.WriteString("| target | ops/s | min..max | vs redis | vs twemproxy | p50 µs | p99 µs | proxy CPU µs/req " +
+		"| proxy CPU vs twemproxy | proxy+redis CPU µs/req | proxy+redis CPU vs redis | Redis calls /100 req | errors |\n" +
+		"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ratio := func(t, base string, f func(sample) float64) string {
+		if t == base {
+			return "-"
+		}
+		return bold(fmtRatio(ratioMedian(series(runs[t], f), series(runs[base], f))))
+	}
+	for _, t := range targets {
+		ss := runs[t]
+		if len(ss) == 0 {
+			continue
+		}
+		o := series(ss, ops)
+		lo, hi := spread(o)
+		var errs int64
+		for _, s := range ss {
+			errs += s.errors
+		}
+		cpuVsTwem := "-"
+		if t != "redis" {
+			cpuVsTwem = ratio(t, "twemproxy", proxyCPU)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s..%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", t,
+			fmtNum(median(o), 0), fmtNum(lo, 0), fmtNum(hi, 0), ratio(t, "redis", ops), ratio(t, "twemproxy", ops),
+			fmtNum(median(series(ss, p50)), 0), fmtNum(median(series(ss, p99)), 0),
+			fmtNum(median(series(ss, proxyCPU)), 2), cpuVsTwem,
+			fmtNum(median(series(ss, totalCPU)), 2), ratio(t, "redis", totalCPU),
+			fmtCalls(median(series(ss, upstream))), errs)
 	}
 	b.WriteString("\n")
 }

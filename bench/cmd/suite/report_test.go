@@ -188,3 +188,73 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 }
+
+// TestReportScaling checks the scaling sections: a row per procs value,
+// throughput and CPU per request as ratios to twemproxy and direct Redis,
+// and no scaling rows in the headline or the charts.
+func TestReportScaling(t *testing.T) {
+	var scs []scenario
+	for _, sc := range allScenarios(defaultIdleConns) {
+		if slices.Contains([]string{"get-p1", "scaling-p1", "scaling-p16"}, sc.name) {
+			scs = append(scs, sc)
+		}
+	}
+	targets := []string{"redis", "twemproxy", "rproxy"}
+	m := fakeMeta()
+	m.procs = []int{1, 2}
+	ops := map[string][]float64{
+		"redis":         {100000, 80000, 120000},
+		"twemproxy":     {70000, 60000, 90000},
+		"rproxy":        {90000, 72000, 96000},
+		"rproxy-procs1": {90000, 72000, 96000},
+		"rproxy-procs2": {45000, 36000, 48000},
+	}
+	res := newResults()
+	for _, sc := range scs {
+		for _, tg := range scenarioTargets(sc, targets, m.procs) {
+			for round := range 3 {
+				s := fakeRun(tg, ops[tg][round], 100)
+				if tg == "rproxy-procs2" {
+					s.proxyCPU = 18 // twice twemproxy's 9
+				}
+				res.add(sc.name, tg, s)
+			}
+		}
+	}
+	r := renderReport(m, scs, targets, res, nil)
+	for _, want := range []string{
+		"## scaling-p1: GET -P 1 against rproxy at each procs value",
+		"## scaling-p16: GET -P 16 against rproxy at each procs value",
+		"Values: 1,2 (1, 2 and 4 where they do not exceed the machine's 2 CPUs, and 2 itself)",
+		"| redis | 100000 | 80000..120000 | - | **1.33** | 500 | 1500 | - | - | 7.00 | - | 100.0 | 0 |",
+		"| twemproxy | 70000 | 60000..90000 | **0.75** | - | 500 | 1500 | 9.00 | - | 16.00 | **2.29** | 100.0 | 0 |",
+		"| rproxy-procs1 | 90000 | 72000..96000 | **0.90** | **1.20** | 500 | 1500 | 9.00 | **1.00** | 16.00 | **2.29** | 100.0 | 0 |",
+		"| rproxy-procs2 | 45000 | 36000..48000 | **0.45** | **0.60** | 500 | 1500 | 18.00 | **2.00** | 25.00 | **3.57** | 100.0 | 0 |",
+	} {
+		if !strings.Contains(r, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if n := strings.Count(r, "rproxy-procsN is rproxy"); n != 1 {
+		t.Errorf("the procs note appears %d times, want once", n)
+	}
+	if strings.Contains(r, "| scaling -P 1 |") || strings.Count(r, "| rproxy |") != 1 { // get-p1's row only
+		t.Error("scaling rows in the headline, or a plain rproxy row in a scaling table")
+	}
+	if t.Failed() {
+		t.Log(r)
+	}
+	checkTableShapes(t, r)
+	if tp := buildCharts(scs, targets, res)["throughput"]; len(tp.groups) != 1 || tp.groups[0].label != "GET -P 1" {
+		t.Errorf("throughput chart groups %+v, want GET -P 1 only", tp.groups)
+	}
+
+	m.procs = []int{1, 2, 4, 8, 15}
+	if r := renderReport(m, scs, targets, res, nil); !strings.Contains(r, "Values: 1,2,4,8,15 (from -procs)") {
+		t.Error("a -procs list is not named as such")
+	}
+	// Scaling alone: no headline without rows.
+	if r := renderReport(m, scs[1:], targets, res, nil); strings.Contains(r, "| scenario |") || strings.Contains(r, "## Headline") {
+		t.Errorf("a headline without rows:\n%s", r)
+	}
+}

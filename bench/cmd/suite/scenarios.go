@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,7 +17,11 @@ const (
 	kindStampede             // load.Run while a writer re-SETs the key
 	kindIdle                 // load.Run with idle connections held open, on a fresh stack
 	kindList                 // redis-benchmark's default test list, once per target
+	kindScaling              // one load.Run, against rproxy at each procs value instead of the plain rproxy target
 )
+
+// scalingGroup is the -scenarios name that selects every scaling scenario.
+const scalingGroup = "scaling"
 
 // scenario is one benchmark case, run against every target.
 type scenario struct {
@@ -34,6 +39,11 @@ type scenario struct {
 
 	latencyChart  bool // show p50/p99/p99.9 in the latency chart
 	upstreamChart bool // show upstream calls in the upstream chart (read scenarios)
+
+	// optional scenarios run only when named in -scenarios: the scaling
+	// runs add a third to make bench and answer a question about the
+	// machine rather than about a change.
+	optional bool
 }
 
 // Key spaces. Uniform and Zipf share the "key:" prefix, so one
@@ -119,7 +129,73 @@ func allScenarios(idle int) []scenario {
 		{name: "defaultlist", title: "redis-benchmark default test list", label: "default list",
 			what: "redis-benchmark -q -n N without -t: which of its tests work through each target",
 			kind: kindList},
+		// The scaling scenarios repeat get-p1's and get-p16's load, so their
+		// rows compare with those scenarios' rows.
+		{name: "scaling-p1", title: "GET -P 1 against rproxy at each procs value", label: "scaling -P 1",
+			what: "The get-p1 load (50 clients, one GET in flight each) against one rproxy per `procs` value",
+			kind: kindScaling, load: base, counted: getSet, optional: true},
+		{name: "scaling-p16", title: "GET -P 16 against rproxy at each procs value", label: "scaling -P 16",
+			what: "The get-p16 load (50 clients, 16 GETs per write) against one rproxy per `procs` value",
+			kind: kindScaling, load: with(func(c *load.Config) { c.Pipeline = 16 }), counted: getSet, optional: true},
 	}
+}
+
+// scalingTarget names the rproxy started with procs n.
+func scalingTarget(n int) string { return "rproxy-procs" + strconv.Itoa(n) }
+
+// scenarioTargets returns the targets sc runs against, in order: targets
+// itself, except that a scaling scenario runs one rproxy per procs value
+// where targets has rproxy. The plain rproxy (procs auto: the CPUs less
+// one, with Redis local) is left out there; -procs can name its value.
+func scenarioTargets(sc scenario, targets []string, procs []int) []string {
+	if sc.kind != kindScaling {
+		return targets
+	}
+	var out []string
+	for _, t := range targets {
+		if t != "rproxy" {
+			out = append(out, t)
+			continue
+		}
+		for _, n := range procs {
+			out = append(out, scalingTarget(n))
+		}
+	}
+	return out
+}
+
+// defaultProcs is the scaling scenarios' procs list on a machine with
+// ncpu CPUs: 1, 2 and 4 where they do not exceed ncpu, and ncpu itself.
+func defaultProcs(ncpu int) []int {
+	var out []int
+	for _, n := range []int{1, 2, 4} {
+		if n <= ncpu {
+			out = append(out, n)
+		}
+	}
+	if !slices.Contains(out, ncpu) {
+		out = append(out, ncpu)
+	}
+	return out
+}
+
+// parseProcs parses -procs: a comma-separated list of procs values, in
+// rproxy's range 1..1024 (0, auto, is the plain rproxy target), sorted and
+// deduplicated. "" gives defaultProcs(ncpu).
+func parseProcs(s string, ncpu int) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 1024 {
+			return nil, fmt.Errorf("-procs: %q is not a number from 1 to 1024", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return defaultProcs(ncpu), nil
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // thousands formats n with comma separators: 10,000.

@@ -48,6 +48,7 @@ type meta struct {
 	quick              bool
 	idleConns, listN   int
 	maxClients         int
+	procs              []int // the scaling scenarios' procs values
 	took               time.Duration
 }
 
@@ -91,8 +92,9 @@ func (st *stack) alive() error {
 func (s *suite) maxClients() int { return max(20000, s.cfg.idleConns+1000) }
 
 // startStack starts redis-server and the selected proxies in front of it,
-// with logs and configs in their own directory under the temp dir.
-func (s *suite) startStack(name string) (*stack, error) {
+// plus an rproxy per value of scaling (target scalingTarget(n)), with logs
+// and configs in their own directory under the temp dir.
+func (s *suite) startStack(name string, scaling []int) (*stack, error) {
 	dir := filepath.Join(s.dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -118,7 +120,7 @@ func (s *suite) startStack(name string) (*stack, error) {
 		case "twemproxy":
 			p, err = s.children.StartNutcracker(dir, s.nutcracker, st.redis.Addr)
 		case "rproxy":
-			p, err = s.startRproxy(dir, st.redis.Addr)
+			p, err = s.startRproxy(dir, st.redis.Addr, 0)
 		default:
 			continue
 		}
@@ -126,6 +128,13 @@ func (s *suite) startStack(name string) (*stack, error) {
 			return nil, err
 		}
 		st.servers[t] = p
+	}
+	for _, n := range scaling {
+		p, err := s.startRproxy(filepath.Join(dir, scalingTarget(n)), st.redis.Addr, n)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", scalingTarget(n), err)
+		}
+		st.servers[scalingTarget(n)] = p
 	}
 	ok = true
 	return st, nil
@@ -143,13 +152,40 @@ func (s *suite) stopStack(st *stack) {
 }
 
 // startRproxy starts rproxy in front of redisAddr with the default config
-// except for limits.max_clients (see maxClients).
-func (s *suite) startRproxy(dir, redisAddr string) (*procs.Proc, error) {
-	conf := filepath.Join(dir, "rproxy.yaml")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("limits:\n  max_clients: %d\n", s.maxClients())), 0o644); err != nil {
+// except for limits.max_clients (see maxClients) and, unless n is 0
+// (auto), procs: n.
+func (s *suite) startRproxy(dir, redisAddr string, n int) (*procs.Proc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return s.children.StartRproxy(dir, s.rproxyBin, redisAddr, "-config", conf)
+	conf := filepath.Join(dir, "rproxy.yaml")
+	if err := os.WriteFile(conf, []byte(rproxyConfig(s.maxClients(), n)), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := s.children.StartRproxy(dir, s.rproxyBin, redisAddr, "-config", conf)
+	if err != nil || n == 0 {
+		return p, err
+	}
+	// A report row per procs value means little unless rproxy ran with it:
+	// check the value in its start-up log line.
+	log, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading rproxy's log: %w", err)
+	}
+	if !strings.Contains(string(log), fmt.Sprintf(`"procs":%d,`, n)) {
+		return nil, fmt.Errorf("rproxy started with procs: %d but its log does not say \"procs\":%d:\n%s", n, n, log)
+	}
+	return p, nil
+}
+
+// rproxyConfig is the suite's rproxy YAML config: the default except for
+// limits.max_clients and, unless procs is 0 (auto), procs.
+func rproxyConfig(maxClients, procs int) string {
+	c := fmt.Sprintf("limits:\n  max_clients: %d\n", maxClients)
+	if procs != 0 {
+		c += fmt.Sprintf("procs: %d\n", procs)
+	}
+	return c
 }
 
 // rotate returns targets starting at index round, so that no target always
@@ -165,12 +201,17 @@ func (s *suite) runAll(ctx context.Context) (*results, error) {
 	cfg := s.cfg
 	s.meta = meta{date: time.Now(), nproc: runtime.NumCPU(), cpu: procs.CPUModel(), loadStart: procs.LoadAvg(),
 		redis: procs.FirstLine("redis-server", "--version"), rounds: cfg.rounds, duration: cfg.duration,
-		warmup: cfg.warmup, quick: cfg.quick, idleConns: cfg.idleConns, listN: cfg.listN, maxClients: s.maxClients()}
+		warmup: cfg.warmup, quick: cfg.quick, idleConns: cfg.idleConns, listN: cfg.listN, maxClients: s.maxClients(),
+		procs: cfg.procs}
 	if s.nutcracker != "" {
 		s.meta.nutcracker = procs.FirstLine(s.nutcracker, "--version")
 	}
 	res := newResults()
-	st, err := s.startStack("main")
+	var scalingProcs []int
+	if slices.ContainsFunc(s.scenarios, func(sc scenario) bool { return sc.kind == kindScaling }) {
+		scalingProcs = cfg.procs
+	}
+	st, err := s.startStack("main", scalingProcs)
 	if err != nil {
 		return nil, err
 	}
@@ -190,15 +231,19 @@ func (s *suite) runAll(ctx context.Context) (*results, error) {
 		}
 	}
 	for _, t := range cfg.targets {
-		fmt.Fprintf(s.log, "%-10s on %s (pid %d)\n", t, st.servers[t].Addr, st.servers[t].Pid())
+		fmt.Fprintf(s.log, "%-13s on %s (pid %d)\n", t, st.servers[t].Addr, st.servers[t].Pid())
+	}
+	for _, n := range scalingProcs {
+		p := st.servers[scalingTarget(n)]
+		fmt.Fprintf(s.log, "%-13s on %s (pid %d)\n", scalingTarget(n), p.Addr, p.Pid())
 	}
 	if err := s.prepopulate(ctx, st.redis.Addr, s.scenarios); err != nil {
 		return nil, err
 	}
 
 	for round := range cfg.rounds {
-		order := rotate(cfg.targets, round)
 		for _, sc := range s.scenarios {
+			order := rotate(scenarioTargets(sc, cfg.targets, cfg.procs), round)
 			switch sc.kind {
 			case kindList:
 				continue
@@ -236,14 +281,14 @@ func (s *suite) runAll(ctx context.Context) (*results, error) {
 
 func (s *suite) progress(round int, sc scenario, target string, smp sample) {
 	if smp.skip != "" {
-		fmt.Fprintf(s.log, "round %d/%d %-11s %-10s skipped: %s\n", round+1, s.cfg.rounds, sc.name, target, smp.skip)
+		fmt.Fprintf(s.log, "round %d/%d %-11s %-13s skipped: %s\n", round+1, s.cfg.rounds, sc.name, target, smp.skip)
 		return
 	}
 	extra := ""
 	if !math.IsNaN(smp.rssPerConn) {
 		extra = fmt.Sprintf("  %.1f KB/idle conn", smp.rssPerConn)
 	}
-	fmt.Fprintf(s.log, "round %d/%d %-11s %-10s %9.0f ops/s  p50 %5.0f µs  p99 %6.0f µs  upstream %5.1f/100  errors %d%s\n",
+	fmt.Fprintf(s.log, "round %d/%d %-11s %-13s %9.0f ops/s  p50 %5.0f µs  p99 %6.0f µs  upstream %5.1f/100  errors %d%s\n",
 		round+1, s.cfg.rounds, sc.name, target, smp.ops, smp.p50, smp.p99, smp.upstream, smp.errors, extra)
 }
 
@@ -390,7 +435,7 @@ func (s *suite) runIdle(ctx context.Context, sc scenario, round int, order []str
 		}
 		return nil
 	}
-	st, err := s.startStack(fmt.Sprintf("idle-%d", round+1))
+	st, err := s.startStack(fmt.Sprintf("idle-%d", round+1), nil)
 	if err != nil {
 		return err
 	}

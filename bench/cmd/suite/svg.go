@@ -300,7 +300,9 @@ func buildCharts(scs []scenario, targets []string, res *results) map[string]char
 
 	for _, sc := range scs {
 		runs := res.runs[sc.name]
-		if sc.kind == kindList || runs == nil {
+		// The charts have a series per target of the other scenarios; the
+		// scaling scenarios' procs targets are in their tables only.
+		if sc.kind == kindList || sc.kind == kindScaling || runs == nil {
 			continue
 		}
 		g := barGroup{label: sc.label}
