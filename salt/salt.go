@@ -37,10 +37,10 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Copies < 2 || c.Copies > 16 {
-		errs = append(errs, fmt.Errorf("proxy: salted copies must be between 2 and 16, got %d", c.Copies))
+		errs = append(errs, fmt.Errorf("salt: salted copies must be between 2 and 16, got %d", c.Copies))
 	}
 	if c.TTL < time.Millisecond {
-		errs = append(errs, fmt.Errorf("proxy: salted copies' TTL must be at least 1ms, got %v", c.TTL))
+		errs = append(errs, fmt.Errorf("salt: salted copies' TTL must be at least 1ms, got %v", c.TTL))
 	}
 	return errors.Join(errs...)
 }
