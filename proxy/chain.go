@@ -25,6 +25,19 @@ import (
 //
 // Stages that are off in the configuration are not in the chain, so the
 // path pays nothing for them.
+//
+// One GET, from the socket to the reply: client.go's readLoop reads and
+// parses the client's bytes (resp.RequestParser) and hands the read's
+// commands to handle (session.go), which calls exec for each. exec looks
+// the command up and runs the stages below in order: bookkeeping counts
+// it; transactionGuard, authStage, policyStage, scriptKill and
+// replicaReads pass it on; clusterRouting gives it its master's slot;
+// tierCached answers it from the local tier if the key is hot and cached
+// (else asks for a fill); saltReads may send it to a salted copy;
+// coalescing may join it to an identical GET in flight; dispatch queues it
+// in the session's batch. After the read's last command, flush
+// (session.go) sends the batch on a shared connection (upstream.Pool.Do),
+// runs the replies phase, and writes each reply in the client's order.
 type chain struct {
 	commands []stage
 	replies  []stage
