@@ -193,7 +193,9 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		cancel()
 		return nil, err
 	}
-	if h.churn, err = hotkey.NewChurn(cfg.Churn, now); err != nil {
+	// Every acknowledged write is counted: the coarse clock, as for the
+	// detector (the window is a second; time.Now showed in SET profiles).
+	if h.churn, err = hotkey.NewChurn(cfg.Churn, detectorNow); err != nil {
 		cancel()
 		return nil, err
 	}
