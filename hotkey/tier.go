@@ -400,8 +400,12 @@ func (t *Tier) Config() TierConfig {
 }
 
 // Invalidate drops every variant of key; fills of key begun before fail.
-func (t *Tier) Invalidate(key []byte) {
-	slot := xxhash.Sum64(key) % slotCount
+func (t *Tier) Invalidate(key []byte) { t.InvalidateHash(key, xxhash.Sum64(key)) }
+
+// InvalidateHash is Invalidate for a caller that has hashed key
+// (xxhash.Sum64) already.
+func (t *Tier) InvalidateHash(key []byte, hash uint64) {
+	slot := hash % slotCount
 	t.mu.Lock()
 	t.gen++
 	t.slots[slot] = t.gen

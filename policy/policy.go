@@ -189,7 +189,9 @@ func New(cfg Config, m *Metrics, log *zap.Logger) (*Policy, error) {
 // NeedsKeys reports whether a rule matches the command name by key, i.e.
 // whether Check needs Request.Keys filled in. Extracting keys for every
 // command would be work on the hot path that no rule looks at.
-func (p *Policy) NeedsKeys(name string) bool { return p.keyed[name] }
+func (p *Policy) NeedsKeys(name string) bool {
+	return len(p.keyed) > 0 && p.keyed[name] // no key rules (the defaults): no lookup
+}
 
 // Check decides what to do with one command: the first matching rule's
 // action, operator rules before the defaults. A dry-run (Log) rule that

@@ -97,6 +97,31 @@ type call struct {
 	hot            bool
 }
 
+// lastLookup remembers a session's last command-table lookup: a pipeline
+// mostly repeats one command, and comparing its name with the last is
+// cheaper than lower-casing it and hashing it into the table's map.
+type lastLookup struct {
+	table *command.Table
+	name  []byte // as the client spelled it (a copy)
+	found *command.Info
+}
+
+// info returns table's Info for name (nil: unknown).
+func (l *lastLookup) info(table *command.Table, name []byte) *command.Info {
+	if l.table == table && bytes.Equal(l.name, name) {
+		return l.found
+	}
+	l.found = table.Lookup(name)
+	l.table = table
+	if len(name) <= 32 {
+		l.name = append(l.name[:0], name...)
+	} else {
+		l.name = l.name[:0] // not kept: never equal to a name again
+		l.table = nil
+	}
+	return l.found
+}
+
 // stage is one step of the request path.
 type stage interface {
 	// command sees a command before it is queued; it reports whether it
@@ -111,7 +136,7 @@ type stage interface {
 func (s *Server) exec(ss *session, cmd resp.Command) {
 	table := s.table.Load()
 	c := &ss.call
-	*c = call{cmd: cmd, info: table.Lookup(cmd.Args[0]), table: table}
+	*c = call{cmd: cmd, info: ss.lookup.info(table, cmd.Args[0]), table: table}
 	stages := s.chain.commands
 	if ss.stream {
 		stages = s.chain.stream

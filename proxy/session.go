@@ -89,6 +89,7 @@ type session struct {
 	// local tier's writes and miss collapsing (beforeWrite, missgate.go),
 	// policy (policy.go), the slow log and request log (slowlog.go).
 	call      call // the command passing the chain (chain.go), reused
+	lookup    lastLookup
 	route     routeState
 	copies    saltState
 	flights   coalesceState
@@ -534,6 +535,7 @@ func (s *Server) refuseMsg(ss *session, msg string) {
 // barrier, and the GETs of hot keys whose misses are collapsed.
 type hotWriteState struct {
 	keys    [][]byte
+	hashes  []uint64 // tier.KeyHash of each of keys
 	clear   bool
 	barrier bool
 	misses  []missAt
@@ -560,14 +562,17 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, ack
 	}
 	n := len(ss.hotWrites.keys)
 	keys, ok := command.Keys(info, args, ss.hotWrites.keys)
+	hashes := ss.hotWrites.hashes
 	for _, k := range keys[n:] {
-		s.hot.Invalidate(k)
+		h := tier.KeyHash(k)
+		s.hot.Invalidate(k, h)
+		hashes = append(hashes, h)
 	}
 	if !acked {
 		ss.hotWrites.keys = keys[:n]
 		return
 	}
-	ss.hotWrites.keys = keys
+	ss.hotWrites.keys, ss.hotWrites.hashes = keys, hashes
 	if !ok || info.Invalidates == command.InvalidatesUnknown || tier.LockAcquire(info, args) {
 		ss.hotWrites.barrier = true
 	}
@@ -576,10 +581,10 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, ack
 // afterWrite completes beforeWrite once the batch's replies are in.
 func (s *Server) afterWrite(ss *session) {
 	for i, k := range ss.hotWrites.keys {
-		s.hot.Written(k)
+		s.hot.Written(k, ss.hotWrites.hashes[i])
 		ss.hotWrites.keys[i] = nil
 	}
-	ss.hotWrites.keys = ss.hotWrites.keys[:0]
+	ss.hotWrites.keys, ss.hotWrites.hashes = ss.hotWrites.keys[:0], ss.hotWrites.hashes[:0]
 	if ss.hotWrites.clear {
 		s.hot.Clear()
 		ss.hotWrites.clear = false

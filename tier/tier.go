@@ -518,9 +518,10 @@ func (h *Engine) enqueueFill(r fillReq) {
 }
 
 // Invalidate drops key from the tier; fills begun before fail.
-func (h *Engine) Invalidate(key []byte) {
+// hash is xxhash.Sum64(key), as KeyHash gives it.
+func (h *Engine) Invalidate(key []byte, hash uint64) {
 	if h.tier != nil {
-		h.tier.Invalidate(key)
+		h.tier.InvalidateHash(key, hash)
 		h.disarm(key)
 	}
 }
@@ -528,14 +529,18 @@ func (h *Engine) Invalidate(key []byte) {
 // Written is Invalidate for a write Redis has acknowledged: it also
 // releases the readers held for the key's fill, and counts the write for
 // admission (Churn).
-func (h *Engine) Written(key []byte) {
+func (h *Engine) Written(key []byte, hash uint64) {
 	if h.tier != nil {
-		h.tier.Invalidate(key)
+		h.tier.InvalidateHash(key, hash)
 		h.disarm(key)
-		h.churn.Record(xxhash.Sum64(key))
+		h.churn.Record(hash)
 	}
 	h.gate.Written(key)
 }
+
+// KeyHash is the hash Invalidate and Written take, computed once per key
+// by a caller that calls both.
+func KeyHash(key []byte) uint64 { return xxhash.Sum64(key) }
 
 // armedMax bounds the write-hot keys remembered as tracked; beyond it the
 // set is emptied (each such key then costs one more tracking read).
