@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/rproxy/rproxy/policy"
 )
 
 // Config is the content of rproxy.yaml. See rproxy.example.yaml and
@@ -402,35 +400,6 @@ func readSecretFile(key, path string, readFile func(string) ([]byte, error)) (st
 		return "", fmt.Errorf("%s: %s is empty", key, path)
 	}
 	return s, nil
-}
-
-// PolicyConfig maps the policy and jitter sections onto policy.Config.
-func (c Config) PolicyConfig() policy.Config {
-	pc := policy.Config{
-		NoDefaults:  !c.Policy.Defaults,
-		Passthrough: c.Auth.Mode == "passthrough",
-		BigKeys: policy.BigKeyConfig{
-			DelMaxElements: c.Policy.BigKeys.DelMaxElements,
-			DelMaxBytes:    c.Policy.BigKeys.DelMaxBytes.Bytes(),
-			Action:         policy.Action(c.Policy.BigKeys.Action),
-			MaxValueBytes:  c.Policy.BigKeys.MaxValueBytes.Bytes(),
-		},
-		Jitter: policy.JitterConfig{
-			Disabled:       !c.Jitter.Enabled,
-			MaxFraction:    c.Jitter.MaxFraction,
-			Exclude:        c.Jitter.Exclude,
-			DefaultTTL:     c.Jitter.DefaultTTL.D(),
-			DefaultTTLKeys: c.Jitter.DefaultTTLKeys,
-			Seed:           c.Jitter.Seed,
-		},
-	}
-	for _, r := range c.Policy.Rules {
-		pc.Rules = append(pc.Rules, policy.Rule{
-			Name: r.Name, Commands: r.Commands, Args: r.Args, Keys: r.Keys, Users: r.Users, Addrs: r.Addrs,
-			Action: policy.Action(r.Action), Message: r.Message, RewriteTo: r.RewriteTo, LogAction: policy.Action(r.LogAction),
-		})
-	}
-	return pc
 }
 
 // SlowLog keeps the proxy's own slow client batches for PROXY SLOWLOG.
@@ -982,11 +951,8 @@ func (c Config) Validate() error {
 	if c.Jitter.Enabled && !(c.Jitter.MaxFraction > 0) {
 		add("jitter.max_fraction must be greater than 0 when jitter is enabled (set enabled: false to turn it off), got %v", c.Jitter.MaxFraction)
 	}
-	if err := c.PolicyConfig().Validate(); err != nil {
-		for _, e := range unjoin(err) {
-			add("policy: %v", e)
-		}
-	}
+	// The policy has no checks of its own here: its stage's are all.
+	errs = append(errs, c.stageProblems("policy")...)
 
 	if c.SlowLog.Threshold < 0 {
 		add("slowlog.threshold must not be negative (0 = off), got %s", c.SlowLog.Threshold)
@@ -1023,6 +989,11 @@ func (c Config) Validate() error {
 	}
 	if !slices.Contains(LogFormats, c.Log.Format) {
 		add("log.format must be one of %s, got %q", strings.Join(LogFormats, ", "), c.Log.Format)
+	}
+	if len(errs) == 0 {
+		// The other stages' rules mostly have a check above in the key's
+		// terms; theirs would repeat it.
+		errs = c.stageProblems("hotkeys", "hotkeys.salt", "limits")
 	}
 	return errors.Join(errs...)
 }

@@ -937,3 +937,24 @@ func TestSentinelModeParses(t *testing.T) {
 		t.Fatalf("Sentinel password %q, %v", pw, err)
 	}
 }
+
+// TestValidateRunsStageRules: Validate has each stage check the Config
+// built for it (stages.go), so a value only a stage refuses fails the file
+// (and -check, and a reload) rather than the start. The detector refuses
+// an infinite threshold; the file's own check (> 0) lets it through.
+func TestValidateRunsStageRules(t *testing.T) {
+	_, err := Parse([]byte("hotkeys:\n  threshold: .inf\n"), "f.yaml")
+	if err == nil || !strings.Contains(err.Error(), "config: f.yaml: hotkeys: hotkey: detector: threshold must be a positive number") {
+		t.Fatalf("Parse(threshold .inf) = %v, want the detector's own refusal under hotkeys", err)
+	}
+	// The stage's check in the key's terms is not repeated by the stage.
+	c := Default()
+	c.Limits.MaxClients = 0
+	err = c.Validate()
+	if err == nil || strings.Count(err.Error(), "\n") != 0 || !strings.Contains(err.Error(), "limits.max_clients must be at least 1") {
+		t.Fatalf("Validate(max_clients 0) = %v, want the one file-level problem", err)
+	}
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+}

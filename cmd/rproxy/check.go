@@ -7,7 +7,6 @@ import (
 	"io/fs"
 
 	"github.com/rproxy/rproxy/config"
-	"github.com/rproxy/rproxy/policy"
 )
 
 // checkEnv is what checkConfig reads besides the configuration: the files
@@ -45,20 +44,11 @@ func checkConfig(cfg config.Config, path string, env checkEnv) error {
 		return err
 	}
 
-	add(cfg.Validate())
+	add(cfg.Validate()) // the file's keys and each stage's own rules
 	if _, err := loggerConfig(cfg.Log); err != nil {
 		add(err)
 	}
-	if _, err := policy.New(cfg.PolicyConfig(), nil, nil); err != nil {
-		add(fmt.Errorf("policy: %w", err))
-	}
-	if err := hotKeyConfig(cfg.HotKeys).Validate(); err != nil {
-		add(fmt.Errorf("hotkeys: %w", err))
-	}
-	if err := proxyLimits(cfg.Limits).Validate(); err != nil {
-		add(fmt.Errorf("limits: %w", err))
-	}
-	pcfg := proxyConfig(cfg)
+	pcfg := cfg.ProxyConfig()
 	var err error
 	if u := cfg.Upstream; u.PasswordFile == "" && u.PasswordEnv != "" && env.getenv(u.PasswordEnv) == "" {
 		warnings = append(warnings, fmt.Sprintf("upstream.password_env: $%s is empty or unset here (read again at start)", u.PasswordEnv))

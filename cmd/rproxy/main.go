@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,11 +29,8 @@ import (
 
 	"github.com/rproxy/rproxy/admin"
 	"github.com/rproxy/rproxy/config"
-	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
-	"github.com/rproxy/rproxy/salt"
-	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -151,7 +147,7 @@ func run(args []string) error {
 	var reload func() (string, error) // set below, once the server exists
 
 	sec := newSecurity(reg, log, time.Now)
-	pcfg := proxyConfig(cfg)
+	pcfg := cfg.ProxyConfig()
 	pcfg.Ops = proxy.OpsHooks{
 		Version:         version,
 		Reload:          func() (string, error) { return reload() },
@@ -257,14 +253,12 @@ func run(args []string) error {
 		if err != nil {
 			return reject(err)
 		}
-		hk := hotKeyConfig(next.HotKeys)
-		if err := hk.Validate(); err != nil { // before anything changes
+		// The merged configuration, each stage's rules included, before
+		// anything changes.
+		if err := next.Validate(); err != nil {
 			return reject(err)
 		}
-		limits := proxyLimits(next.Limits)
-		if err := limits.Validate(); err != nil {
-			return reject(err)
-		}
+		hk, limits := next.HotKeyConfig(), next.ProxyLimits()
 		if err := srv.SetPolicy(next.PolicyConfig()); err != nil {
 			return reject(err)
 		}
@@ -364,48 +358,6 @@ wait:
 	return nil
 }
 
-// proxyConfig maps the file schema onto the proxy's own Config.
-func proxyConfig(c config.Config) proxy.Config {
-	pc := c.PolicyConfig()
-	var cluster *upstream.ClusterConfig
-	if c.Upstream.Mode == "cluster" {
-		cluster = &upstream.ClusterConfig{
-			Seeds:        append([]string{c.Upstream.Address}, c.Upstream.Cluster.Seeds...),
-			Refresh:      c.Upstream.Cluster.Refresh.D(),
-			MaxRedirects: c.Upstream.Cluster.MaxRedirects,
-			ReplicaReads: len(c.Upstream.Cluster.ReplicaReadPrefixes) > 0,
-		}
-	}
-	return proxy.Config{
-		Listen: c.Listen,
-		Upstream: upstream.Config{
-			Address:      c.Upstream.Address,
-			Connections:  c.Upstream.Connections,
-			DialTimeout:  c.Upstream.DialTimeout.D(),
-			Timeout:      c.Upstream.Timeout.D(),
-			BackoffMin:   c.Upstream.BackoffMin.D(),
-			BackoffMax:   c.Upstream.BackoffMax.D(),
-			GatherYields: c.Upstream.GatherYields,
-			Username:     c.Upstream.Username,
-		},
-		Cluster:             cluster,
-		ReplicaReadPrefixes: replicaReadPrefixes(c.Upstream),
-		ClusterAnnounce:     c.Upstream.Cluster.Announce,
-		Salt:                saltConfig(c.HotKeys.Salt),
-		Limits:              proxyLimits(c.Limits),
-		ShutdownDrain:       c.Limits.ShutdownDrain.D(),
-		Users:               proxyUsers(c.Auth),
-		AuthPassthrough:     c.Auth.Mode == "passthrough",
-		Coalesce:            c.Coalesce.Commands,
-		CoalesceInFlight:    c.Coalesce.Window == "inflight",
-		HotKey:              hotKeyConfig(c.HotKeys),
-		SlowLogThreshold:    c.SlowLog.Threshold.D(),
-		SlowLogLen:          c.SlowLog.MaxLen,
-		LogRequests:         c.Log.Requests,
-		Policy:              &pc,
-	}
-}
-
 // logReload says what a successful reload changed: at warn when it
 // changed something (an operator wants to see rules vanish or limits
 // jump), at info when the file was the same.
@@ -452,26 +404,6 @@ func warnRequestLog(log *zap.Logger, on bool, lvl zapcore.Level) {
 	}
 }
 
-// proxyLimits maps the client limits (those a reload can change).
-func proxyLimits(l config.Limits) proxy.Limits {
-	return proxy.Limits{
-		MaxClients:         l.MaxClients,
-		MaxBulkLen:         l.MaxBulkLen.Bytes(),
-		MaxQueryBuffer:     l.MaxQueryBuffer.Bytes(),
-		MaxReplyBuffer:     l.MaxReplyBuffer.Bytes(),
-		ClientWriteTimeout: l.WriteTimeout.D(),
-		IdleTimeout:        l.IdleTimeout.D(),
-	}
-}
-
-// saltConfig maps hotkeys.salt; nil when it is off.
-func saltConfig(s config.Salt) *salt.Config {
-	if s.Copies == 0 {
-		return nil
-	}
-	return &salt.Config{Copies: s.Copies, TTL: s.TTL.D(), Prefixes: s.Prefixes}
-}
-
 // checkHealth asks an rproxy admin address whether the process is up.
 func checkHealth(addr string) error {
 	c := &http.Client{Timeout: 2 * time.Second}
@@ -484,37 +416,6 @@ func checkHealth(addr string) error {
 		return fmt.Errorf("healthcheck: %s answered %s", addr, resp.Status)
 	}
 	return nil
-}
-
-// hotKeyConfig maps the hotkeys section; sketch sizes keep their defaults.
-func hotKeyConfig(h config.HotKeys) *tier.Config {
-	det := hotkey.DefaultDetectorConfig()
-	det.Threshold, det.Window, det.TopK = h.Threshold, h.Window.D(), h.TopK
-	tc := hotkey.DefaultTierConfig()
-	tc.MaxBytes, tc.TTLCap = h.MaxBytes.Bytes(), h.TTLCap.D()
-	return &tier.Config{
-		Detector:   det,
-		Tier:       h.Tier,
-		TierConfig: tc,
-		Prefixes:   h.Prefixes,
-		MaxLag:     h.MaxLag.D(),
-		MissWait:   h.MissWait.D(),
-		Churn:      hotkey.ChurnConfig{Window: h.Window.D(), Limit: h.WriteLimit},
-	}
-}
-
-// proxyUsers decodes the users' password hashes; Validate has checked them.
-func proxyUsers(a config.Auth) proxy.Users {
-	if a.Mode != "proxy" {
-		return nil
-	}
-	users := make(proxy.Users, len(a.Users))
-	for name, h := range a.Users {
-		var sum [32]byte
-		hex.Decode(sum[:], []byte(h))
-		users[name] = sum
-	}
-	return users
 }
 
 // newLogger builds the zap logger: JSON by default, console when stderr is
@@ -585,13 +486,4 @@ func newSentinel(c config.Config, upTLS *tls.Config, log *zap.Logger) (*upstream
 		return nil, fmt.Errorf("upstream.sentinel: %w", err)
 	}
 	return sen, nil
-}
-
-// replicaReadPrefixes are the mode's: upstream.cluster's or
-// upstream.sentinel's replica_read_prefixes.
-func replicaReadPrefixes(u config.Upstream) []string {
-	if u.Mode == "sentinel" {
-		return u.Sentinel.ReplicaReadPrefixes
-	}
-	return u.Cluster.ReplicaReadPrefixes
 }
