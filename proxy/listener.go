@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rproxy/rproxy/internal/sysio"
 )
 
 // drainListener lets Shutdown stop accepting without ending the accept
@@ -77,6 +79,7 @@ type limitedConn struct {
 	rawPut func()
 	rawN   int
 	rawErr error
+	w      sysio.Writer            // over raw: Write
 	limits *atomic.Pointer[Limits] // the server's, for the idle timeout and the query buffer limit
 	clock  func() time.Time
 
@@ -316,7 +319,7 @@ func (c *limitedConn) read(buf func() []byte, put func()) (int, error) {
 // given the buffer back, while the socket has nothing to read.
 func (c *limitedConn) rawRead(fd uintptr) bool {
 	for {
-		c.rawN, c.rawErr = syscall.Read(int(fd), c.rawBuf())
+		c.rawN, c.rawErr = sysio.Read(fd, c.rawBuf())
 		switch c.rawErr {
 		case syscall.EINTR:
 			continue
@@ -326,4 +329,17 @@ func (c *limitedConn) rawRead(fd uintptr) bool {
 		}
 		return true
 	}
+}
+
+// Write writes all of p: over TCP through sysio (the scheduler keeps the
+// P through the system call), else through the wrapped connection.
+func (c *limitedConn) Write(p []byte) (int, error) {
+	if c.raw == nil {
+		return c.Conn.Write(p)
+	}
+	n, err := c.w.Write(p)
+	if err != nil {
+		return n, sysio.OpError("write", c, err)
+	}
+	return n, nil
 }

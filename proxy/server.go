@@ -194,7 +194,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	dl := newDrainListener(ln, func(c net.Conn) net.Conn {
 		lc := &limitedConn{Conn: c, limits: &s.limits, clock: s.clock}
 		if tc, ok := c.(*net.TCPConn); ok {
-			lc.raw, _ = tc.SyscallConn() // nil on error: reads hold a buffer
+			if lc.raw, _ = tc.SyscallConn(); lc.raw != nil { // nil on error: reads hold a buffer
+				lc.w.Init(lc.raw)
+			}
 		}
 		return lc
 	})

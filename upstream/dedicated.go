@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rproxy/rproxy/internal/sysio"
 	"github.com/rproxy/rproxy/resp"
 )
 
@@ -148,7 +149,11 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 			return nil, errors.New("sentinel: the master changed during the dial")
 		}
 	}
-	return nc, nil
+	// Reads and writes keep their P through the system call (package
+	// sysio): every client's commands pass these connections, and a
+	// thread hop on each slow loopback write showed as context switches
+	// and latency per request.
+	return sysio.Wrap(nc), nil
 }
 
 // setup sends Config.Setup on a new shared connection.

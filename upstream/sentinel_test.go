@@ -152,14 +152,16 @@ func TestSentinelDialRacingAChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sen.Close)
+	// Only the first dial waits, whenever it comes: the pool dials in the
+	// background, possibly before this goroutine reaches <-entered.
 	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
 	p, err := NewPool(Config{Address: "sentinel/mymaster", Connections: 1, Protocol: 2, DialTimeout: 5 * time.Second,
 		Timeout: 5 * time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond, Sentinel: sen,
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			select {
-			case entered <- struct{}{}:
-				<-release // only the first dial waits
-			default:
+			if first.CompareAndSwap(false, true) {
+				close(entered)
+				<-release
 			}
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		}}, nil, nil)
