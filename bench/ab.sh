@@ -10,7 +10,10 @@ old=${1:?usage: bench/ab.sh OLD-binary NEW-binary [rounds]}
 new=${2:?usage: bench/ab.sh OLD-binary NEW-binary [rounds]}
 rounds=${3:-5}
 dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+opid= npid=
+# The two rproxies are started in command substitutions (start), so they
+# are not this shell's jobs: they are killed by PID.
+trap 'kill $opid $npid $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 rp=$(free_port); op=$(free_port); np=$(free_port)
