@@ -29,8 +29,9 @@ import (
 // One GET, from the socket to the reply: client.go's readLoop reads and
 // parses the client's bytes (resp.RequestParser) and hands the read's
 // commands to handle (session.go), which calls exec for each. exec looks
-// the command up and runs the stages below in order: bookkeeping counts
-// it; transactionGuard, authStage, policyStage, scriptKill and
+// the command up (the session's last lookup, when the name repeats) and
+// runs the stages below in order: bookkeeping counts it; transactionGuard,
+// authStage, policyStage, tierWrites (a GET writes no key), scriptKill and
 // replicaReads pass it on; clusterRouting gives it its master's slot;
 // tierCached answers it from the local tier if the key is hot and cached
 // (else asks for a fill); saltReads may send it to a salted copy;

@@ -306,9 +306,9 @@ func (c *limitedConn) read(buf func() []byte, put func()) (int, error) {
 	c.rawBuf, c.rawPut, c.rawErr = nil, nil, nil
 	switch {
 	case err != nil:
-		return 0, err // the deadline, or the socket closed
+		return 0, sysio.OpError("read", c, err) // the deadline, or the socket closed
 	case rerr != nil:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+		return 0, sysio.OpError("read", c, os.NewSyscallError("read", rerr))
 	case n <= 0:
 		return 0, io.EOF
 	}
@@ -318,17 +318,12 @@ func (c *limitedConn) read(buf func() []byte, put func()) (int, error) {
 // rawRead is the RawConn.Read callback of read: it reports false, having
 // given the buffer back, while the socket has nothing to read.
 func (c *limitedConn) rawRead(fd uintptr) bool {
-	for {
-		c.rawN, c.rawErr = sysio.Read(fd, c.rawBuf())
-		switch c.rawErr {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			c.rawPut() // nothing yet: wait holding no buffer
-			return false
-		}
-		return true
+	c.rawN, c.rawErr = sysio.Read(fd, c.rawBuf()) // retries EINTR itself
+	if c.rawErr == syscall.EAGAIN {
+		c.rawPut() // nothing yet: wait holding no buffer
+		return false
 	}
+	return true
 }
 
 // Write writes all of p: over TCP through sysio (the scheduler keeps the

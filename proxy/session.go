@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -535,7 +536,7 @@ func (s *Server) refuseMsg(ss *session, msg string) {
 // barrier, and the GETs of hot keys whose misses are collapsed.
 type hotWriteState struct {
 	keys    [][]byte
-	hashes  []uint64 // tier.KeyHash of each of keys
+	hashes  []uint64 // xxhash.Sum64 of each of keys
 	clear   bool
 	barrier bool
 	misses  []missAt
@@ -564,7 +565,7 @@ func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, ack
 	keys, ok := command.Keys(info, args, ss.hotWrites.keys)
 	hashes := ss.hotWrites.hashes
 	for _, k := range keys[n:] {
-		h := tier.KeyHash(k)
+		h := xxhash.Sum64(k)
 		s.hot.Invalidate(k, h)
 		hashes = append(hashes, h)
 	}

@@ -518,7 +518,7 @@ func (h *Engine) enqueueFill(r fillReq) {
 }
 
 // Invalidate drops key from the tier; fills begun before fail.
-// hash is xxhash.Sum64(key), as KeyHash gives it.
+// hash is xxhash.Sum64(key), for a caller that also calls Written.
 func (h *Engine) Invalidate(key []byte, hash uint64) {
 	if h.tier != nil {
 		h.tier.InvalidateHash(key, hash)
@@ -537,10 +537,6 @@ func (h *Engine) Written(key []byte, hash uint64) {
 	}
 	h.gate.Written(key)
 }
-
-// KeyHash is the hash Invalidate and Written take, computed once per key
-// by a caller that calls both.
-func KeyHash(key []byte) uint64 { return xxhash.Sum64(key) }
 
 // armedMax bounds the write-hot keys remembered as tracked; beyond it the
 // set is emptied (each such key then costs one more tracking read).
@@ -815,10 +811,7 @@ func (h *Engine) onPush(push []byte) {
 		return
 	}
 	for _, k := range v.Elems[1].Elems {
-		h.tier.Invalidate(k.Str)
-		h.disarm(k.Str)
-		h.churn.Record(xxhash.Sum64(k.Str))
-		h.gate.Written(k.Str)
+		h.Written(k.Str, xxhash.Sum64(k.Str))
 		if f := h.onKey.Load(); f != nil {
 			(*f)(k.Str)
 		} // Redis has applied the change: held readers read again

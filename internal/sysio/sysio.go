@@ -2,11 +2,11 @@
 // syscall.RawSyscall: without the scheduler's system-call bookkeeping.
 //
 // Through syscall.Read and syscall.Write, a call that lasts past one of
-// sysmon's ticks (20 µs while the process is busy) has its P taken and
-// handed to another thread; a loopback write lasts that long whenever it
-// runs the receiver's TCP input. With few Ps the goroutine then waits for
-// a P again on a thread hop: context switches and latency on every slow
-// call. A read or write of a non-blocking socket never blocks (it returns
+// sysmon's ticks (20 µs while the process is busy) may have its P taken
+// and handed to another thread, and always does when no other P is idle
+// (GOMAXPROCS 1); a loopback write lasts that long whenever it runs the
+// receiver's TCP input. The goroutine then waits for a P again on a thread
+// hop: context switches and latency on every slow call. A read or write of a non-blocking socket never blocks (it returns
 // EAGAIN instead), so keeping the P through it costs the other goroutines
 // at most the call's own few microseconds.
 package sysio
