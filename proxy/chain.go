@@ -462,7 +462,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 		s.hello(ss, cmd)
 	case command.Reset:
 		s.flush(ss)
-		s.unpin(ss)
+		s.unpin(ss, false)
 		ss.route.multiPending = false
 		s.resetClientState(ss)
 		if s.cfg.Users != nil {

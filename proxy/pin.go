@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
 )
@@ -90,10 +91,13 @@ func (s *Server) doPinned(ss *session) {
 	if ss.blocking {
 		ss.blockedNow.Store(true) // CLIENT LIST's b flag, for other sessions
 	}
-	for i := 0; i < ss.batch.Len() && !ss.pinDirty; i++ {
-		// Anything but a blocking command may change the connection's
-		// state: it is then reset when released.
-		ss.pinDirty = !blockingCommands[commandName(ss.batch.Command(i))]
+	if !ss.pinDirty {
+		// A command that may change the connection's state beyond what
+		// the session tracks has it reset when released.
+		table := s.table.Load()
+		for i := 0; i < ss.batch.Len() && !ss.pinDirty; i++ {
+			ss.pinDirty = !leavesConnectionAsFound(table.Lookup([]byte(commandName(ss.batch.Command(i)))))
+		}
 	}
 	ss.pin.Do(ss.batch, timeout)
 	ss.blockedNow.Store(false)
@@ -149,16 +153,34 @@ func (s *Server) doPinned(ss *session) {
 		} else {
 			s.log.Info("pinned upstream connection lost", fields...)
 		}
-		s.unpin(ss)
+		s.unpin(ss, false)
 	}
 }
 
-// blockingCommands leave a connection as they found it: a pin used only
-// for them needs no RESET when released.
-var blockingCommands = map[string]bool{
-	"blpop": true, "brpop": true, "brpoplpush": true, "blmove": true, "blmpop": true,
-	"bzpopmin": true, "bzpopmax": true, "bzmpop": true, "xread": true, "xreadgroup": true,
-	"wait": true, "waitaof": true,
+// leavesConnectionAsFound reports whether a command run on a pinned
+// connection leaves no state there that the session does not track, so a
+// pin used only for such commands goes back to the pool without the RESET
+// round trip (which SLOWLOG and MONITOR would show the client). Data
+// commands, scripts (a script's SELECT stays in the script) and blocking
+// commands qualify; so do the transaction commands, whose state the session
+// tracks (unpin resets a connection still in a transaction or a watch).
+// CLIENT, HELLO, SELECT, the cluster's READONLY, READWRITE and ASKING, the
+// streams and commands the table does not know (a module's) do not.
+func leavesConnectionAsFound(info *command.Info) bool {
+	if info == nil {
+		return false
+	}
+	switch info.Handling {
+	case command.Forward, command.BlockingCmd:
+		switch info.Name {
+		case "readonly", "readwrite", "asking":
+			return false
+		}
+		return true
+	case command.Transaction:
+		return true
+	}
+	return false
 }
 
 // inTransaction reports whether the client has opened a transaction, as it
@@ -171,8 +193,12 @@ func (ss *session) pinNoLongerNeeded() bool {
 	return !ss.inMulti && !ss.watching && ss.db == 0 && !ss.dbUnknown && !ss.blocking
 }
 
-// unpin returns the dedicated connection (reset for reuse, or closed).
-func (s *Server) unpin(ss *session) {
+// unpin returns the dedicated connection: kept as it is when nothing ran on
+// it that a RESET would clear, reset for reuse otherwise, or closed when
+// the client has left (clientGone) and a reset would be needed: Redis then
+// sees the client's connection end, not a RESET in SLOWLOG and MONITOR
+// after the client is gone.
+func (s *Server) unpin(ss *session, clientGone bool) {
 	if ss.pin == nil {
 		return
 	}
@@ -180,10 +206,13 @@ func (s *Server) unpin(ss *session) {
 		ss.pin.Interrupt() // ends the stream goroutine; never reused
 	}
 	ss.pinRef.Store(nil)
-	if ss.pinDirty || ss.stream {
+	switch {
+	case (ss.pinDirty || !ss.pinNoLongerNeeded()) && clientGone:
+		ss.pinPool.Discard(ss.pin)
+	case ss.pinDirty || ss.stream || !ss.pinNoLongerNeeded():
 		ss.pinPool.Release(ss.pin)
-	} else {
-		ss.pinPool.ReleaseClean(ss.pin) // it only waited in blocking commands
+	default:
+		ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it that a RESET would clear
 	}
 	ss.pin, ss.pinDirty = nil, false
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false

@@ -450,9 +450,9 @@ func (s *Server) closed(c *clientConn, err error) {
 	s.mu.Lock()
 	delete(s.sessions, ss)
 	s.mu.Unlock()
-	// A client gone mid-transaction or mid-watch gives its connection back
-	// (RESET discards the transaction), as Redis drops that state.
-	s.unpin(ss)
+	// A client gone mid-transaction, mid-watch or in another database takes
+	// its pinned connection with it, as its own connection would end.
+	s.unpin(ss, true)
 	s.clients.Add(-1)
 	s.metrics.clients.Dec()
 	fields := []zap.Field{zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)}

@@ -722,7 +722,7 @@ func (s *Server) flush(ss *session) {
 	if ss.pin != nil && ss.pinNoLongerNeeded() {
 		// Let the replies go before the reset round trip of Release.
 		ss.conn.Flush()
-		s.unpin(ss)
+		s.unpin(ss, false)
 	}
 }
 

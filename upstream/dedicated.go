@@ -280,6 +280,14 @@ func (p *Pool) Release(d *Dedicated) { p.release(d, true) }
 // otherwise show after every blocking pop.
 func (p *Pool) ReleaseClean(d *Dedicated) { p.release(d, false) }
 
+// Discard takes back a lent connection and closes it: its client left
+// while it held state, and Redis sees that client's connection end, as it
+// would without the proxy, instead of a RESET after the client has gone.
+func (p *Pool) Discard(d *Dedicated) {
+	p.metrics.pinned.Dec()
+	d.close()
+}
+
 func (p *Pool) release(d *Dedicated, reset bool) {
 	p.metrics.pinned.Dec()
 	if !d.broken.Load() && (!reset || d.reset()) {
