@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 98 {
-		t.Errorf("Config has %d yaml keys, test expects 98: %v", len(want), want)
+	if len(want) != 99 {
+		t.Errorf("Config has %d yaml keys, test expects 99: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -956,5 +956,27 @@ func TestValidateRunsStageRules(t *testing.T) {
 	}
 	if err := Default().Validate(); err != nil {
 		t.Fatalf("Default().Validate() = %v", err)
+	}
+}
+
+// limits.idle_park_after: 1s by default, 0 turns parking off (the proxy's
+// negative), a negative value is refused.
+func TestIdleParkAfter(t *testing.T) {
+	if got := Default().ProxyConfig().IdleParkAfter; got != time.Second {
+		t.Errorf("default IdleParkAfter = %v, want 1s", got)
+	}
+	c, err := Parse([]byte("limits:\n  idle_park_after: 0s\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ProxyConfig().IdleParkAfter; got >= 0 {
+		t.Errorf("idle_park_after 0s maps to %v, want a negative value (never)", got)
+	}
+	c, err = Parse([]byte("limits:\n  idle_park_after: 250ms\n"), "f.yaml")
+	if err != nil || c.ProxyConfig().IdleParkAfter != 250*time.Millisecond {
+		t.Errorf("idle_park_after 250ms: %v, %v", c.ProxyConfig().IdleParkAfter, err)
+	}
+	if _, err := Parse([]byte("limits:\n  idle_park_after: -1s\n"), "f.yaml"); err == nil || !strings.Contains(err.Error(), "limits.idle_park_after must not be negative") {
+		t.Errorf("idle_park_after -1s: %v", err)
 	}
 }

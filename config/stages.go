@@ -1,6 +1,8 @@
 package config
 
 import (
+	"time"
+
 	"encoding/hex"
 	"fmt"
 
@@ -50,6 +52,7 @@ func (c Config) ProxyConfig() proxy.Config {
 		Salt:                c.SaltConfig(),
 		Limits:              c.ProxyLimits(),
 		ShutdownDrain:       c.Limits.ShutdownDrain.D(),
+		IdleParkAfter:       c.idleParkAfter(),
 		Users:               c.proxyUsers(),
 		AuthPassthrough:     c.Auth.Mode == "passthrough",
 		Coalesce:            c.Coalesce.Commands,
@@ -181,4 +184,13 @@ func (c Config) stageProblems(sections ...string) []error {
 		}
 	}
 	return errs
+}
+
+// idleParkAfter maps limits.idle_park_after to proxy.Config's, where 0
+// means the default and a negative value never.
+func (c *Config) idleParkAfter() time.Duration {
+	if c.Limits.IdleParkAfter == 0 {
+		return -1
+	}
+	return c.Limits.IdleParkAfter.D()
 }

@@ -132,6 +132,12 @@ func (s *Server) serveClients(ln net.Listener) error {
 			nc.Close()
 			continue
 		}
+		if lc, ok := nc.(*limitedConn); ok && lc.poller != nil {
+			lc.resume = func() {
+				s.metrics.parked.Dec()
+				s.serveConn(c)
+			}
+		}
 		go s.serveConn(c)
 	}
 }
@@ -139,6 +145,9 @@ func (s *Server) serveClients(ln net.Listener) error {
 // serveConn runs one client's read loop, then closes it and reports why.
 func (s *Server) serveConn(c *clientConn) {
 	err := s.readLoop(c)
+	if err == errParked {
+		return // the client's socket waits in the idle poller (park.go)
+	}
 	c.release()
 	c.nc.Close()
 	if errors.Is(err, io.EOF) {
@@ -164,6 +173,12 @@ func (s *Server) readLoop(c *clientConn) error {
 			}
 			if n == 0 {
 				if err == nil {
+					continue
+				}
+				if err == errPark {
+					if s.park(c, lc) {
+						return errParked // c is the resumed loop's now
+					}
 					continue
 				}
 				return err

@@ -454,7 +454,7 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		// CLIENT LIST and GETNAME.
 		subscribed := len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0
 		if validClientName(args[2]) && (ss.proto == 3 || !subscribed) { // RESP2's subscribed mode refuses it
-			ss.name = append(ss.name[:0], args[2]...)
+			ss.name = string(args[2])
 		}
 		return false
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getname")):
@@ -483,11 +483,11 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 
 // scriptName is a command that makes Redis reply name as CLIENT GETNAME
 // does: a bulk string, or a null when there is none.
-func scriptName(name []byte) []byte {
-	if len(name) == 0 {
+func scriptName(name string) []byte {
+	if name == "" {
 		return resp.AppendCommandString(nil, "EVAL", "return false", "0")
 	}
-	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return ARGV[1]"), []byte("0"), name)
+	return resp.AppendCommandString(nil, "EVAL", "return ARGV[1]", "0", name)
 }
 
 // scriptText is a command that makes Redis reply text as a bulk string

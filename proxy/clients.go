@@ -44,7 +44,7 @@ type clientState struct {
 // liveState is the session's clientState now; only its own goroutine may
 // call it.
 func (ss *session) liveState() clientState {
-	return clientState{name: string(ss.name), user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: ss.pin != nil || ss.stream,
+	return clientState{name: ss.name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: ss.pin != nil || ss.stream,
 		multi: ss.inTransaction(), stream: ss.stream, proto: ss.proto,
 		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.redirect >= 0}
 }
@@ -57,16 +57,12 @@ func (s *Server) publishView(ss *session) {
 	pinned := ss.pin != nil || ss.stream
 	multi := ss.inTransaction()
 	subs, psubs, ssubs, tracking := len(ss.subscribed['c']), len(ss.subscribed['p']), len(ss.subscribed['s']), ss.redirect >= 0
-	if string(ss.name) == v.last.name && ss.user == v.last.user && ss.lastCmd == v.last.cmd && ss.db == v.last.db && pinned == v.last.pinned &&
+	if ss.name == v.last.name && ss.user == v.last.user && ss.lastCmd == v.last.cmd && ss.db == v.last.db && pinned == v.last.pinned &&
 		multi == v.last.multi && ss.stream == v.last.stream && ss.proto == v.last.proto &&
 		subs == v.last.subs && psubs == v.last.psubs && ssubs == v.last.ssubs && tracking == v.last.tracking {
 		return
 	}
-	st := ss.liveState()
-	if st.name == v.last.name {
-		st.name = v.last.name // keep the string: no allocation
-	}
-	v.last = st
+	v.last = ss.liveState()
 	v.mu.Lock()
 	v.pub = v.last
 	v.mu.Unlock()
@@ -90,7 +86,7 @@ func (s *Server) clientsList(caller *session) []byte {
 		var st clientState
 		idle := now.Sub(ss.view.created)
 		if ss == caller {
-			st = clientState{name: string(ss.name), user: ss.user, cmd: "proxy|clients", db: ss.db, pinned: ss.pin != nil || ss.stream}
+			st = clientState{name: ss.name, user: ss.user, cmd: "proxy|clients", db: ss.db, pinned: ss.pin != nil || ss.stream}
 			idle = 0
 		} else {
 			ss.view.mu.Lock()

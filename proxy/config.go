@@ -46,6 +46,10 @@ type Config struct {
 	// Limits are the client limits, which SetLimits changes at run time.
 	Limits
 	ShutdownDrain time.Duration // how long Shutdown lets in-flight replies reach clients
+	// IdleParkAfter is how long a client sends nothing before its read
+	// loop's goroutine ends and its socket waits in the idle poller
+	// (park.go); 0 means 1s, negative never.
+	IdleParkAfter time.Duration
 
 	// Users, when not nil, are the credentials clients must AUTH with
 	// (auth mode "proxy"); until then they get -NOAUTH.

@@ -17,4 +17,9 @@
 // packages of their own (tier, salt): here is only their session side.
 // Then flush (session.go) writes every reply back in the
 // client's order, byte for byte as Redis sent it or as a stage made it.
+//
+// Each client's read loop runs on a goroutine of its own while the client
+// is active; a client idle for limits.idle_park_after is parked (park.go):
+// its goroutine ends and its socket waits in an epoll set of rproxy's own
+// (internal/idlepoll) until it sends again.
 package proxy

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rproxy/rproxy/internal/idlepoll"
 	"github.com/rproxy/rproxy/internal/sysio"
 )
 
@@ -99,6 +100,17 @@ type limitedConn struct {
 	// idleTimedOut: a read ended on the idle deadline (the close callback
 	// tells an idle client from one whose replies could not be written).
 	idleTimedOut atomic.Bool
+
+	// Parking (park.go): a client idle for parkAfter has its read loop end
+	// and its socket wait in the idle poller, without a goroutine; resume
+	// starts the read loop again. Set while parked: fd, token.
+	poller    *idlepoll.Poller // nil: never parked (TLS, or parking off)
+	parkAfter time.Duration
+	resume    func()
+	fd        int
+	token     idlepoll.Token
+	parked    bool
+	expired   bool // parked longer than the idle timeout: the next read reports it
 }
 
 // armIdleLocked sets, or clears, the read deadline for idle timeout d from
@@ -108,9 +120,9 @@ type limitedConn struct {
 // does (staleDeadline). A client reading often thus sets its deadline
 // about once per idle timeout, not once per read.
 func (c *limitedConn) armIdleLocked(d time.Duration) {
+	want, ok := c.wantDeadlineLocked(d)
 	switch {
-	case d > 0 && !c.noIdle && !c.watching:
-		want := c.readSince.Add(d)
+	case ok:
 		if c.armed && !c.deadline.After(want) {
 			return
 		}
@@ -122,24 +134,56 @@ func (c *limitedConn) armIdleLocked(d time.Duration) {
 	}
 }
 
-// staleDeadlineLocked is called when a read ended on its deadline: if the
-// read under way has not waited the whole idle timeout (the deadline was
-// armed for an earlier read, or a reload moved it meanwhile), it moves the
-// deadline and reports true, and the read goes on.
-func (c *limitedConn) staleDeadlineLocked() bool {
+// wantDeadlineLocked returns the read deadline the read under way needs:
+// the idle timeout d, or parkAfter if parking comes first.
+func (c *limitedConn) wantDeadlineLocked(d time.Duration) (time.Time, bool) {
+	if c.noIdle || c.watching {
+		return time.Time{}, false
+	}
+	if c.poller != nil && (d <= 0 || d > c.parkAfter) {
+		d = c.parkAfter
+	}
+	if d <= 0 {
+		return time.Time{}, false
+	}
+	return c.readSince.Add(d), true
+}
+
+// deadlineAction is what a read that ended on its deadline does next.
+type deadlineAction uint8
+
+const (
+	deadlineIdle    deadlineAction = iota // the idle timeout: the client is closed
+	deadlinePark                          // idle for parkAfter: the read loop parks
+	deadlineRearmed                       // early (armed for an earlier read, or moved by a reload): read on
+)
+
+// afterDeadlineLocked is called when a read ended on its deadline. If the
+// read under way has waited neither the whole idle timeout nor parkAfter,
+// it moves the deadline, and the read goes on.
+func (c *limitedConn) afterDeadlineLocked() deadlineAction {
 	d := c.limits.Load().IdleTimeout
-	if d <= 0 || c.noIdle || c.watching {
-		return false
+	if c.noIdle || c.watching {
+		return deadlineIdle
 	}
 	// Wall-clock time, as the deadline that fired: the coarse clock may lag
 	// it and make a read that waited the whole timeout look shorter.
-	if time.Since(c.readSince) >= d {
-		return false // the client has been idle the whole timeout
+	waited := time.Since(c.readSince)
+	switch {
+	case d > 0 && waited >= d:
+		return deadlineIdle // the client has been idle the whole timeout
+	case c.poller != nil && waited >= c.parkAfter:
+		c.Conn.SetReadDeadline(time.Time{})
+		c.armed = false
+		return deadlinePark
 	}
-	want := c.readSince.Add(d)
+	want, ok := c.wantDeadlineLocked(d)
+	if !ok {
+		return deadlineIdle
+	}
 	c.Conn.SetReadDeadline(want)
 	c.armed, c.deadline = true, want
-	return true
+	return deadlineRearmed
 }
 
 // setIdle applies a new idle timeout to a read under way (a reload); the
@@ -150,6 +194,7 @@ func (c *limitedConn) setIdle(d time.Duration) {
 		c.armIdleLocked(d)
 	}
 	c.mu.Unlock()
+	c.expireParked(d)
 }
 
 // exemptIdle stops idle closing for good: the session is in pub/sub mode,
@@ -263,6 +308,13 @@ func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
 		c.mu.Unlock()
 		return 0, err
 	}
+	if c.expired {
+		// Parked past the idle timeout (the sweep resumed it to close).
+		c.expired = false
+		c.mu.Unlock()
+		c.idleTimedOut.Store(true)
+		return 0, sysio.OpError("read", c, os.ErrDeadlineExceeded)
+	}
 	c.reading, c.readSince = true, c.clock()
 	c.armIdleLocked(c.limits.Load().IdleTimeout)
 	c.mu.Unlock()
@@ -275,16 +327,23 @@ func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
 				timedOut = true
 			}
 		}
-		if timedOut && n == 0 && c.staleDeadlineLocked() {
+		action := deadlineIdle
+		if timedOut && n == 0 {
+			action = c.afterDeadlineLocked()
+		}
+		if action == deadlineRearmed {
 			c.mu.Unlock()
 			n, err = c.read(buf, put) // the client was not idle that long
 			continue
 		}
 		c.reading = false
+		c.mu.Unlock()
+		if action == deadlinePark {
+			return 0, errPark
+		}
 		if timedOut {
 			c.idleTimedOut.Store(true)
 		}
-		c.mu.Unlock()
 		break
 	}
 	return n, err

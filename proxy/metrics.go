@@ -13,6 +13,7 @@ import (
 // no label lookups.
 type metrics struct {
 	clients         prometheus.Gauge
+	parked          prometheus.Gauge
 	accepted        prometheus.Counter
 	rejected        *prometheus.CounterVec
 	forwarded       prometheus.Counter
@@ -80,6 +81,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		upstreamSeconds: latency.WithLabelValues("upstream"),
 		clients: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "client_connections", Help: "Client connections currently open."}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "client_connections_parked", Help: "Idle client connections waiting in the idle poller, without a goroutine."}),
 		accepted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "client_connections_total", Help: "Client connections accepted."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -100,7 +103,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.clients, m.accepted, m.rejected, commands, batch, m.tableFromServer, calls, latency, m.authFailures)
+		reg.MustRegister(m.clients, m.parked, m.accepted, m.rejected, commands, batch, m.tableFromServer, calls, latency, m.authFailures)
 	}
 	return m
 }

@@ -188,11 +188,12 @@ func TestDripCostsLittle(t *testing.T) {
 }
 
 // TestIdleConnectionMemory: an idle client (connected, one PING served)
-// holds no read or reply buffer: the heap grows by at most 4 KB per idle
-// client; its goroutine's stack, counted apart, stays at 4 KB.
+// holds no read or reply buffer and, once parked, no goroutine and no
+// batch state: the heap grows by well under 4 KB per idle client, both
+// ends counted, and goroutine stacks not at all.
 func TestIdleConnectionMemory(t *testing.T) {
 	rs := redistest.Start(t)
-	p := proxytest.Start(t, rs.Addr)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.IdleParkAfter = 200 * time.Millisecond })
 	const clients = 2000
 	measure := func() (heap, stack uint64) {
 		var ms runtime.MemStats
@@ -205,6 +206,7 @@ func TestIdleConnectionMemory(t *testing.T) {
 	// Warm the pools and the proxy's lazily made state first.
 	warm := dialClient(t, p.Addr)
 	warm.do("PING")
+	waitParked(t, p, 1)
 	heap0, stack0 := measure()
 	conns := make([]net.Conn, 0, clients)
 	defer func() {
@@ -228,23 +230,28 @@ func TestIdleConnectionMemory(t *testing.T) {
 			t.Fatalf("PING = %q, %v", buf, err)
 		}
 	}
+	per := func(after, before uint64) int64 { return (int64(after) - int64(before)) / clients }
+	// Before parking (some parked already): the read loops' goroutines
+	// hold their stacks, 4 KB each.
 	heap1, stack1 := measure()
-	perHeap := (int64(heap1) - int64(heap0)) / clients
-	perStack := (int64(stack1) - int64(stack0)) / clients
+	t.Logf("per idle client before parking: heap %d B, goroutine stack %d B (client and proxy ends)", per(heap1, heap0), per(stack1, stack0))
+
+	waitParked(t, p, clients+1)
+	heap2, stack2 := measure()
+	perHeap, perStack := per(heap2, heap0), per(stack2, stack0)
 	// The test's own client sockets are on this heap too (about 0.3 KB
-	// each); the bound covers both ends.
-	t.Logf("per idle client: heap %d B, goroutine stack %d B (client and proxy ends)", perHeap, perStack)
-	if perHeap > 4096 {
-		t.Fatalf("heap per idle client %d B, want at most 4096", perHeap)
-	}
-	// The read loop's goroutine, parked in the poller, keeps a 4 KB stack
-	// (Go does not shrink it to 2 KB: it uses more than a quarter of it).
-	stackBound := int64(5120)
+	// each); the bound covers both ends. The ended goroutines' descriptors
+	// stay (the runtime keeps them for reuse): about 0.4 KB each.
+	t.Logf("per idle client parked: heap %d B, goroutine stack %d B (client and proxy ends)", perHeap, perStack)
+	heapBound := int64(3584)
 	if raceEnabled {
-		stackBound *= 2 // the race detector's stacks are twice as large
+		heapBound = 4096
 	}
-	if perStack > stackBound {
-		t.Fatalf("goroutine stack per idle client %d B, want at most %d", perStack, stackBound)
+	if perHeap > heapBound {
+		t.Fatalf("heap per parked client %d B, want at most %d", perHeap, heapBound)
+	}
+	if perStack > 256 {
+		t.Fatalf("goroutine stack per parked client %d B, want none", perStack)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/hotkey"
+	"github.com/rproxy/rproxy/internal/idlepoll"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/salt"
@@ -47,6 +48,15 @@ type Server struct {
 	hot          *tier.Engine      // nil: hot-key detection off
 	cluster      *upstream.Cluster // the shared pools' cluster (nil: standalone)
 	salt         *salt.Engine      // nil: salted fan-out off
+
+	idle       *idlepoll.Poller // parked idle clients (park.go); nil: none parked
+	parkAfter  time.Duration    // Config.IdleParkAfter, resolved
+	sweepMu    sync.Mutex
+	sweepArmed bool // a sweep of the parked clients is due
+	// parks counts parkings since the last collection started for them
+	// (park.go), at parkCollected (Unix ns).
+	parks         atomic.Int64
+	parkCollected atomic.Int64
 
 	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
 	reqLog        atomic.Bool                   // log every client batch at debug (SetRequestLog)
@@ -196,6 +206,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if tc, ok := c.(*net.TCPConn); ok {
 			if lc.raw, _ = tc.SyscallConn(); lc.raw != nil { // nil on error: reads hold a buffer
 				lc.w.Init(lc.raw)
+				lc.poller, lc.parkAfter = s.idle, s.parkAfter
 			}
 		}
 		return lc
@@ -207,6 +218,18 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("proxy: Serve after Shutdown or a second Serve")
 	}
 	s.ln = dl
+	if s.parkAfter = s.cfg.IdleParkAfter; s.parkAfter == 0 {
+		s.parkAfter = defaultIdleParkAfter
+	}
+	if s.parkAfter > 0 {
+		// Parking idle clients (park.go); without a poller, each keeps its
+		// goroutine.
+		if p, err := idlepoll.New(); err == nil {
+			s.idle = p
+		} else if !errors.Is(err, idlepoll.ErrUnsupported) {
+			s.log.Warn("idle clients keep their goroutine: no idle poller", zap.Error(err))
+		}
+	}
 	s.mu.Unlock()
 	s.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", s.cfg.TLS != nil),
 		zap.Bool("client_certs", s.cfg.TLS != nil && s.cfg.TLS.ClientAuth != tls.NoClientCert))
@@ -252,6 +275,9 @@ func (s *Server) SetLimits(l Limits) error {
 			}
 		}
 		s.mu.Unlock()
+		if l.IdleTimeout > 0 && s.idle != nil && s.idle.Len() > 0 {
+			s.armParkSweep()
+		}
 	}
 	return nil
 }
@@ -354,6 +380,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopTable()
 	<-s.tableDone
 	s.closePools()
+	if s.idle != nil {
+		s.idle.Close() // the clients it held are closed (serveClients)
+	}
 	return err
 }
 

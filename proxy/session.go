@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,37 +68,27 @@ type session struct {
 	poolsRef atomic.Pointer[poolSet]
 	authed   bool   // true once AUTH succeeded, or when clients need not authenticate
 	user     string // the rproxy user it authenticated as
-	name     []byte // CLIENT SETNAME
-	libName  []byte // CLIENT SETINFO LIB-NAME
-	libVer   []byte // CLIENT SETINFO LIB-VER
+	name     string // CLIENT SETNAME
+	libName  string // CLIENT SETINFO LIB-NAME
+	libVer   string // CLIENT SETINFO LIB-VER
 
 	// The batch being built from one read of pipelined commands: commands for
-	// the upstream go into batch; replies made here go into local; order says,
-	// for each command in client order, where its reply comes from.
-	batch     *upstream.Batch
-	local     []byte
-	localEnds []int
-	localRefs [][]byte // per local reply: a large shared reply (a tier entry) kept by reference, or nil
-	order     []replySource
-	quit      bool
+	// the upstream go into batch; the rest is in batchWork.
+	batch *upstream.Batch
+	quit  bool
+	// The working state of a batch, taken for each batch by a session that
+	// parked since the last (releaseIdle): its fields are the session's.
+	*batchWork
 
 	// slot is the slot of the command being queued (set by cluster
 	// routing or replica reads, taken by forwardTracked).
 	slot int
 
-	// Per-stage state, each type beside its stage's code: cluster routing
-	// (cluster.go), salted fan-out (salt.go), coalescing (joinRead), the
-	// local tier's writes and miss collapsing (beforeWrite, missgate.go),
-	// policy (policy.go), the slow log and request log (slowlog.go).
-	call      call // the command passing the chain (chain.go), reused
-	lookup    lastLookup
-	route     routeState
-	copies    saltState
-	flights   coalesceState
-	hotWrites hotWriteState
-	pol       policyState
-	slowlog   slowLogState
-	reqlog    reqLogState
+	// Per-stage state that lasts from batch to batch: cluster routing
+	// (cluster.go), and for coalescing (joinRead) the send sequence when the
+	// session's last write was acknowledged; the rest is in batchWork.
+	route        routeState
+	lastWriteSeq uint64
 
 	// Pinning: while the session holds connection state, its commands run on
 	// a dedicated upstream connection. track holds, for each command in
@@ -125,8 +116,6 @@ type session struct {
 	stream     bool
 	streamCmds [][]byte
 
-	infoAt []int // batch indexes of INFO commands that get the # Proxy section
-
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
 	timed         bool          // this batch is being timed (metrics.sampler)
@@ -136,6 +125,31 @@ type session struct {
 	lastCmd string
 
 	view clientView // what PROXY CLIENTS shows (publishView)
+}
+
+// batchWork is what a session needs while it serves a batch and keeps
+// between batches only for speed (capacity, a cache): replies made here go
+// into local; order says, for each command in client order, where its reply
+// comes from; the stages keep their per-batch state: coalescing
+// (joinRead), salted fan-out (salt.go), the local tier's writes and miss collapsing (beforeWrite,
+// missgate.go), policy (policy.go), the slow log and request log
+// (slowlog.go). A parked client gives it back (releaseIdle).
+type batchWork struct {
+	local     []byte
+	localEnds []int
+	localRefs [][]byte // per local reply: a large shared reply (a tier entry) kept by reference, or nil
+	order     []replySource
+
+	call      call // the command passing the chain (chain.go), reused
+	lookup    lastLookup
+	flights   coalesceState
+	copies    saltState
+	hotWrites hotWriteState
+	pol       policyState
+	slowlog   slowLogState
+	reqlog    reqLogState
+
+	infoAt []int // batch indexes of INFO commands that get the # Proxy section
 
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
@@ -148,14 +162,33 @@ type session struct {
 	replyHigh, localHigh int
 }
 
+// batchWorks holds the batchWork of parked sessions for the next to wake.
+var batchWorks = sync.Pool{New: func() any { return new(batchWork) }}
+
 func newSession(id int64, c *clientConn, pools *poolSet, authed bool) *session {
-	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, batch: upstream.NewBatch(), slot: upstream.SlotAny, redirect: -1}
+	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, slot: upstream.SlotAny, redirect: -1}
 	ss.view.created = time.Now()
 	ss.poolsRef.Store(pools)
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr()); err == nil {
 		ss.addr = ap.Addr().Unmap()
 	}
 	return ss
+}
+
+// releaseIdle gives back what the session keeps from one batch to the next
+// for speed (the upstream batch, the batchWork, the scratch slices of the
+// lasting stage state; all empty between batches): a parked client holds
+// none of it, and its next batch takes them again.
+func (ss *session) releaseIdle() {
+	if ss.batchWork != nil { // nil: no batch yet
+		*ss.batchWork = batchWork{} // nothing of this session's in the pool
+		batchWorks.Put(ss.batchWork)
+	}
+	ss.batch, ss.batchWork = nil, nil
+	ss.route.rest, ss.route.merges, ss.route.keys = nil, nil, nil
+	if ss.pin == nil {
+		ss.track = nil
+	}
 }
 
 // resetBatchNames forgets the batch's command names (slow log, request log).
@@ -208,6 +241,10 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 	ss := c.ss
 	if !ss.state.CompareAndSwap(stateIdle, stateBusy) {
 		return // closing for shutdown
+	}
+	if ss.batch == nil {
+		// Given back while parked (releaseIdle), or never taken.
+		ss.batch, ss.batchWork = upstream.NewBatch(), batchWorks.Get().(*batchWork)
 	}
 	if !ss.stream { // in stream mode the stream's writer keeps it
 		ss.writeDeadline.arm(c.NetConn(), s.clock(), s.limits.Load().ClientWriteTimeout)
@@ -317,7 +354,7 @@ func (s *Server) boundReplies(ss *session) {
 // keeps itself: protocol, name, library, and a passthrough login (Redis
 // logs the connection out as default).
 func (s *Server) resetClientState(ss *session) {
-	ss.proto, ss.name, ss.libName, ss.libVer = 2, nil, nil, nil
+	ss.proto, ss.name, ss.libName, ss.libVer = 2, "", "", ""
 	if s.cfg.AuthPassthrough {
 		ss.user = ""
 	}
@@ -411,9 +448,8 @@ func isNonBlockingRead(info *command.Info, args [][]byte) bool {
 type coalesceState struct {
 	leads      []lead
 	joined     []*coalesce.Flight
-	wrote      bool   // this read batch has a write so far
-	batchWrote bool   // the batch being sent has a write
-	lastWrite  uint64 // send sequence when the session's last write was acknowledged
+	wrote      bool // this read batch has a write so far
+	batchWrote bool // the batch being sent has a write
 	key        []byte
 }
 
@@ -464,9 +500,9 @@ func (s *Server) joinRead(ss *session, info *command.Info, raw []byte, keyHash u
 	var f *coalesce.Flight
 	var leader bool
 	if hashed {
-		f, leader = s.coalesce.JoinHash(keyHash, ss.flights.key, ss.batch, ss.flights.lastWrite)
+		f, leader = s.coalesce.JoinHash(keyHash, ss.flights.key, ss.batch, ss.lastWriteSeq)
 	} else {
-		f, leader = s.coalesce.Join(ss.flights.key, ss.batch, ss.flights.lastWrite)
+		f, leader = s.coalesce.Join(ss.flights.key, ss.batch, ss.lastWriteSeq)
 	}
 	if leader {
 		s.forward(ss, raw)
@@ -631,7 +667,7 @@ func (s *Server) flush(ss *session) {
 		if ss.flights.batchWrote {
 			// Every send numbered after this moment left after the write
 			// was acknowledged: such flights are safe to join.
-			ss.flights.lastWrite, ss.flights.batchWrote = s.sendSeq.Load(), false
+			ss.lastWriteSeq, ss.flights.batchWrote = s.sendSeq.Load(), false
 		}
 	}
 	s.afterReplies(ss) // the chain's replies phase (chain.go)
@@ -799,7 +835,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		if len(ss.name) == 0 {
 			s.reply(ss, resp.AppendNullBulk(nil, ss.proto))
 		} else {
-			s.reply(ss, resp.AppendBulk(nil, ss.name))
+			s.reply(ss, resp.AppendBulk(nil, []byte(ss.name)))
 		}
 	case "setname":
 		if len(args) != 3 {
@@ -810,7 +846,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			s.reply(ss, []byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
 			return
 		}
-		ss.name = append(ss.name[:0], args[2]...)
+		ss.name = string(args[2])
 		s.reply(ss, []byte("+OK\r\n"))
 	case "setinfo":
 		if !s.upstreamKnows("client", "setinfo") || len(args) != 4 {
@@ -858,9 +894,9 @@ func (s *Server) clientSetInfo(ss *session, args [][]byte) {
 	}
 	switch string(attr) {
 	case "lib-name":
-		ss.libName = append(ss.libName[:0], val...)
+		ss.libName = string(val)
 	case "lib-ver":
-		ss.libVer = append(ss.libVer[:0], val...)
+		ss.libVer = string(val)
 	default:
 		s.reply(ss, resp.AppendError(nil, "ERR Unrecognized option '"+string(args[2])+"'"))
 		return
@@ -962,7 +998,7 @@ func (s *Server) helloUpstream(ss *session, raw []byte, proto int, setName bool,
 	if len(r) > 0 && r[0] != '-' && r[0] != '!' {
 		ss.proto = proto
 		if setName {
-			ss.name = append(ss.name[:0], name...)
+			ss.name = string(name)
 		}
 	}
 	s.write(ss, r)

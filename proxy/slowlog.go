@@ -137,7 +137,7 @@ func (l *slowLog) reset() {
 func (s *Server) noteSlow(ss *session, took time.Duration) {
 	names := ss.slowlog.names[:min(len(ss.slowlog.names), slowLogNames)]
 	e := slowEntry{at: time.Now(), duration: took, names: append([]string(nil), names...),
-		count: ss.slowlog.count, addr: ss.conn.RemoteAddr(), client: string(ss.name)}
+		count: ss.slowlog.count, addr: ss.conn.RemoteAddr(), client: ss.name}
 	s.slow.add(e)
 }
 

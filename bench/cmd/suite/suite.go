@@ -477,15 +477,17 @@ func (s *suite) measureIdle(ctx context.Context, st *stack, sc scenario, target 
 		return sample{skip: err.Error()}, nil
 	}
 	defer closeIdle(conns)
-	// Let the server finish setting up the last connections it accepted.
-	time.Sleep(200 * time.Millisecond)
-	after, err := procs.RSSKB(p.Pid())
-	if err != nil {
-		return sample{}, fmt.Errorf("reading RSS: %w", err)
-	}
 	smp, err := s.measure(ctx, st, sc, target)
 	if err != nil {
 		return sample{}, err
+	}
+	// Read after the load, which ran with the idle connections open: by
+	// then the target has settled them (rproxy parks a client idle for 1s,
+	// and the load's allocations ran Go's collector, which gives the
+	// memory of the goroutines that ended back).
+	after, err := procs.RSSKB(p.Pid())
+	if err != nil {
+		return sample{}, fmt.Errorf("reading RSS: %w", err)
 	}
 	smp.rssPerConn = float64(after-before) / float64(n)
 	return smp, nil

@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"errors"
+	"runtime"
+	"time"
+)
+
+// Parking idle clients. A client's read loop runs on a goroutine of its
+// own, and a goroutine that has served requests keeps a stack of 4 KB or
+// more while it waits (the runtime shrinks a parked stack only when under a
+// quarter of it is in use), twice the rest of an idle connection's memory.
+// So a client that has sent nothing for Config.IdleParkAfter is parked: its
+// read loop returns, its goroutine ends, and its socket waits in the idle
+// poller (internal/idlepoll, one goroutine for all of them). When the
+// client sends again (or hangs up, or is closed by the proxy) a new
+// goroutine runs the read loop from the top: every state it needs is in
+// clientConn and session, not on the stack. A busy client never parks: a
+// read that waits less than IdleParkAfter goes on waiting in the runtime's
+// poller, as before.
+//
+// Parked clients do not read, so their idle timeout is checked by a sweep
+// (sweepParked), armed while any is parked and the timeout is on, once a
+// second, and at once by a reload that lowers it.
+
+// defaultIdleParkAfter is Config.IdleParkAfter's default.
+const defaultIdleParkAfter = time.Second
+
+// sweepEvery is how often parked clients are checked for the idle timeout.
+const sweepEvery = time.Second
+
+// The stacks of the goroutines that parked clients ended go back to the
+// heap, and from there to the system, only after a garbage collection,
+// which a proxy that allocates little may not run for two minutes (the
+// runtime's forced period): parkCollectAfter parks since the last one it
+// started start one, at most every parkCollectEvery.
+const (
+	parkCollectAfter = 1024
+	parkCollectEvery = time.Second
+)
+
+// errPark ends a read that waited IdleParkAfter: the read loop parks.
+var errPark = errors.New("idle: park")
+
+// errParked is what a parked read loop returns: the session goes on.
+var errParked = errors.New("parked")
+
+// park hands c's socket to the idle poller and reports true; the caller's
+// read loop must then return without touching c again, since c may resume
+// on another goroutine at once. False (the session holds something for the
+// read loop, or the poller refused) leaves the read loop reading.
+func (s *Server) park(c *clientConn, lc *limitedConn) bool {
+	if c.parser.Buffered() || c.wbuf != nil {
+		return false
+	}
+	c.parser.Release()
+	c.cmds = nil
+	c.ss.releaseIdle()
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if len(lc.pending) > 0 || lc.watchErr != nil || lc.noIdle || lc.watching {
+		return false
+	}
+	var fd int
+	if err := lc.raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return false // closed meanwhile: the next read says so
+	}
+	tok, err := lc.poller.Wait(fd, lc)
+	if err != nil {
+		s.log.Warn("idle client not parked: parking turned off for it")
+		lc.poller = nil
+		return false
+	}
+	lc.fd, lc.token, lc.parked = fd, tok, true
+	s.metrics.parked.Inc()
+	if s.parks.Add(1) == parkCollectAfter {
+		s.collectAfterParks()
+	}
+	if s.limits.Load().IdleTimeout > 0 {
+		s.armParkSweep()
+	}
+	return true
+}
+
+// Ready is the idle poller's call: the parked client sent something, hung
+// up, or both. Its read loop runs again on a new goroutine.
+func (c *limitedConn) Ready() {
+	c.mu.Lock()
+	c.parked = false
+	c.mu.Unlock()
+	go c.resume()
+}
+
+// Close closes the socket; a parked client's read loop is started again to
+// find it closed and end the session, as a reading one would.
+func (c *limitedConn) Close() error {
+	c.mu.Lock()
+	wasParked := c.unparkLocked()
+	c.mu.Unlock()
+	// Only after the poller has let go of the descriptor: closed first, its
+	// number could be reused by a connection the poller then confuses.
+	err := c.Conn.Close()
+	if wasParked {
+		go c.resume()
+	}
+	return err
+}
+
+// unparkLocked takes a parked client back from the poller, reporting
+// whether it was parked (false: not parked, or Ready is on its way).
+func (c *limitedConn) unparkLocked() bool {
+	if !c.parked || !c.poller.Cancel(c.fd, c.token) {
+		return false
+	}
+	c.parked = false
+	return true
+}
+
+// expireParked closes a parked client idle for the idle timeout d or more,
+// by resuming its read loop to report the timeout.
+func (c *limitedConn) expireParked(d time.Duration) {
+	c.mu.Lock()
+	expired := d > 0 && c.parked && time.Since(c.readSince) >= d && c.unparkLocked()
+	if expired {
+		c.expired = true
+	}
+	c.mu.Unlock()
+	if expired {
+		go c.resume()
+	}
+}
+
+// armParkSweep schedules a sweep of the parked clients, unless one is due.
+func (s *Server) armParkSweep() {
+	s.sweepMu.Lock()
+	defer s.sweepMu.Unlock()
+	if !s.sweepArmed {
+		s.sweepArmed = true
+		time.AfterFunc(sweepEvery, s.sweepParked)
+	}
+}
+
+// sweepParked closes the parked clients idle for the idle timeout, and
+// arms the next sweep while any is parked.
+func (s *Server) sweepParked() {
+	s.sweepMu.Lock()
+	s.sweepArmed = false
+	s.sweepMu.Unlock()
+	d := s.limits.Load().IdleTimeout
+	if d <= 0 || s.idle == nil {
+		return
+	}
+	s.mu.Lock()
+	for ss := range s.sessions {
+		if lc, ok := ss.conn.nc.(*limitedConn); ok {
+			lc.expireParked(d)
+		}
+	}
+	s.mu.Unlock()
+	if s.idle.Len() > 0 {
+		s.armParkSweep()
+	}
+}
+
+// collectAfterParks schedules a garbage collection parkCollectEvery after
+// the last one it started (at once if that is past); the parks that come
+// meanwhile wait for it.
+func (s *Server) collectAfterParks() {
+	wait := time.Duration(s.parkCollected.Load() + int64(parkCollectEvery) - s.clock().UnixNano())
+	time.AfterFunc(max(wait, 0), func() {
+		s.parkCollected.Store(s.clock().UnixNano())
+		s.parks.Store(0)
+		runtime.GC()
+	})
+}
