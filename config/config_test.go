@@ -959,11 +959,11 @@ func TestValidateRunsStageRules(t *testing.T) {
 	}
 }
 
-// limits.idle_park_after: 1s by default, 0 turns parking off (the proxy's
+// limits.idle_park_after: 250ms by default, 0 turns parking off (the proxy's
 // negative), a negative value is refused.
 func TestIdleParkAfter(t *testing.T) {
-	if got := Default().ProxyConfig().IdleParkAfter; got != time.Second {
-		t.Errorf("default IdleParkAfter = %v, want 1s", got)
+	if got := Default().ProxyConfig().IdleParkAfter; got != 250*time.Millisecond {
+		t.Errorf("default IdleParkAfter = %v, want 250ms", got)
 	}
 	c, err := Parse([]byte("limits:\n  idle_park_after: 0s\n"), "f.yaml")
 	if err != nil {

@@ -48,7 +48,7 @@ type Config struct {
 	ShutdownDrain time.Duration // how long Shutdown lets in-flight replies reach clients
 	// IdleParkAfter is how long a client sends nothing before its read
 	// loop's goroutine ends and its socket waits in the idle poller
-	// (park.go); 0 means 1s, negative never.
+	// (park.go); 0 means 250ms, negative never.
 	IdleParkAfter time.Duration
 
 	// Users, when not nil, are the credentials clients must AUTH with

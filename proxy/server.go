@@ -52,11 +52,9 @@ type Server struct {
 	idle       *idlepoll.Poller // parked idle clients (park.go); nil: none parked
 	parkAfter  time.Duration    // Config.IdleParkAfter, resolved
 	sweepMu    sync.Mutex
-	sweepArmed bool // a sweep of the parked clients is due
-	// parks counts parkings since the last collection started for them
-	// (park.go), at parkCollected (Unix ns).
-	parks         atomic.Int64
-	parkCollected atomic.Int64
+	sweepArmed bool         // a sweep of the parked clients is due
+	parks      atomic.Int64 // parkings since the last release of their memory (park.go)
+	lastPark   atomic.Int64 // when the last client parked (Unix ns, coarse clock)
 
 	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
 	reqLog        atomic.Bool                   // log every client batch at debug (SetRequestLog)

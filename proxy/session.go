@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,7 +132,8 @@ type session struct {
 // comes from; the stages keep their per-batch state: coalescing
 // (joinRead), salted fan-out (salt.go), the local tier's writes and miss collapsing (beforeWrite,
 // missgate.go), policy (policy.go), the slow log and request log
-// (slowlog.go). A parked client gives it back (releaseIdle).
+// (slowlog.go). A parked client drops it (releaseIdle): not to a pool,
+// where a collection would keep it alive once more.
 type batchWork struct {
 	local     []byte
 	localEnds []int
@@ -162,9 +162,6 @@ type batchWork struct {
 	replyHigh, localHigh int
 }
 
-// batchWorks holds the batchWork of parked sessions for the next to wake.
-var batchWorks = sync.Pool{New: func() any { return new(batchWork) }}
-
 func newSession(id int64, c *clientConn, pools *poolSet, authed bool) *session {
 	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, slot: upstream.SlotAny, redirect: -1}
 	ss.view.created = time.Now()
@@ -180,10 +177,6 @@ func newSession(id int64, c *clientConn, pools *poolSet, authed bool) *session {
 // lasting stage state; all empty between batches): a parked client holds
 // none of it, and its next batch takes them again.
 func (ss *session) releaseIdle() {
-	if ss.batchWork != nil { // nil: no batch yet
-		*ss.batchWork = batchWork{} // nothing of this session's in the pool
-		batchWorks.Put(ss.batchWork)
-	}
 	ss.batch, ss.batchWork = nil, nil
 	ss.route.rest, ss.route.merges, ss.route.keys = nil, nil, nil
 	if ss.pin == nil {
@@ -244,7 +237,7 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 	}
 	if ss.batch == nil {
 		// Given back while parked (releaseIdle), or never taken.
-		ss.batch, ss.batchWork = upstream.NewBatch(), batchWorks.Get().(*batchWork)
+		ss.batch, ss.batchWork = upstream.NewBatch(), new(batchWork)
 	}
 	if !ss.stream { // in stream mode the stream's writer keeps it
 		ss.writeDeadline.arm(c.NetConn(), s.clock(), s.limits.Load().ClientWriteTimeout)

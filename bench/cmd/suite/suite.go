@@ -482,9 +482,9 @@ func (s *suite) measureIdle(ctx context.Context, st *stack, sc scenario, target 
 		return sample{}, err
 	}
 	// Read after the load, which ran with the idle connections open: by
-	// then the target has settled them (rproxy parks a client idle for 1s,
-	// and the load's allocations ran Go's collector, which gives the
-	// memory of the goroutines that ended back).
+	// then the target has settled them (rproxy parks a client idle for
+	// limits.idle_park_after and then returns the memory of the goroutines
+	// that ended).
 	after, err := procs.RSSKB(p.Pid())
 	if err != nil {
 		return sample{}, fmt.Errorf("reading RSS: %w", err)
