@@ -102,10 +102,13 @@ type limitedConn struct {
 	idleTimedOut atomic.Bool
 
 	// Parking (park.go): a client idle for parkAfter has its read loop end
-	// and its socket wait in the idle poller, without a goroutine; resume
+	// and its socket wait in the idle poller, without a goroutine; the
+	// server's park sweep asks it (parkAsked, and a read deadline of now,
+	// which wakes the read), so a busy client's reads set no deadline. resume
 	// starts the read loop again. Set while parked: fd, token.
 	poller    *idlepoll.Poller // nil: never parked (TLS, or parking off)
 	parkAfter time.Duration
+	parkAsked bool
 	resume    func()
 	fd        int
 	token     idlepoll.Token
@@ -134,16 +137,10 @@ func (c *limitedConn) armIdleLocked(d time.Duration) {
 	}
 }
 
-// wantDeadlineLocked returns the read deadline the read under way needs:
-// the idle timeout d, or parkAfter if parking comes first.
+// wantDeadlineLocked returns the read deadline the read under way needs
+// for the idle timeout d.
 func (c *limitedConn) wantDeadlineLocked(d time.Duration) (time.Time, bool) {
-	if c.noIdle || c.watching {
-		return time.Time{}, false
-	}
-	if c.poller != nil && (d <= 0 || d > c.parkAfter) {
-		d = c.parkAfter
-	}
-	if d <= 0 {
+	if c.noIdle || c.watching || d <= 0 {
 		return time.Time{}, false
 	}
 	return c.readSince.Add(d), true
@@ -154,13 +151,13 @@ type deadlineAction uint8
 
 const (
 	deadlineIdle    deadlineAction = iota // the idle timeout: the client is closed
-	deadlinePark                          // idle for parkAfter: the read loop parks
+	deadlinePark                          // asked to park by the sweep: the read loop parks
 	deadlineRearmed                       // early (armed for an earlier read, or moved by a reload): read on
 )
 
 // afterDeadlineLocked is called when a read ended on its deadline. If the
-// read under way has waited neither the whole idle timeout nor parkAfter,
-// it moves the deadline, and the read goes on.
+// read under way has not waited the whole idle timeout and was not asked to
+// park, it moves the deadline, and the read goes on.
 func (c *limitedConn) afterDeadlineLocked() deadlineAction {
 	d := c.limits.Load().IdleTimeout
 	if c.noIdle || c.watching {
@@ -172,7 +169,8 @@ func (c *limitedConn) afterDeadlineLocked() deadlineAction {
 	switch {
 	case d > 0 && waited >= d:
 		return deadlineIdle // the client has been idle the whole timeout
-	case c.poller != nil && waited >= c.parkAfter:
+	case c.parkAsked:
+		c.parkAsked = false
 		c.Conn.SetReadDeadline(time.Time{})
 		c.armed = false
 		return deadlinePark
@@ -314,6 +312,13 @@ func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
 		c.mu.Unlock()
 		c.idleTimedOut.Store(true)
 		return 0, sysio.OpError("read", c, os.ErrDeadlineExceeded)
+	}
+	if c.parkAsked {
+		// The sweep asked while the last read returned bytes: the client
+		// is not idle.
+		c.parkAsked = false
+		c.Conn.SetReadDeadline(time.Time{})
+		c.armed = false
 	}
 	c.reading, c.readSince = true, c.clock()
 	c.armIdleLocked(c.limits.Load().IdleTimeout)

@@ -17,11 +17,15 @@ import (
 // poller (internal/idlepoll, one goroutine for all of them). When the
 // client sends again (or hangs up, or is closed by the proxy) a new
 // goroutine runs the read loop from the top: every state it needs is in
-// clientConn and session, not on the stack. A busy client never parks: a
-// read that waits less than IdleParkAfter goes on waiting in the runtime's
-// poller, as before. A shorter IdleParkAfter parks more clients sooner (at
-// the price of a new goroutine for each of their requests): fewer
-// goroutines are alive at once, and the runtime keeps the descriptor of
+// clientConn and session, not on the stack.
+//
+// Which clients are idle is found by the park sweep (parkSweep): every
+// IdleParkAfter/2 it asks each client whose read has waited IdleParkAfter
+// to park, by setting that read's deadline to now. A busy client's reads
+// thus set no deadline of their own, and no timer fires for them. A shorter
+// IdleParkAfter parks clients sooner, at the price of a new goroutine for
+// each request of a client that pauses longer: fewer goroutines are alive
+// at once while clients connect, and the runtime keeps the descriptor of
 // every goroutine ever alive at once (about 0.5 KB each).
 //
 // Parked clients do not read, so their idle timeout is checked by a sweep
@@ -185,4 +189,38 @@ func (s *Server) releaseAfterParks() {
 		debug.FreeOSMemory()
 		s.log.Debug("memory of parked clients' goroutines returned", zap.Int64("parks", n), zap.Duration("took_seconds", time.Since(start)))
 	})
+}
+
+// parkSweep asks, every parkAfter/2, each client whose read has waited
+// parkAfter to park, until stop is closed.
+func (s *Server) parkSweep(stop <-chan struct{}) {
+	t := time.NewTicker(s.parkAfter / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := s.clock()
+		s.mu.Lock()
+		for ss := range s.sessions {
+			if lc, ok := ss.conn.nc.(*limitedConn); ok && lc.poller != nil {
+				lc.askPark(now)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// askPark wakes a read that has waited parkAfter, to park.
+func (c *limitedConn) askPark(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.reading || c.parkAsked || c.noIdle || c.watching || now.Sub(c.readSince) < c.parkAfter {
+		return
+	}
+	c.parkAsked = true
+	c.Conn.SetReadDeadline(now)
+	c.armed, c.deadline = true, now
 }

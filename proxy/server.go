@@ -49,12 +49,15 @@ type Server struct {
 	cluster      *upstream.Cluster // the shared pools' cluster (nil: standalone)
 	salt         *salt.Engine      // nil: salted fan-out off
 
-	idle       *idlepoll.Poller // parked idle clients (park.go); nil: none parked
-	parkAfter  time.Duration    // Config.IdleParkAfter, resolved
-	sweepMu    sync.Mutex
-	sweepArmed bool         // a sweep of the parked clients is due
-	parks      atomic.Int64 // parkings since the last release of their memory (park.go)
-	lastPark   atomic.Int64 // when the last client parked (Unix ns, coarse clock)
+	idle      *idlepoll.Poller // parked idle clients (park.go); nil: none parked
+	parkAfter time.Duration    // Config.IdleParkAfter, resolved
+	// stopParkSweep ends parkSweep (Shutdown).
+	stopParkSweep chan struct{}
+	stopParkOnce  sync.Once
+	sweepMu       sync.Mutex
+	sweepArmed    bool         // a sweep of the parked clients is due
+	parks         atomic.Int64 // parkings since the last release of their memory (park.go)
+	lastPark      atomic.Int64 // when the last client parked (Unix ns, coarse clock)
 
 	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
 	reqLog        atomic.Bool                   // log every client batch at debug (SetRequestLog)
@@ -224,6 +227,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		// goroutine.
 		if p, err := idlepoll.New(); err == nil {
 			s.idle = p
+			s.stopParkSweep = make(chan struct{})
+			go s.parkSweep(s.stopParkSweep)
 		} else if !errors.Is(err, idlepoll.ErrUnsupported) {
 			s.log.Warn("idle clients keep their goroutine: no idle poller", zap.Error(err))
 		}
@@ -379,7 +384,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	<-s.tableDone
 	s.closePools()
 	if s.idle != nil {
-		s.idle.Close() // the clients it held are closed (serveClients)
+		s.stopParkOnce.Do(func() { close(s.stopParkSweep) }) // Shutdown may be called again
+		s.idle.Close()                                       // the clients it held are closed (serveClients)
 	}
 	return err
 }
