@@ -48,6 +48,19 @@ func newPoller(t *testing.T) *Poller {
 	return p
 }
 
+// waitOnPair starts a Poller and a Wait on the server side of a new pair.
+func waitOnPair(t *testing.T) (*Poller, net.Conn, int, chanWaiter, Token) {
+	t.Helper()
+	p := newPoller(t)
+	cl, fd := pair(t)
+	w := make(chanWaiter, 1)
+	tok, err := p.Wait(fd, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, cl, fd, w, tok
+}
+
 func expectReady(t *testing.T, w chanWaiter, want bool) {
 	t.Helper()
 	wait := 2 * time.Second
@@ -67,13 +80,7 @@ func expectReady(t *testing.T, w chanWaiter, want bool) {
 }
 
 func TestReadyWhenReadable(t *testing.T) {
-	p := newPoller(t)
-	cl, fd := pair(t)
-	w := make(chanWaiter, 1)
-	tok, err := p.Wait(fd, w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cl, fd, w, tok := waitOnPair(t)
 	expectReady(t, w, false)
 	if p.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", p.Len())
@@ -94,24 +101,13 @@ func TestReadyWhenReadable(t *testing.T) {
 }
 
 func TestReadyWhenHungUp(t *testing.T) {
-	p := newPoller(t)
-	cl, fd := pair(t)
-	w := make(chanWaiter, 1)
-	if _, err := p.Wait(fd, w); err != nil {
-		t.Fatal(err)
-	}
+	_, cl, _, w, _ := waitOnPair(t)
 	cl.Close()
 	expectReady(t, w, true)
 }
 
 func TestCancel(t *testing.T) {
-	p := newPoller(t)
-	cl, fd := pair(t)
-	w := make(chanWaiter, 1)
-	tok, err := p.Wait(fd, w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cl, fd, w, tok := waitOnPair(t)
 	if !p.Cancel(fd, tok) {
 		t.Fatal("Cancel of a pending Wait reported false")
 	}
@@ -121,8 +117,7 @@ func TestCancel(t *testing.T) {
 	cl.Write([]byte("PING\r\n"))
 	expectReady(t, w, false)
 	// A stale token does not cancel a later Wait of the same descriptor.
-	_, err = p.Wait(fd, w)
-	if err != nil {
+	if _, err := p.Wait(fd, w); err != nil {
 		t.Fatal(err)
 	}
 	if p.Cancel(fd, tok) {
@@ -132,12 +127,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestWaitTwiceRefused(t *testing.T) {
-	p := newPoller(t)
-	_, fd := pair(t)
-	w := make(chanWaiter, 1)
-	if _, err := p.Wait(fd, w); err != nil {
-		t.Fatal(err)
-	}
+	p, _, fd, w, _ := waitOnPair(t)
 	if _, err := p.Wait(fd, w); err == nil {
 		t.Fatal("a second Wait of one descriptor was accepted")
 	}
