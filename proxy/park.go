@@ -202,7 +202,9 @@ func (s *Server) parkSweep(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		now := s.clock()
+		// Not the coarse clock: reading it would keep its ticker going
+		// while the proxy is idle (clock.go).
+		now := time.Now()
 		s.mu.Lock()
 		for ss := range s.sessions {
 			if lc, ok := ss.conn.nc.(*limitedConn); ok && lc.poller != nil {
