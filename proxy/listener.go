@@ -101,13 +101,12 @@ type limitedConn struct {
 	// tells an idle client from one whose replies could not be written).
 	idleTimedOut atomic.Bool
 
-	// Parking (park.go): a client idle for parkAfter has its read loop end
-	// and its socket wait in the idle poller, without a goroutine; the
-	// server's park sweep asks it (parkAsked, and a read deadline of now,
-	// which wakes the read), so a busy client's reads set no deadline. resume
-	// starts the read loop again. Set while parked: fd, token.
+	// Parking (park.go): an idle client has its read loop end and its
+	// socket wait in the idle poller, without a goroutine; the server's park
+	// sweep asks it (parkAsked, and a read deadline of now, which wakes the
+	// read), so a busy client's reads set no deadline. resume starts the
+	// read loop again. Set while parked: fd, token.
 	poller    *idlepoll.Poller // nil: never parked (TLS, or parking off)
-	parkAfter time.Duration
 	parkAsked bool
 	resume    func()
 	fd        int

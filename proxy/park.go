@@ -11,7 +11,8 @@ import (
 // Parking idle clients. A client's read loop runs on a goroutine of its
 // own, and a goroutine that has served requests keeps a stack of 4 KB or
 // more while it waits (the runtime shrinks a parked stack only when under a
-// quarter of it is in use), twice the rest of an idle connection's memory.
+// quarter of it is in use), about as much as the rest of an idle
+// connection's memory.
 // So a client that has sent nothing for Config.IdleParkAfter is parked: its
 // read loop returns, its goroutine ends, and its socket waits in the idle
 // poller (internal/idlepoll, one goroutine for all of them). When the
@@ -28,15 +29,11 @@ import (
 // at once while clients connect, and the runtime keeps the descriptor of
 // every goroutine ever alive at once (about 0.5 KB each).
 //
-// Parked clients do not read, so their idle timeout is checked by a sweep
-// (sweepParked), armed while any is parked and the timeout is on, once a
-// second, and at once by a reload that lowers it.
+// Parked clients do not read, so the same sweep closes those idle for the
+// idle timeout, and a reload that lowers it closes them at once (setIdle).
 
 // defaultIdleParkAfter is Config.IdleParkAfter's default.
 const defaultIdleParkAfter = 250 * time.Millisecond
-
-// sweepEvery is how often parked clients are checked for the idle timeout.
-const sweepEvery = time.Second
 
 // The stacks of the goroutines that parked clients ended go back to the
 // heap only at a garbage collection, and from the heap to the system only
@@ -63,35 +60,29 @@ var errParked = errors.New("parked")
 // on another goroutine at once. False (the session holds something for the
 // read loop, or the poller refused) leaves the read loop reading.
 func (s *Server) park(c *clientConn, lc *limitedConn) bool {
-	if c.parser.Buffered() || c.wbuf != nil {
-		return false
-	}
-	c.parser.Release()
-	c.cmds = nil
-	c.ss.releaseIdle()
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	if len(lc.pending) > 0 || lc.watchErr != nil || lc.noIdle || lc.watching {
+	if c.parser.Buffered() || c.wbuf != nil || len(lc.pending) > 0 || lc.watchErr != nil || lc.noIdle || lc.watching {
 		return false
 	}
 	var fd int
 	if err := lc.raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
 		return false // closed meanwhile: the next read says so
 	}
+	c.parser.Release()
+	c.cmds = nil
+	c.ss.releaseIdle()
 	tok, err := lc.poller.Wait(fd, lc)
 	if err != nil {
-		s.log.Warn("idle client not parked: parking turned off for it")
+		s.log.Warn("idle client not parked: parking turned off for it", zap.Error(err))
 		lc.poller = nil
 		return false
 	}
 	lc.fd, lc.token, lc.parked = fd, tok, true
 	s.metrics.parked.Inc()
-	s.lastPark.Store(s.clock().UnixNano())
+	s.lastPark.Store(time.Now().UnixNano())
 	if s.parks.Add(1) == parkReleaseAfter {
 		s.releaseAfterParks()
-	}
-	if s.limits.Load().IdleTimeout > 0 {
-		s.armParkSweep()
 	}
 	return true
 }
@@ -144,43 +135,11 @@ func (c *limitedConn) expireParked(d time.Duration) {
 	}
 }
 
-// armParkSweep schedules a sweep of the parked clients, unless one is due.
-func (s *Server) armParkSweep() {
-	s.sweepMu.Lock()
-	defer s.sweepMu.Unlock()
-	if !s.sweepArmed {
-		s.sweepArmed = true
-		time.AfterFunc(sweepEvery, s.sweepParked)
-	}
-}
-
-// sweepParked closes the parked clients idle for the idle timeout, and
-// arms the next sweep while any is parked.
-func (s *Server) sweepParked() {
-	s.sweepMu.Lock()
-	s.sweepArmed = false
-	s.sweepMu.Unlock()
-	d := s.limits.Load().IdleTimeout
-	if d <= 0 || s.idle == nil {
-		return
-	}
-	s.mu.Lock()
-	for ss := range s.sessions {
-		if lc, ok := ss.conn.nc.(*limitedConn); ok {
-			lc.expireParked(d)
-		}
-	}
-	s.mu.Unlock()
-	if s.idle.Len() > 0 {
-		s.armParkSweep()
-	}
-}
-
 // releaseAfterParks returns the free memory to the system once no client
 // has parked for parkReleaseDelay.
 func (s *Server) releaseAfterParks() {
 	time.AfterFunc(parkReleaseDelay, func() {
-		if quiet := time.Duration(s.clock().UnixNano() - s.lastPark.Load()); quiet < parkReleaseDelay {
+		if quiet := time.Duration(time.Now().UnixNano() - s.lastPark.Load()); quiet < parkReleaseDelay {
 			s.releaseAfterParks() // the burst goes on
 			return
 		}
@@ -191,8 +150,9 @@ func (s *Server) releaseAfterParks() {
 	})
 }
 
-// parkSweep asks, every parkAfter/2, each client whose read has waited
-// parkAfter to park, until stop is closed.
+// parkSweep runs every parkAfter/2 until stop is closed: it asks each
+// client whose read has waited parkAfter to park, and closes the parked
+// clients idle for the idle timeout.
 func (s *Server) parkSweep(stop <-chan struct{}) {
 	t := time.NewTicker(s.parkAfter / 2)
 	defer t.Stop()
@@ -205,21 +165,23 @@ func (s *Server) parkSweep(stop <-chan struct{}) {
 		// Not the coarse clock: reading it would keep its ticker going
 		// while the proxy is idle (clock.go).
 		now := time.Now()
+		idle := s.limits.Load().IdleTimeout
 		s.mu.Lock()
 		for ss := range s.sessions {
 			if lc, ok := ss.conn.nc.(*limitedConn); ok && lc.poller != nil {
-				lc.askPark(now)
+				lc.askPark(now, s.parkAfter)
+				lc.expireParked(idle)
 			}
 		}
 		s.mu.Unlock()
 	}
 }
 
-// askPark wakes a read that has waited parkAfter, to park.
-func (c *limitedConn) askPark(now time.Time) {
+// askPark wakes a read that has waited after, to park.
+func (c *limitedConn) askPark(now time.Time, after time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.reading || c.parkAsked || c.noIdle || c.watching || now.Sub(c.readSince) < c.parkAfter {
+	if !c.reading || c.parkAsked || c.noIdle || c.watching || now.Sub(c.readSince) < after {
 		return
 	}
 	c.parkAsked = true

@@ -126,7 +126,7 @@ func TestParkedClientIdleTimeout(t *testing.T) {
 	start := time.Now()
 	a.expectClosed()
 	if took := time.Since(start); took < time.Second || took > 4*time.Second {
-		t.Errorf("parked client closed %v after parking, idle timeout 1.5s (sweep every 1s)", took)
+		t.Errorf("parked client closed %v after parking, idle timeout 1.5s (swept every 125ms)", took)
 	}
 	waitFor(t, "the idle close counted", func() bool { return idleClosed() == 1 })
 

@@ -96,7 +96,7 @@ func (s *Server) doPinned(ss *session) {
 		// the session tracks has it reset when released.
 		table := s.table.Load()
 		for i := 0; i < ss.batch.Len() && !ss.pinDirty; i++ {
-			ss.pinDirty = !leavesConnectionAsFound(table.Lookup([]byte(commandName(ss.batch.Command(i)))))
+			ss.pinDirty = !leavesConnectionAsFound(table.Lookup(rawCommandName(ss.batch.Command(i))))
 		}
 	}
 	ss.pin.Do(ss.batch, timeout)
@@ -206,10 +206,13 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 		ss.pin.Interrupt() // ends the stream goroutine; never reused
 	}
 	ss.pinRef.Store(nil)
+	needsReset := ss.pinDirty || !ss.pinNoLongerNeeded()
 	switch {
-	case (ss.pinDirty || !ss.pinNoLongerNeeded()) && clientGone:
+	case ss.stream:
+		ss.pinPool.Release(ss.pin) // interrupted above: closed, not reused
+	case needsReset && clientGone:
 		ss.pinPool.Discard(ss.pin)
-	case ss.pinDirty || ss.stream || !ss.pinNoLongerNeeded():
+	case needsReset:
 		ss.pinPool.Release(ss.pin)
 	default:
 		ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it that a RESET would clear
@@ -291,19 +294,29 @@ func batchCommand(b *upstream.Batch) string {
 
 // commandName returns the lower-case name of a RESP command array, or "?".
 func commandName(raw []byte) string {
+	name := rawCommandName(raw)
+	if name == nil {
+		return "?"
+	}
+	return strings.ToLower(string(name))
+}
+
+// rawCommandName returns the name of a RESP command array as sent, within
+// raw (nil if raw is not one).
+func rawCommandName(raw []byte) []byte {
 	// *<n>\r\n$<len>\r\n<name>\r\n
 	i := bytes.IndexByte(raw, '\n')
 	if i < 0 || i+1 >= len(raw) || raw[i+1] != '$' {
-		return "?"
+		return nil
 	}
 	rest := raw[i+1:]
 	j := bytes.IndexByte(rest, '\n')
 	if j < 0 {
-		return "?"
+		return nil
 	}
 	n, err := strconv.Atoi(string(bytes.TrimSuffix(rest[1:j], []byte("\r"))))
 	if err != nil || n < 0 || j+1+n > len(rest) || n > 64 {
-		return "?"
+		return nil
 	}
-	return strings.ToLower(string(rest[j+1 : j+1+n]))
+	return rest[j+1 : j+1+n]
 }

@@ -54,10 +54,8 @@ type Server struct {
 	// stopParkSweep ends parkSweep (Shutdown).
 	stopParkSweep chan struct{}
 	stopParkOnce  sync.Once
-	sweepMu       sync.Mutex
-	sweepArmed    bool         // a sweep of the parked clients is due
 	parks         atomic.Int64 // parkings since the last release of their memory (park.go)
-	lastPark      atomic.Int64 // when the last client parked (Unix ns, coarse clock)
+	lastPark      atomic.Int64 // when the last client parked (Unix ns)
 
 	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
 	reqLog        atomic.Bool                   // log every client batch at debug (SetRequestLog)
@@ -207,7 +205,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if tc, ok := c.(*net.TCPConn); ok {
 			if lc.raw, _ = tc.SyscallConn(); lc.raw != nil { // nil on error: reads hold a buffer
 				lc.w.Init(lc.raw)
-				lc.poller, lc.parkAfter = s.idle, s.parkAfter
+				lc.poller = s.idle
 			}
 		}
 		return lc
@@ -278,9 +276,6 @@ func (s *Server) SetLimits(l Limits) error {
 			}
 		}
 		s.mu.Unlock()
-		if l.IdleTimeout > 0 && s.idle != nil && s.idle.Len() > 0 {
-			s.armParkSweep()
-		}
 	}
 	return nil
 }
