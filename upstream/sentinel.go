@@ -69,7 +69,8 @@ type Sentinel struct {
 	replicas  atomic.Pointer[[]string] // healthy replicas of master (Config.Replicas), as last asked
 	lastErr   atomic.Pointer[string]   // why the last ask failed ("" after a success)
 	failovers atomic.Int64             // master changes seen
-	gen       atomic.Uint64            // counts changes of master, so a dial can tell it raced one
+	gen       atomic.Uint64            // counts changes of master, so a dial or a query can tell it raced one
+	setMu     sync.Mutex               // makes a change of master and its gen one step
 	changedAt atomic.Int64             // unix nanos of the last change (cfg.Now), 0 if none
 
 	mu    sync.Mutex
@@ -179,14 +180,27 @@ func (s *Sentinel) unregister(p *Pool) {
 // set records the master's address; a change resets every registered
 // pool's connections, so they reconnect to the new master.
 func (s *Sentinel) set(addr, via string) {
+	s.setIfGen(addr, via, nil)
+}
+
+// setIfGen is set, done only if the master has not changed since gen was
+// read (when gen is not nil); it reports whether it was done.
+func (s *Sentinel) setIfGen(addr, via string, gen *uint64) bool {
+	s.setMu.Lock()
+	if gen != nil && s.gen.Load() != *gen {
+		s.setMu.Unlock()
+		return false
+	}
 	old := *s.master.Swap(&addr)
 	if old == addr {
-		return
+		s.setMu.Unlock()
+		return true
 	}
 	s.gen.Add(1)
+	s.setMu.Unlock()
 	if old == "" {
 		s.log.Info("sentinel: master found", zap.String("master", addr), zap.String("via", via))
-		return
+		return true
 	}
 	s.failovers.Add(1)
 	s.changedAt.Store(s.cfg.Now().UnixNano())
@@ -200,6 +214,7 @@ func (s *Sentinel) set(addr, via string) {
 	for _, p := range pools {
 		p.masterChanged("master changed from " + old + " to " + addr)
 	}
+	return true
 }
 
 // checkLoop asks the Sentinels every Check, and whenever asked to.
@@ -224,6 +239,7 @@ func (s *Sentinel) resolve(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		gen := s.gen.Load()
 		addr, err := s.ask(ctx, a)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a, err))
@@ -231,7 +247,12 @@ func (s *Sentinel) resolve(ctx context.Context) {
 		}
 		msg := ""
 		s.lastErr.Store(&msg)
-		s.set(addr, "SENTINEL GET-MASTER-ADDR-BY-NAME on "+a)
+		if !s.setIfGen(addr, "SENTINEL GET-MASTER-ADDR-BY-NAME on "+a, &gen) {
+			// A +switch-master came while this question was out: the
+			// answer may predate it, and must not undo it. Ask again.
+			s.Check()
+			return
+		}
 		if s.cfg.Replicas {
 			if reps, err := s.askReplicas(ctx, a); err == nil {
 				s.replicas.Store(&reps)

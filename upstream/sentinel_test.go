@@ -22,6 +22,10 @@ type fakeSentinelSetup struct {
 	roles   map[string]bool // address -> answers ROLE as master
 	sent    *fakeRedis
 	servers map[string]*fakeRedis
+	// hold, when set, is called by the next SENTINEL question after it
+	// has read the master, before it answers (and is then cleared).
+	hold    func()
+	answers int // SENTINEL questions answered
 }
 
 func startFakeSentinel(t *testing.T, names ...string) (*fakeSentinelSetup, []string) {
@@ -54,6 +58,14 @@ func startFakeSentinel(t *testing.T, names ...string) (*fakeSentinelSetup, []str
 		case "SENTINEL":
 			fs.mu.Lock()
 			host, port, _ := net.SplitHostPort(fs.master)
+			hold := fs.hold
+			fs.hold = nil
+			fs.mu.Unlock()
+			if hold != nil {
+				hold()
+			}
+			fs.mu.Lock()
+			fs.answers++
 			fs.mu.Unlock()
 			return fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(host), host, len(port), port)
 		case "SUBSCRIBE":
@@ -184,6 +196,41 @@ func TestSentinelDialRacingAChange(t *testing.T) {
 		}
 		return got == "+B\r\n"
 	})
+}
+
+// TestSentinelStaleAnswerKeepsAChange: a +switch-master that arrives
+// while a question to a Sentinel is out is not undone by the question's
+// answer, which may predate it: the Sentinel is asked again instead.
+func TestSentinelStaleAnswerKeepsAChange(t *testing.T) {
+	fs, addrs := startFakeSentinel(t, "A", "B")
+	fs.promote(addrs[0])
+	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
+		Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	asked, release := make(chan struct{}), make(chan struct{})
+	fs.mu.Lock()
+	fs.hold = func() { close(asked); <-release }
+	fs.mu.Unlock()
+	sen.Check() // or the subscription's own check, whichever comes first
+	<-asked     // the answer (A) is read, not sent
+	fs.promote(addrs[1])
+	sen.set(addrs[1], "test: +switch-master")
+	fs.mu.Lock()
+	answered := fs.answers
+	fs.mu.Unlock()
+	close(release)
+	waitFor(t, "the Sentinel asked again after the stale answer", func() bool {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		return fs.answers >= answered+2
+	})
+	waitFor(t, "the Sentinel names B", func() bool { return sen.Master() == addrs[1] })
+	if got := sen.Failovers(); got != 1 {
+		t.Errorf("%d failovers, want 1: the stale answer moved the pools back to A and again", got)
+	}
 }
 
 // TestSentinelAuthenticates: with the Sentinels' own credentials set,
