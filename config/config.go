@@ -956,8 +956,9 @@ func (c Config) Validate() error {
 	if c.Jitter.Enabled && !(c.Jitter.MaxFraction > 0) {
 		add("jitter.max_fraction must be greater than 0 when jitter is enabled (set enabled: false to turn it off), got %v", c.Jitter.MaxFraction)
 	}
-	// The policy has no checks of its own here: its stage's are all.
-	errs = append(errs, c.stageProblems("policy")...)
+	// The policy and coalescing have no checks of their own here (but the
+	// window's spelling): their stages' are all.
+	errs = append(errs, c.stageProblems("policy", "coalesce")...)
 
 	if c.SlowLog.Threshold < 0 {
 		add("slowlog.threshold must not be negative (0 = off), got %s", c.SlowLog.Threshold)

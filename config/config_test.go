@@ -957,6 +957,12 @@ func TestValidateRunsStageRules(t *testing.T) {
 	if err := Default().Validate(); err != nil {
 		t.Fatalf("Default().Validate() = %v", err)
 	}
+	// The coalescing stage refuses a write; the file has no check of its
+	// own for it (before, only the proxy's start did).
+	_, err = Parse([]byte("coalesce:\n  commands: [get, SET]\n"), "f.yaml")
+	if err == nil || !strings.Contains(err.Error(), `config: f.yaml: coalesce: coalesce: "set" cannot be coalesced`) {
+		t.Fatalf("Parse(coalesce.commands [get, SET]) = %v, want the coalescing stage's refusal", err)
+	}
 }
 
 // limits.idle_park_after: 250ms by default, 0 turns parking off (the proxy's

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
@@ -55,14 +56,26 @@ func (c Config) ProxyConfig() proxy.Config {
 		IdleParkAfter:       c.idleParkAfter(),
 		Users:               c.proxyUsers(),
 		AuthPassthrough:     c.Auth.Mode == "passthrough",
-		Coalesce:            c.Coalesce.Commands,
-		CoalesceInFlight:    c.Coalesce.Window == "inflight",
+		Coalesce:            c.CoalesceConfig(),
 		HotKey:              c.HotKeyConfig(),
 		SlowLogThreshold:    c.SlowLog.Threshold.D(),
 		SlowLogLen:          c.SlowLog.MaxLen,
 		LogRequests:         c.Log.Requests,
 		Policy:              &pc,
 	}
+}
+
+// CoalesceConfig maps the coalesce section onto the coalescing stage's
+// Config; nil when no command is listed (coalescing off).
+func (c Config) CoalesceConfig() *coalesce.Config {
+	if len(c.Coalesce.Commands) == 0 {
+		return nil
+	}
+	window := coalesce.Unsent
+	if c.Coalesce.Window == "inflight" {
+		window = coalesce.InFlight
+	}
+	return &coalesce.Config{Commands: c.Coalesce.Commands, Window: window}
 }
 
 // ProxyLimits maps the client limits (those a reload can change).
@@ -167,6 +180,10 @@ func (c Config) stageProblems(sections ...string) []error {
 		switch name {
 		case "policy":
 			err = c.PolicyConfig().Validate()
+		case "coalesce":
+			if cc := c.CoalesceConfig(); cc != nil {
+				err = cc.Validate()
+			}
 		case "hotkeys":
 			err = c.HotKeyConfig().Validate()
 		case "hotkeys.salt":

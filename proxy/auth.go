@@ -81,7 +81,7 @@ func (s *Server) auth(ss *session, cmd resp.Command) {
 			// The pinned connection (a database, a watch) becomes the
 			// user's too, and gives the reply; it is reset for the pool's
 			// own user when it is released.
-			s.forward(ss, cmd.Raw)
+			ss.forward(cmd.Raw)
 			return
 		}
 		s.reply(ss, []byte("+OK\r\n"))

@@ -56,7 +56,6 @@ func (s *Server) newChain() chain {
 	}
 	tw := tierWrites{s}
 	sr := saltReads{s}
-	co := coalescing{s}
 
 	add(&c.commands, true, bookkeeping{s})                    // command counts, CLIENT LIST's cmd, slow-log names
 	add(&c.commands, true, transactionGuard{s})               // no proxy-answered command inside MULTI
@@ -68,7 +67,7 @@ func (s *Server) newChain() chain {
 	add(&c.commands, s.cfg.Cluster != nil, clusterRouting{s}) // facade, slots, split commands
 	add(&c.commands, s.hot != nil, tierCached{s})             // hot keys' reads from the local tier
 	add(&c.commands, s.salt != nil, sr)                       // hot keys' reads spread over salted copies
-	add(&c.commands, s.coalesce != nil, co)                   // identical reads share one flight
+	add(&c.commands, s.coalescing != nil, s.coalescing)       // identical reads share one flight
 	add(&c.commands, true, dispatch{s})                       // forward, pin, or answer in place
 
 	// After the replies: copies updated from what the reads found, the
@@ -76,7 +75,7 @@ func (s *Server) newChain() chain {
 	// published to their joiners (before this session waits on any).
 	add(&c.replies, s.salt != nil, sr)
 	add(&c.replies, s.hot != nil, tw)
-	add(&c.replies, s.coalesce != nil, co)
+	add(&c.replies, s.coalescing != nil, s.coalescing)
 
 	add(&c.stream, true, policyStage{s})
 	add(&c.stream, s.hot != nil, tw)
@@ -365,38 +364,6 @@ func (st saltReads) replies(ss *session) {
 	}
 }
 
-// coalescing lets an eligible read join an identical one in flight
-// (readMaybeJoined), and after the replies publishes the flights this
-// session leads.
-type coalescing struct{ s *Server }
-
-func (st coalescing) command(ss *session, c *call) bool {
-	s := st.s
-	if c.info == nil || c.info.Handling != command.Forward || c.info.Has(command.Write) {
-		return false
-	}
-	if !c.hashed && s.coalesceGet && s.readable(ss, c) && c.isGet() {
-		c.keyHash, c.hashed = xxhash.Sum64(c.cmd.Args[1]), true
-	}
-	taken, _ := s.joinRead(ss, c.info, c.cmd.Raw, c.keyHash, c.hashed, c.hot)
-	return taken
-}
-
-func (st coalescing) replies(ss *session) {
-	for i, l := range ss.flights.leads {
-		// Before waiting on any flight we joined: no cycle can form.
-		r := ss.batch.Reply(l.idx)
-		for _, o := range ss.copies.over {
-			if o.idx == l.idx {
-				r = o.reply // a copy that missed: joiners get the origin's reply too
-			}
-		}
-		l.f.Publish(r)
-		ss.flights.leads[i] = lead{}
-	}
-	ss.flights.leads = ss.flights.leads[:0]
-}
-
 // dispatch takes every command the stages before it left: forwarded on the
 // shared connections, on a pinned one (blocking commands, transactions),
 // in stream mode (pub/sub), or answered here.
@@ -410,7 +377,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 			return true
 		}
 		// Unknown here; Redis answers it (usually "unknown command").
-		s.forward(ss, cmd.Raw)
+		ss.forward(cmd.Raw)
 		return true
 	}
 	switch info.Handling {
@@ -421,10 +388,10 @@ func (st dispatch) command(ss *session, c *call) bool {
 		if info.Name == "info" && infoWantsProxy(args) {
 			ss.infoAt = append(ss.infoAt, ss.batch.Len())
 		}
-		s.forward(ss, cmd.Raw)
+		ss.forward(cmd.Raw)
 	case command.BlockingCmd:
 		if isNonBlockingRead(info, args) {
-			s.forward(ss, cmd.Raw)
+			ss.forward(cmd.Raw)
 			return true
 		}
 		if ss.pin == nil && !s.pinSession(ss, ss.slot) {
@@ -432,7 +399,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 		}
 		ss.blocking = true
 		ss.slowlog.skip = true // it waits as long as the client asked: not slow
-		s.forward(ss, cmd.Raw)
+		ss.forward(cmd.Raw)
 	case command.Transaction:
 		if ss.pin == nil && info.Name == "multi" && s.deferMulti(ss, args) {
 			ss.multiSent = true
@@ -441,7 +408,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss, s.transactionSlot(ss, info)) {
 			return true
 		}
-		s.forwardTracked(ss, cmd.Raw, transactionTrack(info.Name))
+		ss.forwardTracked(cmd.Raw, transactionTrack(info.Name))
 		switch info.Name {
 		case "multi":
 			ss.multiSent = true
@@ -476,7 +443,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 		ss.quit = true
 		s.reply(ss, []byte("+OK\r\n"))
 	default:
-		s.forward(ss, cmd.Raw)
+		ss.forward(cmd.Raw)
 	}
 	return true
 }

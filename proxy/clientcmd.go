@@ -257,7 +257,7 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 		return
 	}
 	if len(args) == 2 {
-		s.forward(ss, cmd.Raw) // Redis's arity error
+		ss.forward(cmd.Raw) // Redis's arity error
 		return
 	}
 	if len(args)%2 != 0 {
@@ -378,7 +378,7 @@ func (s *Server) killSession(caller, victim *session) {
 func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) != 3 && len(args) != 4 {
-		s.forward(ss, cmd.Raw) // Redis's arity error
+		ss.forward(cmd.Raw) // Redis's arity error
 		return
 	}
 	id, err := strconv.ParseInt(string(args[2]), 10, 64)
@@ -397,7 +397,7 @@ func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 	}
 	out := [][]byte{args[0], args[1], strconv.AppendInt(nil, upstreamID, 10)}
 	out = append(out, args[3:]...)
-	s.forward(ss, resp.AppendCommand(nil, out...))
+	ss.forward(resp.AppendCommand(nil, out...))
 }
 
 // trackingRedirect rewrites CLIENT TRACKING ... REDIRECT id with the id

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
@@ -50,7 +51,7 @@ func pipelinedGets(c *rawClient, key string, n int) []string {
 func TestCoalescedPipelineOneUpstreamCall(t *testing.T) {
 	rs := redistest.Start(t)
 	// The filter must not forget the first read before the second.
-	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.CoalesceRecent = time.Hour })
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Coalesce.Recent = time.Hour })
 	rs.Do(t, "SET", "hot", "value")
 	rs.Do(t, "CONFIG", "RESETSTAT")
 	for i, got := range pipelinedGets(dialClient(t, p.Addr), "hot", 10) {
@@ -178,8 +179,10 @@ func stagedProxy(t *testing.T, inflight bool) (*redistest.Server, *redistest.Rel
 	relay := redistest.StartRelay(t, rs.Addr)
 	p := proxytest.Start(t, relay.Addr, func(c *proxy.Config) {
 		c.HotKey = nil
-		c.CoalesceRecent = time.Hour
-		c.CoalesceInFlight = inflight
+		c.Coalesce.Recent = time.Hour
+		if inflight {
+			c.Coalesce.Window = coalesce.InFlight
+		}
 	})
 	rs.Do(t, "SET", "k", "old")
 	if got := dialClient(t, p.Addr).do("GET", "k"); got != "$3\r\nold\r\n" {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/salt"
 	"github.com/rproxy/rproxy/tier"
@@ -54,18 +54,9 @@ type Config struct {
 	// Users, when not nil, are the credentials clients must AUTH with
 	// (auth mode "proxy"); until then they get -NOAUTH.
 	Users Users
-	// Coalesce lists the read commands whose concurrent identical calls
-	// share one upstream call (lower case; empty: coalescing off). Each must
-	// be read-only, non-blocking and single-key.
-	Coalesce []string
-	// CoalesceInFlight widens the join window from flights not yet written
-	// upstream to flights whose reply has not arrived (see package coalesce).
-	CoalesceInFlight bool
-	// CoalesceRecent is how long the coalescing filter remembers a read:
-	// only a key read again within it starts a flight. Zero means 5ms: reads
-	// further apart than a few round trips do not overlap, and a short span
-	// keeps a spread keyspace from paying for flights nobody joins.
-	CoalesceRecent time.Duration
+	// Coalesce, when not nil and listing commands, has concurrent
+	// identical reads share one upstream call (coalescing.go).
+	Coalesce *coalesce.Config
 
 	// Salt, when not nil, spreads hot keys' GETs over salted copies on
 	// other masters (cluster upstream only; hot keys from HotKey's
@@ -188,11 +179,9 @@ func (c Config) Validate() error {
 	if c.Users != nil && c.AuthPassthrough {
 		errs = append(errs, errors.New("proxy: users and auth passthrough exclude each other"))
 	}
-	builtin := command.Builtin()
-	for _, name := range c.Coalesce {
-		info := builtin.Lookup([]byte(name))
-		if info == nil || !info.Has(command.ReadOnly) || info.Handling != command.Forward || info.FirstKey != 1 || info.LastKey != 1 || info.Has(command.MovableKeys) {
-			errs = append(errs, fmt.Errorf("proxy: %q cannot be coalesced: only read-only, non-blocking, single-key commands can", name))
+	if c.Coalesce != nil {
+		if err := c.Coalesce.Validate(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil {

@@ -46,7 +46,7 @@ func (s *Server) clusterFacade(ss *session, cmd resp.Command) bool {
 		if n, err := strconv.Atoi(string(args[2])); err == nil && n >= 0 && n < upstream.Slots {
 			ss.slot = n // the slot's master answers; a bad slot gets any master's error
 		}
-		s.forward(ss, cmd.Raw)
+		ss.forward(cmd.Raw)
 		return true
 	default:
 		return false

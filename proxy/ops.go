@@ -53,7 +53,7 @@ func (s *Server) proxyInfo() string {
 	field("upstream_ready", boolInt(s.pools[2].Ready()))
 	s.topologyInfo(field)
 	field("command_table", s.table.Load().Source())
-	field("coalesce", onOff(s.coalesce != nil))
+	field("coalesce", onOff(s.coalescing != nil))
 	field("policy", onOff(s.policy.Load() != nil))
 	s.latencyInfo(field)
 	if s.hot != nil {

@@ -194,7 +194,7 @@ func TestCoalesceHotKeyCommands(t *testing.T) {
 	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
 		hotOnly(c)
 		c.HotKey.Tier = false
-		c.CoalesceRecent = time.Hour // the filter keeps the key's reads
+		c.Coalesce.Recent = time.Hour // the filter keeps the key's reads
 	})
 	rs.Do(t, "ZADD", "hot", "1", "a", "2", "b")
 	rs.Do(t, "ZADD", "cold", "1", "a", "2", "b")

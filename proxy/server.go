@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/internal/idlepoll"
@@ -41,13 +39,11 @@ type Server struct {
 	userPools map[string]*poolSet
 	metricsUp *upstream.Metrics
 
-	coalesce     *coalesce.Group // nil: off
-	sendSeq      *atomic.Uint64  // numbers upstream writes, shared by all pools
-	coalesceCmds map[string]bool
-	coalesceGet  bool              // coalesceCmds["get"], the common case, without the lookup
-	hot          *tier.Engine      // nil: hot-key detection off
-	cluster      *upstream.Cluster // the shared pools' cluster (nil: standalone)
-	salt         *salt.Engine      // nil: salted fan-out off
+	coalescing *coalescing       // nil: off (coalescing.go)
+	sendSeq    *atomic.Uint64    // numbers upstream writes, shared by all pools
+	hot        *tier.Engine      // nil: hot-key detection off
+	cluster    *upstream.Cluster // the shared pools' cluster (nil: standalone)
+	salt       *salt.Engine      // nil: salted fan-out off
 
 	idle      *idlepoll.Poller // parked idle clients (park.go); nil: none parked
 	parkAfter time.Duration    // Config.IdleParkAfter, resolved
@@ -115,31 +111,10 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	s.reqLog.Store(cfg.LogRequests)
 	s.sendSeq = cfg.Upstream.SendSeq
 	var onTick func()
-	if len(cfg.Coalesce) > 0 {
-		window := coalesce.Unsent
-		if cfg.CoalesceInFlight {
-			window = coalesce.InFlight
-		}
-		g := coalesce.New(window, true, reg)
-		s.coalesce = g
-		cfg.Upstream.GatherProgress = g.Joins
-		s.cfg.Upstream.GatherProgress = g.Joins
-		s.coalesceCmds = make(map[string]bool)
-		for _, name := range cfg.Coalesce {
-			s.coalesceCmds[strings.ToLower(name)] = true
-		}
-		s.coalesceGet = s.coalesceCmds["get"]
-		recent := cfg.CoalesceRecent
-		if recent <= 0 {
-			recent = 5 * time.Millisecond
-		}
-		every := max(int(recent/time.Millisecond), 1) // clock ticks
-		ticks := 0
-		onTick = func() {
-			if ticks++; ticks%every == 0 {
-				g.Forget()
-			}
-		}
+	if cfg.Coalesce != nil && len(cfg.Coalesce.Commands) > 0 {
+		s.coalescing, onTick = newCoalescing(*cfg.Coalesce, &s.pools, reg)
+		cfg.Upstream.GatherProgress = s.coalescing.group.Joins
+		s.cfg.Upstream.GatherProgress = s.coalescing.group.Joins
 	}
 	clockCtx, stopClock := context.WithCancel(context.Background())
 	s.clock = newCoarseClock(clockCtx, time.Millisecond, onTick)

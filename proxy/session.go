@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/resp"
@@ -84,7 +83,7 @@ type session struct {
 	slot int
 
 	// Per-stage state that lasts from batch to batch: cluster routing
-	// (cluster.go), and for coalescing (joinRead) the send sequence when the
+	// (cluster.go), and for coalescing (coalescing.go) the send sequence when the
 	// session's last write was acknowledged; the rest is in batchWork.
 	route        routeState
 	lastWriteSeq uint64
@@ -130,7 +129,7 @@ type session struct {
 // between batches only for speed (capacity, a cache): replies made here go
 // into local; order says, for each command in client order, where its reply
 // comes from; the stages keep their per-batch state: coalescing
-// (joinRead), salted fan-out (salt.go), the local tier's writes and miss collapsing (beforeWrite,
+// (coalescing.go), salted fan-out (salt.go), the local tier's writes and miss collapsing (beforeWrite,
 // missgate.go), policy (policy.go), the slow log and request log
 // (slowlog.go). A parked client drops it (releaseIdle): not to a pool,
 // where a collection would keep it alive once more.
@@ -434,86 +433,13 @@ func isNonBlockingRead(info *command.Info, args [][]byte) bool {
 	return true
 }
 
-// coalesceState is coalescing's per-batch state in a session: flights it
-// leads (published right after its upstream call), flights it joined
-// (fromFlight order entries), whether the batch wrote (no joins after a
-// write), and a scratch buffer for flight keys.
-type coalesceState struct {
-	leads      []lead
-	joined     []*coalesce.Flight
-	wrote      bool // this read batch has a write so far
-	batchWrote bool // the batch being sent has a write
-	key        []byte
+// forward queues a command for the upstream, in the client's order.
+func (ss *session) forward(raw []byte) {
+	ss.forwardTracked(raw, track{})
 }
 
-// lead is a flight this session leads: the reply of batch command idx.
-type lead struct {
-	f   *coalesce.Flight
-	idx int
-}
-
-// readMaybeJoined queues a read, or joins an identical one in flight when
-// it is eligible; it reports whether the read is in the session's own
-// batch (false: joined).
-func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
-	taken, joined := s.joinRead(ss, info, raw, keyHash, hashed, hot)
-	if !taken {
-		s.forward(ss, raw)
-	}
-	return !joined
-}
-
-// joinRead lets an eligible read join an identical one in flight (joined),
-// or queues it as the leader of a new flight; it reports whether it took
-// the read. A session joins only while unpinned (db 0, no transaction, no
-// stream) and only before any write in the same batch, so it always reads
-// its own writes; which flights are joinable (not yet written, or also in
-// flight since its last acknowledged write) is coalesce.window.
-//
-// keyHash, when hashed, is xxhash.Sum64 of the GET's key: mixed with the
-// protocol it stands for the whole identity's hash (equal identities have
-// equal keys; the table compares the identities in full). hot: a
-// tier.Cacheable command of a hot key, coalesced whatever the configured list.
-func (s *Server) joinRead(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) (taken, joined bool) {
-	// A hashed read is a GET: its eligibility needs no lookup by name.
-	if s.coalesce == nil || ss.pin != nil || ss.flights.wrote || !(hashed && s.coalesceGet || hot || s.coalesceCmds[info.Name]) {
-		return false, false
-	}
-	hashed = hashed && len(ss.user) == 0
-	if hashed {
-		keyHash ^= uint64(ss.proto) * 0x9e3779b97f4a7c15
-		if !s.coalesce.Seen(keyHash) {
-			return false, false // not read recently: no flight, no identity to build
-		}
-	}
-	// Identity: protocol, upstream user, and the command as sent.
-	ss.flights.key = append(ss.flights.key[:0], byte(ss.proto), byte(len(ss.user)))
-	ss.flights.key = append(ss.flights.key, ss.user...)
-	ss.flights.key = append(ss.flights.key, raw...)
-	var f *coalesce.Flight
-	var leader bool
-	if hashed {
-		f, leader = s.coalesce.JoinHash(keyHash, ss.flights.key, ss.batch, ss.lastWriteSeq)
-	} else {
-		f, leader = s.coalesce.Join(ss.flights.key, ss.batch, ss.lastWriteSeq)
-	}
-	if leader {
-		s.forward(ss, raw)
-		if f != nil { // nil: a key not read recently starts no flight
-			ss.flights.leads = append(ss.flights.leads, lead{f: f, idx: ss.batch.Len() - 1})
-		}
-		return true, false
-	}
-	ss.flights.joined = append(ss.flights.joined, f)
-	ss.order = append(ss.order, replySource{from: fromFlight, idx: int32(len(ss.flights.joined) - 1)})
-	return true, true
-}
-
-func (s *Server) forward(ss *session, raw []byte) {
-	s.forwardTracked(ss, raw, track{})
-}
-
-func (s *Server) forwardTracked(ss *session, raw []byte, t track) {
+// forwardTracked is forward, with what the command may change on a pin.
+func (ss *session) forwardTracked(raw []byte, t track) {
 	ss.batch.AddSlot(raw, ss.slot)
 	ss.slot = upstream.SlotAny
 	ss.order = append(ss.order, replySource{from: fromUpstream})
@@ -796,11 +722,11 @@ func (s *Server) selectDB(ss *session, cmd resp.Command) {
 			if ss.pin == nil && !s.pinSession(ss, upstream.SlotAny) {
 				return
 			}
-			s.forwardTracked(ss, cmd.Raw, track{kind: trackSelect, db: n})
+			ss.forwardTracked(cmd.Raw, track{kind: trackSelect, db: n})
 			return
 		}
 	}
-	s.forward(ss, cmd.Raw) // SELECT 0 unpinned, or one Redis rejects
+	ss.forward(cmd.Raw) // SELECT 0 unpinned, or one Redis rejects
 }
 
 // client answers the CLIENT subcommands that describe this connection from
@@ -809,20 +735,20 @@ func (s *Server) selectDB(ss *session, cmd resp.Command) {
 func (s *Server) client(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) < 2 {
-		s.forward(ss, cmd.Raw) // Redis's own arity error
+		ss.forward(cmd.Raw) // Redis's own arity error
 		return
 	}
 	sub := bytes.ToLower(args[1])
 	switch string(sub) {
 	case "id":
 		if len(args) != 2 {
-			s.forward(ss, cmd.Raw)
+			ss.forward(cmd.Raw)
 			return
 		}
 		s.reply(ss, resp.AppendInt(nil, ss.id))
 	case "getname":
 		if len(args) != 2 {
-			s.forward(ss, cmd.Raw)
+			ss.forward(cmd.Raw)
 			return
 		}
 		if len(ss.name) == 0 {
@@ -832,7 +758,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		}
 	case "setname":
 		if len(args) != 3 {
-			s.forward(ss, cmd.Raw)
+			ss.forward(cmd.Raw)
 			return
 		}
 		if !validClientName(args[2]) {
@@ -844,7 +770,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 	case "setinfo":
 		if !s.upstreamKnows("client", "setinfo") || len(args) != 4 {
 			// A server without CLIENT SETINFO answers with its own error.
-			s.forward(ss, cmd.Raw)
+			ss.forward(cmd.Raw)
 			return
 		}
 		s.clientSetInfo(ss, args)
@@ -854,7 +780,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		s.reply(ss, s.clientList(ss, cmd))
 	case "info":
 		if len(args) != 2 {
-			s.forward(ss, cmd.Raw)
+			ss.forward(cmd.Raw)
 			return
 		}
 		s.reply(ss, appendText(nil, ss.proto, s.clientLine(nil, ss, ss, cmd, s.clock())))
@@ -862,7 +788,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		s.clientUnblock(ss, cmd)
 	case "pause", "unpause", "help", "getredir", "trackinginfo":
 		// Read-only or server-wide: safe on a shared connection.
-		s.forward(ss, cmd.Raw)
+		ss.forward(cmd.Raw)
 	case "tracking":
 		raw, errReply := s.trackingRedirect(ss, cmd)
 		if errReply != nil {
@@ -875,7 +801,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		// has its own connection (stream mode).
 		s.startStream(ss, cmd.Raw)
 	default:
-		s.forward(ss, cmd.Raw) // Redis's "unknown subcommand"
+		ss.forward(cmd.Raw) // Redis's "unknown subcommand"
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/tier"
@@ -49,7 +50,7 @@ func Config(upstreamAddr string) proxy.Config {
 		},
 		ShutdownDrain: 5 * time.Second,
 		TableRetry:    20 * time.Millisecond,
-		Coalesce:      []string{"get"},
+		Coalesce:      &coalesce.Config{Commands: []string{"get"}},
 		HotKey:        HotKeyConfig(),
 	}
 }
