@@ -18,17 +18,18 @@ type coarseClock struct {
 	read   atomic.Bool   // read since the last tick
 	asleep atomic.Bool   // the goroutine waits on wake, not ticking
 	wake   chan struct{} // capacity 1
+	wakes  atomic.Int64  // reads that restarted the ticks
 }
 
-// newCoarseClock returns the clock's reader, refreshed every tick until ctx
-// ends. onTick, if not nil, runs on the clock's goroutine after each
+// newCoarseClock returns a clock (read it with now), refreshed every tick
+// until ctx ends. onTick, if not nil, runs on the clock's goroutine after each
 // refresh, for periodic work too small to deserve a goroutine of its own
 // (work that only matters while the clock is read: it pauses with it).
-func newCoarseClock(ctx context.Context, tick time.Duration, onTick func()) func() time.Time {
+func newCoarseClock(ctx context.Context, tick time.Duration, onTick func()) *coarseClock {
 	c := &coarseClock{wake: make(chan struct{}, 1)}
 	c.ns.Store(time.Now().UnixNano())
 	go c.run(ctx, tick, onTick)
-	return c.now
+	return c
 }
 
 func (c *coarseClock) now() time.Time {
@@ -36,6 +37,7 @@ func (c *coarseClock) now() time.Time {
 		// Stale by the whole pause: read the time itself, and restart
 		// the ticks.
 		if c.asleep.CompareAndSwap(true, false) {
+			c.wakes.Add(1)
 			select {
 			case c.wake <- struct{}{}:
 			default:

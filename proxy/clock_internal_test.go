@@ -18,7 +18,7 @@ func TestCoarseClockSleepsWhenUnread(t *testing.T) {
 		case ticks <- struct{}{}:
 		default:
 		}
-	})
+	}).now
 	now()
 	// Unread, it ticks about coarseIdleTicks times and stops.
 	n := 0

@@ -147,3 +147,26 @@ func TestParkedClientIdleTimeout(t *testing.T) {
 	}
 	waitFor(t, "the idle close counted", func() bool { return idleClosed() == 2 })
 }
+
+// An idle proxy with parked clients does not keep waking: its coarse
+// clock stops ticking, and neither the park sweep (which runs while any
+// client is connected) nor anything else restarts it. A sweep reading the
+// coarse clock once kept it ticking a thousand times a second.
+func TestIdleProxyClockSleeps(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.IdleParkAfter = 20 * time.Millisecond })
+	for range 3 {
+		c := dialClient(t, p.Addr)
+		if r := c.do("GET", "k"); r != "$-1\r\n" {
+			t.Fatalf("GET = %q", r)
+		}
+	}
+	waitParked(t, p, 3)
+	waitFor(t, "the coarse clock asleep", func() bool { asleep, _ := p.Server.CoarseClockState(); return asleep })
+	_, wakes := p.Server.CoarseClockState()
+	// The sweep runs every 10ms here: 50 sweeps in the window.
+	time.Sleep(500 * time.Millisecond)
+	if asleep, w := p.Server.CoarseClockState(); !asleep || w != wakes {
+		t.Errorf("idle proxy: coarse clock asleep %v, restarted %d times in 0.5 s", asleep, w-wakes)
+	}
+}

@@ -71,8 +71,9 @@ type Server struct {
 	started   time.Time
 	slow      *slowLog // nil: off
 	limits    atomic.Pointer[Limits]
-	clock     func() time.Time // millisecond clock, cheap to read
-	authLog   logLimiter       // failed-AUTH log lines (auth.go)
+	clock     func() time.Time // millisecond clock, cheap to read (coarse.now)
+	coarse    *coarseClock
+	authLog   logLimiter // failed-AUTH log lines (auth.go)
 	stopClock context.CancelFunc
 	mu        sync.Mutex
 	sessions  map[*session]struct{}
@@ -117,7 +118,8 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		s.cfg.Upstream.GatherProgress = s.coalescing.group.Joins
 	}
 	clockCtx, stopClock := context.WithCancel(context.Background())
-	s.clock = newCoarseClock(clockCtx, time.Millisecond, onTick)
+	s.coarse = newCoarseClock(clockCtx, time.Millisecond, onTick)
+	s.clock = s.coarse.now
 	summaryDone := s.startConnSummary(clockCtx, cfg.ConnSummaryEvery)
 	s.stopClock = func() { stopClock(); <-summaryDone } // the last summary line is written
 	s.metricsUp = upstream.NewMetrics(reg)
