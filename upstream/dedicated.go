@@ -56,15 +56,27 @@ func (d *Dedicated) RedisID() int64 {
 	b := NewBatch()
 	b.Add(clientListCmd)
 	d.pool.Do(b)
-	addr := []byte(" addr=" + d.nc.LocalAddr().String() + " ")
-	for _, line := range bytes.Split(b.Reply(0), []byte("\n")) {
-		if !bytes.HasPrefix(line, []byte("id=")) || !bytes.Contains(line, addr) {
+	return clientIDByAddr(b.Reply(0), d.nc.LocalAddr().String())
+}
+
+// clientIDByAddr finds, in a CLIENT LIST reply, the id of the client
+// connected from addr (0: not listed). On RESP3 the reply is a verbatim
+// string whose text, the first client's line included, starts "txt:".
+func clientIDByAddr(reply []byte, addr string) int64 {
+	v, err := resp.Parse(reply)
+	if err != nil || (v.Kind != '$' && v.Kind != '=') {
+		return 0
+	}
+	list := v.Str
+	if v.Kind == '=' {
+		list = list[min(4, len(list)):] // the format, "txt:"
+	}
+	field := []byte(" addr=" + addr + " ")
+	for _, line := range bytes.Split(list, []byte("\n")) {
+		if !bytes.HasPrefix(line, []byte("id=")) || !bytes.Contains(line, field) {
 			continue
 		}
 		end := bytes.IndexByte(line, ' ')
-		if end < 0 {
-			return 0
-		}
 		id, err := strconv.ParseInt(string(line[3:end]), 10, 64)
 		if err != nil {
 			return 0
