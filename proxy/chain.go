@@ -465,6 +465,9 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		s.resetClientState(ss)
 		ss.redirect, ss.db, ss.multiSent, ss.watching = -1, 0, false, false
 		clear(ss.subscribed)
+		if ss.role == 'O' {
+			ss.role = 0 // RESET ends MONITOR (a replica's is refused)
+		}
 	}
 	if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
 		return true

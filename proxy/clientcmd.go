@@ -95,12 +95,16 @@ func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, n
 	if cmdName == "" {
 		cmdName = "NULL"
 	}
+	// In Redis's order: S or O, P, x, b, t.
 	flags, multi := "", -1
-	if st.multi {
-		flags, multi = flags+"x", 0
+	if st.role != 0 {
+		flags += string(st.role)
 	}
 	if st.subs+st.psubs+st.ssubs > 0 {
 		flags += "P"
+	}
+	if st.multi {
+		flags, multi = flags+"x", 0
 	}
 	if ss.blockedNow.Load() {
 		flags += "b"
@@ -167,9 +171,15 @@ func appendText(dst []byte, proto int, text []byte) []byte {
 	return append(dst, "\r\n"...)
 }
 
-// clientType is CLIENT LIST's and CLIENT KILL's TYPE of a session.
+// clientType is CLIENT LIST's and CLIENT KILL's TYPE of a session, as
+// Redis types its clients: a replica after SYNC or PSYNC (not MONITOR),
+// pubsub while subscribed to anything, else normal (tracking and MONITOR
+// included, though rproxy gives them a stream).
 func clientType(st clientState) string {
-	if st.stream {
+	switch {
+	case st.role == 'S':
+		return "replica"
+	case st.subs+st.psubs+st.ssubs > 0:
 		return "pubsub"
 	}
 	return "normal"
@@ -502,12 +512,19 @@ func scriptInt(n int64) []byte {
 	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return tonumber(ARGV[1])"), []byte("0"), strconv.AppendInt(nil, n, 10))
 }
 
-// noteSubscriptions follows what a (un)subscribe command asks for, for
-// CLIENT LIST: Redis's replies are not read in stream mode, so this is the
+// noteSubscriptions follows what a (un)subscribe command asks for, and the
+// role SYNC, PSYNC and MONITOR give the session, for CLIENT LIST and
+// CLIENT KILL's TYPE: Redis's replies are not read in stream mode, so this is the
 // client's view (a subscribe Redis refused would still count).
 func (ss *session) noteSubscriptions(name string, args [][]byte) {
 	var kind byte
 	switch name {
+	case "sync", "psync":
+		ss.role = 'S'
+		return
+	case "monitor":
+		ss.role = 'O'
+		return
 	case "subscribe", "unsubscribe":
 		kind = 'c'
 	case "psubscribe", "punsubscribe":

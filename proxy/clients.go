@@ -33,8 +33,10 @@ type clientState struct {
 	db     int
 	pinned bool // on a dedicated upstream connection (transaction, db, blocking, pub/sub)
 	multi  bool // in a transaction (CLIENT LIST's x flag)
-	stream bool // in stream mode: pub/sub, MONITOR, tracking (CLIENT LIST TYPE pubsub)
-	proto  int  // 2 or 3
+	stream bool // in stream mode: pub/sub, MONITOR, replication, tracking, CLIENT REPLY
+	// role is 'S' after SYNC or PSYNC (a replica), 'O' after MONITOR, else 0.
+	role  byte
+	proto int // 2 or 3
 	// Subscriptions (CLIENT LIST's sub, psub, ssub; P flag) and tracking
 	// (t flag).
 	subs, psubs, ssubs int
@@ -45,7 +47,7 @@ type clientState struct {
 // call it.
 func (ss *session) liveState() clientState {
 	return clientState{name: ss.name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: ss.pin != nil || ss.stream,
-		multi: ss.inTransaction(), stream: ss.stream, proto: ss.proto,
+		multi: ss.inTransaction(), stream: ss.stream, role: ss.role, proto: ss.proto,
 		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.redirect >= 0}
 }
 
@@ -58,7 +60,7 @@ func (s *Server) publishView(ss *session) {
 	multi := ss.inTransaction()
 	subs, psubs, ssubs, tracking := len(ss.subscribed['c']), len(ss.subscribed['p']), len(ss.subscribed['s']), ss.redirect >= 0
 	if ss.name == v.last.name && ss.user == v.last.user && ss.lastCmd == v.last.cmd && ss.db == v.last.db && pinned == v.last.pinned &&
-		multi == v.last.multi && ss.stream == v.last.stream && ss.proto == v.last.proto &&
+		multi == v.last.multi && ss.stream == v.last.stream && ss.role == v.last.role && ss.proto == v.last.proto &&
 		subs == v.last.subs && psubs == v.last.psubs && ssubs == v.last.ssubs && tracking == v.last.tracking {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -494,4 +495,77 @@ func TestClientNamePerSession(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Sessions are typed as Redis types its clients (CLIENT LIST TYPE, CLIENT
+// KILL TYPE, the S and O flags): a replica after SYNC, pubsub while
+// subscribed, normal otherwise, MONITOR and tracking included although
+// rproxy gives them a stream of their own. CLIENT KILL TYPE slave ends a
+// redis-cli --replica (Redis's integration/redis-cli "Connecting as a
+// replica").
+func TestClientTypes(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	idOf := func(c *rawClient) string {
+		return strings.TrimSuffix(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"), "\r\n")
+	}
+	admin := dialClient(t, p.Addr)
+	adminID := idOf(admin)
+	repl := dialClient(t, p.Addr)
+	replID := idOf(repl)
+	// As redis-cli --replica: REPLCONF first (which gives the session its
+	// stream), then SYNC.
+	if r := repl.do("REPLCONF", "capa", "eof"); r != "+OK\r\n" {
+		t.Fatalf("REPLCONF capa eof = %q", r)
+	}
+	repl.send(resp.AppendCommandString(nil, "SYNC"))
+	mon := dialClient(t, p.Addr)
+	monID := idOf(mon)
+	if r := mon.do("MONITOR"); r != "+OK\r\n" {
+		t.Fatalf("MONITOR = %q", r)
+	}
+	sub := dialClient(t, p.Addr)
+	subID := idOf(sub)
+	sub.do("SUBSCRIBE", "ch")
+	left := dialClient(t, p.Addr)
+	leftID := idOf(left)
+	left.do("SUBSCRIBE", "ch2")
+	left.do("UNSUBSCRIBE")
+	trk := dialClient(t, p.Addr)
+	trkID := idOf(trk)
+	if r := trk.do("CLIENT", "TRACKING", "ON"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON = %q", r)
+	}
+	ids := func(typ string) []string {
+		var out []string
+		for _, line := range strings.Split(admin.do("CLIENT", "LIST", "TYPE", typ), "\n") {
+			if i := strings.Index(line, "id="); i >= 0 {
+				out = append(out, strings.Fields(line[i+3:])[0])
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	sorted := func(s ...string) []string { slices.Sort(s); return s }
+	for typ, want := range map[string][]string{
+		"replica": {replID},
+		"slave":   {replID},
+		"pubsub":  {subID},
+		"normal":  sorted(adminID, monID, leftID, trkID),
+	} {
+		waitFor(t, "CLIENT LIST TYPE "+typ, func() bool { return slices.Equal(ids(typ), want) })
+	}
+	for id, flags := range map[string]string{replID: "S", monID: "O", subID: "P", trkID: "t", leftID: "N"} {
+		if line := admin.do("CLIENT", "LIST", "ID", id); !strings.Contains(line, " flags="+flags+" ") {
+			t.Errorf("CLIENT LIST ID %s: %q, want flags=%s", id, line, flags)
+		}
+	}
+	if r := admin.do("CLIENT", "KILL", "TYPE", "slave"); r != ":1\r\n" {
+		t.Fatalf("CLIENT KILL TYPE slave = %q, want :1", r)
+	}
+	repl.expectClosed()
+	if r := admin.do("CLIENT", "KILL", "TYPE", "pubsub"); r != ":1\r\n" {
+		t.Fatalf("CLIENT KILL TYPE pubsub = %q, want :1", r)
+	}
+	sub.expectClosed()
 }

@@ -113,6 +113,7 @@ type session struct {
 	// Redis sends back to the client. The write buffer is not used any more.
 	stream     bool
 	streamCmds [][]byte
+	role       byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
