@@ -76,6 +76,21 @@ func startFakeSentinel(t *testing.T, names ...string) (*fakeSentinelSetup, []str
 	return fs, addrs
 }
 
+// startSentinelOnA starts a fake Sentinel over servers A and B, with A the
+// master, and a Sentinel client of it that asks every check.
+func startSentinelOnA(t *testing.T, check time.Duration) (*fakeSentinelSetup, []string, *Sentinel) {
+	t.Helper()
+	fs, addrs := startFakeSentinel(t, "A", "B")
+	fs.promote(addrs[0])
+	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
+		Check: check}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	return fs, addrs, sen
+}
+
 func (fs *fakeSentinelSetup) promote(addr string) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -98,14 +113,7 @@ func ping(p *Pool) string {
 // dedicated connections move there; a server that answers ROLE as a
 // replica is never used, even when named.
 func TestSentinelPoolFollowsMaster(t *testing.T) {
-	fs, addrs := startFakeSentinel(t, "A", "B")
-	fs.promote(addrs[0])
-	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
-		Check: 5 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sen.Close)
+	fs, addrs, sen := startSentinelOnA(t, 5*time.Millisecond)
 	if got := sen.Master(); got != addrs[0] {
 		t.Fatalf("master after start: %q, want %s", got, addrs[0])
 	}
@@ -156,14 +164,7 @@ func TestSentinelPoolFollowsMaster(t *testing.T) {
 // master changed is not kept (it may have reached the old master after
 // the other connections were moved).
 func TestSentinelDialRacingAChange(t *testing.T) {
-	fs, addrs := startFakeSentinel(t, "A", "B")
-	fs.promote(addrs[0])
-	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
-		Check: time.Hour}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sen.Close)
+	fs, addrs, sen := startSentinelOnA(t, time.Hour)
 	// Only the first dial waits, whenever it comes: the pool dials in the
 	// background, possibly before this goroutine reaches <-entered.
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -202,14 +203,7 @@ func TestSentinelDialRacingAChange(t *testing.T) {
 // while a question to a Sentinel is out is not undone by the question's
 // answer, which may predate it: the Sentinel is asked again instead.
 func TestSentinelStaleAnswerKeepsAChange(t *testing.T) {
-	fs, addrs := startFakeSentinel(t, "A", "B")
-	fs.promote(addrs[0])
-	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
-		Check: time.Hour}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sen.Close)
+	fs, addrs, sen := startSentinelOnA(t, time.Hour)
 	asked, release := make(chan struct{}), make(chan struct{})
 	fs.mu.Lock()
 	fs.hold = func() { close(asked); <-release }
@@ -287,14 +281,7 @@ func TestSentinelAuthenticates(t *testing.T) {
 // before it is demoted), so state kept per connection (the tier's
 // tracking connection: OnState(false) empties the tier) goes with it.
 func TestSentinelChangeDropsLiveConnections(t *testing.T) {
-	fs, addrs := startFakeSentinel(t, "A", "B")
-	fs.promote(addrs[0])
-	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
-		Check: time.Hour}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sen.Close)
+	fs, addrs, sen := startSentinelOnA(t, time.Hour)
 	var downs atomic.Int32
 	p := testPool(t, "sentinel/mymaster", 2, func(c *Config) {
 		c.Sentinel = sen
