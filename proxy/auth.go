@@ -104,11 +104,15 @@ func (s *Server) login(ss *session, user, pass []byte) bool {
 	return true
 }
 
-// helloAuth handles the AUTH option of HELLO in proxy auth mode: it reports
-// whether the HELLO may go on (with AUTH removed); if not, it has replied.
-func (s *Server) helloAuth(ss *session, user, pass []byte, hasAuth bool) bool {
+// helloAuth handles the AUTH option of HELLO: it reports whether the HELLO
+// may go on (with AUTH removed); if not, it has replied. check (nil: no
+// AUTH option) is HELLO with the AUTH option alone, which passthrough mode
+// sends Redis to check the credentials, so that MONITOR shows the client's
+// command, as without rproxy.
+func (s *Server) helloAuth(ss *session, user, pass []byte, check [][]byte) bool {
+	hasAuth := check != nil
 	if hasAuth && s.cfg.AuthPassthrough {
-		if r, ok := s.loginUpstream(ss, [][]byte{[]byte("AUTH"), user, pass}, user, pass); !ok {
+		if r, ok := s.loginUpstream(ss, check, user, pass); !ok {
 			s.reply(ss, r)
 			return false
 		}
@@ -197,7 +201,7 @@ const maxUserPools = 64
 // and, if Redis accepts them, moves the session to shared connections
 // authenticated as that user, so ACL rules apply as on Redis. Otherwise it
 // returns the reply to give the client: Redis's own, byte for byte. authArgs
-// is the AUTH command as the client sent it.
+// is the AUTH command as the client sent it (or HELLO with AUTH alone).
 func (s *Server) loginUpstream(ss *session, authArgs [][]byte, user, pass []byte) ([]byte, bool) {
 	if ss.pin != nil && (ss.inTransaction() || ss.stream) {
 		return resp.AppendError(nil, "ERR rproxy: AUTH inside a transaction or in pub/sub mode is not supported"), false
@@ -206,7 +210,7 @@ func (s *Server) loginUpstream(ss *session, authArgs [][]byte, user, pass []byte
 	if err != nil {
 		return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()), false
 	}
-	if string(r) != "+OK\r\n" {
+	if len(r) == 0 || r[0] == '-' || r[0] == '!' { // AUTH's +OK, or HELLO's map, is a success
 		s.authFailed(ss, user)
 		return r, false
 	}
@@ -226,9 +230,9 @@ func (ss *session) setPools(ps *poolSet) {
 	ss.poolsRef.Store(ps)
 }
 
-// checkUpstreamAuth sends the AUTH command args (the client's, name as it
-// spelled it: MONITOR shows it so) on a fresh connection and returns
-// Redis's reply.
+// checkUpstreamAuth sends the AUTH (or HELLO AUTH) command args (the
+// client's, names as it spelled them: MONITOR shows it so) on a fresh
+// connection and returns Redis's reply.
 func (s *Server) checkUpstreamAuth(args [][]byte) ([]byte, error) {
 	up := s.cfg.Upstream
 	nc, err := upstream.Dial(context.Background(), up) // TLS too, when configured

@@ -319,3 +319,39 @@ func TestAuthNoneAsRedisWithoutPasswords(t *testing.T) {
 		t.Error("an AUTH reached Redis")
 	}
 }
+
+// In passthrough mode Redis checks HELLO's AUTH option as the client sent
+// it, HELLO with AUTH alone, so MONITOR shows the client's command,
+// redacted, as without rproxy (Redis's unit/introspection "MONITOR supports
+// redacting command arguments"); a right password still switches protocol
+// and user.
+func TestAuthPassthroughHelloAsSent(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.AuthPassthrough = true })
+	if r := dialClient(t, rs.Addr).do("ACL", "SETUSER", "alice", "on", ">alicepw", "~*", "+@all"); r != "+OK\r\n" {
+		t.Fatal(r)
+	}
+	mon := dialClient(t, rs.Addr)
+	if r := mon.do("MONITOR"); r != "+OK\r\n" {
+		t.Fatalf("MONITOR = %q", r)
+	}
+	c := dialClient(t, p.Addr)
+	direct := dialClient(t, rs.Addr)
+	bad := []string{"hello", "2", "AUTH", "not-real", "not-a-password"}
+	if d, pr := direct.do(bad...), c.do(bad...); d != pr {
+		t.Errorf("HELLO 2 AUTH with a wrong password: direct %q, rproxy %q", d, pr)
+	}
+	// MONITOR shows the direct client's HELLO, then rproxy's check.
+	for i := 0; i < 2; i++ {
+		line := string(mon.read())
+		if !strings.Contains(line, `"hello" "2" "AUTH" "(redacted)" "(redacted)"`) {
+			t.Fatalf("MONITOR line %d: %q, want the HELLO with AUTH redacted", i, line)
+		}
+	}
+	if r := c.do("HELLO", "3", "AUTH", "alice", "alicepw"); r[0] != '%' {
+		t.Fatalf("HELLO 3 AUTH alice = %q, want a map", r)
+	}
+	if r := c.do("ACL", "WHOAMI"); r != "$5\r\nalice\r\n" {
+		t.Errorf("ACL WHOAMI after HELLO 3 AUTH = %q", r)
+	}
+}

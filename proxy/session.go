@@ -852,6 +852,7 @@ func (s *Server) hello(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	target := ss.proto
 	var name, authUser, authPass []byte
+	var authCheck [][]byte // HELLO with its AUTH option alone, as the client spelled it
 	setName, hasAuth := false, false
 	if len(args) >= 2 {
 		v, err := strconv.Atoi(string(args[1]))
@@ -866,6 +867,7 @@ func (s *Server) hello(ss *session, cmd resp.Command) {
 			case "auth":
 				if i+2 < len(args) {
 					authUser, authPass, hasAuth = args[i+1], args[i+2], true
+					authCheck = [][]byte{args[0], args[1], args[i], authUser, authPass}
 					i += 2
 					continue
 				}
@@ -882,7 +884,7 @@ func (s *Server) hello(ss *session, cmd resp.Command) {
 			return
 		}
 	}
-	if (hasAuth || !ss.authed) && !s.helloAuth(ss, authUser, authPass, hasAuth) {
+	if (hasAuth || !ss.authed) && !s.helloAuth(ss, authUser, authPass, authCheck) {
 		s.flush(ss)
 		return
 	}
