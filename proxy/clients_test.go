@@ -569,3 +569,44 @@ func TestClientTypes(t *testing.T) {
 	}
 	sub.expectClosed()
 }
+
+// HELLO's id field is the session's id, the one CLIENT ID answers and
+// CLIENT KILL ID takes, in both protocols and on a pinned session: go-redis
+// keeps the id HELLO gives and kills by it (its client-side cache spec
+// "evicts cached entries when the tracked connection dies").
+func TestHelloGivesSessionID(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	admin := dialClient(t, p.Addr)
+	helloID := func(reply string) string {
+		v, err := resp.Parse([]byte(reply))
+		if err != nil {
+			t.Fatalf("HELLO reply %q: %v", reply, err)
+		}
+		for i := 0; i+1 < len(v.Elems); i += 2 {
+			if string(v.Elems[i].Str) == "id" {
+				return strconv.FormatInt(v.Elems[i+1].Int, 10)
+			}
+		}
+		t.Fatalf("HELLO reply %q has no id", reply)
+		return ""
+	}
+	for _, tc := range []struct {
+		name  string
+		setup []string
+		proto string
+	}{{"RESP2", nil, "2"}, {"RESP3", nil, "3"}, {"RESP3 in db 9 (pinned)", []string{"SELECT", "9"}, "3"}} {
+		c := dialClient(t, p.Addr)
+		if tc.setup != nil {
+			c.do(tc.setup...)
+		}
+		got := helloID(c.do("HELLO", tc.proto))
+		if want := strings.TrimSuffix(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"), "\r\n"); got != want {
+			t.Errorf("%s: HELLO id %s, CLIENT ID %s", tc.name, got, want)
+		}
+		if r := admin.do("CLIENT", "KILL", "ID", got); r != ":1\r\n" {
+			t.Errorf("%s: CLIENT KILL ID <HELLO's id> = %q, want :1", tc.name, r)
+		}
+		c.expectClosed()
+	}
+}

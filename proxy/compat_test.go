@@ -878,8 +878,8 @@ func hello3(t *testing.T, direct, proxied *rawConn) {
 	if len(d) == 0 || d[0] != '%' || len(p) == 0 || p[0] != '%' {
 		t.Fatalf("HELLO 3: want a RESP3 map from both sides\n  direct redis: %s\n  via rproxy:   %s", quote(d), quote(p))
 	}
-	// The id field differs (the proxy answers from a shared connection), the
-	// rest must be the same.
+	// The id field differs (rproxy gives its session's id,
+	// TestHelloGivesSessionID), the rest must be the same.
 	dv, _ := resp.Parse(d)
 	pv, _ := resp.Parse(p)
 	if len(dv.Elems) != len(pv.Elems) {

@@ -922,7 +922,32 @@ func (s *Server) helloUpstream(ss *session, raw []byte, proto int, setName bool,
 		if setName {
 			ss.name = string(name)
 		}
+		r = helloWithID(r, ss.id)
 	}
 	s.write(ss, r)
 	ss.batch.Reset()
+}
+
+// helloIDKey is the id field's key in a HELLO reply (a bulk string in
+// both protocols), followed by its integer value.
+var helloIDKey = []byte("$2\r\nid\r\n:")
+
+// helloWithID returns the HELLO reply r with its id field set to the
+// session's id: the one CLIENT ID answers and CLIENT KILL ID takes, not the
+// id of the upstream connection that answered (clients such as go-redis
+// keep the id HELLO gives).
+func helloWithID(r []byte, id int64) []byte {
+	i := bytes.Index(r, helloIDKey)
+	if i < 0 {
+		return r
+	}
+	start := i + len(helloIDKey)
+	end := bytes.Index(r[start:], []byte("\r\n"))
+	if end < 0 {
+		return r
+	}
+	out := make([]byte, 0, len(r)+20)
+	out = append(out, r[:start]...)
+	out = strconv.AppendInt(out, id, 10)
+	return append(out, r[start+end:]...)
 }
