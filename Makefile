@@ -17,8 +17,9 @@ ADMIN     ?= 127.0.0.1:9121
 REDIS_SUITE_MIN_OK    ?= 1950
 CLIENT_SUITE_MAX_DIFFER ?= 2
 
-# Directories never searched for fuzz targets or gofmt'ed.
-PRUNE := -path ./.git -o -path ./vendor -o -path ./bin -o -name testdata
+# Directories never searched for fuzz targets or gofmt'ed (.cache: the suites' downloads,
+# such as go-redis's source under suites/libs/.cache, which Go's ./... skips too).
+PRUNE := -path ./.git -o -path ./vendor -o -path ./bin -o -name testdata -o -name .cache
 
 .DEFAULT_GOAL := build
 
