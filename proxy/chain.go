@@ -463,7 +463,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		// forgets what it keeps of the client's state. It stays in
 		// stream mode: the pin is not reused.
 		s.resetClientState(ss)
-		ss.redirect, ss.db, ss.multiSent, ss.watching = -1, 0, false, false
+		ss.redirect, ss.trackBcast, ss.db, ss.multiSent, ss.watching = -1, false, 0, false, false
 		clear(ss.subscribed)
 		if ss.role == 'O' {
 			ss.role = 0 // RESET ends MONITOR (a replica's is refused)

@@ -112,6 +112,9 @@ func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, n
 	if st.tracking {
 		flags += "t"
 	}
+	if st.tracking && st.bcast {
+		flags += "B"
+	}
 	if flags == "" {
 		flags = "N"
 	}
@@ -153,7 +156,9 @@ func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, n
 	dst = append(dst, cmdName...)
 	dst = append(dst, " user="...)
 	dst = append(dst, user...)
-	dst = append(dst, " redir=-1 resp="...)
+	dst = append(dst, " redir="...)
+	dst = strconv.AppendInt(dst, st.redirect, 10)
+	dst = append(dst, " resp="...)
 	dst = strconv.AppendInt(dst, int64(proto), 10)
 	return append(dst, '\n')
 }
@@ -257,21 +262,27 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) == 3 {
 		for _, other := range s.sessionsByID() {
-			if other.conn.RemoteAddr() == string(args[2]) {
-				s.reply(ss, []byte("+OK\r\n"))
-				s.killSession(ss, other)
+			if other.conn.RemoteAddr() != string(args[2]) {
+				continue
+			}
+			if other == ss && ss.stream && ss.pin != nil {
+				ss.killed.Store(true) // Redis answers +OK and closes, as above
+				ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "CLIENT", "KILL", ss.pin.LocalAddr()))
 				return
 			}
+			s.replyInMode(ss, []byte("+OK\r\n"))
+			s.killSession(ss, other)
+			return
 		}
-		s.reply(ss, []byte("-ERR No such client\r\n"))
+		s.replyInMode(ss, []byte("-ERR No such client\r\n"))
 		return
 	}
 	if len(args) == 2 {
-		ss.forward(cmd.Raw) // Redis's arity error
+		s.forwardInMode(ss, cmd.Raw) // Redis's arity error
 		return
 	}
 	if len(args)%2 != 0 {
-		s.reply(ss, []byte("-ERR syntax error\r\n"))
+		s.replyInMode(ss, []byte("-ERR syntax error\r\n"))
 		return
 	}
 	var (
@@ -286,13 +297,13 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 		case "id":
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil || n <= 0 {
-				s.reply(ss, []byte("-ERR client-id should be greater than 0\r\n"))
+				s.replyInMode(ss, []byte("-ERR client-id should be greater than 0\r\n"))
 				return
 			}
 			id = n
 		case "type":
 			if !validClientType(v) {
-				s.reply(ss, resp.AppendError(nil, "ERR Unknown client type '"+string(v)+"'"))
+				s.replyInMode(ss, resp.AppendError(nil, "ERR Unknown client type '"+string(v)+"'"))
 				return
 			}
 			typ, hasType = bytes.ToLower(v), true
@@ -312,16 +323,16 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 			case "no":
 				skipMe = false
 			default:
-				s.reply(ss, []byte("-ERR syntax error\r\n"))
+				s.replyInMode(ss, []byte("-ERR syntax error\r\n"))
 				return
 			}
 		default:
-			s.reply(ss, []byte("-ERR syntax error\r\n"))
+			s.replyInMode(ss, []byte("-ERR syntax error\r\n"))
 			return
 		}
 	}
 	if user != nil && !s.userExists(user) {
-		s.reply(ss, resp.AppendError(nil, "ERR No such user '"+string(user)+"'"))
+		s.replyInMode(ss, resp.AppendError(nil, "ERR No such user '"+string(user)+"'"))
 		return
 	}
 	var victims []*session
@@ -342,7 +353,15 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 		}
 		victims = append(victims, other)
 	}
-	s.reply(ss, resp.AppendInt(nil, int64(len(victims))))
+	if ss.stream && len(victims) == 1 && victims[0] == ss && ss.pin != nil {
+		// It kills itself: Redis answers and closes the pinned connection,
+		// which ends the stream and closes the client after the reply, as
+		// Redis closes a client that killed itself.
+		ss.killed.Store(true)
+		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "CLIENT", "KILL", "ADDR", ss.pin.LocalAddr(), "SKIPME", "no"))
+		return
+	}
+	s.replyInMode(ss, resp.AppendInt(nil, int64(len(victims))))
 	for _, v := range victims {
 		s.killSession(ss, v)
 	}
@@ -388,26 +407,26 @@ func (s *Server) killSession(caller, victim *session) {
 func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) != 3 && len(args) != 4 {
-		ss.forward(cmd.Raw) // Redis's arity error
+		s.forwardInMode(ss, cmd.Raw) // Redis's arity error
 		return
 	}
 	id, err := strconv.ParseInt(string(args[2]), 10, 64)
 	if err != nil {
-		s.reply(ss, []byte("-ERR value is not an integer or out of range\r\n"))
+		s.replyInMode(ss, []byte("-ERR value is not an integer or out of range\r\n"))
 		return
 	}
 	if len(args) == 4 && !bytes.EqualFold(args[3], []byte("timeout")) && !bytes.EqualFold(args[3], []byte("error")) {
-		s.reply(ss, []byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
+		s.replyInMode(ss, []byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
 		return
 	}
 	upstreamID := s.pinnedRedisID(id)
 	if upstreamID == 0 {
-		s.reply(ss, []byte(":0\r\n")) // not blocked: it has no connection of its own
+		s.replyInMode(ss, []byte(":0\r\n")) // not blocked: it has no connection of its own
 		return
 	}
 	out := [][]byte{args[0], args[1], strconv.AppendInt(nil, upstreamID, 10)}
 	out = append(out, args[3:]...)
-	ss.forward(resp.AppendCommand(nil, out...))
+	s.forwardInMode(ss, resp.AppendCommand(nil, out...))
 }
 
 // trackingRedirect rewrites CLIENT TRACKING ... REDIRECT id with the id
@@ -420,9 +439,12 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte
 	if len(args) > 2 {
 		switch {
 		case bytes.EqualFold(args[2], []byte("off")):
-			ss.redirect = -1
+			ss.redirect, ss.trackBcast = -1, false
 		case bytes.EqualFold(args[2], []byte("on")):
-			ss.redirect = 0
+			ss.redirect, ss.trackBcast = 0, false
+			for _, a := range args[3:] {
+				ss.trackBcast = ss.trackBcast || bytes.EqualFold(a, []byte("bcast"))
+			}
 		}
 	}
 	for i := 2; i+1 < len(args); i++ {
@@ -478,6 +500,10 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		ss.streamCmds = append(ss.streamCmds, scriptText(text))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("info")):
 		ss.streamCmds = append(ss.streamCmds, scriptText(s.clientLine(nil, ss, ss, cmd, s.clock())))
+	case bytes.EqualFold(args[1], []byte("kill")):
+		s.clientKill(ss, cmd)
+	case bytes.EqualFold(args[1], []byte("unblock")):
+		s.clientUnblock(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("tracking")):
 		raw, errReply := s.trackingRedirect(ss, cmd)
 		if errReply != nil {
@@ -505,6 +531,37 @@ func scriptName(name string) []byte {
 // Redis's verbatim string).
 func scriptText(text []byte) []byte {
 	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return ARGV[1]"), []byte("0"), text)
+}
+
+// replyInMode queues a reply made here: in stream mode as a script that
+// makes Redis answer it in order with the stream (an integer, a status or
+// an error: what the CLIENT subcommands that speak in ids answer).
+func (s *Server) replyInMode(ss *session, r []byte) {
+	if !ss.stream {
+		s.reply(ss, r)
+		return
+	}
+	text := string(bytes.TrimSuffix(r[1:], []byte("\r\n")))
+	switch r[0] {
+	case ':':
+		ss.localCount++
+		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "EVAL", "return tonumber(ARGV[1])", "0", text))
+	case '+':
+		ss.localCount++
+		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "EVAL", "return redis.status_reply(ARGV[1])", "0", text))
+	default: // '-'
+		s.deny(ss, r)
+	}
+}
+
+// forwardInMode sends a command on: queued in the batch, or in stream mode
+// on the stream.
+func (s *Server) forwardInMode(ss *session, raw []byte) {
+	if ss.stream {
+		ss.streamCmds = append(ss.streamCmds, raw)
+		return
+	}
+	ss.forward(raw)
 }
 
 // scriptInt is a command that makes Redis reply the integer n.

@@ -41,6 +41,8 @@ type clientState struct {
 	// (t flag).
 	subs, psubs, ssubs int
 	tracking           bool
+	redirect           int64 // CLIENT LIST's redir: -1 off, 0 on without REDIRECT, else rproxy's id
+	bcast              bool  // tracking in BCAST mode (B flag)
 }
 
 // liveState is the session's clientState now; only its own goroutine may
@@ -48,7 +50,8 @@ type clientState struct {
 func (ss *session) liveState() clientState {
 	return clientState{name: ss.name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: ss.pin != nil || ss.stream,
 		multi: ss.inTransaction(), stream: ss.stream, role: ss.role, proto: ss.proto,
-		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.redirect >= 0}
+		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.redirect >= 0,
+		redirect: ss.redirect, bcast: ss.trackBcast}
 }
 
 // publishView publishes the session's state after a batch. It allocates
@@ -61,7 +64,8 @@ func (s *Server) publishView(ss *session) {
 	subs, psubs, ssubs, tracking := len(ss.subscribed['c']), len(ss.subscribed['p']), len(ss.subscribed['s']), ss.redirect >= 0
 	if ss.name == v.last.name && ss.user == v.last.user && ss.lastCmd == v.last.cmd && ss.db == v.last.db && pinned == v.last.pinned &&
 		multi == v.last.multi && ss.stream == v.last.stream && ss.role == v.last.role && ss.proto == v.last.proto &&
-		subs == v.last.subs && psubs == v.last.psubs && ssubs == v.last.ssubs && tracking == v.last.tracking {
+		subs == v.last.subs && psubs == v.last.psubs && ssubs == v.last.ssubs && tracking == v.last.tracking &&
+		ss.redirect == v.last.redirect && ss.trackBcast == v.last.bcast {
 		return
 	}
 	v.last = ss.liveState()

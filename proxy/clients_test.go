@@ -555,9 +555,22 @@ func TestClientTypes(t *testing.T) {
 	} {
 		waitFor(t, "CLIENT LIST TYPE "+typ, func() bool { return slices.Equal(ids(typ), want) })
 	}
-	for id, flags := range map[string]string{replID: "S", monID: "O", subID: "P", trkID: "t", leftID: "N"} {
-		if line := admin.do("CLIENT", "LIST", "ID", id); !strings.Contains(line, " flags="+flags+" ") {
-			t.Errorf("CLIENT LIST ID %s: %q, want flags=%s", id, line, flags)
+	bcast := dialClient(t, p.Addr)
+	bcastID := idOf(bcast)
+	if r := bcast.do("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "cache:"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on BCAST = %q", r)
+	}
+	// Tracking shows in flags (t, and B for BCAST, as Redis's) and redir (0:
+	// on, without REDIRECT; -1: off).
+	for id, want := range map[string]string{replID: "flags=S ", monID: "flags=O ", subID: "flags=P ",
+		trkID: "flags=t ", bcastID: "flags=tB ", leftID: "flags=N "} {
+		line := admin.do("CLIENT", "LIST", "ID", id)
+		redir := " redir=-1 "
+		if id == trkID || id == bcastID {
+			redir = " redir=0 "
+		}
+		if !strings.Contains(line, " "+want) || !strings.Contains(line, redir) {
+			t.Errorf("CLIENT LIST ID %s: %q, want %s and%s", id, line, want, redir)
 		}
 	}
 	if r := admin.do("CLIENT", "KILL", "TYPE", "slave"); r != ":1\r\n" {
@@ -608,5 +621,70 @@ func TestHelloGivesSessionID(t *testing.T) {
 			t.Errorf("%s: CLIENT KILL ID <HELLO's id> = %q, want :1", tc.name, r)
 		}
 		c.expectClosed()
+	}
+}
+
+// CLIENT KILL and CLIENT UNBLOCK from a session in stream mode (tracking
+// on, here) speak in rproxy's ids, as from any session: they were sent to
+// Redis as they were, where the ids mean other connections (go-redis's
+// client-side-cache spec "evicts cached entries when the tracked
+// connection dies" kills from a client that had tried CLIENT TRACKING).
+// A session that kills itself gets its reply and is closed.
+func TestClientKillAndUnblockInStreamMode(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	idOf := func(c *rawClient) string {
+		return strings.TrimSuffix(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"), "\r\n")
+	}
+	streaming := func() *rawClient {
+		c := dialClient(t, p.Addr)
+		if r := c.do("CLIENT", "TRACKING", "ON"); r != "+OK\r\n" {
+			t.Fatalf("CLIENT TRACKING ON = %q", r)
+		}
+		return c
+	}
+	s := streaming()
+	victim := dialClient(t, p.Addr)
+	victimID := idOf(victim)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"CLIENT", "KILL", "ID", "999999"}, ":0\r\n"},
+		{[]string{"CLIENT", "KILL", "ID", idOf(s)}, ":0\r\n"}, // SKIPME yes
+		{[]string{"CLIENT", "KILL", "ID", "0"}, "-ERR client-id should be greater than 0\r\n"},
+		{[]string{"CLIENT", "KILL", "ID", victimID}, ":1\r\n"},
+	} {
+		if r := s.do(tc.args...); r != tc.want {
+			t.Errorf("%q in stream mode = %q, want %q", tc.args, r, tc.want)
+		}
+	}
+	victim.expectClosed()
+
+	blocked := dialClient(t, p.Addr)
+	blockedID := idOf(blocked)
+	blocked.send(resp.AppendCommandString(nil, "BLPOP", "nothing", "0"))
+	waitFor(t, "the BLPOP blocked", func() bool {
+		return strings.Contains(dialClient(t, p.Addr).do("CLIENT", "LIST", "ID", blockedID), "flags=b")
+	})
+	if r := s.do("CLIENT", "UNBLOCK", blockedID); r != ":1\r\n" {
+		t.Errorf("CLIENT UNBLOCK in stream mode = %q, want :1", r)
+	}
+	if r := string(blocked.read()); r != "*-1\r\n" {
+		t.Errorf("unblocked BLPOP = %q, want a null array", r)
+	}
+
+	self := streaming()
+	self.send(resp.AppendCommandString(nil, "CLIENT", "KILL", "ID", idOf(self), "SKIPME", "no"))
+	if got := self.expectClosed(); got != ":1\r\n" {
+		t.Errorf("CLIENT KILL ID <own> SKIPME no in stream mode: %q before the close, want :1", got)
+	}
+	old := streaming()
+	old.send(resp.AppendCommandString(nil, "CLIENT", "KILL", old.nc.LocalAddr().String()))
+	if got := old.expectClosed(); got != "+OK\r\n" {
+		t.Errorf("CLIENT KILL <own addr> in stream mode: %q before the close, want +OK", got)
+	}
+	if r := s.do("PING"); r != "+PONG\r\n" {
+		t.Errorf("the killing session afterwards: PING = %q", r)
 	}
 }

@@ -91,11 +91,12 @@ type session struct {
 	// Pinning: while the session holds connection state, its commands run on
 	// a dedicated upstream connection. track holds, for each command in
 	// batch while pinned, the state it may change; the replies decide.
-	pin      *upstream.Dedicated
-	pinPool  *upstream.Pool                     // the pool the pin came from
-	pinRef   atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
-	pinDirty bool                               // a command other than a blocking one ran on pin: it is reset when released
-	redirect int64                              // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
+	pin        *upstream.Dedicated
+	pinPool    *upstream.Pool                     // the pool the pin came from
+	pinRef     atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
+	pinDirty   bool                               // a command other than a blocking one ran on pin: it is reset when released
+	redirect   int64                              // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
+	trackBcast bool                               // CLIENT TRACKING on in BCAST mode
 	// The channels, patterns and shard channels subscribed, by kind
 	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
 	subscribed map[byte]map[string]struct{}
@@ -276,6 +277,13 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 		}
 		s.publishView(ss)
 		ss.resetBatchNames()
+		if ss.quit {
+			// It killed itself along with other clients (CLIENT KILL ...
+			// SKIPME no): closed now, its reply likely not delivered.
+			ss.state.Store(stateClosing)
+			c.Close()
+			return
+		}
 		ss.state.Store(stateIdle)
 		return
 	}

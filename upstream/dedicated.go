@@ -351,6 +351,10 @@ func (d *Dedicated) idleAlive() bool {
 	return true
 }
 
+// LocalAddr is the connection's local address: the address Redis knows
+// the client by (CLIENT KILL ADDR).
+func (d *Dedicated) LocalAddr() string { return d.nc.LocalAddr().String() }
+
 // Broken reports whether// Broken reports whether the connection failed (it is closed on Release).
 func (d *Dedicated) Broken() bool { return d.broken.Load() }
 
