@@ -545,7 +545,7 @@ func (s *Server) replyInMode(ss *session, r []byte) {
 	switch r[0] {
 	case ':':
 		ss.localCount++
-		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "EVAL", "return tonumber(ARGV[1])", "0", text))
+		ss.streamCmds = append(ss.streamCmds, scriptIntText([]byte(text)))
 	case '+':
 		ss.localCount++
 		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "EVAL", "return redis.status_reply(ARGV[1])", "0", text))
@@ -565,8 +565,11 @@ func (s *Server) forwardInMode(ss *session, raw []byte) {
 }
 
 // scriptInt is a command that makes Redis reply the integer n.
-func scriptInt(n int64) []byte {
-	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return tonumber(ARGV[1])"), []byte("0"), strconv.AppendInt(nil, n, 10))
+func scriptInt(n int64) []byte { return scriptIntText(strconv.AppendInt(nil, n, 10)) }
+
+// scriptIntText is scriptInt for an integer in decimal text.
+func scriptIntText(n []byte) []byte {
+	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return tonumber(ARGV[1])"), []byte("0"), n)
 }
 
 // noteSubscriptions follows what a (un)subscribe command asks for, and the

@@ -125,14 +125,21 @@ func (c *limitedConn) unparkLocked() bool {
 // by resuming its read loop to report the timeout.
 func (c *limitedConn) expireParked(d time.Duration) {
 	c.mu.Lock()
-	expired := d > 0 && c.parked && time.Since(c.readSince) >= d && c.unparkLocked()
-	if expired {
-		c.expired = true
-	}
+	expired := c.expireLocked(time.Now(), d)
 	c.mu.Unlock()
 	if expired {
 		go c.resume()
 	}
+}
+
+// expireLocked takes back from the poller a parked client idle for d or
+// more and marks it expired; the caller then resumes it (true).
+func (c *limitedConn) expireLocked(now time.Time, d time.Duration) bool {
+	if d <= 0 || !c.parked || now.Sub(c.readSince) < d || !c.unparkLocked() {
+		return false
+	}
+	c.expired = true
+	return true
 }
 
 // releaseAfterParks returns the free memory to the system once no client
@@ -169,22 +176,26 @@ func (s *Server) parkSweep(stop <-chan struct{}) {
 		s.mu.Lock()
 		for ss := range s.sessions {
 			if lc, ok := ss.conn.nc.(*limitedConn); ok && lc.poller != nil {
-				lc.askPark(now, s.parkAfter)
-				lc.expireParked(idle)
+				lc.sweep(now, s.parkAfter, idle)
 			}
 		}
 		s.mu.Unlock()
 	}
 }
 
-// askPark wakes a read that has waited after, to park.
-func (c *limitedConn) askPark(now time.Time, after time.Duration) {
+// sweep is the park sweep's visit to one client, under one lock: a read
+// that has waited after is woken to park; a parked client idle for the idle
+// timeout idle is resumed to be closed.
+func (c *limitedConn) sweep(now time.Time, after, idle time.Duration) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.reading || c.parkAsked || c.noIdle || c.watching || now.Sub(c.readSince) < after {
-		return
+	if c.reading && !c.parkAsked && !c.noIdle && !c.watching && now.Sub(c.readSince) >= after {
+		c.parkAsked = true
+		c.Conn.SetReadDeadline(now)
+		c.armed, c.deadline = true, now
 	}
-	c.parkAsked = true
-	c.Conn.SetReadDeadline(now)
-	c.armed, c.deadline = true, now
+	expired := c.expireLocked(now, idle)
+	c.mu.Unlock()
+	if expired {
+		go c.resume()
+	}
 }
