@@ -374,6 +374,10 @@ const refreshTimeout = time.Second
 // refresh reads the slot map from the first known master or seed that
 // answers, and installs it.
 func (c *Cluster) refresh(ctx context.Context) error {
+	// Nodes made from here on (a MOVED naming a new node, a caller's
+	// lookup) may be missing from the map this read finds only because
+	// the map is older than they are: they are not counted as left out.
+	known := int32(len(*c.nodes.Load()))
 	candidates := c.MasterAddrs()
 	seen := make(map[string]bool)
 	for _, a := range candidates {
@@ -395,7 +399,7 @@ func (c *Cluster) refresh(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
 		}
-		if err := c.install(shards, addr); err != nil {
+		if err := c.install(shards, addr, known); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
 		}
@@ -464,8 +468,9 @@ func hostOf(addr string) string {
 	return host
 }
 
-// install makes shards the slot map.
-func (c *Cluster) install(shards []shard, from string) error {
+// install makes shards the slot map; counted is how many nodes there were
+// when the map was asked for (retireAbsent judges only those).
+func (c *Cluster) install(shards []shard, from string, counted int32) error {
 	known := int32(len(*c.nodes.Load())) // nodes made from here on are new
 	owner := make([]int32, Slots)
 	for i := range owner {
@@ -528,7 +533,7 @@ func (c *Cluster) install(shards []shard, from string) error {
 	} else {
 		c.metrics.refreshes.WithLabelValues("unchanged").Inc()
 	}
-	c.retireAbsent(inMap)
+	c.retireAbsent(inMap, counted)
 	return nil
 }
 
@@ -543,12 +548,16 @@ const retireAfter = 3
 // they stop reconnecting (and logging) for good. The node's index stays,
 // with closed pools that fail at once, since stale routing may still hold
 // it; if its address comes back, node gives it a new index and new pools.
-// Seeds are kept: they are where a lost map is read again.
-func (c *Cluster) retireAbsent(inMap map[int32]bool) {
+// Seeds are kept: they are where a lost map is read again. Nodes at
+// index counted or above were made after the map was asked for: not judged.
+func (c *Cluster) retireAbsent(inMap map[int32]bool, counted int32) {
 	var closing []*Pool
 	c.mu.Lock()
 	nodes := *c.nodes.Load()
 	for addr, i := range c.byAddr {
+		if i >= counted {
+			continue // newer than the map read
+		}
 		if inMap[i] || c.seeds[addr] {
 			delete(c.absent, i)
 			continue

@@ -120,6 +120,9 @@ type fakeCluster struct {
 	// redirects the slot's GETs to.
 	movedAddr map[int]string
 	gets      []atomic.Int64
+	// held, when set, holds every CLUSTER SHARDS answer until it is
+	// closed, after saying on asked that a question came.
+	held, asked chan struct{}
 }
 
 func startFakeCluster(t *testing.T) *fakeCluster {
@@ -136,6 +139,13 @@ func (fc *fakeCluster) owner(slot int) int { return slot * 3 / Slots }
 func (fc *fakeCluster) reply(i int, args [][]byte) string {
 	switch strings.ToUpper(string(args[0])) {
 	case "CLUSTER":
+		fc.mu.Lock()
+		held, asked := fc.held, fc.asked
+		fc.mu.Unlock()
+		if held != nil {
+			asked <- struct{}{}
+			<-held
+		}
 		var b strings.Builder
 		b.WriteString("*3\r\n")
 		for j, n := range fc.nodes {
@@ -244,7 +254,9 @@ func TestClusterRetiresNodesLeftOutOfTheMap(t *testing.T) {
 	gone := startFake(t, func([][]byte) string { return "+OK\r\n" })
 	seed := startFake(t, func([][]byte) string { return "+OK\r\n" })
 	c, _ := testCluster(t, fc)
+	c.mu.Lock()
 	c.seeds[seed.ln.Addr().String()] = true
+	c.mu.Unlock()
 	goneAt, err := c.node(gone.ln.Addr().String()) // as if it had been a master
 	if err != nil {
 		t.Fatal(err)
@@ -317,6 +329,54 @@ func TestClusterRetiresNodesLeftOutOfTheMap(t *testing.T) {
 		t.Fatal("a retired address came back on its closed pools")
 	}
 	waitReady(pool(back))
+}
+
+// TestClusterRetiresOnlyNodesOlderThanTheMap: a node made while a slot
+// map read was out (a MOVED naming it, say) is not counted as left out by
+// that read, whose map may be older than the node. It was: a lookup racing
+// the first read made the node count once more than the reads that saw it.
+func TestClusterRetiresOnlyNodesOlderThanTheMap(t *testing.T) {
+	fc := startFakeCluster(t)
+	late := startFake(t, func([][]byte) string { return "+OK\r\n" })
+	c, _ := testCluster(t, fc)
+	fc.mu.Lock()
+	fc.held, fc.asked = make(chan struct{}), make(chan struct{}, 1)
+	fc.mu.Unlock()
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- c.refresh(ctx) }()
+	<-fc.asked // the read is out
+	lateAt, err := c.node(late.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := (*c.nodes.Load())[lateAt].pools[2]
+	for deadline := time.Now().Add(5 * time.Second); !pool.Ready(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the node's pool not connected after 5s")
+		}
+	}
+	fc.mu.Lock()
+	close(fc.held)
+	fc.held = nil
+	fc.mu.Unlock()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < retireAfter; i++ {
+		if err := c.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !pool.Ready() {
+		t.Fatalf("the node was retired after %d reads made after it, want %d", retireAfter-1, retireAfter)
+	}
+	if err := c.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Ready() {
+		t.Fatalf("the node is not retired after %d reads left it out", retireAfter)
+	}
 }
 
 // TestClusterMasterUpGauge: one series per master of the slot map, by
