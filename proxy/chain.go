@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
-	"github.com/rproxy/rproxy/tier"
 )
 
 // The request path, top to bottom. A client's read of pipelined commands
@@ -33,8 +30,8 @@ import (
 // runs the stages below in order: bookkeeping counts it; transactionGuard,
 // authStage, policyStage, tierWrites (a GET writes no key), scriptKill and
 // replicaReads pass it on; clusterRouting gives it its master's slot;
-// tierCached answers it from the local tier if the key is hot and cached
-// (else asks for a fill); saltReads may send it to a salted copy;
+// tierReads answers it from the local tier if the key is hot and cached
+// (else asks for a fill); salting may send it to a salted copy;
 // coalescing may join it to an identical GET in flight; dispatch queues it
 // in the session's batch. After the read's last command, flush
 // (session.go) sends the batch on a shared connection (upstream.Pool.Do),
@@ -54,31 +51,30 @@ func (s *Server) newChain() chain {
 			*list = append(*list, st)
 		}
 	}
-	tw := tierWrites{s}
-	sr := saltReads{s}
+	tw := tierWrites{s.tiering}
 
 	add(&c.commands, true, bookkeeping{s})                    // command counts, CLIENT LIST's cmd, slow-log names
 	add(&c.commands, true, transactionGuard{s})               // no proxy-answered command inside MULTI
 	add(&c.commands, true, authStage{s})                      // AUTH, and NOAUTH before it
 	add(&c.commands, true, policyStage{s})                    // refusals, big-key probes, TTL jitter (reloadable)
-	add(&c.commands, s.hot != nil, tw)                        // writes drop their keys from the local tier
+	add(&c.commands, s.tiering != nil, tw)                    // writes drop their keys from the local tier
 	add(&c.commands, true, scriptKill{s})                     // SCRIPT/FUNCTION KILL out of band
 	add(&c.commands, true, replicaReads{s})                   // Sentinel replicas for reads under prefixes
 	add(&c.commands, s.cfg.Cluster != nil, clusterRouting{s}) // facade, slots, split commands
-	add(&c.commands, s.hot != nil, tierCached{s})             // hot keys' reads from the local tier
-	add(&c.commands, s.salt != nil, sr)                       // hot keys' reads spread over salted copies
+	add(&c.commands, s.tiering != nil, tierReads{s.tiering})  // hot keys' reads from the local tier
+	add(&c.commands, s.salting != nil, s.salting)             // hot keys' reads spread over salted copies
 	add(&c.commands, s.coalescing != nil, s.coalescing)       // identical reads share one flight
 	add(&c.commands, true, dispatch{s})                       // forward, pin, or answer in place
 
 	// After the replies: copies updated from what the reads found, the
 	// tier's written keys dropped again (or the barrier), flights
 	// published to their joiners (before this session waits on any).
-	add(&c.replies, s.salt != nil, sr)
-	add(&c.replies, s.hot != nil, tw)
+	add(&c.replies, s.salting != nil, s.salting)
+	add(&c.replies, s.tiering != nil, tw)
 	add(&c.replies, s.coalescing != nil, s.coalescing)
 
 	add(&c.stream, true, policyStage{s})
-	add(&c.stream, s.hot != nil, tw)
+	add(&c.stream, s.tiering != nil, tw)
 	add(&c.stream, true, streamDispatch{s})
 	return c
 }
@@ -230,18 +226,6 @@ func (st policyStage) command(ss *session, c *call) bool {
 
 func (policyStage) replies(*session) {}
 
-// tierWrites drops from the local tier the keys a command may write, before
-// it is sent, and again once acknowledged (beforeWrite, afterWrite). In
-// stream mode no acknowledgement is seen.
-type tierWrites struct{ s *Server }
-
-func (st tierWrites) command(ss *session, c *call) bool {
-	st.s.beforeWrite(ss, c.info, c.cmd.Args, !ss.stream)
-	return false
-}
-
-func (st tierWrites) replies(ss *session) { st.s.afterWrite(ss) }
-
 // scriptKill sends SCRIPT KILL and FUNCTION KILL out of band
 // (killOutOfBand): on the shared connection they would wait behind the
 // script they are to stop.
@@ -291,77 +275,16 @@ func (clusterRouting) replies(*session) {}
 
 // readable reports whether a forwarded read may be served by the tier,
 // salted copies or a shared flight: the tier and the flights hold db 0 as
-// the shared connections' upstream user sees it, so not for pinned
-// sessions, passthrough users' ACLs, or after a write in the same batch
-// (a session reads its own writes).
-func (s *Server) readable(ss *session, c *call) bool {
-	return c.info != nil && c.info.Handling == command.Forward && ss.pin == nil && !ss.flights.wrote && ss.pools == &s.pools
+// the shared connections' (shared) upstream user sees it, so not for
+// pinned sessions, passthrough users' ACLs, or after a write in the same
+// batch (a session reads its own writes).
+func readable(ss *session, c *call, shared *poolSet) bool {
+	return c.info != nil && c.info.Handling == command.Forward && ss.pin == nil && !ss.flights.wrote && ss.pools == shared
 }
 
 // isGet reports whether c is a GET with one key.
 func (c *call) isGet() bool {
 	return c.info.Name == "get" && len(c.cmd.Args) == 2
-}
-
-// tierCached serves hot keys' reads from the local tier (package tier,
-// readcache.go). Hits are counted too, so a cached key stays hot and is
-// filled again as soon as its entry expires.
-type tierCached struct{ s *Server }
-
-func (st tierCached) command(ss *session, c *call) bool {
-	s := st.s
-	if !s.readable(ss, c) {
-		return false
-	}
-	args := c.cmd.Args
-	if !c.isGet() {
-		if !tier.Cacheable(c.info, args) {
-			return false
-		}
-		// Other read-only single-key commands of a hot key: the tier and
-		// coalescing as for GET.
-		var served bool
-		served, c.hot = s.tierReadCmd(ss, args[1], c.cmd.Raw)
-		return served
-	}
-	// One hash of the key serves the detector, the coalescing filter and
-	// its table.
-	c.keyHash, c.hashed = xxhash.Sum64(args[1]), true
-	var fill bool
-	c.hotGet, fill = s.hot.Observe(args[1], c.keyHash)
-	if (c.hotGet || fill) && s.hot.MissOn() {
-		s.noteMiss(ss, args[1]) // before the tier: a cached miss counts too
-	}
-	if r, ok := s.hot.Lookup(args[1], ss.proto); ok {
-		s.replyShared(ss, r)
-		return true
-	}
-	if fill {
-		s.hot.RequestFill(args[1])
-	}
-	return false
-}
-
-func (tierCached) replies(*session) {}
-
-// saltReads spreads the GETs of hot (or listed) keys over their salted
-// copies on a cluster, and after the replies updates the copies from what
-// the reads found (salt.go).
-type saltReads struct{ s *Server }
-
-func (st saltReads) command(ss *session, c *call) bool {
-	s := st.s
-	if !s.readable(ss, c) || !c.isGet() {
-		return false
-	}
-	key := c.cmd.Args[1]
-	return (c.hotGet || s.salt.Listed(key)) && s.saltedRead(ss, c.info, key)
-}
-
-func (st saltReads) replies(ss *session) {
-	if len(ss.copies.reads) > 0 || len(ss.copies.writes) > 0 {
-		st.s.saltAfterBatch(ss)
-	}
 }
 
 // dispatch takes every command the stages before it left: forwarded on the

@@ -125,8 +125,8 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 	if len(keys) == 0 {
 		return false
 	}
-	if s.salt != nil && info.Has(command.Write) {
-		s.noteSaltedWrites(ss, keys)
+	if s.salting != nil && info.Has(command.Write) {
+		s.salting.noteWrites(ss, keys)
 	}
 	ss.slot = upstream.Slot(keys[0])
 	if len(s.cfg.ReplicaReadPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && s.replicaReadable(keys) {

@@ -87,14 +87,14 @@ type lead struct {
 }
 
 // readMaybeJoined queues a read, or joins an identical one in flight when
-// it is eligible (and coalescing is on); it reports whether the read is in
-// the session's own batch (false: joined).
-func (s *Server) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
-	if s.coalescing == nil {
+// it is eligible (and coalescing is on: co not nil); it reports whether the
+// read is in the session's own batch (false: joined).
+func (co *coalescing) readMaybeJoined(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) bool {
+	if co == nil {
 		ss.forward(raw)
 		return true
 	}
-	taken, joined := s.coalescing.join(ss, info, raw, keyHash, hashed, hot)
+	taken, joined := co.join(ss, info, raw, keyHash, hashed, hot)
 	if !taken {
 		ss.forward(raw)
 	}

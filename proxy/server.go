@@ -42,8 +42,9 @@ type Server struct {
 	coalescing *coalescing       // nil: off (coalescing.go)
 	sendSeq    *atomic.Uint64    // numbers upstream writes, shared by all pools
 	hot        *tier.Engine      // nil: hot-key detection off
+	tiering    *tiering          // the tier's stage; nil when hot is (tiering.go)
 	cluster    *upstream.Cluster // the shared pools' cluster (nil: standalone)
-	salt       *salt.Engine      // nil: salted fan-out off
+	salting    *salting          // nil: salted fan-out off (salting.go)
 
 	idle      *idlepoll.Poller // parked idle clients (park.go); nil: none parked
 	parkAfter time.Duration    // Config.IdleParkAfter, resolved
@@ -140,9 +141,10 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 			return nil, fmt.Errorf("proxy: %w", err)
 		}
 	}
+	var salted *salt.Engine
 	if cfg.Salt != nil {
 		var err error
-		if s.salt, err = salt.New(*cfg.Salt, s.cluster, s.clock, reg, log.Named("salt")); err != nil {
+		if salted, err = salt.New(*cfg.Salt, s.cluster, s.clock, reg, log.Named("salt")); err != nil {
 			s.closePools()
 			return nil, fmt.Errorf("proxy: salted fan-out: %w", err)
 		}
@@ -150,7 +152,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if cfg.HotKey != nil {
 		hot, err := tier.New(*cfg.HotKey, tier.Deps{
 			Upstream: cfg.Upstream, Cluster: cfg.Cluster, Coarse: s.clock,
-			RESP2:           s.pools[2], // RESP2 reads of command fills (readcache.go)
+			RESP2:           s.pools[2], // RESP2 reads of command fills (tiering.go)
 			UpstreamMetrics: s.metricsUp, Registry: reg, Log: log.Named("hotkey"),
 		})
 		if err != nil {
@@ -158,9 +160,13 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 			return nil, fmt.Errorf("proxy: hot keys: %w", err)
 		}
 		s.hot = hot
-		if s.salt != nil && hot.Clustered() {
-			hot.OnKey(s.salt.OriginWritten)
+		s.tiering = newTiering(hot, &s.pools, cfg.Cluster != nil)
+		if salted != nil && hot.Clustered() {
+			hot.OnKey(salted.OriginWritten)
 		}
+	}
+	if salted != nil {
+		s.salting = &salting{engine: salted, tier: s.hot, coalescing: s.coalescing, shared: &s.pools}
 	}
 	s.chain = s.newChain()
 	ctx, cancel := context.WithCancel(context.Background())

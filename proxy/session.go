@@ -9,14 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rproxy/rproxy/command"
-	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/resp"
-	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -131,9 +128,9 @@ type session struct {
 // between batches only for speed (capacity, a cache): replies made here go
 // into local; order says, for each command in client order, where its reply
 // comes from; the stages keep their per-batch state: coalescing
-// (coalescing.go), salted fan-out (salt.go), the local tier's writes and miss collapsing (beforeWrite,
-// missgate.go), policy (policy.go), the slow log and request log
-// (slowlog.go). A parked client drops it (releaseIdle): not to a pool,
+// (coalescing.go), salted fan-out (salting.go), the local tier's writes and
+// miss collapsing (tiering.go), policy (policy.go), the slow log and
+// request log (slowlog.go). A parked client drops it (releaseIdle): not to a pool,
 // where a collection would keep it alive once more.
 type batchWork struct {
 	local     []byte
@@ -472,7 +469,7 @@ func (ss *session) queueLocal(r []byte, shared bool) {
 }
 
 // replyShared queues a reply from the local tier (never modified).
-func (s *Server) replyShared(ss *session, r []byte) {
+func (ss *session) replyShared(r []byte) {
 	ss.localCount++
 	ss.queueLocal(r, true)
 }
@@ -492,72 +489,6 @@ func (s *Server) refuseMsg(ss *session, msg string) {
 	ss.refusedCount++
 	s.abortTransaction(ss)
 	ss.queueLocal(resp.AppendError(nil, "ERR rproxy: "+msg), false)
-}
-
-// hotWriteState is the local tier's per-batch state in a session: keys
-// written (invalidated again once acknowledged), whether a write emptied a
-// database, whether a write with undeclared keys needs the tracking
-// barrier, and the GETs of hot keys whose misses are collapsed.
-type hotWriteState struct {
-	keys    [][]byte
-	hashes  []uint64 // xxhash.Sum64 of each of keys
-	clear   bool
-	barrier bool
-	misses  []missAt
-}
-
-// beforeWrite drops from the local tier what a command may change, before
-// it is sent. With acked, the batch's replies will be seen: writes to known
-// keys are dropped again then (afterWrite), so that a fill which read the
-// old value while the write was on its way cannot stay, and writes to
-// undeclared keys wait for the tracking barrier. In stream mode no
-// acknowledgement is seen, and client tracking covers the rest.
-func (s *Server) beforeWrite(ss *session, info *command.Info, args [][]byte, acked bool) {
-	if info == nil {
-		ss.hotWrites.barrier = ss.hotWrites.barrier || acked // unknown here: a module command may write
-		return
-	}
-	switch info.Invalidates {
-	case command.InvalidatesNone:
-		return
-	case command.InvalidatesAll:
-		s.hot.Clear()
-		ss.hotWrites.clear = ss.hotWrites.clear || acked
-		return
-	}
-	n := len(ss.hotWrites.keys)
-	keys, ok := command.Keys(info, args, ss.hotWrites.keys)
-	hashes := ss.hotWrites.hashes
-	for _, k := range keys[n:] {
-		h := xxhash.Sum64(k)
-		s.hot.Invalidate(k, h)
-		hashes = append(hashes, h)
-	}
-	if !acked {
-		ss.hotWrites.keys = keys[:n]
-		return
-	}
-	ss.hotWrites.keys, ss.hotWrites.hashes = keys, hashes
-	if !ok || info.Invalidates == command.InvalidatesUnknown || tier.LockAcquire(info, args) {
-		ss.hotWrites.barrier = true
-	}
-}
-
-// afterWrite completes beforeWrite once the batch's replies are in.
-func (s *Server) afterWrite(ss *session) {
-	for i, k := range ss.hotWrites.keys {
-		s.hot.Written(k, ss.hotWrites.hashes[i])
-		ss.hotWrites.keys[i] = nil
-	}
-	ss.hotWrites.keys, ss.hotWrites.hashes = ss.hotWrites.keys[:0], ss.hotWrites.hashes[:0]
-	if ss.hotWrites.clear {
-		s.hot.Clear()
-		ss.hotWrites.clear = false
-	}
-	if ss.hotWrites.barrier {
-		s.hot.Barrier()
-		ss.hotWrites.barrier = false
-	}
 }
 
 // flush sends the queued upstream commands, waits for their replies and
@@ -614,10 +545,7 @@ func (s *Server) flush(ss *session) {
 		ss.refusedCount = 0
 	}
 	up, over, miss := 0, 0, 0
-	var gate *hotkey.MissGate
-	if len(ss.hotWrites.misses) > 0 {
-		gate = s.hot.MissGate()
-	}
+	gate := s.tiering.missGate(ss)
 	for i, o := range ss.order {
 		var r []byte
 		switch o.from {
@@ -653,7 +581,7 @@ func (s *Server) flush(ss *session) {
 		}
 		if miss < len(ss.hotWrites.misses) && ss.hotWrites.misses[miss].at == i {
 			if gate != nil {
-				r = s.collapseMiss(ss, gate, ss.hotWrites.misses[miss].key, r)
+				r = s.tiering.collapseMiss(ss, gate, ss.hotWrites.misses[miss].key, r)
 			}
 			miss++
 		}

@@ -33,7 +33,7 @@ type Config struct {
 	// rproxy: when the tracking connection does not answer a probe within
 	// it, the tier empties and stops serving until it does.
 	MaxLag time.Duration
-	// MissWait turns miss collapsing on (proxy's missgate.go): readers of a
+	// MissWait turns miss collapsing on (proxy's tiering.go): readers of a
 	// missing hot key wait up to this long for the first reader's fill.
 	// 0 = off.
 	MissWait time.Duration

@@ -5,12 +5,40 @@ import (
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/salt"
+	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
 )
 
-// Salted fan-out's session side: the engine (package salt) keeps the
-// copies and their coherence; here its reads and writes join a session's
-// batch.
+// salting is salted fan-out's stage: it spreads the GETs of hot (or
+// listed) keys over their salted copies on a cluster, and after the
+// replies updates the copies from what the reads found. The engine
+// (package salt) owns the configuration (hotkeys.salt, validated there),
+// the copies and their coherence, the metrics and the logger; here its
+// reads and writes join a session's batch, whose per-batch state is
+// saltState.
+type salting struct {
+	engine *salt.Engine
+	// tier, when the local tier runs on the cluster, follows the origins'
+	// writes with client tracking (nil: no tier).
+	tier *tier.Engine
+	// coalescing lets copy reads join flights (nil: off).
+	coalescing *coalescing
+	shared     *poolSet // the server's own shared connections (readable)
+}
+
+func (sa *salting) command(ss *session, c *call) bool {
+	if !readable(ss, c, sa.shared) || !c.isGet() {
+		return false
+	}
+	key := c.cmd.Args[1]
+	return (c.hotGet || sa.engine.Listed(key)) && sa.read(ss, c.info, key)
+}
+
+func (sa *salting) replies(ss *session) {
+	if len(ss.copies.reads) > 0 || len(ss.copies.writes) > 0 {
+		sa.afterBatch(ss)
+	}
+}
 
 // saltState is salted fan-out's per-batch state in a session: copy reads
 // queued, salted keys written, and the replies of copy reads that missed
@@ -27,10 +55,10 @@ type saltRead struct {
 	salt.Read
 }
 
-// saltedRead queues a salted key's GET on a copy picked at random, and
+// read queues a salted key's GET on a copy picked at random, and
 // reports whether it did (false: read the origin as usual).
-func (s *Server) saltedRead(ss *session, info *command.Info, key []byte) bool {
-	r, ok := s.salt.Pick(key)
+func (sa *salting) read(ss *session, info *command.Info, key []byte) bool {
+	r, ok := sa.engine.Pick(key)
 	if !ok {
 		return false
 	}
@@ -38,19 +66,19 @@ func (s *Server) saltedRead(ss *session, info *command.Info, key []byte) bool {
 	// miss, and its joiners get the origin's reply with it.
 	idx := ss.batch.Len()
 	ss.slot = r.Slot()
-	if s.readMaybeJoined(ss, info, r.Cmd(), 0, false, false) {
+	if sa.coalescing.readMaybeJoined(ss, info, r.Cmd(), 0, false, false) {
 		ss.copies.reads = append(ss.copies.reads, saltRead{idx: idx, Read: r})
 	} else {
-		s.salt.Joined()
+		sa.engine.Joined()
 	}
 	return true
 }
 
-// noteSaltedWrites marks the salted keys among a write's keys as being
+// noteWrites marks the salted keys among a write's keys as being
 // written, before the write is sent (see salt.Engine).
-func (s *Server) noteSaltedWrites(ss *session, keys [][]byte) {
+func (sa *salting) noteWrites(ss *session, keys [][]byte) {
 	for _, k := range keys {
-		if sk := s.salt.BeginWrite(k); sk != nil {
+		if sk := sa.engine.BeginWrite(k); sk != nil {
 			ss.copies.writes = append(ss.copies.writes, sk)
 		}
 	}
@@ -59,12 +87,12 @@ func (s *Server) noteSaltedWrites(ss *session, keys [][]byte) {
 // resp2Null is a missing key's GET reply in RESP2.
 var resp2Null = []byte("$-1\r\n")
 
-// saltAfterBatch runs once the batch's replies are in: it deletes the
+// afterBatch runs once the batch's replies are in: it deletes the
 // copies of salted keys the batch wrote, then serves the copy reads that
 // missed from the origin, filling their copies.
-func (s *Server) saltAfterBatch(ss *session) {
+func (sa *salting) afterBatch(ss *session) {
 	if len(ss.copies.writes) > 0 {
-		s.salt.EndWrites(ss.copies.writes)
+		sa.engine.EndWrites(ss.copies.writes)
 		clear(ss.copies.writes)
 		ss.copies.writes = ss.copies.writes[:0]
 	}
@@ -80,7 +108,7 @@ func (s *Server) saltAfterBatch(ss *session) {
 			hits++
 		}
 	}
-	s.salt.CountReads(hits, len(misses))
+	sa.engine.CountReads(hits, len(misses))
 	if len(misses) == 0 {
 		return
 	}
@@ -95,19 +123,19 @@ func (s *Server) saltAfterBatch(ss *session) {
 	// With the tier configured but tracking down (starting, reconnecting,
 	// lagging), the origin is read without filling: an untracked copy
 	// could outlive a write made elsewhere by up to hotkeys.salt.ttl.
-	followed := s.hot != nil && s.hot.Clustered()
-	tracked := followed && s.hot.TrackingUp()
+	followed := sa.tier != nil && sa.tier.Clustered()
+	tracked := followed && sa.tier.TrackingUp()
 	var toks []hotkey.Token
 	b := upstream.NewBatch()
 	for i, sr := range misses {
 		if tracked {
-			toks = append(toks, s.hot.Begin(sr.Origin()))
+			toks = append(toks, sa.tier.Begin(sr.Origin()))
 		}
 		gens[i] = sr.FillGen() // -1: a write is under way, no fill
 		sr.ReadOrigin(b)
 	}
 	if tracked {
-		s.hot.TrackDo(b)
+		sa.tier.TrackDo(b)
 	} else {
 		ss.pools[ss.proto].Do(b)
 	}
@@ -117,13 +145,13 @@ func (s *Server) saltAfterBatch(ss *session) {
 		if tracked && ss.proto == 2 && len(val) > 0 && val[0] == '_' {
 			val = resp2Null // read in RESP3 on the tracking connection
 		}
-		if followed && (!tracked || !s.hot.Current(toks[i], sr.Origin())) {
+		if followed && (!tracked || !sa.tier.Current(toks[i], sr.Origin())) {
 			gens[i] = -1 // untracked, written since, or tracking lost: no fill
 		}
 		ss.copies.over = append(ss.copies.over, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
-		s.salt.Fill(&fills, sr.Read, gens[i], val, b.Reply(2*i+1))
+		sa.engine.Fill(&fills, sr.Read, gens[i], val, b.Reply(2*i+1))
 	}
-	s.salt.Wait(&fills)
+	sa.engine.Wait(&fills)
 }
 
 // saltOverride replaces the reply of batch command idx (a copy read that
