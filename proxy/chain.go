@@ -28,7 +28,7 @@ import (
 // commands to handle (session.go), which calls exec for each. exec looks
 // the command up (the session's last lookup, when the name repeats) and
 // runs the stages below in order: bookkeeping counts it; transactionGuard,
-// authStage, policyStage, tierWrites (a GET writes no key), scriptKill and
+// authStage, policing, tierWrites (a GET writes no key), scriptKill and
 // replicaReads pass it on; clusterRouting gives it its master's slot;
 // tierReads answers it from the local tier if the key is hot and cached
 // (else asks for a fill); salting may send it to a salted copy;
@@ -56,7 +56,7 @@ func (s *Server) newChain() chain {
 	add(&c.commands, true, bookkeeping{s})                    // command counts, CLIENT LIST's cmd, slow-log names
 	add(&c.commands, true, transactionGuard{s})               // no proxy-answered command inside MULTI
 	add(&c.commands, true, authStage{s})                      // AUTH, and NOAUTH before it
-	add(&c.commands, true, policyStage{s})                    // refusals, big-key probes, TTL jitter (reloadable)
+	add(&c.commands, true, s.policing)                        // refusals, big-key probes, TTL jitter (reloadable)
 	add(&c.commands, s.tiering != nil, tw)                    // writes drop their keys from the local tier
 	add(&c.commands, true, scriptKill{s})                     // SCRIPT/FUNCTION KILL out of band
 	add(&c.commands, true, replicaReads{s})                   // Sentinel replicas for reads under prefixes
@@ -73,7 +73,7 @@ func (s *Server) newChain() chain {
 	add(&c.replies, s.tiering != nil, tw)
 	add(&c.replies, s.coalescing != nil, s.coalescing)
 
-	add(&c.stream, true, policyStage{s})
+	add(&c.stream, true, s.policing)
 	add(&c.stream, s.tiering != nil, tw)
 	add(&c.stream, true, streamDispatch{s})
 	return c
@@ -209,22 +209,6 @@ func (st authStage) command(ss *session, c *call) bool {
 }
 
 func (authStage) replies(*session) {}
-
-// policyStage applies the policy in force (policy.go): it may refuse a
-// command or rewrite it (TTL jitter).
-type policyStage struct{ s *Server }
-
-func (st policyStage) command(ss *session, c *call) bool {
-	pol := st.s.policy.Load()
-	if pol == nil {
-		return false
-	}
-	var ok bool
-	c.cmd, c.info, ok = st.s.applyPolicy(ss, pol, c.info, c.cmd)
-	return !ok
-}
-
-func (policyStage) replies(*session) {}
 
 // scriptKill sends SCRIPT KILL and FUNCTION KILL out of band
 // (killOutOfBand): on the shared connection they would wait behind the

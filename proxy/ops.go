@@ -54,7 +54,7 @@ func (s *Server) proxyInfo() string {
 	s.topologyInfo(field)
 	field("command_table", s.table.Load().Source())
 	field("coalesce", onOff(s.coalescing != nil))
-	field("policy", onOff(s.policy.Load() != nil))
+	field("policy", onOff(s.policing.current.Load() != nil))
 	s.latencyInfo(field)
 	if s.hot != nil {
 		field("hot_keys", len(s.hot.HotKeys()))

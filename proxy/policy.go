@@ -2,6 +2,10 @@ package proxy
 
 import (
 	"bytes"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/policy"
@@ -9,24 +13,56 @@ import (
 	"github.com/rproxy/rproxy/upstream"
 )
 
+// policing is the policy's stage: it may refuse a command (a -DENIED
+// reply queued in order), rewrite it, refuse an oversized value, raise a
+// cache write's TTL (jitter) or refuse or rewrite a DEL of a big key. Its
+// configuration is policy.Config, compiled and validated by policy.New,
+// and replaced whole on a reload (set); its metrics are policy.Metrics,
+// registered once; it logs through the compiled policy. A session's
+// scratch is policyState. What it asks of the session's batch is given at
+// construction: flush (a big-key probe must see the writes queued before
+// the DEL) and deny (a refusal in order, which also aborts an open
+// transaction).
+type policing struct {
+	current atomic.Pointer[policy.Policy] // nil: no policy, no jitter
+	metrics *policy.Metrics
+	log     *zap.Logger
+	table   *atomic.Pointer[command.Table] // the command table in force (rewritten commands' info)
+	cluster bool                           // keys have slots (the probes')
+	timeout time.Duration                  // a probe on a pinned connection
+	flush   func(ss *session)
+	deny    func(ss *session, reply []byte)
+}
+
 // SetPolicy compiles cfg and makes it the policy for every command from
 // now on; on error the current policy stays. Sessions pick the new policy
 // up at their next command, so a reload drops no connection.
-func (s *Server) SetPolicy(cfg policy.Config) error {
-	p, err := policy.New(cfg, s.policyMetrics, s.log)
+func (s *Server) SetPolicy(cfg policy.Config) error { return s.policing.set(cfg) }
+
+func (pg *policing) set(cfg policy.Config) error {
+	p, err := policy.New(cfg, pg.metrics, pg.log)
 	if err != nil {
 		return err
 	}
-	s.policy.Store(p)
+	pg.current.Store(p)
 	return nil
 }
 
-// applyPolicy is the policy stage: it may refuse a command (a -DENIED reply
-// queued in order), rewrite it, refuse an oversized value, raise a cache
-// write's TTL (jitter) or refuse or rewrite a DEL of a big key. It returns
-// the command to run and its info, or ok false when a reply was queued
-// instead.
-func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info, cmd resp.Command) (resp.Command, *command.Info, bool) {
+func (pg *policing) command(ss *session, c *call) bool {
+	pol := pg.current.Load()
+	if pol == nil {
+		return false
+	}
+	var ok bool
+	c.cmd, c.info, ok = pg.apply(ss, pol, c.info, c.cmd)
+	return !ok
+}
+
+func (*policing) replies(*session) {}
+
+// apply checks cmd against pol. It returns the command to run and its
+// info, or ok false when a reply was queued instead.
+func (pg *policing) apply(ss *session, pol *policy.Policy, info *command.Info, cmd resp.Command) (resp.Command, *command.Info, bool) {
 	req := &ss.pol.req
 	*req = policy.Request{Args: cmd.Args, User: ss.user, Addr: ss.addr}
 	if info != nil {
@@ -41,18 +77,18 @@ func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info
 	d := pol.Check(req)
 	switch d.Action {
 	case policy.Deny:
-		s.deny(ss, d.Reply)
+		pg.deny(ss, d.Reply)
 		return cmd, info, false
 	case policy.Rewrite:
 		cmd = resp.Command{Raw: resp.AppendCommand(nil, d.Args...), Args: d.Args}
-		info = s.table.Load().Lookup(d.Args[0])
+		info = pg.table.Load().Lookup(d.Args[0])
 		req.Args = d.Args
 		if info != nil {
 			req.Name = info.Name
 		}
 	}
 	if reply, denied := pol.CheckValueSize(req); denied {
-		s.deny(ss, reply)
+		pg.deny(ss, reply)
 		return cmd, info, false
 	}
 	if info == nil {
@@ -66,10 +102,10 @@ func (s *Server) applyPolicy(ss *session, pol *policy.Policy, info *command.Info
 	}
 	if info.Name == "del" && len(cmd.Args) > 1 && pol.BigKeyCheck() && !ss.inTransaction() && !ss.stream {
 		var ok bool
-		if cmd, ok = s.checkBigDel(ss, pol, cmd); !ok {
+		if cmd, ok = pg.checkBigDel(ss, pol, cmd); !ok {
 			return cmd, info, false
 		}
-		info = s.table.Load().Lookup(cmd.Args[0])
+		info = pg.table.Load().Lookup(cmd.Args[0])
 	}
 	return cmd, info, true
 }
@@ -130,9 +166,9 @@ var lengthCommands = map[string]string{
 // the DEL are sent first if they may have written, so the probe sees them.
 // A probe that fails lets the DEL through: the policy is a guard, not a
 // reason to fail deletes while Redis is reachable.
-func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd resp.Command) (resp.Command, bool) {
+func (pg *policing) checkBigDel(ss *session, pol *policy.Policy, cmd resp.Command) (resp.Command, bool) {
 	if ss.flights.wrote && ss.batch.Len() > 0 || ss.pin != nil {
-		s.flush(ss)
+		pg.flush(ss)
 	}
 	keys := cmd.Args[1:]
 	if ss.pol.probe == nil {
@@ -141,9 +177,9 @@ func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd resp.Command) 
 	b := ss.pol.probe
 	b.Reset()
 	for _, k := range keys {
-		b.AddSlot(resp.AppendCommand(nil, []byte("TYPE"), k), s.slotOf(k))
+		b.AddSlot(resp.AppendCommand(nil, []byte("TYPE"), k), pg.slotOf(k))
 	}
-	s.doProbe(ss, b)
+	pg.probe(ss, b)
 	types := make([]string, len(keys))
 	for i := range keys {
 		r := b.Reply(i)
@@ -156,14 +192,14 @@ func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd resp.Command) 
 	var sized []int
 	for i, k := range keys {
 		if c, ok := lengthCommands[types[i]]; ok {
-			b.AddSlot(resp.AppendCommand(nil, []byte(c), k), s.slotOf(k))
+			b.AddSlot(resp.AppendCommand(nil, []byte(c), k), pg.slotOf(k))
 			sized = append(sized, i)
 		}
 	}
 	if len(sized) == 0 {
 		return cmd, true
 	}
-	s.doProbe(ss, b)
+	pg.probe(ss, b)
 	rewrite := false
 	for j, i := range sized {
 		n, ok := resp.Int(b.Reply(j))
@@ -175,7 +211,7 @@ func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd resp.Command) 
 			continue
 		}
 		if pol.BigKeyAction() != policy.Rewrite {
-			s.deny(ss, reply)
+			pg.deny(ss, reply)
 			return cmd, false
 		}
 		rewrite = true
@@ -187,12 +223,19 @@ func (s *Server) checkBigDel(ss *session, pol *policy.Policy, cmd resp.Command) 
 	return cmd, true
 }
 
-// doProbe runs a read-only batch where the session's commands run: its
+// probe runs a read-only batch where the session's commands run: its
 // pinned connection (its db), or the shared pool.
-func (s *Server) doProbe(ss *session, b *upstream.Batch) {
+func (pg *policing) probe(ss *session, b *upstream.Batch) {
 	if ss.pin != nil {
-		ss.pin.Do(b, s.cfg.Upstream.Timeout)
+		ss.pin.Do(b, pg.timeout)
 		return
 	}
 	ss.pools[ss.proto].Do(b)
+}
+
+func (pg *policing) slotOf(key []byte) int {
+	if !pg.cluster {
+		return upstream.SlotAny
+	}
+	return upstream.Slot(key)
 }

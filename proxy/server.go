@@ -54,9 +54,8 @@ type Server struct {
 	parks         atomic.Int64 // parkings since the last release of their memory (park.go)
 	lastPark      atomic.Int64 // when the last client parked (Unix ns)
 
-	policy        atomic.Pointer[policy.Policy] // nil: no policy, no jitter
-	reqLog        atomic.Bool                   // log every client batch at debug (SetRequestLog)
-	policyMetrics *policy.Metrics
+	policing *policing   // the policy's stage (policy.go)
+	reqLog   atomic.Bool // log every client batch at debug (SetRequestLog)
 
 	table       atomic.Pointer[command.Table]
 	calls       atomic.Pointer[callCounters] // for the current table
@@ -134,7 +133,8 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if sen := cfg.Upstream.Sentinel; sen != nil && reg != nil {
 		reg.MustRegister(sen.Collector())
 	}
-	s.policyMetrics = policy.NewMetrics(reg)
+	s.policing = &policing{metrics: policy.NewMetrics(reg), log: s.log, table: &s.table,
+		cluster: cfg.Cluster != nil, timeout: cfg.Upstream.Timeout, flush: s.flush, deny: s.deny}
 	if cfg.Policy != nil {
 		if err := s.SetPolicy(*cfg.Policy); err != nil {
 			s.closePools()
