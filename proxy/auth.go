@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/command"
@@ -40,23 +41,60 @@ var (
 	replyWrongPass   = []byte("-WRONGPASS invalid username-password pair or user is disabled.\r\n")
 )
 
-// gateAuth answers for a session that has not authenticated yet: as on
+// authenticating is the authentication stage: it answers AUTH, and -NOAUTH
+// to a session that has not authenticated. Its configuration is the auth
+// section as Config carries it (Users, or AuthPassthrough; Config.Validate
+// refuses both), its metric the failure counter, its log the failed
+// attempts, at most one line per authLogEvery. In passthrough mode it owns
+// the shared pools of each upstream user clients logged in as: made with
+// newPools from the upstream configuration; when one stops letting its
+// user log in, the sessions on it (sessionsOn) are closed.
+type authenticating struct {
+	users       Users // nil: clients need no password (or passthrough)
+	passthrough bool
+	upstream    upstream.Config
+	failures    prometheus.Counter
+	log         *zap.Logger
+	clock       func() time.Time
+	failLog     logLimiter
+	draining    *atomic.Bool
+	newPools    func(ps *poolSet, cfg upstream.Config) error
+	sessionsOn  func(ps *poolSet) []*session
+
+	// userPools are pools authenticated as the upstream users clients
+	// AUTHed as, by user and password hash; closed: no more are made.
+	mu        sync.Mutex
+	userPools map[string]*poolSet
+	closed    bool
+}
+
+func (a *authenticating) command(ss *session, c *call) bool {
+	if isAuth(c.cmd.Args[0]) {
+		a.auth(ss, c.cmd)
+		return true
+	}
+	return !a.gate(ss, c.info)
+}
+
+func (*authenticating) replies(*session) {}
+
+// gate answers for a session that has not authenticated yet: as on
 // Redis, only AUTH, HELLO, QUIT and RESET run; the rest get -NOAUTH. It
 // reports whether the command may go on.
-func (s *Server) gateAuth(ss *session, info *command.Info) bool {
+func (a *authenticating) gate(ss *session, info *command.Info) bool {
 	if ss.authed || info != nil && (info.Handling == command.Hello || info.Handling == command.Quit || info.Handling == command.Reset) {
 		return true
 	}
-	s.reply(ss, replyNoAuth)
+	ss.reply(replyNoAuth)
 	return false
 }
 
 // auth answers AUTH [user] password: against rproxy's users (proxy mode),
 // or against Redis itself (passthrough mode).
-func (s *Server) auth(ss *session, cmd resp.Command) {
+func (a *authenticating) auth(ss *session, cmd resp.Command) {
 	args := cmd.Args
-	if s.cfg.Users == nil && !s.cfg.AuthPassthrough {
-		s.reply(ss, authWithoutUsers(args))
+	if a.users == nil && !a.passthrough {
+		ss.reply(authWithoutUsers(args))
 		return
 	}
 	var user, pass []byte
@@ -66,15 +104,15 @@ func (s *Server) auth(ss *session, cmd resp.Command) {
 	case 3:
 		user, pass = args[1], args[2]
 	default:
-		s.reply(ss, []byte("-ERR wrong number of arguments for 'auth' command\r\n"))
+		ss.reply([]byte("-ERR wrong number of arguments for 'auth' command\r\n"))
 		return
 	}
-	if s.cfg.AuthPassthrough {
+	if a.passthrough {
 		// Redis judges the command as the client sent it: AUTH <password>
 		// without a password configured is an error there, while AUTH
 		// default <anything> is not.
-		if r, ok := s.loginUpstream(ss, args, user, pass); !ok {
-			s.reply(ss, r)
+		if r, ok := a.loginUpstream(ss, args, user, pass); !ok {
+			ss.reply(r)
 			return
 		}
 		if ss.pin != nil {
@@ -84,20 +122,20 @@ func (s *Server) auth(ss *session, cmd resp.Command) {
 			ss.forward(cmd.Raw)
 			return
 		}
-		s.reply(ss, []byte("+OK\r\n"))
+		ss.reply([]byte("+OK\r\n"))
 		return
 	}
-	if !s.login(ss, user, pass) {
-		s.reply(ss, replyWrongPass)
+	if !a.login(ss, user, pass) {
+		ss.reply(replyWrongPass)
 		return
 	}
-	s.reply(ss, []byte("+OK\r\n"))
+	ss.reply([]byte("+OK\r\n"))
 }
 
 // login checks credentials and, if they match, authenticates the session.
-func (s *Server) login(ss *session, user, pass []byte) bool {
-	if !s.cfg.Users.verify(user, pass) {
-		s.authFailed(ss, user)
+func (a *authenticating) login(ss *session, user, pass []byte) bool {
+	if !a.users.verify(user, pass) {
+		a.failed(ss, user)
 		return false
 	}
 	ss.authed, ss.user = true, string(user)
@@ -109,43 +147,43 @@ func (s *Server) login(ss *session, user, pass []byte) bool {
 // AUTH option) is HELLO with the AUTH option alone, which passthrough mode
 // sends Redis to check the credentials, so that MONITOR shows the client's
 // command, as without rproxy.
-func (s *Server) helloAuth(ss *session, user, pass []byte, check [][]byte) bool {
+func (a *authenticating) helloAuth(ss *session, user, pass []byte, check [][]byte) bool {
 	hasAuth := check != nil
-	if hasAuth && s.cfg.AuthPassthrough {
-		if r, ok := s.loginUpstream(ss, check, user, pass); !ok {
-			s.reply(ss, r)
+	if hasAuth && a.passthrough {
+		if r, ok := a.loginUpstream(ss, check, user, pass); !ok {
+			ss.reply(r)
 			return false
 		}
 		return true
 	}
 	switch {
-	case hasAuth && s.cfg.Users == nil:
+	case hasAuth && a.users == nil:
 		if !bytes.Equal(user, []byte("default")) {
-			s.authFailed(ss, user)
-			s.reply(ss, replyWrongPass)
+			a.failed(ss, user)
+			ss.reply(replyWrongPass)
 			return false
 		}
 		return true // the default user, which needs no password here
-	case hasAuth && !s.login(ss, user, pass):
-		s.reply(ss, replyWrongPass)
+	case hasAuth && !a.login(ss, user, pass):
+		ss.reply(replyWrongPass)
 		return false
 	case !ss.authed:
-		s.reply(ss, replyNoAuthHello)
+		ss.reply(replyNoAuthHello)
 		return false
 	}
 	return true
 }
 
-// authFailed counts a failed AUTH (or HELLO AUTH) and logs it at warn, at
+// failed counts a failed AUTH (or HELLO AUTH) and logs it at warn, at
 // most one line per authLogEvery: a brute-force run is one line a second
 // with the count of those not logged, not one line per guess.
-func (s *Server) authFailed(ss *session, user []byte) {
-	s.metrics.authFailures.Inc()
-	ok, suppressed := s.authLog.allow(s.clock())
+func (a *authenticating) failed(ss *session, user []byte) {
+	a.failures.Inc()
+	ok, suppressed := a.failLog.allow(a.clock())
 	if !ok {
 		return
 	}
-	s.log.Warn("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
+	a.log.Warn("client authentication failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
 		zap.String("command", ss.lastCmd), zap.ByteString("user", user), zap.Int("not_logged_since_last", suppressed))
 }
 
@@ -202,19 +240,19 @@ const maxUserPools = 64
 // authenticated as that user, so ACL rules apply as on Redis. Otherwise it
 // returns the reply to give the client: Redis's own, byte for byte. authArgs
 // is the AUTH command as the client sent it (or HELLO with AUTH alone).
-func (s *Server) loginUpstream(ss *session, authArgs [][]byte, user, pass []byte) ([]byte, bool) {
+func (a *authenticating) loginUpstream(ss *session, authArgs [][]byte, user, pass []byte) ([]byte, bool) {
 	if ss.pin != nil && (ss.inTransaction() || ss.stream) {
 		return resp.AppendError(nil, "ERR rproxy: AUTH inside a transaction or in pub/sub mode is not supported"), false
 	}
-	r, err := s.checkUpstreamAuth(authArgs)
+	r, err := a.checkUpstream(authArgs)
 	if err != nil {
 		return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()), false
 	}
 	if len(r) == 0 || r[0] == '-' || r[0] == '!' { // AUTH's +OK, or HELLO's map, is a success
-		s.authFailed(ss, user)
+		a.failed(ss, user)
 		return r, false
 	}
-	ps, err := s.userPoolSet(string(user), string(pass))
+	ps, err := a.userPoolSet(string(user), string(pass))
 	if err != nil {
 		return resp.AppendError(nil, "ERR rproxy: "+err.Error()), false
 	}
@@ -230,11 +268,11 @@ func (ss *session) setPools(ps *poolSet) {
 	ss.poolsRef.Store(ps)
 }
 
-// checkUpstreamAuth sends the AUTH (or HELLO AUTH) command args (the
+// checkUpstream sends the AUTH (or HELLO AUTH) command args (the
 // client's, names as it spelled them: MONITOR shows it so) on a fresh
 // connection and returns Redis's reply.
-func (s *Server) checkUpstreamAuth(args [][]byte) ([]byte, error) {
-	up := s.cfg.Upstream
+func (a *authenticating) checkUpstream(args [][]byte) ([]byte, error) {
+	up := a.upstream
 	nc, err := upstream.Dial(context.Background(), up) // TLS too, when configured
 	if err != nil {
 		return nil, err
@@ -252,31 +290,24 @@ func (s *Server) checkUpstreamAuth(args [][]byte) ([]byte, error) {
 // or killed (CLIENT KILL USER). If the credentials no longer work, the
 // sessions logged in with them are closed, as Redis closed its own, and the
 // pools go: a later AUTH, once the user exists again, gets fresh ones.
-func (s *Server) userGone(key, user, pass string, checking *atomic.Bool) {
+func (a *authenticating) userGone(key, user, pass string, checking *atomic.Bool) {
 	if !checking.CompareAndSwap(false, true) {
 		return
 	}
 	defer checking.Store(false)
-	r, err := s.checkUpstreamAuth([][]byte{[]byte("AUTH"), []byte(user), []byte(pass)})
+	r, err := a.checkUpstream([][]byte{[]byte("AUTH"), []byte(user), []byte(pass)})
 	if err != nil || string(r) == "+OK\r\n" {
 		return // Redis unreachable (its connections come back), or the user still logs in
 	}
-	s.umu.Lock()
-	ps := s.userPools[key]
-	delete(s.userPools, key)
-	s.umu.Unlock()
+	a.mu.Lock()
+	ps := a.userPools[key]
+	delete(a.userPools, key)
+	a.mu.Unlock()
 	if ps == nil {
 		return
 	}
-	var gone []*session
-	s.mu.Lock()
-	for ss := range s.sessions {
-		if ss.poolsRef.Load() == ps {
-			gone = append(gone, ss)
-		}
-	}
-	s.mu.Unlock()
-	s.log.Warn("closing the sessions of an upstream user that no longer logs in", zap.String("user", user),
+	gone := a.sessionsOn(ps)
+	a.log.Warn("closing the sessions of an upstream user that no longer logs in", zap.String("user", user),
 		zap.Int("sessions", len(gone)), zap.String("reply", strings.TrimSpace(string(r))))
 	for _, ss := range gone {
 		ss.conn.NetConn().Close()
@@ -290,40 +321,40 @@ func (s *Server) userGone(key, user, pass string, checking *atomic.Bool) {
 
 // userPoolSet returns the shared pools authenticated as user, creating them
 // on first use and waiting (up to the dial timeout) for them to connect.
-func (s *Server) userPoolSet(user, pass string) (*poolSet, error) {
+func (a *authenticating) userPoolSet(user, pass string) (*poolSet, error) {
 	sum := sha256.Sum256([]byte(pass))
 	key := user + "\x00" + hex.EncodeToString(sum[:])
-	s.umu.Lock()
-	ps, ok := s.userPools[key]
+	a.mu.Lock()
+	ps, ok := a.userPools[key]
 	if !ok {
-		if s.userPools == nil && s.draining.Load() {
-			s.umu.Unlock()
+		if a.closed {
+			a.mu.Unlock()
 			return nil, errors.New("proxy shutting down")
 		}
-		if len(s.userPools) >= maxUserPools {
-			s.umu.Unlock()
+		if len(a.userPools) >= maxUserPools {
+			a.mu.Unlock()
 			return nil, fmt.Errorf("too many distinct upstream credentials in use (%d)", maxUserPools)
 		}
-		ucfg := s.cfg.Upstream
+		ucfg := a.upstream
 		ucfg.Username, ucfg.Password = user, pass
 		checking := new(atomic.Bool)
 		ucfg.OnState = func(up bool) {
-			if !up && !s.draining.Load() {
-				go s.userGone(key, user, pass, checking)
+			if !up && !a.draining.Load() {
+				go a.userGone(key, user, pass, checking)
 			}
 		}
 		ps = new(poolSet)
-		if err := s.newPoolSet(ps, ucfg); err != nil {
-			s.umu.Unlock()
+		if err := a.newPools(ps, ucfg); err != nil {
+			a.mu.Unlock()
 			return nil, err
 		}
-		if s.userPools == nil {
-			s.userPools = make(map[string]*poolSet)
+		if a.userPools == nil {
+			a.userPools = make(map[string]*poolSet)
 		}
-		s.userPools[key] = ps
+		a.userPools[key] = ps
 	}
-	s.umu.Unlock()
-	deadline := time.Now().Add(s.cfg.Upstream.DialTimeout)
+	a.mu.Unlock()
+	deadline := time.Now().Add(a.upstream.DialTimeout)
 	for !ps[2].Ready() || !ps[3].Ready() {
 		if time.Now().After(deadline) {
 			break // the first commands get the connection error
@@ -331,4 +362,17 @@ func (s *Server) userPoolSet(user, pass string) (*poolSet, error) {
 		time.Sleep(time.Millisecond)
 	}
 	return ps, nil
+}
+
+// closeUserPools takes the user pools for closing (at shutdown); none is
+// made after.
+func (a *authenticating) closeUserPools() []*poolSet {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var sets []*poolSet
+	for _, ps := range a.userPools {
+		sets = append(sets, ps)
+	}
+	a.userPools, a.closed = nil, true
+	return sets
 }

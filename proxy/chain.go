@@ -28,7 +28,7 @@ import (
 // commands to handle (session.go), which calls exec for each. exec looks
 // the command up (the session's last lookup, when the name repeats) and
 // runs the stages below in order: bookkeeping counts it; transactionGuard,
-// authStage, policing, tierWrites (a GET writes no key), scriptKill and
+// authenticating, policing, tierWrites (a GET writes no key), scriptKill and
 // replicaReads pass it on; clusterRouting gives it its master's slot;
 // tierReads answers it from the local tier if the key is hot and cached
 // (else asks for a fill); salting may send it to a salted copy;
@@ -55,7 +55,7 @@ func (s *Server) newChain() chain {
 
 	add(&c.commands, true, bookkeeping{s})                    // command counts, CLIENT LIST's cmd, slow-log names
 	add(&c.commands, true, transactionGuard{s})               // no proxy-answered command inside MULTI
-	add(&c.commands, true, authStage{s})                      // AUTH, and NOAUTH before it
+	add(&c.commands, true, s.authing)                         // AUTH, and NOAUTH before it
 	add(&c.commands, true, s.policing)                        // refusals, big-key probes, TTL jitter (reloadable)
 	add(&c.commands, s.tiering != nil, tw)                    // writes drop their keys from the local tier
 	add(&c.commands, true, scriptKill{s})                     // SCRIPT/FUNCTION KILL out of band
@@ -195,20 +195,6 @@ func (st transactionGuard) command(ss *session, c *call) bool {
 }
 
 func (transactionGuard) replies(*session) {}
-
-// authStage answers AUTH, and NOAUTH to a session that has not
-// authenticated (auth.go).
-type authStage struct{ s *Server }
-
-func (st authStage) command(ss *session, c *call) bool {
-	if isAuth(c.cmd.Args[0]) {
-		st.s.auth(ss, c.cmd)
-		return true
-	}
-	return !st.s.gateAuth(ss, c.info)
-}
-
-func (authStage) replies(*session) {}
 
 // scriptKill sends SCRIPT KILL and FUNCTION KILL out of band
 // (killOutOfBand): on the shared connection they would wait behind the

@@ -32,12 +32,9 @@ type Server struct {
 	chain   chain // the request path's stages (chain.go)
 
 	// pools[2] and pools[3] are the shared connections of each protocol.
-	pools poolSet
-	// userPools are pools authenticated as the upstream users clients
-	// AUTHed as (auth mode passthrough), by user and password hash.
-	umu       sync.Mutex
-	userPools map[string]*poolSet
+	pools     poolSet
 	metricsUp *upstream.Metrics
+	authing   *authenticating // the auth stage, with passthrough's user pools (auth.go)
 
 	coalescing *coalescing       // nil: off (coalescing.go)
 	sendSeq    *atomic.Uint64    // numbers upstream writes, shared by all pools
@@ -73,7 +70,6 @@ type Server struct {
 	limits    atomic.Pointer[Limits]
 	clock     func() time.Time // millisecond clock, cheap to read (coarse.now)
 	coarse    *coarseClock
-	authLog   logLimiter // failed-AUTH log lines (auth.go)
 	stopClock context.CancelFunc
 	mu        sync.Mutex
 	sessions  map[*session]struct{}
@@ -120,6 +116,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	clockCtx, stopClock := context.WithCancel(context.Background())
 	s.coarse = newCoarseClock(clockCtx, time.Millisecond, onTick)
 	s.clock = s.coarse.now
+	s.authing = &authenticating{users: cfg.Users, passthrough: cfg.AuthPassthrough, upstream: s.cfg.Upstream,
+		failures: s.metrics.authFailures, log: log, clock: s.clock,
+		draining: &s.draining, newPools: s.newPoolSet, sessionsOn: s.sessionsOn}
 	summaryDone := s.startConnSummary(clockCtx, cfg.ConnSummaryEvery)
 	s.stopClock = func() { stopClock(); <-summaryDone } // the last summary line is written
 	s.metricsUp = upstream.NewMetrics(reg)
@@ -410,18 +409,25 @@ func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
 	return nil
 }
 
+// sessionsOn returns the sessions on the shared connections ps.
+func (s *Server) sessionsOn(ps *poolSet) []*session {
+	var on []*session
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ss := range s.sessions {
+		if ss.poolsRef.Load() == ps {
+			on = append(on, ss)
+		}
+	}
+	return on
+}
+
 func (s *Server) closePools() {
 	if s.hot != nil {
 		s.hot.Close()
 	}
 	s.stopClock()
-	sets := []*poolSet{&s.pools}
-	s.umu.Lock()
-	for _, ps := range s.userPools {
-		sets = append(sets, ps)
-	}
-	s.userPools = nil
-	s.umu.Unlock()
+	sets := append([]*poolSet{&s.pools}, s.authing.closeUserPools()...)
 	for _, ps := range sets {
 		for _, p := range ps {
 			if p != nil {

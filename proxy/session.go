@@ -475,7 +475,9 @@ func (ss *session) replyShared(r []byte) {
 }
 
 // reply queues a reply made by the proxy, in order with the upstream ones.
-func (s *Server) reply(ss *session, r []byte) {
+func (s *Server) reply(ss *session, r []byte) { ss.reply(r) }
+
+func (ss *session) reply(r []byte) {
 	ss.localCount++
 	ss.queueLocal(r, false)
 }
@@ -820,7 +822,7 @@ func (s *Server) hello(ss *session, cmd resp.Command) {
 			return
 		}
 	}
-	if (hasAuth || !ss.authed) && !s.helloAuth(ss, authUser, authPass, authCheck) {
+	if (hasAuth || !ss.authed) && !s.authing.helloAuth(ss, authUser, authPass, authCheck) {
 		s.flush(ss)
 		return
 	}
