@@ -52,6 +52,7 @@ func (s *Server) newChain() chain {
 		}
 	}
 	tw := tierWrites{s.tiering}
+	rr := replicaReads{prefixes: s.cfg.ReplicaReadPrefixes, table: &s.table}
 
 	add(&c.commands, true, bookkeeping{s})                    // command counts, CLIENT LIST's cmd, slow-log names
 	add(&c.commands, true, transactionGuard{s})               // no proxy-answered command inside MULTI
@@ -59,7 +60,7 @@ func (s *Server) newChain() chain {
 	add(&c.commands, true, s.policing)                        // refusals, big-key probes, TTL jitter (reloadable)
 	add(&c.commands, s.tiering != nil, tw)                    // writes drop their keys from the local tier
 	add(&c.commands, true, scriptKill{s})                     // SCRIPT/FUNCTION KILL out of band
-	add(&c.commands, true, replicaReads{s})                   // Sentinel replicas for reads under prefixes
+	add(&c.commands, s.sentinelReplicaReads(), rr)            // Sentinel replicas for reads under prefixes
 	add(&c.commands, s.cfg.Cluster != nil, clusterRouting{s}) // facade, slots, split commands
 	add(&c.commands, s.tiering != nil, tierReads{s.tiering})  // hot keys' reads from the local tier
 	add(&c.commands, s.salting != nil, s.salting)             // hot keys' reads spread over salted copies
@@ -211,19 +212,6 @@ func (st scriptKill) command(ss *session, c *call) bool {
 }
 
 func (scriptKill) replies(*session) {}
-
-// replicaReads marks reads under the replica-read prefixes for Sentinel's
-// replicas (replicas.go).
-type replicaReads struct{ s *Server }
-
-func (st replicaReads) command(ss *session, c *call) bool {
-	if st.s.sentinelReplicaReads() {
-		st.s.routeReplicaRead(ss, c.info, c.cmd.Args)
-	}
-	return false
-}
-
-func (replicaReads) replies(*session) {}
 
 // clusterRouting presents a cluster as one Redis: CLUSTER commands
 // answered by the facade (facade.go), commands routed by slot, split and

@@ -129,7 +129,7 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 		s.salting.noteWrites(ss, keys)
 	}
 	ss.slot = upstream.Slot(keys[0])
-	if len(s.cfg.ReplicaReadPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && s.replicaReadable(keys) {
+	if len(s.cfg.ReplicaReadPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && underPrefixes(keys, s.cfg.ReplicaReadPrefixes) {
 		ss.slot |= upstream.ReplicaRead
 	}
 	if ss.pin != nil && s.crossSlotCommand(ss) {
@@ -195,24 +195,6 @@ func (s *Server) splitBySlot(ss *session, args [][]byte, step int, kind mergeKin
 	s.queueMerge(ss, m)
 }
 
-// replicaReadable reports whether every key is under a replica-read
-// prefix.
-func (s *Server) replicaReadable(keys [][]byte) bool {
-	for _, k := range keys {
-		ok := false
-		for _, p := range s.cfg.ReplicaReadPrefixes {
-			if bytes.HasPrefix(k, []byte(p)) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
 func (s *Server) queueMerge(ss *session, m merge) {
 	ss.route.merges = append(ss.route.merges, m)
 	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.route.merges) - 1)})
@@ -221,10 +203,15 @@ func (s *Server) queueMerge(ss *session, m merge) {
 // keyInfo is the Info that knows a command's key positions: a
 // subcommand's (XGROUP CREATE, OBJECT ENCODING) for container commands.
 func (s *Server) keyInfo(info *command.Info, args [][]byte) *command.Info {
+	return keyInfo(s.table.Load(), info, args)
+}
+
+// keyInfo is Server.keyInfo with table's subcommands.
+func keyInfo(table *command.Table, info *command.Info, args [][]byte) *command.Info {
 	if info.Subcommands == nil {
 		return info
 	}
-	if sub := s.table.Load().LookupArgs(args); sub != nil {
+	if sub := table.LookupArgs(args); sub != nil {
 		return sub
 	}
 	return info

@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"bytes"
+	"sync/atomic"
+
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/upstream"
 )
@@ -11,20 +14,48 @@ func (s *Server) sentinelReplicaReads() bool {
 	return s.cfg.Cluster == nil && s.cfg.Upstream.Sentinel != nil && len(s.cfg.ReplicaReadPrefixes) > 0
 }
 
-// routeReplicaRead marks a read-only command whose keys are all under
-// ReplicaReadPrefixes for a replica (ss.slot, taken by forwardTracked),
-// outside pinned sessions and transactions; any other command is the
-// master's. A batch goes to a replica only when all its commands are so
-// marked.
-func (s *Server) routeReplicaRead(ss *session, info *command.Info, args [][]byte) {
+// replicaReads is the stage that, with a Sentinel, marks a read-only
+// command whose keys are all under prefixes (ReplicaReadPrefixes) for a
+// replica (ss.slot, taken by forwardTracked), outside pinned sessions and
+// transactions; any other command is the master's. A batch goes to a
+// replica only when all its commands are so marked. It is in the chain
+// only when Sentinel replica reads are configured (sentinelReplicaReads);
+// on a cluster, cluster routing marks replica reads itself.
+type replicaReads struct {
+	prefixes []string
+	table    *atomic.Pointer[command.Table] // the table in force (container commands' keys)
+}
+
+func (st replicaReads) command(ss *session, c *call) bool {
+	info, args := c.info, c.cmd.Args
 	ss.slot = upstream.SlotAny
 	if info == nil || ss.pin != nil || ss.inTransaction() || !info.Has(command.ReadOnly) || info.Handling != command.Forward {
-		return
+		return false
 	}
-	keys, _ := command.Keys(s.keyInfo(info, args), args, ss.route.keys[:0])
-	if len(keys) > 0 && s.replicaReadable(keys) {
+	keys, _ := command.Keys(keyInfo(st.table.Load(), info, args), args, ss.route.keys[:0])
+	if len(keys) > 0 && underPrefixes(keys, st.prefixes) {
 		ss.slot = upstream.ReplicaRead
 	}
 	clear(keys)
 	ss.route.keys = keys[:0]
+	return false
+}
+
+func (replicaReads) replies(*session) {}
+
+// underPrefixes reports whether every key starts with one of prefixes.
+func underPrefixes(keys [][]byte, prefixes []string) bool {
+	for _, k := range keys {
+		ok := false
+		for _, p := range prefixes {
+			if bytes.HasPrefix(k, []byte(p)) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
