@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"strings"
+	"sync/atomic"
 
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
@@ -51,10 +52,11 @@ func (s *Server) newChain() chain {
 			*list = append(*list, st)
 		}
 	}
+	bk := bookkeeping{calls: &s.calls, metrics: s.metrics, slowLog: s.slow != nil}
 	tw := tierWrites{s.tiering}
 	rr := replicaReads{prefixes: s.cfg.ReplicaReadPrefixes, table: &s.table}
 
-	add(&c.commands, true, bookkeeping{s})                    // command counts, CLIENT LIST's cmd, slow-log names
+	add(&c.commands, true, bk)                                // command counts, CLIENT LIST's cmd, slow-log names
 	add(&c.commands, true, transactionGuard{s})               // no proxy-answered command inside MULTI
 	add(&c.commands, true, s.authing)                         // AUTH, and NOAUTH before it
 	add(&c.commands, true, s.policing)                        // refusals, big-key probes, TTL jitter (reloadable)
@@ -153,14 +155,19 @@ func (s *Server) afterReplies(ss *session) {
 	}
 }
 
-// bookkeeping counts the command and names it for CLIENT LIST and the slow
-// log. It takes nothing.
-type bookkeeping struct{ s *Server }
+// bookkeeping counts the command (rproxy_commands_total, by the counters
+// of the table in force) and names it for CLIENT LIST, error logs, and
+// the slow log and request log when on. It takes nothing.
+type bookkeeping struct {
+	calls   *atomic.Pointer[callCounters]
+	metrics *metrics
+	slowLog bool // the slow log is on (it keeps the batch's names)
+}
 
 func (st bookkeeping) command(ss *session, c *call) bool {
-	s, info, args := st.s, c.info, c.cmd.Args
-	if cc := s.calls.Load(); cc.table == c.table {
-		cc.inc(s.metrics, info)
+	info, args := c.info, c.cmd.Args
+	if cc := st.calls.Load(); cc.table == c.table {
+		cc.inc(st.metrics, info)
 	}
 	ss.lastCmd = "unknown"
 	if info != nil {
@@ -171,7 +178,7 @@ func (st bookkeeping) command(ss *session, c *call) bool {
 			ss.lastCmd = info.Name + "|" + strings.ToLower(string(args[1]))
 		}
 	}
-	if s.slow != nil || ss.reqlog.on {
+	if st.slowLog || ss.reqlog.on {
 		ss.slowlog.count++
 		if len(ss.slowlog.names) < slowLogNames || (ss.reqlog.on && len(ss.slowlog.names) < reqLogNames) {
 			ss.slowlog.names = append(ss.slowlog.names, ss.lastCmd)
