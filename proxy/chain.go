@@ -24,6 +24,16 @@ import (
 // Stages that are off in the configuration are not in the chain, so the
 // path pays nothing for them.
 //
+// Each feature stage holds its own configuration, state, metrics and
+// logger, and a session's per-batch state for it is a struct of its own
+// in batchWork: authenticating (auth.go), policing (policy.go), tiering
+// (tiering.go), replicaReads (replicas.go), salting (salting.go) and
+// coalescing (coalescing.go); what they ask of the session's batch
+// (flush, an in-order refusal) is handed to them when they are built.
+// The stages that pin, flush and answer on the Server's connections
+// (transactionGuard, scriptKill, clusterRouting, dispatch, streamDispatch)
+// are the Server's own.
+//
 // One GET, from the socket to the reply: client.go's readLoop reads and
 // parses the client's bytes (resp.RequestParser) and hands the read's
 // commands to handle (session.go), which calls exec for each. exec looks
