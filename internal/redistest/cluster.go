@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -116,7 +117,7 @@ func StartCluster(tb testing.TB, masters, replicasPerMaster int, args ...string)
 	// CLUSTER REPLICATE needs the master to be known (handshake done).
 	c.waitFor(tb, "all nodes know each other", func() error {
 		for _, n := range c.Nodes {
-			peers, _, err := c.clusterNodes(n)
+			peers, _, _, err := c.clusterNodes(n)
 			if err != nil {
 				return err
 			}
@@ -337,7 +338,8 @@ func (m *Migration) MoveKeys(tb testing.TB, n int) (moved int) {
 // Finish moves the remaining keys, assigns the slot to the target with
 // CLUSTER SETSLOT NODE on the target first (which bumps its config epoch so
 // its claim wins), then the source, then the other masters, and waits until
-// every running node agrees on the new owner.
+// every running node agrees on the new owner and on every master's
+// configEpoch (epochsSettled), so the next migration starts clean.
 func (m *Migration) Finish(tb testing.TB) {
 	tb.Helper()
 	m.MoveKeys(tb, 0)
@@ -354,7 +356,7 @@ func (m *Migration) Finish(tb testing.TB) {
 		if id := ownerOf(views[0].slots, m.Slot); id != m.To.ID {
 			return fmt.Errorf("slot %d owned by %s, want %s", m.Slot, id, m.To.ID)
 		}
-		return nil
+		return epochsSettled(views)
 	})
 }
 
@@ -425,6 +427,9 @@ type nodeView struct {
 	peers  map[string]string // node id -> flags, from CLUSTER NODES, without myself
 	master string            // id of the node it replicates (own view), "" for a master
 	linkUp bool              // master_link_status:up (replicas only)
+	// masterEpochs is the configEpoch of each master, itself included, as
+	// this node sees them.
+	masterEpochs map[string]string
 }
 
 // slotRange is one entry of CLUSTER SLOTS, reduced to node ids. Replicas
@@ -523,7 +528,7 @@ func (c *Cluster) observe() ([]nodeView, error) {
 		if v.slots, err = c.clusterSlots(n); err != nil {
 			return nil, err
 		}
-		if v.peers, v.master, err = c.clusterNodes(n); err != nil {
+		if v.peers, v.master, v.masterEpochs, err = c.clusterNodes(n); err != nil {
 			return nil, err
 		}
 		if v.master != "" {
@@ -617,16 +622,19 @@ func (c *Cluster) clusterSlots(n *ClusterNode) ([]slotRange, error) {
 // clusterNodes queries CLUSTER NODES on n and returns the flags of every
 // other node by id and the id of the master n itself replicates ("" for a
 // master). Lines are "<id> <addr> <flags> <master-id|-> ...".
-func (c *Cluster) clusterNodes(n *ClusterNode) (peers map[string]string, master string, err error) {
+func (c *Cluster) clusterNodes(n *ClusterNode) (peers map[string]string, master string, masterEpochs map[string]string, err error) {
 	v, err := c.query(n, "CLUSTER", "NODES")
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	peers = make(map[string]string)
+	peers, masterEpochs = make(map[string]string), make(map[string]string)
 	for _, line := range strings.Split(strings.TrimSpace(string(v.Str)), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 4 {
-			return nil, "", fmt.Errorf("%s: malformed CLUSTER NODES line %q", n.Addr, line)
+		if len(f) < 7 {
+			return nil, "", nil, fmt.Errorf("%s: malformed CLUSTER NODES line %q", n.Addr, line)
+		}
+		if hasFlag(f[2], "master") {
+			masterEpochs[f[0]] = f[6]
 		}
 		if hasFlag(f[2], "myself") {
 			if hasFlag(f[2], "slave") && f[3] != "-" {
@@ -636,7 +644,30 @@ func (c *Cluster) clusterNodes(n *ClusterNode) (peers map[string]string, master 
 		}
 		peers[f[0]] = f[2]
 	}
-	return peers, master, nil
+	return peers, master, masterEpochs, nil
+}
+
+// epochsSettled checks that every node sees the same configEpoch for every
+// master, and that no two masters share one. Redis 7.0 can lose a slot's
+// ownership when a migration begins while an earlier one's epoch bump is
+// still spreading or colliding (fixed in Redis 7.2, redis/redis#12344):
+// the slot maps then never agree again, and two masters take writes for
+// the slot. Migrations wait for this between them.
+func epochsSettled(views []nodeView) error {
+	ref := views[0]
+	seen := make(map[string]string, len(ref.masterEpochs))
+	for id, e := range ref.masterEpochs {
+		if other, ok := seen[e]; ok {
+			return fmt.Errorf("masters %s and %s share configEpoch %s", id, other, e)
+		}
+		seen[e] = id
+	}
+	for _, v := range views[1:] {
+		if !maps.Equal(v.masterEpochs, ref.masterEpochs) {
+			return fmt.Errorf("masters' configEpochs differ: %s sees %v, %s sees %v", ref.node, ref.masterEpochs, v.node, v.masterEpochs)
+		}
+	}
+	return nil
 }
 
 // hasFlag reports whether the comma-separated flags contain any of the
