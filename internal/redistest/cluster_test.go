@@ -333,3 +333,26 @@ func TestClusterAddMaster(t *testing.T) {
 		t.Fatalf("slot 5 served by %s, want the new master %s", got, n)
 	}
 }
+
+// TestEpochsSettled: migrations wait until every node sees the same
+// configEpoch for every master and no two masters share one.
+func TestEpochsSettled(t *testing.T) {
+	view := func(name string, epochs map[string]string) nodeView {
+		return nodeView{node: &ClusterNode{Server: &Server{Addr: name}, ID: name}, masterEpochs: epochs}
+	}
+	settled := map[string]string{"a": "1", "b": "5", "c": "3"}
+	for _, tc := range []struct {
+		name  string
+		views []nodeView
+		ok    bool
+	}{
+		{"agreed", []nodeView{view("a", settled), view("b", settled), view("c", settled)}, true},
+		{"one node behind", []nodeView{view("a", settled), view("b", map[string]string{"a": "1", "b": "4", "c": "3"}), view("c", settled)}, false},
+		{"collision", []nodeView{view("a", map[string]string{"a": "1", "b": "3", "c": "3"})}, false},
+		{"a master unknown to one node", []nodeView{view("a", settled), view("b", map[string]string{"a": "1", "b": "5"})}, false},
+	} {
+		if err := epochsSettled(tc.views); (err == nil) != tc.ok {
+			t.Errorf("%s: epochsSettled = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
