@@ -1,10 +1,9 @@
 package config
 
 import (
-	"time"
-
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/hotkey"
