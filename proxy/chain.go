@@ -27,12 +27,12 @@ import (
 // Each feature stage holds its own configuration, state, metrics and
 // logger, and a session's per-batch state for it is a struct of its own
 // in batchWork: authenticating (auth.go), policing (policy.go), tiering
-// (tiering.go), replicaReads (replicas.go), salting (salting.go) and
-// coalescing (coalescing.go); what they ask of the session's batch
+// (tiering.go), replicaReads (replicas.go), routing (cluster.go),
+// salting (salting.go) and coalescing (coalescing.go); what they ask of the session's batch
 // (flush, an in-order refusal) is handed to them when they are built.
 // The stages that pin, flush and answer on the Server's connections
-// (transactionGuard, scriptKill, clusterRouting, dispatch, streamDispatch)
-// are the Server's own.
+// (transactionGuard, scriptKill, dispatch, streamDispatch) are the
+// Server's own.
 //
 // One GET, from the socket to the reply: client.go's readLoop reads and
 // parses the client's bytes (resp.RequestParser) and hands the read's
@@ -40,7 +40,7 @@ import (
 // the command up (the session's last lookup, when the name repeats) and
 // runs the stages below in order: bookkeeping counts it; transactionGuard,
 // authenticating, policing, tierWrites (a GET writes no key), scriptKill and
-// replicaReads pass it on; clusterRouting gives it its master's slot;
+// replicaReads pass it on; routing gives it its master's slot;
 // tierReads answers it from the local tier if the key is hot and cached
 // (else asks for a fill); salting may send it to a salted copy;
 // coalescing may join it to an identical GET in flight; dispatch queues it
@@ -66,18 +66,18 @@ func (s *Server) newChain() chain {
 	tw := tierWrites{s.tiering}
 	rr := replicaReads{prefixes: s.cfg.ReplicaReadPrefixes, table: &s.table}
 
-	add(&c.commands, true, bk)                                // command counts, CLIENT LIST's cmd, slow-log names
-	add(&c.commands, true, transactionGuard{s})               // no proxy-answered command inside MULTI
-	add(&c.commands, true, s.authing)                         // AUTH, and NOAUTH before it
-	add(&c.commands, true, s.policing)                        // refusals, big-key probes, TTL jitter (reloadable)
-	add(&c.commands, s.tiering != nil, tw)                    // writes drop their keys from the local tier
-	add(&c.commands, true, scriptKill{s})                     // SCRIPT/FUNCTION KILL out of band
-	add(&c.commands, s.sentinelReplicaReads(), rr)            // Sentinel replicas for reads under prefixes
-	add(&c.commands, s.cfg.Cluster != nil, clusterRouting{s}) // facade, slots, split commands
-	add(&c.commands, s.tiering != nil, tierReads{s.tiering})  // hot keys' reads from the local tier
-	add(&c.commands, s.salting != nil, s.salting)             // hot keys' reads spread over salted copies
-	add(&c.commands, s.coalescing != nil, s.coalescing)       // identical reads share one flight
-	add(&c.commands, true, dispatch{s})                       // forward, pin, or answer in place
+	add(&c.commands, true, bk)                               // command counts, CLIENT LIST's cmd, slow-log names
+	add(&c.commands, true, transactionGuard{s})              // no proxy-answered command inside MULTI
+	add(&c.commands, true, s.authing)                        // AUTH, and NOAUTH before it
+	add(&c.commands, true, s.policing)                       // refusals, big-key probes, TTL jitter (reloadable)
+	add(&c.commands, s.tiering != nil, tw)                   // writes drop their keys from the local tier
+	add(&c.commands, true, scriptKill{s})                    // SCRIPT/FUNCTION KILL out of band
+	add(&c.commands, s.sentinelReplicaReads(), rr)           // Sentinel replicas for reads under prefixes
+	add(&c.commands, s.routing != nil, s.routing)            // facade, slots, split commands
+	add(&c.commands, s.tiering != nil, tierReads{s.tiering}) // hot keys' reads from the local tier
+	add(&c.commands, s.salting != nil, s.salting)            // hot keys' reads spread over salted copies
+	add(&c.commands, s.coalescing != nil, s.coalescing)      // identical reads share one flight
+	add(&c.commands, true, dispatch{s})                      // forward, pin, or answer in place
 
 	// After the replies: copies updated from what the reads found, the
 	// tier's written keys dropped again (or the barrier), flights
@@ -230,24 +230,6 @@ func (st scriptKill) command(ss *session, c *call) bool {
 
 func (scriptKill) replies(*session) {}
 
-// clusterRouting presents a cluster as one Redis: CLUSTER commands
-// answered by the facade (facade.go), commands routed by slot, split and
-// merged across masters, transactions pinned to a master (cluster.go).
-type clusterRouting struct{ s *Server }
-
-func (st clusterRouting) command(ss *session, c *call) bool {
-	s := st.s
-	if c.info != nil && c.info.Name == "cluster" && s.clusterCommand(ss, c.cmd) {
-		return true
-	}
-	if s.routeCluster(ss, c.info, c.cmd) {
-		return true
-	}
-	return ss.route.multiPending && !s.startDeferredMulti(ss)
-}
-
-func (clusterRouting) replies(*session) {}
-
 // readable reports whether a forwarded read may be served by the tier,
 // salted copies or a shared flight: the tier and the flights hold db 0 as
 // the shared connections' (shared) upstream user sees it, so not for
@@ -299,7 +281,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 		ss.slowlog.skip = true // it waits as long as the client asked: not slow
 		ss.forward(cmd.Raw)
 	case command.Transaction:
-		if ss.pin == nil && info.Name == "multi" && s.deferMulti(ss, args) {
+		if ss.pin == nil && info.Name == "multi" && s.routing != nil && s.routing.deferMulti(ss, args) {
 			ss.multiSent = true
 			return true
 		}

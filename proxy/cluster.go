@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
@@ -53,7 +54,6 @@ func fanOutName(name string, args [][]byte) string {
 	return name
 }
 
-// merge is a client command sent as parts, consecutive in the batch.
 // routeState is cluster routing's per-batch state in a session: the rest
 // of the read batch (so MULTI can pin to the master of the transaction's
 // first key), split commands whose replies are merged, and key scratch.
@@ -66,6 +66,7 @@ type routeState struct {
 	keys         [][]byte
 }
 
+// merge is a client command sent as parts, consecutive in the batch.
 type merge struct {
 	kind  mergeKind
 	parts int
@@ -82,26 +83,60 @@ func (s *Server) slotOf(key []byte) int {
 	return upstream.Slot(key)
 }
 
-// routeCluster prepares a command for a cluster upstream: it sets the
+// routing is the cluster routing stage: it presents a cluster as one
+// Redis. CLUSTER commands are answered by the facade (facade.go), each
+// command goes to its first key's master (slot), multi-key commands whose
+// keys span slots are split and their replies merged, commands that need
+// every master fan out, and a transaction is pinned to one master
+// (deferred MULTI here, cross-master commands in crossslot.go). Its
+// configuration is the upstream's cluster section and the replica-read
+// prefixes, its state the cluster's slot map (upstream.Cluster, which
+// owns the metrics and the log); a session's per-batch state is
+// routeState. It is in the chain only with a cluster upstream. What it
+// asks of the Server is handed to it: the facade, pinning a session to a
+// master, and an in-order refusal.
+type routing struct {
+	cluster         *upstream.Cluster
+	table           *atomic.Pointer[command.Table] // the table in force (container commands' keys)
+	replicaPrefixes []string                       // reads of keys all under these go to replicas
+	salting         *salting                       // notes writes of salted keys (nil: off)
+	facade          func(ss *session, cmd resp.Command) bool
+	pin             func(ss *session, slot int) bool
+	refuse          func(ss *session, msg string)
+}
+
+func (r *routing) command(ss *session, c *call) bool {
+	if c.info != nil && c.info.Name == "cluster" && r.facade(ss, c.cmd) {
+		return true
+	}
+	if r.route(ss, c.info, c.cmd) {
+		return true
+	}
+	return ss.route.multiPending && !r.startDeferredMulti(ss)
+}
+
+func (*routing) replies(*session) {}
+
+// route prepares a command for a cluster upstream: it sets the
 // session's slot to the slot of the command's first key, refuses what
 // would need every master's keyspace, and itself queues (reporting true)
 // the commands it splits or fans out. A command whose keys span slots and
 // that cannot be split goes to its first key's master, which answers with
 // Redis's own CROSSSLOT error.
-func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command) bool {
+func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool {
 	ss.slot = upstream.SlotAny
 	if info == nil {
 		return false
 	}
 	args := cmd.Args
-	if ss.pin != nil && s.crossSlotEnd(ss, info) {
+	if ss.pin != nil && r.crossSlotEnd(ss, info) {
 		return true
 	}
 	pinned := ss.pin != nil || ss.route.multiPending // commands stay whole: they go to one master
 	if !pinned {
 		switch info.Name {
 		case "scan", "keys", "randomkey":
-			s.refuseMsg(ss, string(bytes.ToUpper(args[0]))+" is not supported with a cluster upstream: it would need every master's keyspace; run it on each master")
+			r.refuse(ss, string(bytes.ToUpper(args[0]))+" is not supported with a cluster upstream: it would need every master's keyspace; run it on each master")
 			return true
 		}
 		if kind, ok := fanOutCommands[fanOutName(info.Name, args)]; ok {
@@ -111,13 +146,13 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 				for _, slot := range shards {
 					ss.batch.AddSlot(cmd.Raw, slot)
 				}
-				s.queueMerge(ss, merge{kind: kind, parts: ss.batch.Len() - first})
+				ss.queueMerge(merge{kind: kind, parts: ss.batch.Len() - first})
 				return true
 			}
 			return false
 		}
 	}
-	keys, _ := command.Keys(s.keyInfo(info, args), args, ss.route.keys[:0])
+	keys, _ := command.Keys(keyInfo(r.table.Load(), info, args), args, ss.route.keys[:0])
 	defer func() {
 		clear(keys)
 		ss.route.keys = keys[:0]
@@ -125,14 +160,14 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 	if len(keys) == 0 {
 		return false
 	}
-	if s.salting != nil && info.Has(command.Write) {
-		s.salting.noteWrites(ss, keys)
+	if r.salting != nil && info.Has(command.Write) {
+		r.salting.noteWrites(ss, keys)
 	}
 	ss.slot = upstream.Slot(keys[0])
-	if len(s.cfg.ReplicaReadPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && underPrefixes(keys, s.cfg.ReplicaReadPrefixes) {
+	if len(r.replicaPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && underPrefixes(keys, r.replicaPrefixes) {
 		ss.slot |= upstream.ReplicaRead
 	}
-	if ss.pin != nil && s.crossSlotCommand(ss) {
+	if ss.pin != nil && r.crossSlotCommand(ss) {
 		return true
 	}
 	cross := false
@@ -156,13 +191,13 @@ func (s *Server) routeCluster(ss *session, info *command.Info, cmd resp.Command)
 			return false // Redis's arity error
 		}
 	}
-	s.splitBySlot(ss, args, step, kind)
+	splitBySlot(ss, args, step, kind)
 	return true
 }
 
 // splitBySlot queues one command per slot, each with the keys (and, with
 // step 2, their values) of that slot in the client's order.
-func (s *Server) splitBySlot(ss *session, args [][]byte, step int, kind mergeKind) {
+func splitBySlot(ss *session, args [][]byte, step int, kind mergeKind) {
 	type group struct {
 		slot int
 		args [][]byte
@@ -192,21 +227,17 @@ func (s *Server) splitBySlot(ss *session, args [][]byte, step int, kind mergeKin
 		ss.batch.AddSlot(resp.AppendCommand(nil, g.args...), g.slot)
 	}
 	m.parts = len(groups)
-	s.queueMerge(ss, m)
+	ss.queueMerge(m)
 }
 
-func (s *Server) queueMerge(ss *session, m merge) {
+// queueMerge queues the reply of a command sent as parts (m), in order.
+func (ss *session) queueMerge(m merge) {
 	ss.route.merges = append(ss.route.merges, m)
 	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.route.merges) - 1)})
 }
 
 // keyInfo is the Info that knows a command's key positions: a
 // subcommand's (XGROUP CREATE, OBJECT ENCODING) for container commands.
-func (s *Server) keyInfo(info *command.Info, args [][]byte) *command.Info {
-	return keyInfo(s.table.Load(), info, args)
-}
-
-// keyInfo is Server.keyInfo with table's subcommands.
 func keyInfo(table *command.Table, info *command.Info, args [][]byte) *command.Info {
 	if info.Subcommands == nil {
 		return info
@@ -228,12 +259,12 @@ var (
 // read (redis-cli typed by hand) without choosing a master yet: the first
 // command of the transaction decides (startDeferredMulti). It reports
 // whether it did.
-func (s *Server) deferMulti(ss *session, args [][]byte) bool {
-	if s.cfg.Cluster == nil || len(args) != 1 || s.transactionSlot(ss, s.table.Load().Lookup(args[0])) != upstream.SlotAny {
+func (r *routing) deferMulti(ss *session, args [][]byte) bool {
+	if len(args) != 1 || r.multiSlot(ss) != upstream.SlotAny {
 		return false
 	}
 	ss.route.multiPending = true
-	s.reply(ss, []byte("+OK\r\n"))
+	ss.reply([]byte("+OK\r\n"))
 	return true
 }
 
@@ -241,10 +272,10 @@ func (s *Server) deferMulti(ss *session, args [][]byte) bool {
 // executed (any master for a keyless one) and sends the deferred MULTI
 // there, its reply dropped (the client has had it). It reports whether
 // the command can go on.
-func (s *Server) startDeferredMulti(ss *session) bool {
+func (r *routing) startDeferredMulti(ss *session) bool {
 	ss.route.multiPending = false
 	slot := ss.slot &^ upstream.ReplicaRead
-	if !s.pinSession(ss, slot) {
+	if !r.pin(ss, slot) {
 		return false
 	}
 	ss.slot = slot
@@ -257,14 +288,21 @@ func (s *Server) startDeferredMulti(ss *session) bool {
 var multiCmd = resp.AppendCommandString(nil, "MULTI")
 
 // transactionSlot is the slot a MULTI or WATCH pins the session to: WATCH's
-// key, or for MULTI the first key of the transaction's commands that came
-// in the same read (clients send MULTI ... EXEC as one pipeline). Without
-// one, any master: commands for other masters then get Redis's MOVED.
+// key (ss.slot), or on a cluster for MULTI the first key of the
+// transaction's commands that came in the same read (multiSlot).
 func (s *Server) transactionSlot(ss *session, info *command.Info) int {
-	if s.cfg.Cluster == nil || info.Name != "multi" {
+	if s.routing == nil || info.Name != "multi" {
 		return ss.slot
 	}
-	table := s.table.Load()
+	return s.routing.multiSlot(ss)
+}
+
+// multiSlot is the slot of the first key of the transaction's commands
+// that came in the same read as its MULTI (clients send MULTI ... EXEC as
+// one pipeline). Without one, any master: commands for other masters then
+// get Redis's MOVED.
+func (r *routing) multiSlot(ss *session) int {
+	table := r.table.Load()
 	for _, c := range ss.route.rest[ss.route.restAt:] {
 		ci := table.Lookup(c.Args[0])
 		if ci == nil {
@@ -273,7 +311,7 @@ func (s *Server) transactionSlot(ss *session, info *command.Info) int {
 		if ci.Name == "exec" || ci.Name == "discard" {
 			break
 		}
-		keys, _ := command.Keys(s.keyInfo(ci, c.Args), c.Args, ss.route.keys[:0])
+		keys, _ := command.Keys(keyInfo(table, ci, c.Args), c.Args, ss.route.keys[:0])
 		if len(keys) > 0 {
 			slot := upstream.Slot(keys[0])
 			clear(keys)

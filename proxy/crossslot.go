@@ -26,29 +26,29 @@ var discardCmd = resp.AppendCommandString(nil, "DISCARD")
 // whether it did: inside a transaction it is answered +QUEUED and the
 // transaction marked; while watching keys (WATCH pins to their master)
 // it gets CROSSSLOT, as a watched connection cannot run it elsewhere.
-func (s *Server) crossSlotCommand(ss *session) bool {
+func (r *routing) crossSlotCommand(ss *session) bool {
 	if !ss.multiSent && !ss.watching {
 		return false
 	}
 	// By address: the pin may be of the other protocol's pool (HELLO
 	// while pinned switches the connection, not the pool it came from).
-	if ss.pinPool.Address() == s.cluster.MasterAddr(ss.slot&(upstream.Slots-1)) {
+	if ss.pinPool.Address() == r.cluster.MasterAddr(ss.slot&(upstream.Slots-1)) {
 		return false
 	}
 	ss.slot = upstream.SlotAny
 	if ss.multiSent {
 		ss.route.crossSlotTx = true
-		s.reply(ss, []byte("+QUEUED\r\n"))
+		ss.reply([]byte("+QUEUED\r\n"))
 		return true
 	}
-	s.reply(ss, crossSlotReply)
+	ss.reply(crossSlotReply)
 	return true
 }
 
 // crossSlotEnd ends a transaction marked by crossSlotCommand: EXEC is sent
 // as DISCARD (its reply dropped) and answered CROSSSLOT; DISCARD clears
 // the mark and goes on. It reports whether it answered the command.
-func (s *Server) crossSlotEnd(ss *session, info *command.Info) bool {
+func (r *routing) crossSlotEnd(ss *session, info *command.Info) bool {
 	if !ss.route.crossSlotTx {
 		return false
 	}
@@ -61,7 +61,7 @@ func (s *Server) crossSlotEnd(ss *session, info *command.Info) bool {
 		ss.order = append(ss.order, replySource{from: fromDiscard})
 		ss.track = append(ss.track, track{kind: trackExec})
 		ss.multiSent = false
-		s.reply(ss, crossSlotReply)
+		ss.reply(crossSlotReply)
 		return true
 	}
 	return false

@@ -138,7 +138,7 @@ func (s *Server) abortTransaction(ss *session) {
 	if !ss.inTransaction() || ss.stream {
 		return
 	}
-	if ss.route.multiPending && !s.startDeferredMulti(ss) {
+	if ss.route.multiPending && !s.routing.startDeferredMulti(ss) {
 		return // no connection for the transaction: its error is queued
 	}
 	ss.batch.AddSlot(poisonCmd, upstream.SlotAny)

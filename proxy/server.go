@@ -42,6 +42,7 @@ type Server struct {
 	tiering    *tiering          // the tier's stage; nil when hot is (tiering.go)
 	cluster    *upstream.Cluster // the shared pools' cluster (nil: standalone)
 	salting    *salting          // nil: salted fan-out off (salting.go)
+	routing    *routing          // nil: not a cluster upstream (cluster.go)
 
 	idle      *idlepoll.Poller // parked idle clients (park.go); nil: none parked
 	parkAfter time.Duration    // Config.IdleParkAfter, resolved
@@ -166,6 +167,10 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	}
 	if salted != nil {
 		s.salting = &salting{engine: salted, tier: s.hot, coalescing: s.coalescing, shared: &s.pools}
+	}
+	if s.cluster != nil {
+		s.routing = &routing{cluster: s.cluster, table: &s.table, replicaPrefixes: cfg.ReplicaReadPrefixes,
+			salting: s.salting, facade: s.clusterCommand, pin: s.pinSession, refuse: s.refuseMsg}
 	}
 	s.chain = s.newChain()
 	ctx, cancel := context.WithCancel(context.Background())
