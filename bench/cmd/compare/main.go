@@ -373,7 +373,7 @@ func (b *bench) header() string {
 	}
 	fmt.Fprintf(&r, "## %s\n\n", title)
 	fmt.Fprintf(&r, "- date: %s\n", time.Now().Format(time.RFC3339))
-	fmt.Fprintf(&r, "- machine: %d CPUs (nproc), %s; load average at start: %s\n", runtime.NumCPU(), procs.CPUModel(), procs.LoadAvg())
+	fmt.Fprintf(&r, "- machine: %d CPUs (nproc), %s; load average at start: %s\n", procs.MachineCPUs(), procs.CPUModel(), procs.LoadAvg())
 	fmt.Fprintf(&r, "- %s\n", procs.FirstLine("redis-server", "--version"))
 	fmt.Fprintf(&r, "- %s\n", procs.FirstLine("redis-benchmark", "--version"))
 	if p, ok := b.servers["twemproxy"]; ok {

@@ -54,6 +54,11 @@ type config struct {
 	idleConns int
 	listN     int // redis-benchmark -n for the default list
 	verbose   bool
+	// pinRedis and pinProxies are CPU lists (taskset -c) for redis-server
+	// and for the proxies (nutcracker and every rproxy); "" leaves them to
+	// the scheduler. The load generator is this process: pin it by
+	// starting the suite under taskset.
+	pinRedis, pinProxies string
 }
 
 func main() {
@@ -107,10 +112,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios to run (default all but scaling-*): "+
 		strings.Join(names, ", ")+"; "+scalingGroup+" = scaling-p1,scaling-p16")
 	fs.StringVar(&procsFlag, "procs", "", fmt.Sprintf("comma-separated rproxy procs values for the scaling scenarios "+
-		"(default 1,2,4 up to the CPU count, and the CPU count: %s here)", joinInts(defaultProcs(runtime.NumCPU()))))
+		"(default 1,2,4 up to the CPU count, and the CPU count: %s here)", joinInts(defaultProcs(procs.MachineCPUs()))))
 	fs.StringVar(&c.rproxy, "rproxy", "", "rproxy binary (default: go build ./cmd/rproxy into a temp dir)")
 	fs.IntVar(&c.idleConns, "idle-conns", defaultIdleConns, "idle connections in the idle-10k scenario")
 	fs.BoolVar(&c.verbose, "v", false, "print every run's full result; keep the temp dir with the server logs")
+	fs.StringVar(&c.pinRedis, "pin-redis", "", "CPU list (taskset -c) for redis-server, e.g. 0; the suite itself (the load) is pinned with taskset")
+	fs.StringVar(&c.pinProxies, "pin-proxies", "", "CPU list (taskset -c) for nutcracker and rproxy, e.g. 1-8")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -166,7 +173,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.scenarios = defaults
 	}
 	var err error
-	if c.procs, err = parseProcs(procsFlag, runtime.NumCPU()); err != nil {
+	if c.procs, err = parseProcs(procsFlag, procs.MachineCPUs()); err != nil {
 		return c, err
 	}
 	if slices.ContainsFunc(c.scenarios, func(s string) bool { return strings.HasPrefix(s, scalingGroup+"-") }) &&
@@ -206,7 +213,13 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s := &suite{cfg: cfg, log: stderr, children: &procs.Set{}, clk: procs.ClockTicks(), root: root}
+	children := &procs.Set{Pin: map[string]string{"redis-server": cfg.pinRedis, "nutcracker": cfg.pinProxies, "rproxy": cfg.pinProxies}}
+	if cfg.pinRedis != "" || cfg.pinProxies != "" {
+		if _, err := exec.LookPath("taskset"); err != nil {
+			return errors.New("-pin-redis and -pin-proxies need taskset (util-linux) in PATH")
+		}
+	}
+	s := &suite{cfg: cfg, log: stderr, children: children, clk: procs.ClockTicks(), root: root}
 	if slices.Contains(cfg.targets, "twemproxy") {
 		if s.nutcracker, err = procs.FindNutcracker(); err != nil {
 			fmt.Fprintln(stderr, "note: nutcracker (twemproxy) is not installed; skipping target twemproxy")

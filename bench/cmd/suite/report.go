@@ -33,6 +33,9 @@ func renderReport(m meta, scs []scenario, targets []string, res *results, charts
 	p("# rproxy benchmark suite\n\n")
 	p("- date: %s\n", m.date.Format(time.RFC3339))
 	p("- machine: %d CPUs (nproc), %s; load average %s at start, %s at end\n", m.nproc, m.cpu, m.loadStart, m.loadEnd)
+	if m.pinning != "" {
+		p("- pinning: %s\n", m.pinning)
+	}
 	p("- %s\n", m.redis)
 	if m.nutcracker != "" {
 		p("- %s\n", m.nutcracker)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -48,7 +47,8 @@ type meta struct {
 	quick              bool
 	idleConns, listN   int
 	maxClients         int
-	procs              []int // the scaling scenarios' procs values
+	procs              []int  // the scaling scenarios' procs values
+	pinning            string // which CPUs each process ran on ("" not pinned)
 	took               time.Duration
 }
 
@@ -199,10 +199,14 @@ func rotate(targets []string, round int) []string {
 // default list once per target.
 func (s *suite) runAll(ctx context.Context) (*results, error) {
 	cfg := s.cfg
-	s.meta = meta{date: time.Now(), nproc: runtime.NumCPU(), cpu: procs.CPUModel(), loadStart: procs.LoadAvg(),
+	s.meta = meta{date: time.Now(), nproc: procs.MachineCPUs(), cpu: procs.CPUModel(), loadStart: procs.LoadAvg(),
 		redis: procs.FirstLine("redis-server", "--version"), rounds: cfg.rounds, duration: cfg.duration,
 		warmup: cfg.warmup, quick: cfg.quick, idleConns: cfg.idleConns, listN: cfg.listN, maxClients: s.maxClients(),
 		procs: cfg.procs}
+	if cfg.pinRedis != "" || cfg.pinProxies != "" {
+		s.meta.pinning = fmt.Sprintf("redis-server on CPUs %s, proxies on %s, the load (this process) on %s",
+			orAny(cfg.pinRedis), orAny(cfg.pinProxies), procs.AllowedCPUs())
+	}
 	if s.nutcracker != "" {
 		s.meta.nutcracker = procs.FirstLine(s.nutcracker, "--version")
 	}
@@ -588,4 +592,11 @@ func closeIdle(conns []net.Conn) {
 		}
 		c.Close()
 	}
+}
+
+func orAny(cpus string) string {
+	if cpus == "" {
+		return "any"
+	}
+	return cpus
 }

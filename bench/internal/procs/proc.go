@@ -63,6 +63,12 @@ func (p *Proc) WaitPing(timeout time.Duration) error {
 // at exit. The zero Set is ready to use; its methods are safe for
 // concurrent use, so StopAll may be called from a signal handler.
 type Set struct {
+	// Pin, when it names a process's name ("redis-server", "nutcracker",
+	// "rproxy"), is the CPU list (taskset -c syntax, "0" or "1-8") it is
+	// started on, so that on a many-core machine Redis, the proxies and
+	// the load generator do not share cores. Set before the first Start.
+	Pin map[string]string
+
 	mu      sync.Mutex
 	procs   []*Proc
 	stopped bool
@@ -81,6 +87,11 @@ func (s *Set) Start(name, addr, logPath string, argv ...string) (*Proc, error) {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	defer logf.Close()
+	if cpus := s.Pin[name]; cpus != "" {
+		// taskset execs the program: the PID (and so its CPU accounting
+		// in /proc) is the program's.
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -177,4 +178,36 @@ func LoadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// AllowedCPUs returns the CPU list this process may run on
+// (Cpus_allowed_list in /proc/self/status, as taskset -c writes it).
+func AllowedCPUs() string {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// MachineCPUs returns how many CPUs the machine has online, whatever this
+// process's affinity (runtime.NumCPU counts only the CPUs it may use, so
+// under taskset it would describe the load generator's share).
+func MachineCPUs() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "processor") {
+			n++
+		}
+	}
+	if n == 0 {
+		return runtime.NumCPU()
+	}
+	return n
 }

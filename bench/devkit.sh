@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# bench/devkit.sh pack [DIR] — gathers what the scaling run needs on a
+# machine that has neither Go nor Redis installed (the many-core machine
+# some sessions are lent, which reaches nothing outside it): rproxy and the
+# suite built here (static), and redis-server, redis-benchmark, redis-cli,
+# nutcracker and taskset with the shared libraries they need beyond glibc,
+# into DIR (default .devkit; list it in .git/info/exclude and carry it).
+#
+# bench/devkit.sh run [DIR] OUT [ROUNDS] — on that machine, from the
+# repository root: the scaling scenarios (procs 1, 2, 4, 8) with
+# redis-server on CPU 0, nutcracker and every rproxy on CPUs 1-8 and the
+# load generator on the rest, as the client-path issue describes; the
+# report goes to OUT (under the repository root's bench/results or $OUT).
+set -euo pipefail
+cmd=${1:?usage: bench/devkit.sh pack [DIR] | run [DIR] OUT [ROUNDS]}
+shift
+case "$cmd" in
+pack)
+	dir=${1:-.devkit}
+	rm -rf "$dir"
+	mkdir -p "$dir/bin" "$dir/lib"
+	CGO_ENABLED=0 go build -o "$dir/bin/rproxy" ./cmd/rproxy
+	CGO_ENABLED=0 go build -o "$dir/bin/suite" ./bench/cmd/suite
+	nut=$(command -v nutcracker || echo /usr/sbin/nutcracker)
+	for b in redis-server redis-benchmark redis-cli "$nut" taskset; do
+		p=$(command -v "$b")
+		cp -L "$p" "$dir/bin/"
+		# glibc and the loader stay the machine's own: a copied libc under
+		# the machine's loader is a mismatch waiting to happen.
+		ldd "$p" | awk '/=> \// {print $3}' | while read -r lib; do
+			case "$(basename "$lib")" in
+			libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*) ;;
+			*) cp -L "$lib" "$dir/lib/" ;;
+			esac
+		done
+	done
+	du -sh "$dir"
+	;;
+run)
+	if [ $# -ge 2 ]; then dir=$1; shift; else dir=.devkit; fi
+	out=${1:?usage: bench/devkit.sh run [DIR] OUT [ROUNDS]}
+	rounds=${2:-3}
+	dir=$(cd "$dir" && pwd)
+	export PATH="$dir/bin:$PATH" LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	n=$(grep -c ^processor /proc/cpuinfo)
+	if [ "$n" -lt 12 ]; then
+		echo "devkit: $n CPUs: the layout (Redis 0, proxies 1-8, load 9-) needs at least 12" >&2
+		exit 2
+	fi
+	ulimit -n "$(ulimit -Hn)" || true
+	taskset -c "9-$((n - 1))" "$dir/bin/suite" -scenarios scaling -procs 1,2,4,8 -rounds "$rounds" \
+		-rproxy "$dir/bin/rproxy" -pin-redis 0 -pin-proxies 1-8 -out "$out"
+	;;
+*)
+	echo "usage: bench/devkit.sh pack [DIR] | run [DIR] OUT [ROUNDS]" >&2
+	exit 2
+	;;
+esac
