@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# bench/devkit.sh pack [DIR] — gathers what the scaling run needs on a
+# bench/devkit.sh pack — gathers what the scaling run needs on a
 # machine that has neither Go nor Redis installed (the many-core machine
 # some sessions are lent, which reaches nothing outside it): rproxy and the
 # suite built here (static), and redis-server, redis-benchmark, redis-cli,
 # nutcracker and taskset with the shared libraries they need beyond glibc,
-# into DIR (default .devkit; list it in .git/info/exclude and carry it).
+# into $DEVKIT (default .devkit, which .gitignore lists; carry it).
 #
-# bench/devkit.sh run [DIR] OUT [ROUNDS] — on that machine, from the
+# bench/devkit.sh run OUT [ROUNDS] — on that machine, from the
 # repository root: the scaling scenarios (procs 1, 2, 4, 8) with
 # redis-server on CPU 0, nutcracker and every rproxy on CPUs 1-8 and the
 # load generator on the rest, as the client-path issue describes; the
 # report goes to OUT (under the repository root's bench/results or $OUT).
 set -euo pipefail
-cmd=${1:?usage: bench/devkit.sh pack [DIR] | run [DIR] OUT [ROUNDS]}
+usage='usage: [DEVKIT=dir] bench/devkit.sh pack | run OUT [ROUNDS]'
+cmd=${1:?$usage}
 shift
+dir=${DEVKIT:-.devkit}
 case "$cmd" in
 pack)
-	dir=${1:-.devkit}
 	rm -rf "$dir"
 	mkdir -p "$dir/bin" "$dir/lib"
 	CGO_ENABLED=0 go build -o "$dir/bin/rproxy" ./cmd/rproxy
@@ -37,8 +38,7 @@ pack)
 	du -sh "$dir"
 	;;
 run)
-	if [ $# -ge 2 ]; then dir=$1; shift; else dir=.devkit; fi
-	out=${1:?usage: bench/devkit.sh run [DIR] OUT [ROUNDS]}
+	out=${1:?$usage}
 	rounds=${2:-3}
 	dir=$(cd "$dir" && pwd)
 	export PATH="$dir/bin:$PATH" LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -52,7 +52,7 @@ run)
 		-rproxy "$dir/bin/rproxy" -pin-redis 0 -pin-proxies 1-8 -out "$out"
 	;;
 *)
-	echo "usage: bench/devkit.sh pack [DIR] | run [DIR] OUT [ROUNDS]" >&2
+	echo "$usage" >&2
 	exit 2
 	;;
 esac
