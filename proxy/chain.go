@@ -355,6 +355,17 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	if info != nil && info.Handling == command.Subscribe {
 		ss.noteSubscriptions(info.Name, cmd.Args)
 	}
+	if info != nil && info.Handling == command.Transaction {
+		// The client's view of its transaction, as dispatch keeps it:
+		// the policy leaves TTLs set inside it alone (no jitter), and
+		// CLIENT LIST shows x.
+		switch info.Name {
+		case "multi":
+			ss.multiSent = true
+		case "exec", "discard":
+			ss.multiSent = false
+		}
+	}
 	ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 	return true
 }

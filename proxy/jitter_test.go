@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rproxy/rproxy/internal/proxytest"
@@ -224,4 +225,38 @@ func splitLines(s string) []string {
 		s = s[i+2:]
 	}
 	return out
+}
+
+// A session in stream mode (here: RESP3 with client tracking) gets no
+// jitter inside MULTI either: the tag pattern's key and tag set keep the
+// TTL asked, together. Stream mode did not follow MULTI, so the policy
+// spread TTLs inside the transaction.
+func TestJitterNotInsideStreamModeMulti(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	if r := c.do("HELLO", "3"); r[0] != '%' {
+		t.Fatalf("HELLO 3 = %q", r)
+	}
+	if r := c.do("CLIENT", "TRACKING", "on"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on = %q", r)
+	}
+	cmds := [][]string{{"MULTI"}}
+	for i := range 20 {
+		cmds = append(cmds, []string{"SETEX", "product:" + strconv.Itoa(i), "3600", "data"})
+	}
+	cmds = append(cmds, []string{"EXEC"})
+	got := sendAll(c, cmds...)
+	if got[len(got)-1][0] != '*' {
+		t.Fatalf("EXEC = %q", got[len(got)-1])
+	}
+	for i := range 20 {
+		if ms := pttlOf(t, rs, "product:"+strconv.Itoa(i)); ms > 3600_000 || ms < 3599_000 {
+			t.Errorf("PTTL of product:%d = %d ms after SETEX 3600 inside MULTI in stream mode: want 3600 s as asked", i, ms)
+		}
+	}
+	// EXEC ended the transaction in the session's view too.
+	if r := c.do("CLIENT", "INFO"); !strings.Contains(r, "flags=t ") {
+		t.Errorf("CLIENT INFO after EXEC in stream mode = %q, want flags=t (no x)", r)
+	}
 }
