@@ -24,15 +24,15 @@ import (
 // Stages that are off in the configuration are not in the chain, so the
 // path pays nothing for them.
 //
-// Each feature stage holds its own configuration, state, metrics and
-// logger, and a session's per-batch state for it is a struct of its own
-// in batchWork: authenticating (auth.go), policing (policy.go), tiering
-// (tiering.go), replicaReads (replicas.go), routing (cluster.go),
-// salting (salting.go) and coalescing (coalescing.go); what they ask of the session's batch
-// (flush, an in-order refusal) is handed to them when they are built.
-// The stages that pin, flush and answer on the Server's connections
-// (transactionGuard, scriptKill, dispatch, streamDispatch) are the
-// Server's own.
+// Each feature stage is a struct holding what it uses (its configuration,
+// its state or engine, and its metrics and logger where it has them), and
+// a session's per-batch state for it is a struct of its own: authenticating
+// (auth.go), policing (policy.go), tiering (tiering.go), replicaReads
+// (replicas.go), routing (cluster.go), salting (salting.go) and coalescing
+// (coalescing.go). What they ask of the Server (flush, an in-order refusal,
+// pinning) is handed to them when they are built. The stages that pin,
+// flush and answer on the Server's connections (transactionGuard,
+// scriptKill, dispatch, streamDispatch) are the Server's own.
 //
 // One GET, from the socket to the reply: client.go's readLoop reads and
 // parses the client's bytes (resp.RequestParser) and hands the read's
@@ -318,10 +318,10 @@ func (st dispatch) command(ss *session, c *call) bool {
 		if s.cfg.AuthPassthrough {
 			ss.setPools(&s.pools)
 		}
-		s.reply(ss, []byte("+RESET\r\n"))
+		ss.reply([]byte("+RESET\r\n"))
 	case command.Quit:
 		ss.quit = true
-		s.reply(ss, []byte("+OK\r\n"))
+		ss.reply([]byte("+OK\r\n"))
 	default:
 		ss.forward(cmd.Raw)
 	}

@@ -270,19 +270,19 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 				ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "CLIENT", "KILL", ss.pin.LocalAddr()))
 				return
 			}
-			s.replyInMode(ss, []byte("+OK\r\n"))
+			ss.replyInMode([]byte("+OK\r\n"))
 			s.killSession(ss, other)
 			return
 		}
-		s.replyInMode(ss, []byte("-ERR No such client\r\n"))
+		ss.replyInMode([]byte("-ERR No such client\r\n"))
 		return
 	}
 	if len(args) == 2 {
-		s.forwardInMode(ss, cmd.Raw) // Redis's arity error
+		ss.forwardInMode(cmd.Raw) // Redis's arity error
 		return
 	}
 	if len(args)%2 != 0 {
-		s.replyInMode(ss, []byte("-ERR syntax error\r\n"))
+		ss.replyInMode([]byte("-ERR syntax error\r\n"))
 		return
 	}
 	var (
@@ -297,13 +297,13 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 		case "id":
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil || n <= 0 {
-				s.replyInMode(ss, []byte("-ERR client-id should be greater than 0\r\n"))
+				ss.replyInMode([]byte("-ERR client-id should be greater than 0\r\n"))
 				return
 			}
 			id = n
 		case "type":
 			if !validClientType(v) {
-				s.replyInMode(ss, resp.AppendError(nil, "ERR Unknown client type '"+string(v)+"'"))
+				ss.replyInMode(resp.AppendError(nil, "ERR Unknown client type '"+string(v)+"'"))
 				return
 			}
 			typ, hasType = bytes.ToLower(v), true
@@ -323,16 +323,16 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 			case "no":
 				skipMe = false
 			default:
-				s.replyInMode(ss, []byte("-ERR syntax error\r\n"))
+				ss.replyInMode([]byte("-ERR syntax error\r\n"))
 				return
 			}
 		default:
-			s.replyInMode(ss, []byte("-ERR syntax error\r\n"))
+			ss.replyInMode([]byte("-ERR syntax error\r\n"))
 			return
 		}
 	}
 	if user != nil && !s.userExists(user) {
-		s.replyInMode(ss, resp.AppendError(nil, "ERR No such user '"+string(user)+"'"))
+		ss.replyInMode(resp.AppendError(nil, "ERR No such user '"+string(user)+"'"))
 		return
 	}
 	var victims []*session
@@ -361,7 +361,7 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "CLIENT", "KILL", "ADDR", ss.pin.LocalAddr(), "SKIPME", "no"))
 		return
 	}
-	s.replyInMode(ss, resp.AppendInt(nil, int64(len(victims))))
+	ss.replyInMode(resp.AppendInt(nil, int64(len(victims))))
 	for _, v := range victims {
 		s.killSession(ss, v)
 	}
@@ -407,26 +407,26 @@ func (s *Server) killSession(caller, victim *session) {
 func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) != 3 && len(args) != 4 {
-		s.forwardInMode(ss, cmd.Raw) // Redis's arity error
+		ss.forwardInMode(cmd.Raw) // Redis's arity error
 		return
 	}
 	id, err := strconv.ParseInt(string(args[2]), 10, 64)
 	if err != nil {
-		s.replyInMode(ss, []byte("-ERR value is not an integer or out of range\r\n"))
+		ss.replyInMode([]byte("-ERR value is not an integer or out of range\r\n"))
 		return
 	}
 	if len(args) == 4 && !bytes.EqualFold(args[3], []byte("timeout")) && !bytes.EqualFold(args[3], []byte("error")) {
-		s.replyInMode(ss, []byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
+		ss.replyInMode([]byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
 		return
 	}
 	upstreamID := s.pinnedRedisID(id)
 	if upstreamID == 0 {
-		s.replyInMode(ss, []byte(":0\r\n")) // not blocked: it has no connection of its own
+		ss.replyInMode([]byte(":0\r\n")) // not blocked: it has no connection of its own
 		return
 	}
 	out := [][]byte{args[0], args[1], strconv.AppendInt(nil, upstreamID, 10)}
 	out = append(out, args[3:]...)
-	s.forwardInMode(ss, resp.AppendCommand(nil, out...))
+	ss.forwardInMode(resp.AppendCommand(nil, out...))
 }
 
 // trackingRedirect rewrites CLIENT TRACKING ... REDIRECT id with the id
@@ -536,27 +536,33 @@ func scriptText(text []byte) []byte {
 // replyInMode queues a reply made here: in stream mode as a script that
 // makes Redis answer it in order with the stream (an integer, a status or
 // an error: what the CLIENT subcommands that speak in ids answer).
-func (s *Server) replyInMode(ss *session, r []byte) {
+func (ss *session) replyInMode(r []byte) {
 	if !ss.stream {
-		s.reply(ss, r)
+		ss.reply(r)
 		return
 	}
+	ss.localCount++
 	text := string(bytes.TrimSuffix(r[1:], []byte("\r\n")))
 	switch r[0] {
 	case ':':
-		ss.localCount++
 		ss.streamCmds = append(ss.streamCmds, scriptIntText([]byte(text)))
 	case '+':
-		ss.localCount++
 		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "EVAL", "return redis.status_reply(ARGV[1])", "0", text))
-	default: // '-'
-		s.deny(ss, r)
+	default: // '-': the command's error as Redis words it, not a refusal
+		ss.streamCmds = append(ss.streamCmds, scriptError(r))
 	}
+}
+
+// scriptError is a command that makes Redis reply the error reply r
+// ("-ERR ...\r\n").
+func scriptError(r []byte) []byte {
+	msg := bytes.TrimSuffix(bytes.TrimPrefix(r, []byte("-")), []byte("\r\n"))
+	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return redis.error_reply(ARGV[1])"), []byte("0"), msg)
 }
 
 // forwardInMode sends a command on: queued in the batch, or in stream mode
 // on the stream.
-func (s *Server) forwardInMode(ss *session, raw []byte) {
+func (ss *session) forwardInMode(raw []byte) {
 	if ss.stream {
 		ss.streamCmds = append(ss.streamCmds, raw)
 		return

@@ -59,18 +59,13 @@ func (ss *session) liveState() clientState {
 func (s *Server) publishView(ss *session) {
 	v := &ss.view
 	v.active.Store(s.clock().UnixNano())
-	pinned := ss.pin != nil || ss.stream
-	multi := ss.inTransaction()
-	subs, psubs, ssubs, tracking := len(ss.subscribed['c']), len(ss.subscribed['p']), len(ss.subscribed['s']), ss.redirect >= 0
-	if ss.name == v.last.name && ss.user == v.last.user && ss.lastCmd == v.last.cmd && ss.db == v.last.db && pinned == v.last.pinned &&
-		multi == v.last.multi && ss.stream == v.last.stream && ss.role == v.last.role && ss.proto == v.last.proto &&
-		subs == v.last.subs && psubs == v.last.psubs && ssubs == v.last.ssubs && tracking == v.last.tracking &&
-		ss.redirect == v.last.redirect && ss.trackBcast == v.last.bcast {
+	st := ss.liveState()
+	if st == v.last {
 		return
 	}
-	v.last = ss.liveState()
+	v.last = st
 	v.mu.Lock()
-	v.pub = v.last
+	v.pub = st
 	v.mu.Unlock()
 }
 

@@ -37,7 +37,7 @@ func (s *Server) clusterFacade(ss *session, cmd resp.Command) bool {
 		if len(args) != 3 {
 			return false
 		}
-		s.reply(ss, resp.AppendInt(nil, int64(upstream.Slot(args[2]))))
+		ss.reply(resp.AppendInt(nil, int64(upstream.Slot(args[2]))))
 		return true
 	case "countkeysinslot", "getkeysinslot":
 		if len(args) < 3 {
@@ -66,7 +66,7 @@ func (s *Server) clusterFacade(ss *session, cmd resp.Command) bool {
 	case "myid":
 		r = resp.AppendBulk(nil, []byte(id))
 	}
-	s.reply(ss, r)
+	ss.reply(r)
 	return true
 }
 

@@ -188,7 +188,7 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 	default:
 		r = resp.AppendError(nil, "ERR rproxy: unknown PROXY subcommand or wrong number of arguments; try PROXY HELP")
 	}
-	s.reply(ss, r)
+	ss.reply(r)
 }
 
 // oneLine keeps an error usable in a RESP error line.

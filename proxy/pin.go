@@ -59,7 +59,7 @@ func (s *Server) pinSession(ss *session, slot int) bool {
 	pool := ss.pools[ss.proto].PinPool(slot)
 	d, err := pool.Acquire(context.Background())
 	if err != nil {
-		s.reply(ss, resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()))
+		ss.reply(resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()))
 		return false
 	}
 	ss.pin, ss.pinPool = d, pool
@@ -232,7 +232,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	}
 	s.flush(ss)
 	if ss.pin == nil { // the flush lost the pinned connection
-		s.reply(ss, resp.AppendError(nil, "ERR upstream unavailable: pinned connection lost"))
+		ss.reply(resp.AppendError(nil, "ERR upstream unavailable: pinned connection lost"))
 		return
 	}
 	if err := ss.conn.Flush(); err != nil {

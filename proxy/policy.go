@@ -116,9 +116,7 @@ func (pg *policing) apply(ss *session, pol *policy.Policy, info *command.Info, c
 func (s *Server) deny(ss *session, reply []byte) {
 	ss.refusedCount++
 	if ss.stream {
-		msg := bytes.TrimSuffix(bytes.TrimPrefix(reply, []byte("-")), []byte("\r\n"))
-		ss.streamCmds = append(ss.streamCmds, resp.AppendCommand(nil,
-			[]byte("EVAL"), []byte("return redis.error_reply(ARGV[1])"), []byte("0"), msg))
+		ss.streamCmds = append(ss.streamCmds, scriptError(reply))
 		return
 	}
 	s.abortTransaction(ss)

@@ -386,7 +386,7 @@ func (s *Server) killOutOfBand(ss *session, raw []byte) {
 			reply = r
 		}
 	}
-	s.reply(ss, reply)
+	ss.reply(reply)
 }
 
 // answeredByProxy reports whether rproxy answers the command for the
@@ -475,8 +475,6 @@ func (ss *session) replyShared(r []byte) {
 }
 
 // reply queues a reply made by the proxy, in order with the upstream ones.
-func (s *Server) reply(ss *session, r []byte) { ss.reply(r) }
-
 func (ss *session) reply(r []byte) {
 	ss.localCount++
 	ss.queueLocal(r, false)
@@ -684,16 +682,16 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			ss.forward(cmd.Raw)
 			return
 		}
-		s.reply(ss, resp.AppendInt(nil, ss.id))
+		ss.reply(resp.AppendInt(nil, ss.id))
 	case "getname":
 		if len(args) != 2 {
 			ss.forward(cmd.Raw)
 			return
 		}
 		if len(ss.name) == 0 {
-			s.reply(ss, resp.AppendNullBulk(nil, ss.proto))
+			ss.reply(resp.AppendNullBulk(nil, ss.proto))
 		} else {
-			s.reply(ss, resp.AppendBulk(nil, []byte(ss.name)))
+			ss.reply(resp.AppendBulk(nil, []byte(ss.name)))
 		}
 	case "setname":
 		if len(args) != 3 {
@@ -701,11 +699,11 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			return
 		}
 		if !validClientName(args[2]) {
-			s.reply(ss, []byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
+			ss.reply([]byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
 			return
 		}
 		ss.name = string(args[2])
-		s.reply(ss, []byte("+OK\r\n"))
+		ss.reply([]byte("+OK\r\n"))
 	case "setinfo":
 		if !s.upstreamKnows("client", "setinfo") || len(args) != 4 {
 			// A server without CLIENT SETINFO answers with its own error.
@@ -716,13 +714,13 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 	case "kill":
 		s.clientKill(ss, cmd)
 	case "list":
-		s.reply(ss, s.clientList(ss, cmd))
+		ss.reply(s.clientList(ss, cmd))
 	case "info":
 		if len(args) != 2 {
 			ss.forward(cmd.Raw)
 			return
 		}
-		s.reply(ss, appendText(nil, ss.proto, s.clientLine(nil, ss, ss, cmd, s.clock())))
+		ss.reply(appendText(nil, ss.proto, s.clientLine(nil, ss, ss, cmd, s.clock())))
 	case "unblock":
 		s.clientUnblock(ss, cmd)
 	case "pause", "unpause", "help", "getredir", "trackinginfo":
@@ -731,7 +729,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 	case "tracking":
 		raw, errReply := s.trackingRedirect(ss, cmd)
 		if errReply != nil {
-			s.reply(ss, errReply)
+			ss.reply(errReply)
 			return
 		}
 		s.startStream(ss, raw)
@@ -747,7 +745,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 func (s *Server) clientSetInfo(ss *session, args [][]byte) {
 	attr, val := bytes.ToLower(args[2]), args[3]
 	if !validClientName(val) && len(val) > 0 {
-		s.reply(ss, resp.AppendError(nil, "ERR "+string(args[2])+" cannot contain spaces, newlines or special characters."))
+		ss.reply(resp.AppendError(nil, "ERR "+string(args[2])+" cannot contain spaces, newlines or special characters."))
 		return
 	}
 	switch string(attr) {
@@ -756,10 +754,10 @@ func (s *Server) clientSetInfo(ss *session, args [][]byte) {
 	case "lib-ver":
 		ss.libVer = string(val)
 	default:
-		s.reply(ss, resp.AppendError(nil, "ERR Unrecognized option '"+string(args[2])+"'"))
+		ss.reply(resp.AppendError(nil, "ERR Unrecognized option '"+string(args[2])+"'"))
 		return
 	}
-	s.reply(ss, []byte("+OK\r\n"))
+	ss.reply([]byte("+OK\r\n"))
 }
 
 // upstreamKnows reports whether the loaded command table has the subcommand.
@@ -827,7 +825,7 @@ func (s *Server) hello(ss *session, cmd resp.Command) {
 		return
 	}
 	if setName && !validClientName(name) {
-		s.reply(ss, []byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
+		ss.reply([]byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
 		s.flush(ss)
 		return
 	}

@@ -15,9 +15,11 @@ import (
 // owns the configuration (hotkeys:, validated and reloaded there), the
 // detector, the entries and their coherence, the metrics and the logger;
 // the stage owns what a session adds to them: a session's per-batch state
-// is hotWriteState. It sits in the chain twice: tierWrites early (a write
-// refused later still drops its keys: harmless), tierReads after cluster
-// routing (a read needs its slot for a fill's miss collapsing).
+// is hotWriteState. It sits in the chain twice: tierWrites early (after the
+// policy, so a refused write drops nothing), tierReads after cluster
+// routing, which pins a session whose MULTI it deferred before the
+// transaction's first command goes on: a read inside a transaction is then
+// pinned, and not served from the tier.
 type tiering struct {
 	engine *tier.Engine
 	// shared is the server's own shared connections: the tier holds db 0

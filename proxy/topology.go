@@ -94,7 +94,7 @@ func (s *Server) proxyInfoNodes(ss *session, sections [][]byte) {
 		r = resp.AppendBulk(r, []byte(addr))
 		r = append(r, b.Reply(i)...)
 	}
-	s.reply(ss, r)
+	ss.reply(r)
 }
 
 // isInfoNodes reports whether PROXY's arguments are INFO NODES [...].

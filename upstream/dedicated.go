@@ -56,7 +56,7 @@ func (d *Dedicated) RedisID() int64 {
 	b := NewBatch()
 	b.Add(clientListCmd)
 	d.pool.Do(b)
-	return clientIDByAddr(b.Reply(0), d.nc.LocalAddr().String())
+	return clientIDByAddr(b.Reply(0), d.LocalAddr())
 }
 
 // clientIDByAddr finds, in a CLIENT LIST reply, the id of the client
@@ -355,7 +355,7 @@ func (d *Dedicated) idleAlive() bool {
 // the client by (CLIENT KILL ADDR).
 func (d *Dedicated) LocalAddr() string { return d.nc.LocalAddr().String() }
 
-// Broken reports whether// Broken reports whether the connection failed (it is closed on Release).
+// Broken reports whether the connection failed (it is closed on Release).
 func (d *Dedicated) Broken() bool { return d.broken.Load() }
 
 // Interrupt closes the connection from another goroutine, ending a Do that
