@@ -478,9 +478,9 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	}
 	switch {
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("id")):
-		ss.streamCmds = append(ss.streamCmds, scriptInt(ss.id))
+		ss.replyScript(scriptInt(ss.id))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getredir")):
-		ss.streamCmds = append(ss.streamCmds, scriptInt(ss.redirect))
+		ss.replyScript(scriptInt(ss.redirect))
 	case len(args) == 3 && bytes.EqualFold(args[1], []byte("setname")):
 		// Redis answers (and checks the name); the session keeps it for
 		// CLIENT LIST and GETNAME.
@@ -490,16 +490,16 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		}
 		return false
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getname")):
-		ss.streamCmds = append(ss.streamCmds, scriptName(ss.name))
+		ss.replyScript(scriptName(ss.name))
 	case bytes.EqualFold(args[1], []byte("list")):
 		text, errReply := s.clientListText(ss, cmd)
 		if errReply != nil {
-			s.deny(ss, errReply)
+			ss.replyInMode(errReply) // Redis's error for the arguments
 			return true
 		}
-		ss.streamCmds = append(ss.streamCmds, scriptText(text))
+		ss.replyScript(scriptText(text))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("info")):
-		ss.streamCmds = append(ss.streamCmds, scriptText(s.clientLine(nil, ss, ss, cmd, s.clock())))
+		ss.replyScript(scriptText(s.clientLine(nil, ss, ss, cmd, s.clock())))
 	case bytes.EqualFold(args[1], []byte("kill")):
 		s.clientKill(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("unblock")):
@@ -507,7 +507,7 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	case bytes.EqualFold(args[1], []byte("tracking")):
 		raw, errReply := s.trackingRedirect(ss, cmd)
 		if errReply != nil {
-			s.deny(ss, errReply) // in stream mode: a script returning the error
+			ss.replyInMode(errReply) // Redis's error for the arguments
 			return true
 		}
 		ss.streamCmds = append(ss.streamCmds, raw)
@@ -541,16 +541,22 @@ func (ss *session) replyInMode(r []byte) {
 		ss.reply(r)
 		return
 	}
-	ss.localCount++
 	text := string(bytes.TrimSuffix(r[1:], []byte("\r\n")))
 	switch r[0] {
 	case ':':
-		ss.streamCmds = append(ss.streamCmds, scriptIntText([]byte(text)))
+		ss.replyScript(scriptIntText([]byte(text)))
 	case '+':
-		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "EVAL", "return redis.status_reply(ARGV[1])", "0", text))
+		ss.replyScript(resp.AppendCommandString(nil, "EVAL", "return redis.status_reply(ARGV[1])", "0", text))
 	default: // '-': the command's error as Redis words it, not a refusal
-		ss.streamCmds = append(ss.streamCmds, scriptError(r))
+		ss.replyScript(scriptError(r))
 	}
+}
+
+// replyScript queues, in stream mode, a script that makes Redis answer
+// what rproxy answers, in order with the stream (a local reply).
+func (ss *session) replyScript(script []byte) {
+	ss.localCount++
+	ss.streamCmds = append(ss.streamCmds, script)
 }
 
 // scriptError is a command that makes Redis reply the error reply r

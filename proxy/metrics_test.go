@@ -55,3 +55,24 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		t.Errorf("client batch latency samples = %d, want 8 to 16", timed)
 	}
 }
+
+// In stream mode too, a command is counted once, by what happened to it: a
+// refusal (sent as a command Redis rejects) and a reply rproxy makes
+// (sent as a script) are not counted as forwarded.
+func TestMetricsCountStreamModeOutcomes(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")             // local
+	c.do("SUBSCRIBE", "ch")        // forwarded: stream mode from here
+	c.do("KEYS", "*")              // refused
+	c.do("CLIENT", "ID")           // local, answered by a script
+	c.do("CLIENT", "LIST", "TYPE") // local: Redis's syntax error, by a script
+	c.do("PING")                   // forwarded
+	c.do("GET", "k")               // forwarded
+	for outcome, n := range map[string]float64{"forwarded": 3, "local": 3, "refused": 1} {
+		if got := counterValue(t, p.Registry, "rproxy_proxy_commands_total", map[string]string{"outcome": outcome}); got != n {
+			t.Errorf("commands_total{outcome=%q} = %v, want %v", outcome, got, n)
+		}
+	}
+}

@@ -244,8 +244,10 @@ func (s *Server) startStream(ss *session, raw []byte) {
 		lc.exemptIdle() // Redis never closes an idle subscriber
 	}
 	w := &deadlineWriter{nc: nc, limits: &s.limits, clock: s.clock, wd: ss.writeDeadline}
+	ss.relay = newStreamRelay(w)
+	relay := ss.relay
 	go func() {
-		err := pin.StreamTo(w)
+		err := pin.StreamTo(relay)
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			ss.writeTimedOut.Store(true)
 		}
@@ -258,7 +260,6 @@ func (s *Server) startStream(ss *session, raw []byte) {
 
 // sendStream writes the batch's commands to the pinned connection.
 func (s *Server) sendStream(ss *session) {
-	s.metrics.forwarded.Add(float64(len(ss.streamCmds)))
 	if err := ss.pin.Send(ss.streamCmds); err != nil {
 		s.log.Info("pub/sub upstream write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
 			zap.String("command", commandName(ss.streamCmds[0])), zap.Error(err))

@@ -14,6 +14,7 @@ import (
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // withPolicy runs the proxy with the shipped policy defaults plus rules.
@@ -250,6 +251,62 @@ func TestPolicyInStreamMode(t *testing.T) {
 		t.Fatalf("KEYS in stream mode = %q", r)
 	}
 	if r := string(c.read()); r != "+PONG\r\n" {
+		t.Fatalf("PING after the refusal = %q", r)
+	}
+}
+
+// A refusal inside a stream-mode session's transaction aborts it, as
+// outside stream mode (docs/commands.md, Transactions): the client sees the
+// refusal in place of QUEUED and EXEC gets Redis's EXECABORT, with nothing
+// of the transaction applied. Stream mode here is RESP3 client tracking,
+// as client-side caches (redis-py's, Lettuce's) turn it on.
+func TestStreamModeRefusalInsideMultiAborts(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if r := c.do("CLIENT", "TRACKING", "ON"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON = %q", r)
+	}
+	c.do("SET", "k", "before")
+	var batch []byte
+	for _, cmd := range [][]string{{"MULTI"}, {"SET", "k", "inside"}, {"KEYS", "*"}, {"INCR", "n"}, {"EXEC"}, {"GET", "k"}, {"EXISTS", "n"}} {
+		batch = resp.AppendCommandString(batch, cmd...)
+	}
+	c.send(batch)
+	want := []string{"+OK", "+QUEUED", "-DENIED KEYS", "+QUEUED", "-EXECABORT", "$6\r\nbefore", ":0"}
+	for i, w := range want {
+		if r := string(c.read()); !strings.HasPrefix(r, w) {
+			t.Fatalf("reply %d = %q, want %q...", i, r, w)
+		}
+	}
+	// Outside a transaction the refusal reads the same, and the stream
+	// goes on in order.
+	c.send(resp.AppendCommandString(resp.AppendCommandString(nil, "KEYS", "*"), "PING"))
+	if r := string(c.read()); !strings.HasPrefix(r, "-DENIED KEYS") {
+		t.Fatalf("KEYS in stream mode = %q", r)
+	}
+	if r := string(c.read()); r != "+PONG\r\n" {
+		t.Fatalf("PING after the refusal = %q", r)
+	}
+	if got := counterValue(t, p.Registry, "rproxy_proxy_commands_total", map[string]string{"outcome": "refused"}); got != 2 {
+		t.Fatalf("refusals counted %v, want 2", got)
+	}
+}
+
+// In RESP2's subscribed mode Redis runs only the subscribe commands, PING,
+// QUIT and RESET, so a refusal cannot be made by a script there (Redis
+// would answer "Can't execute 'eval'"): the client still gets the refusal.
+func TestPolicyInResp2SubscribedMode(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	c.do("SUBSCRIBE", "ch")
+	c.send(resp.AppendCommandString(resp.AppendCommandString(nil, "KEYS", "*"), "PING"))
+	if r := string(c.read()); !strings.HasPrefix(r, "-DENIED KEYS") {
+		t.Fatalf("KEYS in RESP2 subscribed mode = %q", r)
+	}
+	if r := string(c.read()); r != "*2\r\n$4\r\npong\r\n$0\r\n\r\n" {
 		t.Fatalf("PING after the refusal = %q", r)
 	}
 }

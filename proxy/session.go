@@ -111,7 +111,8 @@ type session struct {
 	// Redis sends back to the client. The write buffer is not used any more.
 	stream     bool
 	streamCmds [][]byte
-	role       byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
+	relay      *streamRelay // what the copy goroutine writes through (stream mode)
+	role       byte         // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
@@ -265,9 +266,14 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
 	ss.flights.wrote = false
 	if ss.stream {
+		// A reply made here or a refusal is a command on the stream too
+		// (a script, or a command Redis rejects), but not a forwarded one.
+		forwarded := len(ss.streamCmds) - ss.localCount - ss.refusedCount
 		if ss.reqlog.on {
-			ss.reqlog.stats.upstream += len(ss.streamCmds)
+			ss.reqlog.stats.upstream += forwarded
 		}
+		s.metrics.forwarded.Add(float64(forwarded))
+		s.countLocal(ss)
 		s.sendStream(ss)
 		if ss.reqlog.on {
 			s.logBatch(ss, "stream")
@@ -532,18 +538,9 @@ func (s *Server) flush(ss *session) {
 	s.afterReplies(ss) // the chain's replies phase (chain.go)
 	if ss.reqlog.on {
 		ss.reqlog.stats.upstream += ss.batch.Len()
-		ss.reqlog.stats.local += ss.localCount
-		ss.reqlog.stats.refused += ss.refusedCount
 		ss.reqlog.stats.joined += len(ss.flights.joined)
 	}
-	if ss.localCount > 0 {
-		s.metrics.local.Add(float64(ss.localCount))
-		ss.localCount = 0
-	}
-	if ss.refusedCount > 0 {
-		s.metrics.refused.Add(float64(ss.refusedCount))
-		ss.refusedCount = 0
-	}
+	s.countLocal(ss)
 	up, over, miss := 0, 0, 0
 	gate := s.tiering.missGate(ss)
 	for i, o := range ss.order {
@@ -886,4 +883,21 @@ func helloWithID(r []byte, id int64) []byte {
 	out = append(out, r[:start]...)
 	out = strconv.AppendInt(out, id, 10)
 	return append(out, r[start+end:]...)
+}
+
+// countLocal counts the batch's replies made here and its refusals, in the
+// metrics and the request log.
+func (s *Server) countLocal(ss *session) {
+	if ss.reqlog.on {
+		ss.reqlog.stats.local += ss.localCount
+		ss.reqlog.stats.refused += ss.refusedCount
+	}
+	if ss.localCount > 0 {
+		s.metrics.local.Add(float64(ss.localCount))
+		ss.localCount = 0
+	}
+	if ss.refusedCount > 0 {
+		s.metrics.refused.Add(float64(ss.refusedCount))
+		ss.refusedCount = 0
+	}
 }

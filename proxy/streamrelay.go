@@ -1,0 +1,155 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"sync"
+
+	"github.com/rproxy/rproxy/resp"
+)
+
+// refusalMarker names the command a stream-mode session sends Redis in
+// place of a command the policy refuses. Redis rejects it as unknown
+// before anything else (so also in RESP2's subscribed mode, where a
+// script would not run) and, inside MULTI, when it is queued, which makes
+// the transaction's EXEC fail with EXECABORT: the abort abortTransaction
+// gets outside stream mode. streamRelay shows the client the refusal in
+// place of Redis's "unknown command" error.
+const refusalMarker = "rproxy-refused"
+
+// refusalCmd is the command sent for a refusal in stream mode.
+var refusalCmd = resp.AppendCommandString(nil, refusalMarker)
+
+// maxHeldError bounds the top-level error a streamRelay holds back while
+// it waits for the end of the line: Redis's answer to refusalCmd is far
+// shorter, so a longer one is passed on as it comes.
+const maxHeldError = 512
+
+// streamRelay is what a stream-mode session's copy goroutine writes Redis's
+// bytes to. It passes them on to the client unchanged, but for Redis's
+// answers to refusalCmd, each replaced by the refusal it stands for, in
+// the order the refusals were made. It frames the stream's top-level
+// replies to find them; if the stream cannot be framed, it stops looking
+// and passes everything on (the client then sees Redis's error).
+type streamRelay struct {
+	dst io.Writer
+
+	mu      sync.Mutex
+	pending [][]byte // refusals sent as refusalCmd whose answers have not come yet
+
+	// The copy goroutine's own state.
+	fr      resp.Framer
+	held    []byte // the start of a top-level error, held until its end
+	passing bool   // the current reply is passed on as it comes
+	broken  bool   // framing failed: everything is passed on
+}
+
+func newStreamRelay(dst io.Writer) *streamRelay {
+	return &streamRelay{dst: dst}
+}
+
+// refuse queues the refusal that Redis's answer to the next refusalCmd
+// sent is replaced by. It must be called before the command is sent.
+func (r *streamRelay) refuse(refusal []byte) {
+	r.mu.Lock()
+	r.pending = append(r.pending, bytes.Clone(refusal))
+	r.mu.Unlock()
+}
+
+// Write passes p on. A top-level error is looked at once complete: one
+// that ends in a later write is held back until then.
+func (r *streamRelay) Write(p []byte) (int, error) {
+	if r.broken {
+		return r.dst.Write(p)
+	}
+	out := 0 // p[:out] is written or held
+	for i := 0; i < len(p); {
+		k, done, err := r.fr.Next(p[i:])
+		if err != nil {
+			r.broken = true
+			if err := r.flushHeld(); err != nil {
+				return 0, err
+			}
+			break
+		}
+		if r.fr.Kind() == '-' && !r.passing {
+			switch {
+			case done && len(r.held) == 0: // the whole error is in p
+				if refusal := r.answerTo(p[i : i+k]); refusal != nil {
+					if err := r.write(p[out:i], refusal); err != nil {
+						return 0, err
+					}
+					out = i + k
+				}
+			case done: // the end of a held error (so i == 0)
+				r.held = append(r.held, p[:k]...)
+				reply := r.held
+				if refusal := r.answerTo(reply); refusal != nil {
+					reply = refusal
+				}
+				if err := r.write(reply); err != nil {
+					return 0, err
+				}
+				r.held, out = r.held[:0], k
+			default: // p ends inside the error
+				if err := r.write(p[out:i]); err != nil {
+					return 0, err
+				}
+				r.held, out = append(r.held, p[i:]...), len(p)
+				if len(r.held) > maxHeldError {
+					r.passing = true
+					if err := r.flushHeld(); err != nil {
+						return 0, err
+					}
+				}
+			}
+		}
+		if done {
+			r.passing = false
+		}
+		i += k
+	}
+	if err := r.write(p[out:]); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// answerTo returns the refusal that reply, a complete top-level error,
+// stands for: nil unless it is Redis's rejection of refusalCmd (Redis 6
+// quotes the name with backquotes, 7 with quotes) and a refusal waits.
+func (r *streamRelay) answerTo(reply []byte) []byte {
+	rest, ok := bytes.CutPrefix(reply, []byte("-ERR unknown command "))
+	if !ok || len(rest) < len(refusalMarker)+2 || (rest[0] != '\'' && rest[0] != '`') ||
+		!bytes.HasPrefix(rest[1:], []byte(refusalMarker)) || rest[1+len(refusalMarker)] != rest[0] {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) == 0 {
+		return nil // the client sent the marker itself
+	}
+	refusal := r.pending[0]
+	r.pending[0] = nil
+	r.pending = r.pending[1:]
+	return refusal
+}
+
+func (r *streamRelay) flushHeld() error {
+	err := r.write(r.held)
+	r.held = r.held[:0]
+	return err
+}
+
+// write passes on bufs, skipping empty ones.
+func (r *streamRelay) write(bufs ...[]byte) error {
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if _, err := r.dst.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}

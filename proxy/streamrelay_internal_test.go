@@ -1,0 +1,129 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Redis's answers to refusalCmd: Redis 7 quotes the name, Redis 6
+// backquotes it.
+const (
+	markerReply7 = "-ERR unknown command 'rproxy-refused', with args beginning with: \r\n"
+	markerReply6 = "-ERR unknown command `rproxy-refused`, with args beginning with: \r\n"
+)
+
+// relayAll writes stream through a relay in writes of the given sizes
+// (cycled), after queueing refusals, and returns what reached the client.
+func relayAll(t *testing.T, stream string, sizes []int, refusals ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	r := newStreamRelay(&out)
+	for _, f := range refusals {
+		r.refuse([]byte(f))
+	}
+	p := []byte(stream)
+	for i := 0; len(p) > 0; i++ {
+		n := min(sizes[i%len(sizes)], len(p))
+		if k, err := r.Write(p[:n]); k != n || err != nil {
+			t.Fatalf("Write(%d bytes) = %d, %v", n, k, err)
+		}
+		p = p[n:]
+	}
+	return out.String()
+}
+
+func TestStreamRelayReplacesMarkerReplies(t *testing.T) {
+	push := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\ntk\r\n"
+	in := "+QUEUED\r\n" + markerReply7 + push + "-ERR other\r\n" + markerReply6 + ":1\r\n"
+	want := "+QUEUED\r\n-DENIED one\r\n" + push + "-ERR other\r\n-DENIED two\r\n:1\r\n"
+	// Every split of the stream into two writes, and byte by byte.
+	for cut := 0; cut <= len(in); cut++ {
+		if got := relayAll(t, in, []int{max(cut, 1), len(in)}, "-DENIED one\r\n", "-DENIED two\r\n"); got != want {
+			t.Fatalf("cut at %d: got %q, want %q", cut, got, want)
+		}
+	}
+	if got := relayAll(t, in, []int{1}, "-DENIED one\r\n", "-DENIED two\r\n"); got != want {
+		t.Fatalf("byte by byte: got %q, want %q", got, want)
+	}
+}
+
+// Only Redis's own rejection of the marker command is replaced: not the
+// marker inside another error, a message or a bulk string, and not when no
+// refusal waits (the client sent the command itself).
+func TestStreamRelayLeavesEverythingElse(t *testing.T) {
+	for _, in := range []string{
+		"-ERR unknown command 'get', with args beginning with: 'rproxy-refused' \r\n",
+		"-ERR unknown command 'rproxy-refused2', with args beginning with: \r\n",
+		"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$" + strconv.Itoa(len(markerReply7)) + "\r\n" + markerReply7 + "\r\n",
+		"+" + strings.TrimPrefix(markerReply7, "-"),
+		"-" + strings.Repeat("x", 2*maxHeldError) + "\r\n",
+	} {
+		for _, sizes := range [][]int{{1 << 16}, {1}, {7}} {
+			if got := relayAll(t, in, sizes, "-DENIED x\r\n"); got != in {
+				t.Fatalf("writes of %v: got %q, want it unchanged %q", sizes, got, in)
+			}
+		}
+	}
+	if got := relayAll(t, markerReply7, []int{64}); got != markerReply7 {
+		t.Fatalf("no refusal waiting: got %q", got)
+	}
+}
+
+// A stream that is not RESP (a replica's RDB payload has no CRLF after it)
+// stops the relay's framing: everything is passed on unchanged after that.
+func TestStreamRelayPassesUnframableStreams(t *testing.T) {
+	in := "+FULLRESYNC abc 0\r\n\n$5\r\nREDIS*1\r\n$4\r\nPING\r\n" + markerReply7
+	for _, sizes := range [][]int{{1 << 16}, {1}, {3}} {
+		if got := relayAll(t, in, sizes, "-DENIED x\r\n"); got != in {
+			t.Fatalf("writes of %v: got %q, want it unchanged", sizes, got)
+		}
+	}
+	// A partial error held when framing fails is passed on too.
+	in = "-ERR unknown command 'rproxy-ref\r\n\x00"
+	if got := relayAll(t, in, []int{20, 100}, "-DENIED x\r\n"); got != in {
+		t.Fatalf("got %q, want it unchanged", got)
+	}
+}
+
+// With no refusal waiting, any byte stream reaches the client unchanged,
+// however it is cut into writes (but for the start of an error the stream
+// ends in, which is still held: the client is closed then anyway).
+func FuzzStreamRelay(f *testing.F) {
+	f.Add([]byte("+OK\r\n-ERR x\r\n>2\r\n$1\r\na\r\n:1\r\n"), uint8(3))
+	f.Add([]byte(markerReply7+markerReply6), uint8(1))
+	f.Add([]byte("$5\r\nREDIS*1\r\n$4\r\nPING\r\n"), uint8(2))
+	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
+		var out bytes.Buffer
+		r := newStreamRelay(&out)
+		n := int(step%16) + 1
+		for p := in; len(p) > 0; {
+			k := min(n, len(p))
+			if w, err := r.Write(p[:k]); w != k || err != nil {
+				t.Fatalf("Write = %d, %v", w, err)
+			}
+			p = p[k:]
+		}
+		if got := append(out.Bytes(), r.held...); !bytes.Equal(got, in) {
+			t.Fatalf("relayed %q, want %q", got, in)
+		}
+	})
+}
+
+// BenchmarkStreamRelay: the relay's cost on a pub/sub stream (RESP3
+// pushes of 100-byte messages, 64 KB writes as the copy makes them).
+func BenchmarkStreamRelay(b *testing.B) {
+	msg := ">3\r\n$7\r\nmessage\r\n$7\r\nchannel\r\n$100\r\n" + strings.Repeat("m", 100) + "\r\n"
+	chunk := []byte(strings.Repeat(msg, (64<<10)/len(msg)))
+	r := newStreamRelay(io.Discard)
+	b.SetBytes(int64(len(chunk)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Write(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(chunk)/len(msg))), "ns/msg")
+}
