@@ -310,14 +310,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 	case command.Reset:
 		s.flush(ss)
 		s.unpin(ss, false)
-		ss.route.multiPending = false
-		s.resetClientState(ss)
-		if s.cfg.Users != nil {
-			ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
-		}
-		if s.cfg.AuthPassthrough {
-			ss.setPools(&s.pools)
-		}
+		s.resetSession(ss)
 		ss.reply([]byte("+RESET\r\n"))
 	case command.Quit:
 		ss.quit = true
@@ -338,16 +331,12 @@ type streamDispatch struct{ s *Server }
 
 func (st streamDispatch) command(ss *session, c *call) bool {
 	s, info, cmd := st.s, c.info, c.cmd
-	if info != nil && info.Handling == command.Reset {
+	if info != nil && info.Handling == command.Reset && ss.role != 'S' {
 		// Redis resets the pinned connection and answers; the session
-		// forgets what it keeps of the client's state. It stays in
-		// stream mode: the pin is not reused.
-		s.resetClientState(ss)
-		ss.redirect, ss.trackBcast, ss.db, ss.multiSent, ss.watching = -1, false, 0, false, false
-		clear(ss.subscribed)
-		if ss.role == 'O' {
-			ss.role = 0 // RESET ends MONITOR (a replica's is refused)
-		}
+		// then leaves stream mode (a replica's RESET Redis refuses).
+		ss.streamCmds = append(ss.streamCmds, cmd.Raw)
+		s.leaveStream(ss)
+		return true
 	}
 	if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
 		return true

@@ -194,12 +194,20 @@ func (c *limitedConn) setIdle(d time.Duration) {
 	c.expireParked(d)
 }
 
-// exemptIdle stops idle closing for good: the session is in pub/sub mode,
-// where Redis never closes an idle client either.
+// exemptIdle stops idle closing (and parking): the session is in pub/sub
+// mode, where Redis never closes an idle client either.
 func (c *limitedConn) exemptIdle() {
 	c.mu.Lock()
 	c.noIdle = true
 	c.armIdleLocked(0)
+	c.mu.Unlock()
+}
+
+// restoreIdle undoes exemptIdle: the session left stream mode (RESET). The
+// next read sets the idle deadline.
+func (c *limitedConn) restoreIdle() {
+	c.mu.Lock()
+	c.noIdle = false
 	c.mu.Unlock()
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -244,18 +245,59 @@ func (s *Server) startStream(ss *session, raw []byte) {
 		lc.exemptIdle() // Redis never closes an idle subscriber
 	}
 	w := &deadlineWriter{nc: nc, limits: &s.limits, clock: s.clock, wd: ss.writeDeadline}
-	ss.relay = newStreamRelay(w)
-	relay := ss.relay
+	relay, ended := newStreamRelay(w), make(chan bool, 1)
+	ss.relay, ss.streamEnded = relay, ended
 	go func() {
 		err := pin.StreamTo(relay)
+		if errors.Is(err, errStreamReset) {
+			ended <- true // the session takes the client back (leaveStream)
+			return
+		}
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			ss.writeTimedOut.Store(true)
 		}
 		s.log.Debug("pub/sub stream ended", zap.String("client", addr), zap.Int64("id", id), zap.Error(err))
 		// Redis closed (QUIT, or an output buffer limit) or the client left.
 		nc.Close()
+		ended <- false
 	}()
 	ss.streamCmds = append(ss.streamCmds, raw)
+}
+
+// leaveStream ends stream mode after the client's RESET, which is the last
+// of ss.streamCmds: Redis's +RESET is copied to the client, the copy ends
+// there, and the session goes on as a new one, on the shared connections
+// (as the RESET left it on Redis: no subscriptions, no tracking, no
+// MONITOR, RESP2, database 0, and in auth modes proxy and passthrough, not
+// logged in). Staying on the pinned connection would leave the client
+// logged out of Redis as the RESET leaves it, when rproxy authenticates
+// upstream. It reports false, with the client closed, if the copy ended
+// otherwise (Redis or the client went) or no +RESET came within
+// upstream.timeout.
+func (s *Server) leaveStream(ss *session) bool {
+	ss.relay.endAtReset()
+	s.sendStreamBatch(ss)
+	timer := time.NewTimer(s.cfg.Upstream.Timeout)
+	defer timer.Stop()
+	reset := false
+	select {
+	case reset = <-ss.streamEnded:
+	case <-timer.C:
+	}
+	if !reset {
+		ss.quit = true // the rest of the batch is not run
+		ss.conn.NetConn().Close()
+		return false
+	}
+	s.unpin(ss, false) // the pin's state is Redis's to reset no more: closed
+	ss.stream, ss.relay, ss.streamEnded = false, nil, nil
+	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
+		lc.restoreIdle()
+	}
+	s.resetSession(ss)
+	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
+	clear(ss.subscribed)
+	return true
 }
 
 // sendStream writes the batch's commands to the pinned connection.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
 )
 
@@ -235,5 +236,82 @@ func TestReplicationStreamThroughProxy(t *testing.T) {
 	}
 	if got[0] != '$' && got[0] != '\n' {
 		t.Errorf("SYNC's reply starts %q, want the RDB's bulk header", got[:min(len(got), 16)])
+	}
+}
+
+// TestResetLeavesStreamMode: RESET ends subscriptions, tracking and MONITOR
+// on Redis and leaves a clean connection; through rproxy the session then
+// goes on as a new one on the shared connections. Before, it stayed on its
+// pinned connection, which RESET had logged out of Redis: against a Redis
+// with a password every later command got -NOAUTH. The commands after the
+// RESET arrive in the same write, so the session changes mode mid-read.
+func TestResetLeavesStreamMode(t *testing.T) {
+	rs := redistest.Start(t)
+	rs.Do(t, "CONFIG", "SET", "requirepass", "adminpw") // after start: redistest's readiness PING has no password
+	admin := dialClient(t, rs.Addr)
+	admin.do("AUTH", "adminpw")
+	if got := admin.do("ACL", "SETUSER", "app", "on", ">apppw", "~*", "&*", "+@all"); got != "+OK\r\n" {
+		t.Fatalf("ACL SETUSER = %q", got)
+	}
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.Upstream.Username = "app"
+		c.Upstream.Password = "apppw"
+	})
+	for _, enter := range [][][]string{
+		{{"SUBSCRIBE", "ch"}},
+		{{"HELLO", "3"}, {"SUBSCRIBE", "ch"}},
+		{{"HELLO", "3"}, {"CLIENT", "TRACKING", "ON"}},
+		{{"MONITOR"}},
+	} {
+		c := dialClient(t, p.Addr)
+		for _, cmd := range enter {
+			c.do(cmd...)
+		}
+		var batch []byte
+		for _, cmd := range [][]string{{"RESET"}, {"SET", "k", "v"}, {"GET", "k"}, {"ACL", "WHOAMI"}, {"CLIENT", "INFO"}} {
+			batch = resp.AppendCommandString(batch, cmd...)
+		}
+		c.send(batch)
+		got := []string{string(c.read())}
+		for i := 0; got[0] != "+RESET\r\n" && i < 50; i++ {
+			got[0] = string(c.read()) // MONITOR shows other connections' commands first
+		}
+		for range 4 {
+			got = append(got, string(c.read()))
+		}
+		if got[0] != "+RESET\r\n" || got[1] != "+OK\r\n" || got[2] != "$1\r\nv\r\n" || got[3] != "$3\r\napp\r\n" {
+			t.Fatalf("after %v: RESET, SET, GET, ACL WHOAMI = %q", enter, got[:4])
+		}
+		if info := got[4]; !strings.Contains(info, " flags=N ") || !strings.Contains(info, " sub=0 psub=0") {
+			t.Fatalf("after %v: CLIENT INFO = %q, want a plain client", enter, info)
+		}
+		// Publishing to the old channel reaches no one.
+		if n := c.do("PUBLISH", "ch", "x"); n != ":0\r\n" {
+			t.Fatalf("after %v: PUBLISH to the old channel = %q", enter, n)
+		}
+		c.nc.Close()
+	}
+	assertNoPins(t, p)
+}
+
+// With rproxy's own users, RESET in stream mode logs the session out, as
+// outside it.
+func TestResetInStreamModeLogsOut(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.Users = proxy.Users{"alice": sha("alicepw")}
+	})
+	c := dialClient(t, p.Addr)
+	c.do("AUTH", "alice", "alicepw")
+	c.do("SUBSCRIBE", "ch")
+	for _, step := range []struct{ cmd, want string }{
+		{"RESET", "+RESET\r\n"},
+		{"PING", "-NOAUTH Authentication required.\r\n"},
+		{"AUTH alice alicepw", "+OK\r\n"},
+		{"PING", "+PONG\r\n"},
+	} {
+		if got := c.do(strings.Fields(step.cmd)...); got != step.want {
+			t.Fatalf("%s = %q, want %q", step.cmd, got, step.want)
+		}
 	}
 }

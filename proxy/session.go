@@ -106,13 +106,16 @@ type session struct {
 	dbUnknown  bool // a SELECT ran inside a transaction: keep the pin
 	blocking   bool // batch holds a blocking command: no timeout, watch the client
 	track      []track
-	// stream: after a (un)subscribe the session is in stream mode for good:
-	// commands go to the pin as they come, and a goroutine copies everything
-	// Redis sends back to the client. The write buffer is not used any more.
-	stream     bool
-	streamCmds [][]byte
-	relay      *streamRelay // what the copy goroutine writes through (stream mode)
-	role       byte         // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
+	// stream: after a (un)subscribe, MONITOR, tracking or a replication
+	// handshake the session is in stream mode until it leaves or sends
+	// RESET: commands go to the pin as they come, and a goroutine copies
+	// everything Redis sends back to the client (the write buffer is not
+	// used meanwhile).
+	stream      bool
+	streamCmds  [][]byte
+	relay       *streamRelay // what the copy goroutine writes through (stream mode)
+	streamEnded chan bool    // the copy ended: true after a RESET (leaveStream)
+	role        byte         // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
@@ -266,18 +269,7 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
 	ss.flights.wrote = false
 	if ss.stream {
-		// A reply made here or a refusal is a command on the stream too
-		// (a script, or a command Redis rejects), but not a forwarded one.
-		forwarded := len(ss.streamCmds) - ss.localCount - ss.refusedCount
-		if ss.reqlog.on {
-			ss.reqlog.stats.upstream += forwarded
-		}
-		s.metrics.forwarded.Add(float64(forwarded))
-		s.countLocal(ss)
-		s.sendStream(ss)
-		if ss.reqlog.on {
-			s.logBatch(ss, "stream")
-		}
+		s.sendStreamBatch(ss)
 		s.publishView(ss)
 		ss.resetBatchNames()
 		if ss.quit {
@@ -357,6 +349,20 @@ func (s *Server) boundReplies(ss *session) {
 // resetClientState forgets what RESET clears on Redis that the session
 // keeps itself: protocol, name, library, and a passthrough login (Redis
 // logs the connection out as default).
+// resetSession is what RESET does to a session once it holds no pinned
+// connection: as a new one, logged out where rproxy or Redis checks
+// passwords, on the default shared connections.
+func (s *Server) resetSession(ss *session) {
+	ss.route.multiPending = false
+	s.resetClientState(ss)
+	if s.cfg.Users != nil {
+		ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
+	}
+	if s.cfg.AuthPassthrough {
+		ss.setPools(&s.pools)
+	}
+}
+
 func (s *Server) resetClientState(ss *session) {
 	ss.proto, ss.name, ss.libName, ss.libVer = 2, "", "", ""
 	if s.cfg.AuthPassthrough {
@@ -883,6 +889,22 @@ func helloWithID(r []byte, id int64) []byte {
 	out = append(out, r[:start]...)
 	out = strconv.AppendInt(out, id, 10)
 	return append(out, r[start+end:]...)
+}
+
+// sendStreamBatch counts a stream-mode batch's commands and sends them.
+func (s *Server) sendStreamBatch(ss *session) {
+	// A reply made here or a refusal is a command on the stream too (a
+	// script, or a command Redis rejects), but not a forwarded one.
+	forwarded := len(ss.streamCmds) - ss.localCount - ss.refusedCount
+	if ss.reqlog.on {
+		ss.reqlog.stats.upstream += forwarded
+	}
+	s.metrics.forwarded.Add(float64(forwarded))
+	s.countLocal(ss)
+	s.sendStream(ss)
+	if ss.reqlog.on {
+		s.logBatch(ss, "stream")
+	}
 }
 
 // countLocal counts the batch's replies made here and its refusals, in the

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rproxy/rproxy/resp"
 )
@@ -25,10 +27,18 @@ var refusalCmd = resp.AppendCommandString(nil, refusalMarker)
 // shorter, so a longer one is passed on as it comes.
 const maxHeldError = 512
 
+// errStreamReset ends a stream's copy once Redis's answer to the client's
+// RESET has been passed on: the session leaves stream mode.
+var errStreamReset = errors.New("stream ended by RESET")
+
+// resetReply is Redis's answer to RESET.
+const resetReply = "+RESET\r\n"
+
 // streamRelay is what a stream-mode session's copy goroutine writes Redis's
 // bytes to. It passes them on to the client unchanged, but for Redis's
 // answers to refusalCmd, each replaced by the refusal it stands for, in
-// the order the refusals were made. It frames the stream's top-level
+// the order the refusals were made, and it ends the copy after the answer
+// to a RESET it was told of (endAtReset). It frames the stream's top-level
 // replies to find them; if the stream cannot be framed, it stops looking
 // and passes everything on (the client then sees Redis's error).
 type streamRelay struct {
@@ -37,9 +47,12 @@ type streamRelay struct {
 	mu      sync.Mutex
 	pending [][]byte // refusals sent as refusalCmd whose answers have not come yet
 
+	resetSent atomic.Bool // a RESET was sent: the copy ends after its +RESET
+
 	// The copy goroutine's own state.
 	fr      resp.Framer
 	held    []byte // the start of a top-level error, held until its end
+	status  []byte // the start of a top-level status reply (up to len(resetReply)+1 bytes), while resetSent
 	passing bool   // the current reply is passed on as it comes
 	broken  bool   // framing failed: everything is passed on
 }
@@ -56,6 +69,10 @@ func (r *streamRelay) refuse(refusal []byte) {
 	r.mu.Unlock()
 }
 
+// endAtReset tells the relay that a RESET is about to be sent: the copy
+// ends (with errStreamReset) once Redis's +RESET has been passed on.
+func (r *streamRelay) endAtReset() { r.resetSent.Store(true) }
+
 // Write passes p on. A top-level error is looked at once complete: one
 // that ends in a later write is held back until then.
 func (r *streamRelay) Write(p []byte) (int, error) {
@@ -71,6 +88,23 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 				return 0, err
 			}
 			break
+		}
+		if r.fr.Kind() == '+' && r.resetSent.Load() {
+			if len(r.status) <= len(resetReply) {
+				r.status = append(r.status, p[i:i+min(k, len(resetReply)+1-len(r.status))]...)
+			}
+			if done {
+				isReset := string(r.status) == resetReply
+				r.status = r.status[:0]
+				if isReset {
+					// Nothing follows: the RESET ended the subscriptions,
+					// tracking and MONITOR, and nothing was sent after it.
+					if err := r.write(p[out : i+k]); err != nil {
+						return 0, err
+					}
+					return len(p), errStreamReset
+				}
+			}
 		}
 		if r.fr.Kind() == '-' && !r.passing {
 			switch {

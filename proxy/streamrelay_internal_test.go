@@ -88,6 +88,33 @@ func TestStreamRelayPassesUnframableStreams(t *testing.T) {
 	}
 }
 
+// After endAtReset, the copy ends right after Redis's +RESET, however the
+// stream is cut into writes; another status reply does not end it, nor a
+// +RESET when no RESET was sent.
+func TestStreamRelayEndsAtReset(t *testing.T) {
+	before := "+OK\r\n+RESETS\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n" + markerReply7
+	want := "+OK\r\n+RESETS\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n-DENIED x\r\n+RESET\r\n"
+	in := before + "+RESET\r\n"
+	for _, size := range []int{1, 2, 3, 5, 8, 64} {
+		var out bytes.Buffer
+		r := newStreamRelay(&out)
+		r.refuse([]byte("-DENIED x\r\n"))
+		r.endAtReset()
+		var err error
+		for p := []byte(in); len(p) > 0 && err == nil; {
+			k := min(size, len(p))
+			_, err = r.Write(p[:k])
+			p = p[k:]
+		}
+		if err != errStreamReset || out.String() != want {
+			t.Fatalf("writes of %d: %q, %v; want %q, errStreamReset", size, out.String(), err, want)
+		}
+	}
+	if got := relayAll(t, "+RESET\r\n:1\r\n", []int{64}); got != "+RESET\r\n:1\r\n" {
+		t.Fatalf("+RESET with no RESET sent: %q", got)
+	}
+}
+
 // With no refusal waiting, any byte stream reaches the client unchanged,
 // however it is cut into writes (but for the start of an error the stream
 // ends in, which is still held: the client is closed then anyway).
