@@ -70,6 +70,9 @@ type authenticating struct {
 
 func (a *authenticating) command(ss *session, c *call) bool {
 	if isAuth(c.cmd.Args[0]) {
+		if ss.resp2Subscribed() {
+			return false // Redis refuses it there, with its own error
+		}
 		a.auth(ss, c.cmd)
 		return true
 	}
@@ -85,7 +88,7 @@ func (a *authenticating) gate(ss *session, info *command.Info) bool {
 	if ss.authed || info != nil && (info.Handling == command.Hello || info.Handling == command.Quit || info.Handling == command.Reset) {
 		return true
 	}
-	ss.reply(replyNoAuth)
+	ss.replyInMode(replyNoAuth)
 	return false
 }
 
@@ -94,7 +97,7 @@ func (a *authenticating) gate(ss *session, info *command.Info) bool {
 func (a *authenticating) auth(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if a.users == nil && !a.passthrough {
-		ss.reply(authWithoutUsers(args))
+		ss.replyInMode(authWithoutUsers(args))
 		return
 	}
 	var user, pass []byte
@@ -104,7 +107,7 @@ func (a *authenticating) auth(ss *session, cmd resp.Command) {
 	case 3:
 		user, pass = args[1], args[2]
 	default:
-		ss.reply([]byte("-ERR wrong number of arguments for 'auth' command\r\n"))
+		ss.replyInMode([]byte("-ERR wrong number of arguments for 'auth' command\r\n"))
 		return
 	}
 	if a.passthrough {
@@ -112,7 +115,7 @@ func (a *authenticating) auth(ss *session, cmd resp.Command) {
 		// without a password configured is an error there, while AUTH
 		// default <anything> is not.
 		if r, ok := a.loginUpstream(ss, args, user, pass); !ok {
-			ss.reply(r)
+			ss.replyInMode(r)
 			return
 		}
 		if ss.pin != nil {
@@ -122,14 +125,14 @@ func (a *authenticating) auth(ss *session, cmd resp.Command) {
 			ss.forward(cmd.Raw)
 			return
 		}
-		ss.reply([]byte("+OK\r\n"))
+		ss.replyInMode([]byte("+OK\r\n"))
 		return
 	}
 	if !a.login(ss, user, pass) {
-		ss.reply(replyWrongPass)
+		ss.replyInMode(replyWrongPass)
 		return
 	}
-	ss.reply([]byte("+OK\r\n"))
+	ss.replyInMode([]byte("+OK\r\n"))
 }
 
 // login checks credentials and, if they match, authenticates the session.

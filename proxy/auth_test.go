@@ -355,3 +355,54 @@ func TestAuthPassthroughHelloAsSent(t *testing.T) {
 		t.Errorf("ACL WHOAMI after HELLO 3 AUTH = %q", r)
 	}
 }
+
+// TestAuthInStreamMode: AUTH in stream mode (here RESP3 pub/sub) is
+// answered as outside it, in order with the stream, and never reaches
+// Redis (before, it was forwarded: rproxy's users' passwords went to Redis,
+// which refused them). Inside MULTI it is refused and the transaction
+// aborted, as outside stream mode; CLIENT ID is queued as Redis queues it.
+func TestAuthInStreamMode(t *testing.T) {
+	rs := redistest.Start(t)
+	modes := []struct {
+		name string
+		cfg  func(*proxy.Config)
+		auth []string // AUTH, reply
+	}{
+		{"none", func(*proxy.Config) {}, []string{"AUTH default any", "+OK\r\n", "AUTH pw", "-ERR AUTH <password> called without any password configured"}},
+		{"proxy", func(c *proxy.Config) { c.Users = proxy.Users{"alice": sha("alicepw"), "bob": sha("bobpw")} },
+			[]string{"AUTH bob bobpw", "+OK\r\n", "AUTH bob wrong", "-WRONGPASS"}},
+		{"passthrough", func(c *proxy.Config) { c.AuthPassthrough = true },
+			[]string{"AUTH default any", "-ERR rproxy: AUTH inside a transaction or in pub/sub mode is not supported", "AUTH pw", "-ERR rproxy: AUTH"}},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			p := proxytest.Start(t, rs.Addr, m.cfg)
+			c := dialClient(t, p.Addr)
+			if m.name == "proxy" {
+				c.do("AUTH", "alice", "alicepw")
+			}
+			c.do("HELLO", "3")
+			c.do("SUBSCRIBE", "ch")
+			rs.Do(t, "CONFIG", "RESETSTAT")
+			for i := 0; i < len(m.auth); i += 2 {
+				if got := c.do(strings.Fields(m.auth[i])...); !strings.HasPrefix(got, m.auth[i+1]) {
+					t.Fatalf("%s = %q, want %q...", m.auth[i], got, m.auth[i+1])
+				}
+			}
+			var batch []byte
+			for _, cmd := range [][]string{{"MULTI"}, {"CLIENT", "ID"}, {"AUTH", "default", "x"}, {"EXEC"}, {"MULTI"}, {"CLIENT", "ID"}, {"EXEC"}} {
+				batch = resp.AppendCommandString(batch, cmd...)
+			}
+			c.send(batch)
+			want := []string{"+OK", "+QUEUED", "-ERR rproxy: AUTH inside MULTI is not supported", "-EXECABORT", "+OK", "+QUEUED", "*1\r\n:"}
+			for i, w := range want {
+				if got := string(c.read()); !strings.HasPrefix(got, w) {
+					t.Fatalf("transaction reply %d = %q, want %q...", i, got, w)
+				}
+			}
+			if stats := string(rs.Do(t, "INFO", "commandstats")); strings.Contains(stats, "cmdstat_auth") {
+				t.Fatalf("AUTH reached Redis: %s", stats)
+			}
+		})
+	}
+}

@@ -18,8 +18,9 @@ import (
 // client in the client's order (session.order says where each comes from).
 //
 // A session in stream mode (pub/sub, MONITOR, tracking, replication)
-// passes chain.stream instead: the same policy and tier stages, then
-// streamDispatch, which sends each command as it comes.
+// passes chain.stream instead: the same transaction guard, auth, policy
+// and tier stages, then streamDispatch, which sends each command as it
+// comes.
 //
 // Stages that are off in the configuration are not in the chain, so the
 // path pays nothing for them.
@@ -86,6 +87,8 @@ func (s *Server) newChain() chain {
 	add(&c.replies, s.tiering != nil, tw)
 	add(&c.replies, s.coalescing != nil, s.coalescing)
 
+	add(&c.stream, true, transactionGuard{s})
+	add(&c.stream, true, s.authing)
 	add(&c.stream, true, s.policing)
 	add(&c.stream, s.tiering != nil, tw)
 	add(&c.stream, true, streamDispatch{s})
@@ -201,11 +204,14 @@ func (bookkeeping) replies(*session) {}
 
 // transactionGuard refuses, inside MULTI, the commands rproxy answers
 // itself: Redis would queue them and run them at EXEC, inside the array it
-// returns, which rproxy cannot do.
+// returns, which rproxy cannot do. In stream mode rproxy's answers are
+// made by Redis, in order (a script, queued as Redis queues the command),
+// so only those that act when rproxy sees them are refused: AUTH and
+// CLIENT KILL and UNBLOCK.
 type transactionGuard struct{ s *Server }
 
 func (st transactionGuard) command(ss *session, c *call) bool {
-	if !ss.inTransaction() || !answeredByProxy(c.info, c.cmd.Args) {
+	if !ss.inTransaction() || !answeredByProxy(c.info, c.cmd.Args) || ss.stream && !actsWhenQueued(c.info, c.cmd.Args) {
 		return false
 	}
 	st.s.refuseMsg(ss, strings.ToUpper(commandLabel(c.info, c.cmd.Args))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
@@ -213,6 +219,16 @@ func (st transactionGuard) command(ss *session, c *call) bool {
 }
 
 func (transactionGuard) replies(*session) {}
+
+// actsWhenQueued reports whether rproxy acts on a command it answers in
+// stream mode as soon as it sees it, where Redis would act at EXEC.
+func actsWhenQueued(info *command.Info, args [][]byte) bool {
+	if isAuth(args[0]) {
+		return true
+	}
+	return info != nil && info.Handling == command.Client && len(args) > 1 &&
+		(bytes.EqualFold(args[1], []byte("kill")) || bytes.EqualFold(args[1], []byte("unblock")))
+}
 
 // scriptKill sends SCRIPT KILL and FUNCTION KILL out of band
 // (killOutOfBand): on the shared connection they would wait behind the
@@ -344,10 +360,10 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	if info != nil && info.Handling == command.Subscribe {
 		ss.noteSubscriptions(info.Name, cmd.Args)
 	}
-	if info != nil && info.Handling == command.Transaction {
+	if info != nil && info.Handling == command.Transaction && !ss.resp2Subscribed() {
 		// The client's view of its transaction, as dispatch keeps it:
 		// the policy leaves TTLs set inside it alone (no jitter), and
-		// CLIENT LIST shows x.
+		// CLIENT LIST shows x. (RESP2's subscribed mode refuses MULTI.)
 		switch info.Name {
 		case "multi":
 			ss.multiSent = true

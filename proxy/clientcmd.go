@@ -473,8 +473,8 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte
 // script returns rproxy's answer. It reports whether it queued cmd.
 func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	args := cmd.Args
-	if len(args) < 2 {
-		return false
+	if len(args) < 2 || ss.resp2Subscribed() {
+		return false // Redis's own errors (there: it runs no CLIENT command)
 	}
 	switch {
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("id")):
@@ -484,8 +484,7 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	case len(args) == 3 && bytes.EqualFold(args[1], []byte("setname")):
 		// Redis answers (and checks the name); the session keeps it for
 		// CLIENT LIST and GETNAME.
-		subscribed := len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0
-		if validClientName(args[2]) && (ss.proto == 3 || !subscribed) { // RESP2's subscribed mode refuses it
+		if validClientName(args[2]) {
 			ss.name = string(args[2])
 		}
 		return false
@@ -533,9 +532,9 @@ func scriptText(text []byte) []byte {
 	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return ARGV[1]"), []byte("0"), text)
 }
 
-// replyInMode queues a reply made here: in stream mode as a script that
-// makes Redis answer it in order with the stream (an integer, a status or
-// an error: what the CLIENT subcommands that speak in ids answer).
+// replyInMode queues a reply made here. In stream mode it must come in
+// order with what Redis sends: an integer or a status as a script that
+// makes Redis answer it, an error in place of Redis's (errorInStream).
 func (ss *session) replyInMode(r []byte) {
 	if !ss.stream {
 		ss.reply(r)
@@ -548,8 +547,24 @@ func (ss *session) replyInMode(r []byte) {
 	case '+':
 		ss.replyScript(resp.AppendCommandString(nil, "EVAL", "return redis.status_reply(ARGV[1])", "0", text))
 	default: // '-': the command's error as Redis words it, not a refusal
-		ss.replyScript(scriptError(r))
+		ss.localCount++
+		ss.errorInStream(r)
 	}
+}
+
+// resp2Subscribed reports whether the session is in RESP2's subscribed
+// mode, where Redis runs only the (un)subscribe commands, PING, QUIT and
+// RESET, and refuses the rest with an error of its own.
+func (ss *session) resp2Subscribed() bool {
+	return ss.proto == 2 && len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0
+}
+
+// errorInStream queues, in stream mode, the error reply r made here: Redis
+// is sent errorCmd, which it rejects, and the session's relay shows the
+// client r in place of Redis's error (streamrelay.go).
+func (ss *session) errorInStream(r []byte) {
+	ss.relay.substitute(r)
+	ss.streamCmds = append(ss.streamCmds, errorCmd)
 }
 
 // replyScript queues, in stream mode, a script that makes Redis answer
@@ -557,13 +572,6 @@ func (ss *session) replyInMode(r []byte) {
 func (ss *session) replyScript(script []byte) {
 	ss.localCount++
 	ss.streamCmds = append(ss.streamCmds, script)
-}
-
-// scriptError is a command that makes Redis reply the error reply r
-// ("-ERR ...\r\n").
-func scriptError(r []byte) []byte {
-	msg := bytes.TrimSuffix(bytes.TrimPrefix(r, []byte("-")), []byte("\r\n"))
-	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return redis.error_reply(ARGV[1])"), []byte("0"), msg)
 }
 
 // forwardInMode sends a command on: queued in the batch, or in stream mode

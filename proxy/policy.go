@@ -113,13 +113,11 @@ func (pg *policing) apply(ss *session, pol *policy.Policy, info *command.Info, c
 // deny queues a policy refusal. In stream mode replies come straight from
 // Redis, so Redis is sent a command it rejects as unknown (which also
 // aborts an open transaction's EXEC, as abortTransaction does outside
-// stream mode), and the session's relay shows the client the refusal in
-// place of Redis's error.
+// stream mode), and the refusal is shown in place of Redis's error.
 func (s *Server) deny(ss *session, reply []byte) {
 	ss.refusedCount++
 	if ss.stream {
-		ss.relay.refuse(reply)
-		ss.streamCmds = append(ss.streamCmds, refusalCmd)
+		ss.errorInStream(reply)
 		return
 	}
 	s.abortTransaction(ss)

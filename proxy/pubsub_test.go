@@ -315,3 +315,35 @@ func TestResetInStreamModeLogsOut(t *testing.T) {
 		}
 	}
 }
+
+// TestResp2SubscribedModeAsRedis: in RESP2's subscribed mode Redis refuses
+// every command but the subscribe ones, PING, QUIT and RESET, naming it;
+// rproxy answers CLIENT ID and AUTH itself elsewhere, and must not here
+// (before, CLIENT ID got "Can't execute 'eval'" from the script that
+// carried rproxy's answer). Bytes compared with Redis's own.
+func TestResp2SubscribedModeAsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	var got [2]string
+	for i, addr := range []string{rs.Addr, p.Addr} {
+		c := dialClient(t, addr)
+		c.do("SUBSCRIBE", "ch")
+		var script []byte
+		for _, cmd := range [][]string{{"CLIENT", "ID"}, {"CLIENT", "GETNAME"}, {"CLIENT", "LIST"}, {"CLIENT", "KILL", "ID", "1"},
+			{"AUTH", "default", "x"}, {"MULTI"}, {"CLIENT", "ID"}, {"EXEC"}, {"PING"}} {
+			script = resp.AppendCommandString(script, cmd...)
+		}
+		c.send(script)
+		var out strings.Builder
+		for range 9 {
+			out.Write(c.read())
+		}
+		got[i] = out.String()
+	}
+	if got[0] != got[1] {
+		t.Fatalf("RESP2 subscribed mode differs\n  direct: %q\n  rproxy: %q", got[0], got[1])
+	}
+	if !strings.Contains(got[1], "Can't execute 'client|id'") {
+		t.Fatalf("no refusal of CLIENT ID: %q", got[1])
+	}
+}

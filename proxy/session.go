@@ -499,8 +499,13 @@ func (s *Server) refuse(ss *session, name []byte, why string) {
 // refuseMsg queues "-ERR rproxy: msg" in order with the other replies.
 func (s *Server) refuseMsg(ss *session, msg string) {
 	ss.refusedCount++
+	r := resp.AppendError(nil, "ERR rproxy: "+msg)
+	if ss.stream {
+		ss.errorInStream(r) // aborts the transaction too
+		return
+	}
 	s.abortTransaction(ss)
-	ss.queueLocal(resp.AppendError(nil, "ERR rproxy: "+msg), false)
+	ss.queueLocal(r, false)
 }
 
 // flush sends the queued upstream commands, waits for their replies and

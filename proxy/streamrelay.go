@@ -10,20 +10,21 @@ import (
 	"github.com/rproxy/rproxy/resp"
 )
 
-// refusalMarker names the command a stream-mode session sends Redis in
-// place of a command the policy refuses. Redis rejects it as unknown
-// before anything else (so also in RESP2's subscribed mode, where a
-// script would not run) and, inside MULTI, when it is queued, which makes
-// the transaction's EXEC fail with EXECABORT: the abort abortTransaction
-// gets outside stream mode. streamRelay shows the client the refusal in
-// place of Redis's "unknown command" error.
-const refusalMarker = "rproxy-refused"
+// errorMarker names the command a stream-mode session sends Redis in place
+// of one rproxy answers with an error (a policy refusal, Redis's error for
+// arguments rproxy checks). Redis rejects it as unknown before anything
+// else: also in RESP2's subscribed mode, where a script would not run, and
+// inside MULTI when it is queued, which makes the transaction's EXEC fail
+// with EXECABORT, the abort abortTransaction gets outside stream mode. The
+// session's streamRelay shows the client rproxy's error in place of
+// Redis's "unknown command" one.
+const errorMarker = "rproxy-error"
 
-// refusalCmd is the command sent for a refusal in stream mode.
-var refusalCmd = resp.AppendCommandString(nil, refusalMarker)
+// errorCmd is the command sent for an error made here, in stream mode.
+var errorCmd = resp.AppendCommandString(nil, errorMarker)
 
 // maxHeldError bounds the top-level error a streamRelay holds back while
-// it waits for the end of the line: Redis's answer to refusalCmd is far
+// it waits for the end of the line: Redis's answer to errorCmd is far
 // shorter, so a longer one is passed on as it comes.
 const maxHeldError = 512
 
@@ -36,8 +37,8 @@ const resetReply = "+RESET\r\n"
 
 // streamRelay is what a stream-mode session's copy goroutine writes Redis's
 // bytes to. It passes them on to the client unchanged, but for Redis's
-// answers to refusalCmd, each replaced by the refusal it stands for, in
-// the order the refusals were made, and it ends the copy after the answer
+// answers to errorCmd, each replaced by the error it stands for, in the
+// order they were queued (substitute), and it ends the copy after the answer
 // to a RESET it was told of (endAtReset). It frames the stream's top-level
 // replies to find them; if the stream cannot be framed, it stops looking
 // and passes everything on (the client then sees Redis's error).
@@ -45,7 +46,7 @@ type streamRelay struct {
 	dst io.Writer
 
 	mu      sync.Mutex
-	pending [][]byte // refusals sent as refusalCmd whose answers have not come yet
+	pending [][]byte // errors sent as errorCmd whose answers have not come yet
 
 	resetSent atomic.Bool // a RESET was sent: the copy ends after its +RESET
 
@@ -61,11 +62,12 @@ func newStreamRelay(dst io.Writer) *streamRelay {
 	return &streamRelay{dst: dst}
 }
 
-// refuse queues the refusal that Redis's answer to the next refusalCmd
-// sent is replaced by. It must be called before the command is sent.
-func (r *streamRelay) refuse(refusal []byte) {
+// substitute queues the error reply that Redis's answer to the next
+// errorCmd sent is replaced by. It must be called before the command is
+// sent.
+func (r *streamRelay) substitute(errReply []byte) {
 	r.mu.Lock()
-	r.pending = append(r.pending, bytes.Clone(refusal))
+	r.pending = append(r.pending, bytes.Clone(errReply))
 	r.mu.Unlock()
 }
 
@@ -109,8 +111,8 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 		if r.fr.Kind() == '-' && !r.passing {
 			switch {
 			case done && len(r.held) == 0: // the whole error is in p
-				if refusal := r.answerTo(p[i : i+k]); refusal != nil {
-					if err := r.write(p[out:i], refusal); err != nil {
+				if mine := r.answerTo(p[i : i+k]); mine != nil {
+					if err := r.write(p[out:i], mine); err != nil {
 						return 0, err
 					}
 					out = i + k
@@ -118,8 +120,8 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 			case done: // the end of a held error (so i == 0)
 				r.held = append(r.held, p[:k]...)
 				reply := r.held
-				if refusal := r.answerTo(reply); refusal != nil {
-					reply = refusal
+				if mine := r.answerTo(reply); mine != nil {
+					reply = mine
 				}
 				if err := r.write(reply); err != nil {
 					return 0, err
@@ -149,13 +151,13 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// answerTo returns the refusal that reply, a complete top-level error,
-// stands for: nil unless it is Redis's rejection of refusalCmd (Redis 6
-// quotes the name with backquotes, 7 with quotes) and a refusal waits.
+// answerTo returns the error that reply, a complete top-level error, stands
+// for: nil unless it is Redis's rejection of errorCmd (Redis 6 quotes the
+// name with backquotes, 7 with quotes) and an error waits.
 func (r *streamRelay) answerTo(reply []byte) []byte {
 	rest, ok := bytes.CutPrefix(reply, []byte("-ERR unknown command "))
-	if !ok || len(rest) < len(refusalMarker)+2 || (rest[0] != '\'' && rest[0] != '`') ||
-		!bytes.HasPrefix(rest[1:], []byte(refusalMarker)) || rest[1+len(refusalMarker)] != rest[0] {
+	if !ok || len(rest) < len(errorMarker)+2 || (rest[0] != '\'' && rest[0] != '`') ||
+		!bytes.HasPrefix(rest[1:], []byte(errorMarker)) || rest[1+len(errorMarker)] != rest[0] {
 		return nil
 	}
 	r.mu.Lock()
@@ -163,10 +165,10 @@ func (r *streamRelay) answerTo(reply []byte) []byte {
 	if len(r.pending) == 0 {
 		return nil // the client sent the marker itself
 	}
-	refusal := r.pending[0]
+	mine := r.pending[0]
 	r.pending[0] = nil
 	r.pending = r.pending[1:]
-	return refusal
+	return mine
 }
 
 func (r *streamRelay) flushHeld() error {

@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// Redis's answers to refusalCmd: Redis 7 quotes the name, Redis 6
+// Redis's answers to errorCmd: Redis 7 quotes the name, Redis 6
 // backquotes it.
 const (
-	markerReply7 = "-ERR unknown command 'rproxy-refused', with args beginning with: \r\n"
-	markerReply6 = "-ERR unknown command `rproxy-refused`, with args beginning with: \r\n"
+	markerReply7 = "-ERR unknown command 'rproxy-error', with args beginning with: \r\n"
+	markerReply6 = "-ERR unknown command `rproxy-error`, with args beginning with: \r\n"
 )
 
 // relayAll writes stream through a relay in writes of the given sizes
@@ -22,7 +22,7 @@ func relayAll(t *testing.T, stream string, sizes []int, refusals ...string) stri
 	var out bytes.Buffer
 	r := newStreamRelay(&out)
 	for _, f := range refusals {
-		r.refuse([]byte(f))
+		r.substitute([]byte(f))
 	}
 	p := []byte(stream)
 	for i := 0; len(p) > 0; i++ {
@@ -55,8 +55,8 @@ func TestStreamRelayReplacesMarkerReplies(t *testing.T) {
 // refusal waits (the client sent the command itself).
 func TestStreamRelayLeavesEverythingElse(t *testing.T) {
 	for _, in := range []string{
-		"-ERR unknown command 'get', with args beginning with: 'rproxy-refused' \r\n",
-		"-ERR unknown command 'rproxy-refused2', with args beginning with: \r\n",
+		"-ERR unknown command 'get', with args beginning with: 'rproxy-error' \r\n",
+		"-ERR unknown command 'rproxy-error2', with args beginning with: \r\n",
 		"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$" + strconv.Itoa(len(markerReply7)) + "\r\n" + markerReply7 + "\r\n",
 		"+" + strings.TrimPrefix(markerReply7, "-"),
 		"-" + strings.Repeat("x", 2*maxHeldError) + "\r\n",
@@ -98,7 +98,7 @@ func TestStreamRelayEndsAtReset(t *testing.T) {
 	for _, size := range []int{1, 2, 3, 5, 8, 64} {
 		var out bytes.Buffer
 		r := newStreamRelay(&out)
-		r.refuse([]byte("-DENIED x\r\n"))
+		r.substitute([]byte("-DENIED x\r\n"))
 		r.endAtReset()
 		var err error
 		for p := []byte(in); len(p) > 0 && err == nil; {
