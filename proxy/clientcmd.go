@@ -534,7 +534,8 @@ func scriptText(text []byte) []byte {
 
 // replyInMode queues a reply made here. In stream mode it must come in
 // order with what Redis sends: an integer or a status as a script that
-// makes Redis answer it, an error in place of Redis's (errorInStream).
+// makes Redis answer it, an error in place of Redis's (errorInStream), or
+// inside MULTI as a script too, so that it fails at EXEC as Redis's would.
 func (ss *session) replyInMode(r []byte) {
 	if !ss.stream {
 		ss.reply(r)
@@ -547,9 +548,22 @@ func (ss *session) replyInMode(r []byte) {
 	case '+':
 		ss.replyScript(resp.AppendCommandString(nil, "EVAL", "return redis.status_reply(ARGV[1])", "0", text))
 	default: // '-': the command's error as Redis words it, not a refusal
+		if ss.inTransaction() {
+			// Redis queues the command and fails it inside EXEC's array,
+			// the rest of the transaction applied: so does a script.
+			ss.replyScript(scriptError(r))
+			return
+		}
 		ss.localCount++
 		ss.errorInStream(r)
 	}
+}
+
+// scriptError is a command that makes Redis reply the error reply r
+// ("-ERR ...\r\n") when it runs.
+func scriptError(r []byte) []byte {
+	msg := bytes.TrimSuffix(bytes.TrimPrefix(r, []byte("-")), []byte("\r\n"))
+	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return redis.error_reply(ARGV[1])"), []byte("0"), msg)
 }
 
 // resp2Subscribed reports whether the session is in RESP2's subscribed

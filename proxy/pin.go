@@ -271,10 +271,9 @@ func (s *Server) startStream(ss *session, raw []byte) {
 // MONITOR, RESP2, database 0, and in auth modes proxy and passthrough, not
 // logged in). Staying on the pinned connection would leave the client
 // logged out of Redis as the RESET leaves it, when rproxy authenticates
-// upstream. It reports false, with the client closed, if the copy ended
-// otherwise (Redis or the client went) or no +RESET came within
-// upstream.timeout.
-func (s *Server) leaveStream(ss *session) bool {
+// upstream. If the copy ended otherwise (Redis or the client went) or no
+// +RESET came within upstream.timeout, the client is closed instead.
+func (s *Server) leaveStream(ss *session) {
 	ss.relay.endAtReset()
 	s.sendStreamBatch(ss)
 	timer := time.NewTimer(s.cfg.Upstream.Timeout)
@@ -287,7 +286,7 @@ func (s *Server) leaveStream(ss *session) bool {
 	if !reset {
 		ss.quit = true // the rest of the batch is not run
 		ss.conn.NetConn().Close()
-		return false
+		return
 	}
 	s.unpin(ss, false) // the pin's state is Redis's to reset no more: closed
 	ss.stream, ss.relay, ss.streamEnded = false, nil, nil
@@ -297,7 +296,6 @@ func (s *Server) leaveStream(ss *session) bool {
 	s.resetSession(ss)
 	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
 	clear(ss.subscribed)
-	return true
 }
 
 // sendStream writes the batch's commands to the pinned connection.

@@ -347,3 +347,35 @@ func TestResp2SubscribedModeAsRedis(t *testing.T) {
 		t.Fatalf("no refusal of CLIENT ID: %q", got[1])
 	}
 }
+
+// In stream mode, a command rproxy answers with Redis's own error for its
+// arguments fails inside EXEC's array, the rest of the transaction applied,
+// as on Redis: it is not a queue-time rejection. Bytes compared with
+// Redis's own.
+func TestStreamModeRuntimeErrorInsideMultiAsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	var got [2]string
+	for i, addr := range []string{rs.Addr, p.Addr} {
+		rs.Do(t, "DEL", "k")
+		c := dialClient(t, addr)
+		c.do("HELLO", "3")
+		c.do("CLIENT", "TRACKING", "ON")
+		var script []byte
+		for _, cmd := range [][]string{{"MULTI"}, {"SET", "k", "1"}, {"CLIENT", "LIST", "TYPE", "bogus"}, {"EXEC"}, {"GET", "k"}} {
+			script = resp.AppendCommandString(script, cmd...)
+		}
+		c.send(script)
+		var out strings.Builder
+		for range 5 {
+			out.Write(c.read())
+		}
+		got[i] = out.String()
+	}
+	if got[0] != got[1] {
+		t.Fatalf("differs\n  direct: %q\n  rproxy: %q", got[0], got[1])
+	}
+	if !strings.HasSuffix(got[1], "$1\r\n1\r\n") {
+		t.Fatalf("the transaction's SET did not apply: %q", got[1])
+	}
+}
