@@ -154,7 +154,7 @@ func (a *authenticating) helloAuth(ss *session, user, pass []byte, check [][]byt
 	hasAuth := check != nil
 	if hasAuth && a.passthrough {
 		if r, ok := a.loginUpstream(ss, check, user, pass); !ok {
-			ss.reply(r)
+			ss.replyInMode(r)
 			return false
 		}
 		return true
@@ -163,15 +163,15 @@ func (a *authenticating) helloAuth(ss *session, user, pass []byte, check [][]byt
 	case hasAuth && a.users == nil:
 		if !bytes.Equal(user, []byte("default")) {
 			a.failed(ss, user)
-			ss.reply(replyWrongPass)
+			ss.replyInMode(replyWrongPass)
 			return false
 		}
 		return true // the default user, which needs no password here
 	case hasAuth && !a.login(ss, user, pass):
-		ss.reply(replyWrongPass)
+		ss.replyInMode(replyWrongPass)
 		return false
 	case !ss.authed:
-		ss.reply(replyNoAuthHello)
+		ss.replyInMode(replyNoAuthHello)
 		return false
 	}
 	return true

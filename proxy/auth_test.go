@@ -406,3 +406,47 @@ func TestAuthInStreamMode(t *testing.T) {
 		})
 	}
 }
+
+// TestHelloInStreamMode: HELLO in stream mode (here after CLIENT TRACKING)
+// is answered as outside it: its AUTH option is checked by rproxy and
+// never reaches Redis, and the reply's id is the session's. The pinned
+// connection switches protocol with it.
+func TestHelloInStreamMode(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.Users = proxy.Users{"alice": sha("alicepw"), "bob": sha("bobpw")}
+	})
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3", "AUTH", "alice", "alicepw")
+	id := strings.TrimSpace(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"))
+	if got := c.do("CLIENT", "TRACKING", "ON"); got != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON = %q", got)
+	}
+	rs.Do(t, "ACL", "LOG", "RESET")
+	if got := c.do("HELLO", "3", "AUTH", "bob", "bobpw", "SETNAME", "worker"); !strings.Contains(got, "$2\r\nid\r\n:"+id+"\r\n") {
+		t.Fatalf("HELLO 3 AUTH bob: %q, want id %s", got, id)
+	}
+	if got := c.do("HELLO", "3", "AUTH", "bob", "wrong"); !strings.HasPrefix(got, "-WRONGPASS") {
+		t.Fatalf("HELLO with a wrong password = %q", got)
+	}
+	for _, step := range [][2]string{
+		{"CLIENT GETNAME", "$6\r\nworker\r\n"},
+		{"ACL WHOAMI", "$7\r\ndefault\r\n"}, // Redis's: the pinned connection's user is rproxy's own
+	} {
+		if got := c.do(strings.Fields(step[0])...); got != step[1] {
+			t.Fatalf("%s = %q, want %q", step[0], got, step[1])
+		}
+	}
+	if got := c.do("HELLO", "2"); !strings.HasPrefix(got, "*14\r\n") || !strings.Contains(got, "$2\r\nid\r\n:"+id+"\r\n") {
+		t.Fatalf("HELLO 2 = %q, want RESP2's array with id %s", got, id)
+	}
+	if got := c.do("GET", "nokey"); got != "$-1\r\n" {
+		t.Fatalf("GET after HELLO 2 = %q: the pinned connection did not switch", got)
+	}
+	if log := string(rs.Do(t, "ACL", "LOG")); log != "*0\r\n" {
+		t.Fatalf("Redis saw an AUTH: ACL LOG = %q", log)
+	}
+	if stats := string(rs.Do(t, "INFO", "commandstats")); strings.Contains(stats, "cmdstat_auth") {
+		t.Fatalf("AUTH reached Redis: %s", stats)
+	}
+}

@@ -357,6 +357,10 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
 		return true
 	}
+	if info != nil && info.Handling == command.Hello && !ss.resp2Subscribed() {
+		s.streamHello(ss, cmd)
+		return true
+	}
 	if info != nil && info.Handling == command.Subscribe {
 		ss.noteSubscriptions(info.Name, cmd.Args)
 	}

@@ -115,7 +115,10 @@ type session struct {
 	streamCmds  [][]byte
 	relay       *streamRelay // what the copy goroutine writes through (stream mode)
 	streamEnded chan bool    // the copy ended: true after a RESET (leaveStream)
-	role        byte         // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
+	// streamHelpers counts the batch's commands sent only to help the relay
+	// (the errorCmd before a HELLO): not the client's.
+	streamHelpers int
+	role          byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
@@ -793,55 +796,102 @@ func validClientName(name []byte) bool {
 // encoded exactly as Redis encodes it; SETNAME is applied to the session and
 // AUTH is refused for now.
 func (s *Server) hello(ss *session, cmd resp.Command) {
-	args := cmd.Args
-	target := ss.proto
-	var name, authUser, authPass []byte
-	var authCheck [][]byte // HELLO with its AUTH option alone, as the client spelled it
-	setName, hasAuth := false, false
-	if len(args) >= 2 {
-		v, err := strconv.Atoi(string(args[1]))
-		if err != nil || (v != 2 && v != 3) {
-			// Redis rejects the version with its own error, changing nothing.
-			s.helloUpstream(ss, cmd.Raw, ss.proto, false, nil)
-			return
-		}
-		target = v
-		for i := 2; i < len(args); i++ {
-			switch string(bytes.ToLower(args[i])) {
-			case "auth":
-				if i+2 < len(args) {
-					authUser, authPass, hasAuth = args[i+1], args[i+2], true
-					authCheck = [][]byte{args[0], args[1], args[i], authUser, authPass}
-					i += 2
-					continue
-				}
-			case "setname":
-				if i+1 < len(args) {
-					name, setName = args[i+1], true
-					i++
-					continue
-				}
-			}
-			// An unknown or incomplete option: Redis rejects the whole
-			// command before applying anything, so forwarding it is safe.
-			s.helloUpstream(ss, cmd.Raw, ss.proto, false, nil)
-			return
-		}
+	h, ok := parseHello(cmd.Args, ss.proto)
+	if !ok {
+		// Redis rejects the version or the options with its own error,
+		// changing nothing: forwarding it is safe.
+		s.helloUpstream(ss, cmd.Raw, ss.proto, false, nil)
+		return
 	}
-	if (hasAuth || !ss.authed) && !s.authing.helloAuth(ss, authUser, authPass, authCheck) {
+	if (h.hasAuth || !ss.authed) && !s.authing.helloAuth(ss, h.authUser, h.authPass, h.authCheck) {
 		s.flush(ss)
 		return
 	}
-	if setName && !validClientName(name) {
+	if h.setName && !validClientName(h.name) {
 		ss.reply([]byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
 		s.flush(ss)
 		return
 	}
 	hello := resp.AppendCommandString(nil, "HELLO")
-	if len(args) >= 2 {
-		hello = resp.AppendCommandString(nil, "HELLO", strconv.Itoa(target))
+	if len(cmd.Args) >= 2 {
+		hello = resp.AppendCommandString(nil, "HELLO", strconv.Itoa(h.proto))
 	}
-	s.helloUpstream(ss, hello, target, setName, name)
+	s.helloUpstream(ss, hello, h.proto, h.setName, h.name)
+}
+
+// helloArgs is what a HELLO asks for.
+type helloArgs struct {
+	proto              int // the protocol asked for (the session's when none is)
+	name               []byte
+	setName, hasAuth   bool
+	authUser, authPass []byte
+	authCheck          [][]byte // HELLO with its AUTH option alone, as the client spelled it
+}
+
+// parseHello reads HELLO [protover [AUTH user pass] [SETNAME name]]; it
+// reports false for what Redis rejects (a version other than 2 and 3, an
+// unknown or incomplete option).
+func parseHello(args [][]byte, proto int) (helloArgs, bool) {
+	h := helloArgs{proto: proto}
+	if len(args) < 2 {
+		return h, true
+	}
+	v, err := strconv.Atoi(string(args[1]))
+	if err != nil || (v != 2 && v != 3) {
+		return h, false
+	}
+	h.proto = v
+	for i := 2; i < len(args); i++ {
+		switch string(bytes.ToLower(args[i])) {
+		case "auth":
+			if i+2 < len(args) {
+				h.authUser, h.authPass, h.hasAuth = args[i+1], args[i+2], true
+				h.authCheck = [][]byte{args[0], args[1], args[i], h.authUser, h.authPass}
+				i += 2
+				continue
+			}
+		case "setname":
+			if i+1 < len(args) {
+				h.name, h.setName = args[i+1], true
+				i++
+				continue
+			}
+		}
+		return h, false
+	}
+	return h, true
+}
+
+// streamHello answers HELLO in stream mode as hello does outside it: the
+// AUTH option is checked here and never sent to Redis, and the reply gives
+// the session's id. The pinned connection must switch protocol itself, so
+// the HELLO (without AUTH) goes to it, after an errorCmd whose answer the
+// relay drops and which tells it to set the id in the reply that follows.
+func (s *Server) streamHello(ss *session, cmd resp.Command) {
+	h, ok := parseHello(cmd.Args, ss.proto)
+	if !ok {
+		ss.streamCmds = append(ss.streamCmds, cmd.Raw) // Redis's own error
+		return
+	}
+	if h.hasAuth && !s.authing.helloAuth(ss, h.authUser, h.authPass, h.authCheck) {
+		return // answered
+	}
+	if h.setName && !validClientName(h.name) {
+		ss.replyInMode([]byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
+		return
+	}
+	hello := [][]byte{[]byte("HELLO")}
+	if len(cmd.Args) >= 2 {
+		hello = append(hello, strconv.AppendInt(nil, int64(h.proto), 10))
+	}
+	if h.setName {
+		hello = append(hello, []byte("SETNAME"), h.name)
+		ss.name = string(h.name)
+	}
+	ss.relay.helloNext(ss.id)
+	ss.streamCmds = append(ss.streamCmds, errorCmd, resp.AppendCommand(nil, hello...))
+	ss.streamHelpers++
+	ss.proto = h.proto
 }
 
 // helloUpstream sends a HELLO on a shared connection of protocol proto and,
@@ -900,7 +950,8 @@ func helloWithID(r []byte, id int64) []byte {
 func (s *Server) sendStreamBatch(ss *session) {
 	// A reply made here or a refusal is a command on the stream too (a
 	// script, or a command Redis rejects), but not a forwarded one.
-	forwarded := len(ss.streamCmds) - ss.localCount - ss.refusedCount
+	forwarded := len(ss.streamCmds) - ss.localCount - ss.refusedCount - ss.streamHelpers
+	ss.streamHelpers = 0
 	if ss.reqlog.on {
 		ss.reqlog.stats.upstream += forwarded
 	}

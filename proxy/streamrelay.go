@@ -35,28 +35,51 @@ var errStreamReset = errors.New("stream ended by RESET")
 // resetReply is Redis's answer to RESET.
 const resetReply = "+RESET\r\n"
 
+// maxHeldHello bounds the HELLO reply a streamRelay holds back to set its
+// id (a longer one, with many modules, is passed on as Redis sent it).
+const maxHeldHello = 64 << 10
+
 // streamRelay is what a stream-mode session's copy goroutine writes Redis's
 // bytes to. It passes them on to the client unchanged, but for Redis's
-// answers to errorCmd, each replaced by the error it stands for, in the
-// order they were queued (substitute), and it ends the copy after the answer
-// to a RESET it was told of (endAtReset). It frames the stream's top-level
-// replies to find them; if the stream cannot be framed, it stops looking
-// and passes everything on (the client then sees Redis's error).
+// answers to errorCmd, each replaced by what it stands for, in the order
+// they were queued: an error made here (substitute), or nothing, with the
+// reply after it a HELLO's whose id is set to the session's (helloNext).
+// It ends the copy after the answer to a RESET it was told of
+// (endAtReset). It frames the stream's top-level replies to find them; if
+// the stream cannot be framed, it stops looking and passes everything on
+// (the client then sees Redis's own replies).
 type streamRelay struct {
 	dst io.Writer
 
 	mu      sync.Mutex
-	pending [][]byte // errors sent as errorCmd whose answers have not come yet
+	pending []relayAnswer // answers to errorCmds sent whose replies have not come yet
 
 	resetSent atomic.Bool // a RESET was sent: the copy ends after its +RESET
 
 	// The copy goroutine's own state.
 	fr      resp.Framer
-	held    []byte // the start of a top-level error, held until its end
-	status  []byte // the start of a top-level status reply (up to len(resetReply)+1 bytes), while resetSent
-	passing bool   // the current reply is passed on as it comes
-	broken  bool   // framing failed: everything is passed on
+	inReply bool     // the framer is inside a reply
+	hold    holdMode // what is done with the current reply
+	held    []byte   // the current reply so far, while held
+	helloID int64    // >0: the next reply is a HELLO's, its id to be this
+	status  []byte   // the start of a top-level status reply (up to len(resetReply)+1 bytes), while resetSent
+	broken  bool     // framing failed: everything is passed on
 }
+
+// relayAnswer is what Redis's answer to one errorCmd is replaced by.
+type relayAnswer struct {
+	reply   []byte // shown in its place (nil: nothing)
+	helloID int64  // >0: the reply after it is a HELLO's, whose id becomes this
+}
+
+// holdMode says whether a reply is held back until complete, and why.
+type holdMode uint8
+
+const (
+	holdNone  holdMode = iota // passed on as it comes
+	holdError                 // an error: errorCmd's answer?
+	holdHello                 // a HELLO reply: its id is set
+)
 
 func newStreamRelay(dst io.Writer) *streamRelay {
 	return &streamRelay{dst: dst}
@@ -66,8 +89,19 @@ func newStreamRelay(dst io.Writer) *streamRelay {
 // errorCmd sent is replaced by. It must be called before the command is
 // sent.
 func (r *streamRelay) substitute(errReply []byte) {
+	r.queue(relayAnswer{reply: bytes.Clone(errReply)})
+}
+
+// helloNext queues, for the next errorCmd sent, that its answer is dropped
+// and the reply after it, a HELLO's, gets id in its id field (as outside
+// stream mode, helloWithID). The HELLO must be sent right after.
+func (r *streamRelay) helloNext(id int64) {
+	r.queue(relayAnswer{helloID: id})
+}
+
+func (r *streamRelay) queue(a relayAnswer) {
 	r.mu.Lock()
-	r.pending = append(r.pending, bytes.Clone(errReply))
+	r.pending = append(r.pending, a)
 	r.mu.Unlock()
 }
 
@@ -75,23 +109,37 @@ func (r *streamRelay) substitute(errReply []byte) {
 // ends (with errStreamReset) once Redis's +RESET has been passed on.
 func (r *streamRelay) endAtReset() { r.resetSent.Store(true) }
 
-// Write passes p on. A top-level error is looked at once complete: one
-// that ends in a later write is held back until then.
+// Write passes p on. A reply that may be replaced or changed (an error, a
+// HELLO's) is held back until complete.
 func (r *streamRelay) Write(p []byte) (int, error) {
 	if r.broken {
 		return r.dst.Write(p)
 	}
 	out := 0 // p[:out] is written or held
 	for i := 0; i < len(p); {
+		starts := !r.inReply
 		k, done, err := r.fr.Next(p[i:])
 		if err != nil {
 			r.broken = true
-			if err := r.flushHeld(); err != nil {
+			if err := r.write(r.held, p[out:]); err != nil {
 				return 0, err
 			}
-			break
+			r.held = r.held[:0]
+			return len(p), nil
 		}
-		if r.fr.Kind() == '+' && r.resetSent.Load() {
+		r.inReply = !done
+		kind := r.fr.Kind()
+		if starts {
+			switch {
+			case r.helloID > 0 && kind != '>': // a push may come first
+				r.hold = holdHello
+			case kind == '-':
+				r.hold = holdError
+			default:
+				r.hold = holdNone
+			}
+		}
+		if kind == '+' && r.resetSent.Load() {
 			if len(r.status) <= len(resetReply) {
 				r.status = append(r.status, p[i:i+min(k, len(resetReply)+1-len(r.status))]...)
 			}
@@ -108,40 +156,27 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 				}
 			}
 		}
-		if r.fr.Kind() == '-' && !r.passing {
-			switch {
-			case done && len(r.held) == 0: // the whole error is in p
-				if mine := r.answerTo(p[i : i+k]); mine != nil {
-					if err := r.write(p[out:i], mine); err != nil {
-						return 0, err
-					}
-					out = i + k
-				}
-			case done: // the end of a held error (so i == 0)
-				r.held = append(r.held, p[:k]...)
-				reply := r.held
-				if mine := r.answerTo(reply); mine != nil {
-					reply = mine
-				}
-				if err := r.write(reply); err != nil {
-					return 0, err
-				}
-				r.held, out = r.held[:0], k
-			default: // p ends inside the error
-				if err := r.write(p[out:i]); err != nil {
-					return 0, err
-				}
-				r.held, out = append(r.held, p[i:]...), len(p)
-				if len(r.held) > maxHeldError {
-					r.passing = true
-					if err := r.flushHeld(); err != nil {
-						return 0, err
-					}
-				}
+		if r.hold != holdNone {
+			if err := r.write(p[out:i]); err != nil {
+				return 0, err
 			}
-		}
-		if done {
-			r.passing = false
+			r.held, out = append(r.held, p[i:i+k]...), i+k
+			switch {
+			case done:
+				err = r.write(r.finish())
+				r.held = r.held[:0]
+			case r.hold == holdError && len(r.held) > maxHeldError,
+				r.hold == holdHello && len(r.held) > maxHeldHello:
+				if r.hold == holdHello {
+					r.helloID = 0
+				}
+				r.hold = holdNone // the rest of the reply is passed on as it comes
+				err = r.write(r.held)
+				r.held = r.held[:0]
+			}
+			if err != nil {
+				return 0, err
+			}
 		}
 		i += k
 	}
@@ -151,30 +186,42 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// answerTo returns the error that reply, a complete top-level error, stands
-// for: nil unless it is Redis's rejection of errorCmd (Redis 6 quotes the
-// name with backquotes, 7 with quotes) and an error waits.
-func (r *streamRelay) answerTo(reply []byte) []byte {
+// finish returns what the client gets for the held reply, now complete.
+func (r *streamRelay) finish() []byte {
+	if r.hold == holdHello {
+		id := r.helloID
+		r.helloID = 0
+		if r.held[0] == '-' || r.held[0] == '!' {
+			return r.held
+		}
+		return helloWithID(r.held, id)
+	}
+	a, ok := r.answerTo(r.held)
+	if !ok {
+		return r.held
+	}
+	r.helloID = a.helloID
+	return a.reply
+}
+
+// answerTo returns what reply, a complete top-level error, stands for, if
+// it is Redis's rejection of errorCmd (Redis 6 quotes the name with
+// backquotes, 7 with quotes) and an answer waits.
+func (r *streamRelay) answerTo(reply []byte) (relayAnswer, bool) {
 	rest, ok := bytes.CutPrefix(reply, []byte("-ERR unknown command "))
 	if !ok || len(rest) < len(errorMarker)+2 || (rest[0] != '\'' && rest[0] != '`') ||
 		!bytes.HasPrefix(rest[1:], []byte(errorMarker)) || rest[1+len(errorMarker)] != rest[0] {
-		return nil
+		return relayAnswer{}, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.pending) == 0 {
-		return nil // the client sent the marker itself
+		return relayAnswer{}, false // the client sent the marker itself
 	}
-	mine := r.pending[0]
-	r.pending[0] = nil
+	a := r.pending[0]
+	r.pending[0] = relayAnswer{}
 	r.pending = r.pending[1:]
-	return mine
-}
-
-func (r *streamRelay) flushHeld() error {
-	err := r.write(r.held)
-	r.held = r.held[:0]
-	return err
+	return a, true
 }
 
 // write passes on bufs, skipping empty ones.

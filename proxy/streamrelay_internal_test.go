@@ -115,6 +115,32 @@ func TestStreamRelayEndsAtReset(t *testing.T) {
 	}
 }
 
+// helloNext: errorCmd's answer is dropped and the reply after it (pushes
+// aside) gets the session's id, however the stream is cut into writes.
+func TestStreamRelaySetsHelloID(t *testing.T) {
+	push := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\ntk\r\n"
+	hello := func(id string) string {
+		return "%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$2\r\nid\r\n:" + id + "\r\n$5\r\nproto\r\n:3\r\n"
+	}
+	in := "+OK\r\n" + markerReply7 + push + hello("812") + hello("813")
+	want := "+OK\r\n" + push + hello("42") + hello("813")
+	for _, size := range []int{1, 2, 5, 13, 1 << 16} {
+		var out bytes.Buffer
+		r := newStreamRelay(&out)
+		r.helloNext(42)
+		for p := []byte(in); len(p) > 0; {
+			k := min(size, len(p))
+			if _, err := r.Write(p[:k]); err != nil {
+				t.Fatal(err)
+			}
+			p = p[k:]
+		}
+		if out.String() != want {
+			t.Fatalf("writes of %d: got %q, want %q", size, out.String(), want)
+		}
+	}
+}
+
 // With no refusal waiting, any byte stream reaches the client unchanged,
 // however it is cut into writes (but for the start of an error the stream
 // ends in, which is still held: the client is closed then anyway).
