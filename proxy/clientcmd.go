@@ -481,6 +481,14 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		ss.replyScript(scriptInt(ss.id))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getredir")):
 		ss.replyScript(scriptInt(ss.redirect))
+	case len(args) == 2 && bytes.EqualFold(args[1], []byte("trackinginfo")):
+		// Redis's reply, with the redirect in rproxy's ids: the id the
+		// client gave, also after its session is gone (broken_redirect).
+		if redirect := ss.redirect; redirect > 0 {
+			ss.rewriteInStream(cmd.Raw, func(r []byte) []byte { return withIntField(r, trackingRedirectKey, redirect) })
+			return true
+		}
+		return false
 	case len(args) == 3 && bytes.EqualFold(args[1], []byte("setname")):
 		// Redis answers (and checks the name); the session keeps it for
 		// CLIENT LIST and GETNAME.
@@ -565,6 +573,10 @@ func scriptError(r []byte) []byte {
 	msg := bytes.TrimSuffix(bytes.TrimPrefix(r, []byte("-")), []byte("\r\n"))
 	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return redis.error_reply(ARGV[1])"), []byte("0"), msg)
 }
+
+// trackingRedirectKey is the redirect field's key in CLIENT TRACKINGINFO's
+// reply, followed by its integer value.
+var trackingRedirectKey = []byte("$8\r\nredirect\r\n:")
 
 // resp2Subscribed reports whether the session is in RESP2's subscribed
 // mode, where Redis runs only the (un)subscribe commands, PING, QUIT and

@@ -379,3 +379,42 @@ func TestStreamModeRuntimeErrorInsideMultiAsRedis(t *testing.T) {
 		t.Fatalf("the transaction's SET did not apply: %q", got[1])
 	}
 }
+
+// TestTrackingInfoInSessionIDs: CLIENT TRACKINGINFO's redirect is the id
+// the client gave (rproxy's), not Redis's id of the target's connection,
+// also once the target has gone (broken_redirect), as Redis's own test
+// expects (unit/tracking).
+func TestTrackingInfoInSessionIDs(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	target := dialClient(t, p.Addr)
+	id := strings.TrimSpace(strings.TrimPrefix(target.do("CLIENT", "ID"), ":"))
+	target.do("SUBSCRIBE", "__redis__:invalidate")
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if got := c.do("CLIENT", "TRACKING", "on", "REDIRECT", id); got != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on REDIRECT %s = %q", id, got)
+	}
+	wantRedirect := "$8\r\nredirect\r\n:" + id + "\r\n"
+	if got := c.do("CLIENT", "TRACKINGINFO"); !strings.Contains(got, wantRedirect) || !strings.Contains(got, "$2\r\non\r\n") {
+		t.Fatalf("CLIENT TRACKINGINFO = %q, want redirect %s", got, id)
+	}
+	c.do("GET", "k")
+	target.nc.Close()
+	// Until Redis has seen the target's connection close (the only one
+	// subscribed), a write would still be redirected to it.
+	for deadline := time.Now().Add(5 * time.Second); strings.Contains(string(rs.Do(t, "CLIENT", "LIST")), " sub=1 "); {
+		if time.Now().After(deadline) {
+			t.Fatal("the target's connection is still open on Redis")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rs.Do(t, "SET", "k", "v")
+	if got := string(c.read()); !strings.Contains(got, "tracking-redir-broken") {
+		t.Fatalf("push = %q, want tracking-redir-broken", got)
+	}
+	got := c.do("CLIENT", "TRACKINGINFO")
+	if !strings.Contains(got, wantRedirect) || !strings.Contains(got, "broken_redirect") {
+		t.Fatalf("CLIENT TRACKINGINFO after the target left = %q, want redirect %s and broken_redirect", got, id)
+	}
+}

@@ -888,10 +888,17 @@ func (s *Server) streamHello(ss *session, cmd resp.Command) {
 		hello = append(hello, []byte("SETNAME"), h.name)
 		ss.name = string(h.name)
 	}
-	ss.relay.helloNext(ss.id)
-	ss.streamCmds = append(ss.streamCmds, errorCmd, resp.AppendCommand(nil, hello...))
-	ss.streamHelpers++
+	id := ss.id
+	ss.rewriteInStream(resp.AppendCommand(nil, hello...), func(r []byte) []byte { return helloWithID(r, id) })
 	ss.proto = h.proto
+}
+
+// rewriteInStream sends raw in stream mode with its reply passed through
+// f: after an errorCmd whose answer the relay drops and which tells it so.
+func (ss *session) rewriteInStream(raw []byte, f func([]byte) []byte) {
+	ss.relay.rewriteNext(f)
+	ss.streamCmds = append(ss.streamCmds, errorCmd, raw)
+	ss.streamHelpers++
 }
 
 // helloUpstream sends a HELLO on a shared connection of protocol proto and,
@@ -930,19 +937,24 @@ var helloIDKey = []byte("$2\r\nid\r\n:")
 // session's id: the one CLIENT ID answers and CLIENT KILL ID takes, not the
 // id of the upstream connection that answered (clients such as go-redis
 // keep the id HELLO gives).
-func helloWithID(r []byte, id int64) []byte {
-	i := bytes.Index(r, helloIDKey)
+func helloWithID(r []byte, id int64) []byte { return withIntField(r, helloIDKey, id) }
+
+// withIntField returns the reply r, a map (or RESP2's flat array of
+// pairs), with the integer after key (the key's bulk string and the ':')
+// set to v. r is returned as is without the key.
+func withIntField(r, key []byte, v int64) []byte {
+	i := bytes.Index(r, key)
 	if i < 0 {
 		return r
 	}
-	start := i + len(helloIDKey)
+	start := i + len(key)
 	end := bytes.Index(r[start:], []byte("\r\n"))
 	if end < 0 {
 		return r
 	}
 	out := make([]byte, 0, len(r)+20)
 	out = append(out, r[:start]...)
-	out = strconv.AppendInt(out, id, 10)
+	out = strconv.AppendInt(out, v, 10)
 	return append(out, r[start+end:]...)
 }
 

@@ -35,15 +35,17 @@ var errStreamReset = errors.New("stream ended by RESET")
 // resetReply is Redis's answer to RESET.
 const resetReply = "+RESET\r\n"
 
-// maxHeldHello bounds the HELLO reply a streamRelay holds back to set its
-// id (a longer one, with many modules, is passed on as Redis sent it).
-const maxHeldHello = 64 << 10
+// maxHeldRewrite bounds the reply a streamRelay holds back to rewrite (a
+// HELLO's, a CLIENT TRACKINGINFO's): a longer one, a HELLO with many
+// modules say, is passed on as Redis sent it.
+const maxHeldRewrite = 64 << 10
 
 // streamRelay is what a stream-mode session's copy goroutine writes Redis's
 // bytes to. It passes them on to the client unchanged, but for Redis's
 // answers to errorCmd, each replaced by what it stands for, in the order
 // they were queued: an error made here (substitute), or nothing, with the
-// reply after it a HELLO's whose id is set to the session's (helloNext).
+// reply after it rewritten (rewriteNext: a HELLO's id, a TRACKINGINFO's
+// redirect, in rproxy's ids).
 // It ends the copy after the answer to a RESET it was told of
 // (endAtReset). It frames the stream's top-level replies to find them; if
 // the stream cannot be framed, it stops looking and passes everything on
@@ -58,27 +60,27 @@ type streamRelay struct {
 
 	// The copy goroutine's own state.
 	fr      resp.Framer
-	inReply bool     // the framer is inside a reply
-	hold    holdMode // what is done with the current reply
-	held    []byte   // the current reply so far, while held
-	helloID int64    // >0: the next reply is a HELLO's, its id to be this
-	status  []byte   // the start of a top-level status reply (up to len(resetReply)+1 bytes), while resetSent
-	broken  bool     // framing failed: everything is passed on
+	inReply bool                // the framer is inside a reply
+	hold    holdMode            // what is done with the current reply
+	held    []byte              // the current reply so far, while held
+	rewrite func([]byte) []byte // non-nil: what the next reply is passed through
+	status  []byte              // the start of a top-level status reply (up to len(resetReply)+1 bytes), while resetSent
+	broken  bool                // framing failed: everything is passed on
 }
 
 // relayAnswer is what Redis's answer to one errorCmd is replaced by.
 type relayAnswer struct {
-	reply   []byte // shown in its place (nil: nothing)
-	helloID int64  // >0: the reply after it is a HELLO's, whose id becomes this
+	reply   []byte              // shown in its place (nil: nothing)
+	rewrite func([]byte) []byte // non-nil: the reply after it is passed through this
 }
 
 // holdMode says whether a reply is held back until complete, and why.
 type holdMode uint8
 
 const (
-	holdNone  holdMode = iota // passed on as it comes
-	holdError                 // an error: errorCmd's answer?
-	holdHello                 // a HELLO reply: its id is set
+	holdNone    holdMode = iota // passed on as it comes
+	holdError                   // an error: errorCmd's answer?
+	holdRewrite                 // the reply rewrite is for
 )
 
 func newStreamRelay(dst io.Writer) *streamRelay {
@@ -92,11 +94,12 @@ func (r *streamRelay) substitute(errReply []byte) {
 	r.queue(relayAnswer{reply: bytes.Clone(errReply)})
 }
 
-// helloNext queues, for the next errorCmd sent, that its answer is dropped
-// and the reply after it, a HELLO's, gets id in its id field (as outside
-// stream mode, helloWithID). The HELLO must be sent right after.
-func (r *streamRelay) helloNext(id int64) {
-	r.queue(relayAnswer{helloID: id})
+// rewriteNext queues, for the next errorCmd sent, that its answer is
+// dropped and the reply after it (pushes aside) is passed through f, which
+// gets it complete. The command f is for must be sent right after. An
+// error reply is not passed through f.
+func (r *streamRelay) rewriteNext(f func([]byte) []byte) {
+	r.queue(relayAnswer{rewrite: f})
 }
 
 func (r *streamRelay) queue(a relayAnswer) {
@@ -131,8 +134,8 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 		kind := r.fr.Kind()
 		if starts {
 			switch {
-			case r.helloID > 0 && kind != '>': // a push may come first
-				r.hold = holdHello
+			case r.rewrite != nil && kind != '>': // a push may come first
+				r.hold = holdRewrite
 			case kind == '-':
 				r.hold = holdError
 			default:
@@ -166,9 +169,9 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 				err = r.write(r.finish())
 				r.held = r.held[:0]
 			case r.hold == holdError && len(r.held) > maxHeldError,
-				r.hold == holdHello && len(r.held) > maxHeldHello:
-				if r.hold == holdHello {
-					r.helloID = 0
+				r.hold == holdRewrite && len(r.held) > maxHeldRewrite:
+				if r.hold == holdRewrite {
+					r.rewrite = nil
 				}
 				r.hold = holdNone // the rest of the reply is passed on as it comes
 				err = r.write(r.held)
@@ -188,19 +191,19 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 
 // finish returns what the client gets for the held reply, now complete.
 func (r *streamRelay) finish() []byte {
-	if r.hold == holdHello {
-		id := r.helloID
-		r.helloID = 0
+	if r.hold == holdRewrite {
+		f := r.rewrite
+		r.rewrite = nil
 		if r.held[0] == '-' || r.held[0] == '!' {
 			return r.held
 		}
-		return helloWithID(r.held, id)
+		return f(r.held)
 	}
 	a, ok := r.answerTo(r.held)
 	if !ok {
 		return r.held
 	}
-	r.helloID = a.helloID
+	r.rewrite = a.rewrite
 	return a.reply
 }
 

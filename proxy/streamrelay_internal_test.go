@@ -115,9 +115,9 @@ func TestStreamRelayEndsAtReset(t *testing.T) {
 	}
 }
 
-// helloNext: errorCmd's answer is dropped and the reply after it (pushes
+// rewriteNext: errorCmd's answer is dropped and the reply after it (pushes
 // aside) gets the session's id, however the stream is cut into writes.
-func TestStreamRelaySetsHelloID(t *testing.T) {
+func TestStreamRelayRewritesTheNextReply(t *testing.T) {
 	push := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\ntk\r\n"
 	hello := func(id string) string {
 		return "%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$2\r\nid\r\n:" + id + "\r\n$5\r\nproto\r\n:3\r\n"
@@ -127,7 +127,7 @@ func TestStreamRelaySetsHelloID(t *testing.T) {
 	for _, size := range []int{1, 2, 5, 13, 1 << 16} {
 		var out bytes.Buffer
 		r := newStreamRelay(&out)
-		r.helloNext(42)
+		r.rewriteNext(func(b []byte) []byte { return helloWithID(b, 42) })
 		for p := []byte(in); len(p) > 0; {
 			k := min(size, len(p))
 			if _, err := r.Write(p[:k]); err != nil {
