@@ -152,6 +152,8 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 	stages := s.chain.commands
 	if ss.stream {
 		stages = s.chain.stream
+		// A CLIENT REPLY SKIP before silences this command's reply.
+		ss.replySkipped, ss.skipNext = ss.skipNext, false
 	}
 	for _, st := range stages {
 		if st.command(ss, c) {
@@ -354,8 +356,11 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		s.leaveStream(ss)
 		return true
 	}
-	if info != nil && info.Handling == command.Client && s.streamClient(ss, cmd) {
-		return true
+	if info != nil && info.Handling == command.Client {
+		if s.streamClient(ss, cmd) {
+			return true
+		}
+		ss.noteClientReply(cmd.Args) // Redis applies it to the pinned connection
 	}
 	if info != nil && info.Handling == command.Hello && !ss.resp2Subscribed() {
 		s.streamHello(ss, cmd)

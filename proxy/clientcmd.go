@@ -589,7 +589,9 @@ func (ss *session) resp2Subscribed() bool {
 // is sent errorCmd, which it rejects, and the session's relay shows the
 // client r in place of Redis's error (streamrelay.go).
 func (ss *session) errorInStream(r []byte) {
-	ss.relay.substitute(r)
+	if ss.streamAnswered() {
+		ss.relay.substitute(r)
+	}
 	ss.streamCmds = append(ss.streamCmds, errorCmd)
 }
 

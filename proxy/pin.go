@@ -295,6 +295,7 @@ func (s *Server) leaveStream(ss *session) {
 	}
 	s.resetSession(ss)
 	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
+	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
 }
 

@@ -370,3 +370,30 @@ func TestPolicyReloadUnderLoad(t *testing.T) {
 		t.Fatalf("%v of 21 clients still connected after the reloads", got)
 	}
 }
+
+// Under CLIENT REPLY OFF or after SKIP, Redis answers nothing, so rproxy's
+// replies in stream mode (a refusal, HELLO's rewritten reply) must not wait
+// for one: before, a later refusal took the place of a silenced HELLO's and
+// its reply was lost.
+func TestStreamModeClientReplyOffAndSkip(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	c.do("CLIENT", "TRACKING", "ON")
+	var batch []byte
+	for _, cmd := range [][]string{
+		{"CLIENT", "REPLY", "OFF"}, {"HELLO", "3"}, {"KEYS", "*"}, {"CLIENT", "REPLY", "ON"}, // +OK
+		{"KEYS", "*"}, {"PING"}, // -DENIED, +PONG
+		{"CLIENT", "REPLY", "SKIP"}, {"HELLO", "3"}, {"PING"}, // +PONG
+		{"CLIENT", "REPLY", "SKIP"}, {"KEYS", "*"}, {"KEYS", "*"}, {"ECHO", "end"}, // -DENIED, end
+	} {
+		batch = resp.AppendCommandString(batch, cmd...)
+	}
+	c.send(batch)
+	for i, want := range []string{"+OK\r\n", "-DENIED KEYS", "+PONG\r\n", "+PONG\r\n", "-DENIED KEYS", "$3\r\nend\r\n"} {
+		if got := string(c.read()); !strings.HasPrefix(got, want) {
+			t.Fatalf("reply %d = %q, want %q...", i, got, want)
+		}
+	}
+}

@@ -118,7 +118,11 @@ type session struct {
 	// streamHelpers counts the batch's commands sent only to help the relay
 	// (the errorCmd before a HELLO): not the client's.
 	streamHelpers int
-	role          byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
+	// CLIENT REPLY in stream mode: Redis answers nothing while replyOff,
+	// nor the command after a SKIP (replySkipped while it runs): no relay
+	// answer may wait for such a command's reply.
+	replyOff, skipNext, replySkipped bool
+	role                             byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
@@ -748,6 +752,9 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		// Connection state for this client alone: from now on the session
 		// has its own connection (stream mode).
 		s.startStream(ss, cmd.Raw)
+		if ss.stream {
+			ss.noteClientReply(args)
+		}
 	default:
 		ss.forward(cmd.Raw) // Redis's "unknown subcommand"
 	}
@@ -896,6 +903,11 @@ func (s *Server) streamHello(ss *session, cmd resp.Command) {
 // rewriteInStream sends raw in stream mode with its reply passed through
 // f: after an errorCmd whose answer the relay drops and which tells it so.
 func (ss *session) rewriteInStream(raw []byte, f func([]byte) []byte) {
+	if !ss.streamAnswered() {
+		// No reply to rewrite; and a SKIP must fall on raw, not a helper.
+		ss.streamCmds = append(ss.streamCmds, raw)
+		return
+	}
 	ss.relay.rewriteNext(f)
 	ss.streamCmds = append(ss.streamCmds, errorCmd, raw)
 	ss.streamHelpers++
@@ -927,6 +939,26 @@ func (s *Server) helloUpstream(ss *session, raw []byte, proto int, setName bool,
 	}
 	s.write(ss, r)
 	ss.batch.Reset()
+}
+
+// streamAnswered reports whether Redis answers the stream-mode command
+// being queued: not under CLIENT REPLY OFF, nor right after SKIP.
+func (ss *session) streamAnswered() bool { return !ss.replyOff && !ss.replySkipped }
+
+// noteClientReply follows CLIENT REPLY ON|OFF|SKIP, which Redis applies to
+// the session's own connection (stream mode).
+func (ss *session) noteClientReply(args [][]byte) {
+	if len(args) != 3 || !bytes.EqualFold(args[1], []byte("reply")) {
+		return
+	}
+	switch {
+	case bytes.EqualFold(args[2], []byte("on")):
+		ss.replyOff, ss.skipNext = false, false
+	case bytes.EqualFold(args[2], []byte("off")):
+		ss.replyOff = true
+	case bytes.EqualFold(args[2], []byte("skip")):
+		ss.skipNext = !ss.replyOff
+	}
 }
 
 // helloIDKey is the id field's key in a HELLO reply (a bulk string in
