@@ -191,6 +191,9 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 
 // finish returns what the client gets for the held reply, now complete.
 func (r *streamRelay) finish() []byte {
+	if len(r.held) == 0 {
+		return nil // a reply is at least a byte; never in the copy goroutine's path
+	}
 	if r.hold == holdRewrite {
 		f := r.rewrite
 		r.rewrite = nil

@@ -180,3 +180,30 @@ func BenchmarkStreamRelay(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(chunk)/len(msg))), "ns/msg")
 }
+
+// With answers waiting (an error to show, a reply to rewrite, a RESET
+// sent), any byte stream is relayed without a panic or an error, but the
+// end of the copy after a +RESET.
+func FuzzStreamRelayAnswers(f *testing.F) {
+	f.Add([]byte(markerReply7+markerReply7+"%1\r\n$2\r\nid\r\n:5\r\n+RESET\r\n"), uint8(1))
+	f.Add([]byte(markerReply6+">1\r\n:1\r\n-ERR x\r\n"+markerReply7+"*2\r\n$2\r\nid\r\n:5\r\n"), uint8(7))
+	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
+		r := newStreamRelay(io.Discard)
+		r.substitute([]byte("-DENIED x\r\n"))
+		r.rewriteNext(func(b []byte) []byte { return helloWithID(b, 42) })
+		r.substitute([]byte("-DENIED y\r\n"))
+		r.endAtReset()
+		n := int(step%16) + 1
+		for p := in; len(p) > 0; {
+			k := min(n, len(p))
+			w, err := r.Write(p[:k])
+			if err == errStreamReset {
+				return
+			}
+			if w != k || err != nil {
+				t.Fatalf("Write = %d, %v", w, err)
+			}
+			p = p[k:]
+		}
+	})
+}
