@@ -246,17 +246,8 @@ func TestReplicationStreamThroughProxy(t *testing.T) {
 // with a password every later command got -NOAUTH. The commands after the
 // RESET arrive in the same write, so the session changes mode mid-read.
 func TestResetLeavesStreamMode(t *testing.T) {
-	rs := redistest.Start(t)
-	rs.Do(t, "CONFIG", "SET", "requirepass", "adminpw") // after start: redistest's readiness PING has no password
-	admin := dialClient(t, rs.Addr)
-	admin.do("AUTH", "adminpw")
-	if got := admin.do("ACL", "SETUSER", "app", "on", ">apppw", "~*", "&*", "+@all"); got != "+OK\r\n" {
-		t.Fatalf("ACL SETUSER = %q", got)
-	}
-	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
-		c.Upstream.Username = "app"
-		c.Upstream.Password = "apppw"
-	})
+	rs := redisWithAppUser(t)
+	p := proxytest.Start(t, rs.Addr, asAppUser)
 	for _, enter := range [][][]string{
 		{{"SUBSCRIBE", "ch"}},
 		{{"HELLO", "3"}, {"SUBSCRIBE", "ch"}},
@@ -324,28 +315,44 @@ func TestResetInStreamModeLogsOut(t *testing.T) {
 func TestResp2SubscribedModeAsRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
+	got := directAndThrough(t, rs, p, nil, [][]string{{"SUBSCRIBE", "ch"}},
+		[][]string{{"CLIENT", "ID"}, {"CLIENT", "GETNAME"}, {"CLIENT", "LIST"}, {"CLIENT", "KILL", "ID", "1"},
+			{"AUTH", "default", "x"}, {"MULTI"}, {"CLIENT", "ID"}, {"EXEC"}, {"PING"}})
+	if !strings.Contains(got, "Can't execute 'client|id'") {
+		t.Fatalf("no refusal of CLIENT ID: %q", got)
+	}
+}
+
+// directAndThrough sends, on a new connection to Redis and then to rproxy,
+// the setup commands one by one and then script in one write (after
+// before, when given), and requires the script's replies to be the same
+// bytes both ways. It returns them.
+func directAndThrough(t *testing.T, rs *redistest.Server, p *proxytest.Proxy, before func(), setup, script [][]string) string {
+	t.Helper()
 	var got [2]string
 	for i, addr := range []string{rs.Addr, p.Addr} {
-		c := dialClient(t, addr)
-		c.do("SUBSCRIBE", "ch")
-		var script []byte
-		for _, cmd := range [][]string{{"CLIENT", "ID"}, {"CLIENT", "GETNAME"}, {"CLIENT", "LIST"}, {"CLIENT", "KILL", "ID", "1"},
-			{"AUTH", "default", "x"}, {"MULTI"}, {"CLIENT", "ID"}, {"EXEC"}, {"PING"}} {
-			script = resp.AppendCommandString(script, cmd...)
+		if before != nil {
+			before()
 		}
-		c.send(script)
+		c := dialClient(t, addr)
+		for _, cmd := range setup {
+			c.do(cmd...)
+		}
+		var raw []byte
+		for _, cmd := range script {
+			raw = resp.AppendCommandString(raw, cmd...)
+		}
+		c.send(raw)
 		var out strings.Builder
-		for range 9 {
+		for range script {
 			out.Write(c.read())
 		}
 		got[i] = out.String()
 	}
 	if got[0] != got[1] {
-		t.Fatalf("RESP2 subscribed mode differs\n  direct: %q\n  rproxy: %q", got[0], got[1])
+		t.Fatalf("replies differ\n  direct: %q\n  rproxy: %q", got[0], got[1])
 	}
-	if !strings.Contains(got[1], "Can't execute 'client|id'") {
-		t.Fatalf("no refusal of CLIENT ID: %q", got[1])
-	}
+	return got[1]
 }
 
 // In stream mode, a command rproxy answers with Redis's own error for its
@@ -355,28 +362,11 @@ func TestResp2SubscribedModeAsRedis(t *testing.T) {
 func TestStreamModeRuntimeErrorInsideMultiAsRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
-	var got [2]string
-	for i, addr := range []string{rs.Addr, p.Addr} {
-		rs.Do(t, "DEL", "k")
-		c := dialClient(t, addr)
-		c.do("HELLO", "3")
-		c.do("CLIENT", "TRACKING", "ON")
-		var script []byte
-		for _, cmd := range [][]string{{"MULTI"}, {"SET", "k", "1"}, {"CLIENT", "LIST", "TYPE", "bogus"}, {"EXEC"}, {"GET", "k"}} {
-			script = resp.AppendCommandString(script, cmd...)
-		}
-		c.send(script)
-		var out strings.Builder
-		for range 5 {
-			out.Write(c.read())
-		}
-		got[i] = out.String()
-	}
-	if got[0] != got[1] {
-		t.Fatalf("differs\n  direct: %q\n  rproxy: %q", got[0], got[1])
-	}
-	if !strings.HasSuffix(got[1], "$1\r\n1\r\n") {
-		t.Fatalf("the transaction's SET did not apply: %q", got[1])
+	got := directAndThrough(t, rs, p, func() { rs.Do(t, "DEL", "k") },
+		[][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "ON"}},
+		[][]string{{"MULTI"}, {"SET", "k", "1"}, {"CLIENT", "LIST", "TYPE", "bogus"}, {"EXEC"}, {"GET", "k"}})
+	if !strings.HasSuffix(got, "$1\r\n1\r\n") {
+		t.Fatalf("the transaction's SET did not apply: %q", got)
 	}
 }
 

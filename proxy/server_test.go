@@ -60,6 +60,17 @@ func (c *rawClient) do(args ...string) string {
 	return string(c.read())
 }
 
+// readPrefixes reads one reply per prefix and requires each to start with
+// it.
+func (c *rawClient) readPrefixes(prefixes ...string) {
+	c.t.Helper()
+	for i, want := range prefixes {
+		if got := string(c.read()); !strings.HasPrefix(got, want) {
+			c.t.Fatalf("reply %d = %q, want %q...", i, got, want)
+		}
+	}
+}
+
 // doErr is do for other goroutines: it returns failures as text instead of
 // failing the test.
 func (c *rawClient) doErr(args ...string) string {
