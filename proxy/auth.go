@@ -70,9 +70,6 @@ type authenticating struct {
 
 func (a *authenticating) command(ss *session, c *call) bool {
 	if isAuth(c.cmd.Args[0]) {
-		if ss.resp2Subscribed() {
-			return false // Redis refuses it there, with its own error
-		}
 		a.auth(ss, c.cmd)
 		return true
 	}

@@ -456,3 +456,32 @@ func TestHelloInStreamMode(t *testing.T) {
 		t.Fatalf("AUTH reached Redis: %s", stats)
 	}
 }
+
+// Inside a stream-mode MULTI, what rproxy acts on when it sees it (HELLO,
+// CLIENT SETNAME, CLIENT REPLY) is refused and the transaction aborted, as
+// outside stream mode; CLIENT TRACKINGINFO, whose reply rproxy rewrites
+// outside a transaction, is queued as on Redis and answered in EXEC's
+// array (before, the relay's helper command aborted the transaction).
+func TestStreamModeMultiRefusesWhatActsWhenQueued(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c, _, _ := redirectedTracking(t, p)
+	c.do("CLIENT", "SETNAME", "before")
+	for _, cmd := range [][]string{{"HELLO", "2"}, {"CLIENT", "SETNAME", "inside"}, {"CLIENT", "REPLY", "OFF"}} {
+		var batch []byte
+		for _, step := range [][]string{{"MULTI"}, {"SET", "k", "1"}, cmd, {"EXEC"}, {"EXISTS", "k"}} {
+			batch = resp.AppendCommandString(batch, step...)
+		}
+		c.send(batch)
+		c.readPrefixes("+OK", "+QUEUED", "-ERR rproxy: "+strings.ToUpper(cmd[0]), "-EXECABORT", ":0")
+	}
+	if got := c.do("CLIENT", "GETNAME"); got != "$6\r\nbefore\r\n" {
+		t.Fatalf("CLIENT GETNAME = %q: the refused SETNAME applied", got)
+	}
+	var batch []byte
+	for _, step := range [][]string{{"MULTI"}, {"CLIENT", "TRACKINGINFO"}, {"EXEC"}} {
+		batch = resp.AppendCommandString(batch, step...)
+	}
+	c.send(batch)
+	c.readPrefixes("+OK", "+QUEUED", "*1\r\n%3\r\n")
+}

@@ -18,9 +18,10 @@ import (
 // client in the client's order (session.order says where each comes from).
 //
 // A session in stream mode (pub/sub, MONITOR, tracking, replication)
-// passes chain.stream instead: the same transaction guard, auth, policy
-// and tier stages, then streamDispatch, which sends each command as it
-// comes.
+// passes chain.stream instead: the same policy and tier stages; in RESP2's
+// subscribed mode, what Redis refuses there goes to Redis as sent
+// (subscribedContext); then the transaction guard, auth, and
+// streamDispatch, which sends each command as it comes.
 //
 // Stages that are off in the configuration are not in the chain, so the
 // path pays nothing for them.
@@ -87,10 +88,11 @@ func (s *Server) newChain() chain {
 	add(&c.replies, s.tiering != nil, tw)
 	add(&c.replies, s.coalescing != nil, s.coalescing)
 
-	add(&c.stream, true, transactionGuard{s})
-	add(&c.stream, true, s.authing)
 	add(&c.stream, true, s.policing)
 	add(&c.stream, s.tiering != nil, tw)
+	add(&c.stream, true, subscribedContext{})
+	add(&c.stream, true, transactionGuard{s})
+	add(&c.stream, true, s.authing)
 	add(&c.stream, true, streamDispatch{s})
 	return c
 }
@@ -206,14 +208,14 @@ func (bookkeeping) replies(*session) {}
 
 // transactionGuard refuses, inside MULTI, the commands rproxy answers
 // itself: Redis would queue them and run them at EXEC, inside the array it
-// returns, which rproxy cannot do. In stream mode rproxy's answers are
-// made by Redis, in order (a script, queued as Redis queues the command),
-// so only those that act when rproxy sees them are refused: AUTH and
-// CLIENT KILL and UNBLOCK.
+// returns, which rproxy cannot do. In stream mode the answers that are
+// only values (queuedAsOnRedis) are made by Redis, in order, as a script
+// it queues; the rest, which rproxy acts on when it sees them (AUTH, HELLO,
+// CLIENT SETNAME, KILL, REPLY, ...), are refused there too.
 type transactionGuard struct{ s *Server }
 
 func (st transactionGuard) command(ss *session, c *call) bool {
-	if !ss.inTransaction() || !answeredByProxy(c.info, c.cmd.Args) || ss.stream && !actsWhenQueued(c.info, c.cmd.Args) {
+	if !ss.inTransaction() || !answeredByProxy(c.info, c.cmd.Args) || ss.stream && queuedAsOnRedis(c.info, c.cmd.Args) {
 		return false
 	}
 	st.s.refuseMsg(ss, strings.ToUpper(commandLabel(c.info, c.cmd.Args))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
@@ -222,14 +224,47 @@ func (st transactionGuard) command(ss *session, c *call) bool {
 
 func (transactionGuard) replies(*session) {}
 
-// actsWhenQueued reports whether rproxy acts on a command it answers in
-// stream mode as soon as it sees it, where Redis would act at EXEC.
-func actsWhenQueued(info *command.Info, args [][]byte) bool {
-	if isAuth(args[0]) {
+// queuedAsOnRedis reports whether, in stream mode, a command rproxy
+// answers is queued inside MULTI and answered at EXEC as on Redis: its
+// answer is a value a script returns (CLIENT ID, GETNAME, LIST, INFO), or
+// it goes to Redis as sent (CLIENT CACHING, NO-EVICT, NO-TOUCH), and
+// rproxy notes nothing of it when it is queued.
+func queuedAsOnRedis(info *command.Info, args [][]byte) bool {
+	if info == nil || info.Handling != command.Client || len(args) < 2 {
+		return false
+	}
+	switch string(bytes.ToLower(args[1])) {
+	case "id", "getname", "list", "info", "caching", "no-evict", "no-touch":
 		return true
 	}
-	return info != nil && info.Handling == command.Client && len(args) > 1 &&
-		(bytes.EqualFold(args[1], []byte("kill")) || bytes.EqualFold(args[1], []byte("unblock")))
+	return false
+}
+
+// subscribedContext: in RESP2's subscribed mode Redis runs only the
+// (un)subscribe commands, PING, QUIT and RESET, and refuses the rest with
+// an error naming the command. Those go to Redis as sent, so that nothing
+// rproxy would answer or note for them (AUTH, HELLO, CLIENT, MULTI) acts:
+// the client gets Redis's own refusal. The policy's refusals come first.
+type subscribedContext struct{}
+
+func (subscribedContext) command(ss *session, c *call) bool {
+	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) {
+		return false
+	}
+	ss.streamCmds = append(ss.streamCmds, c.cmd.Raw)
+	return true
+}
+
+func (subscribedContext) replies(*session) {}
+
+// runsWhileSubscribed reports whether Redis runs the command in RESP2's
+// subscribed mode.
+func runsWhileSubscribed(name string) bool {
+	switch name {
+	case "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe", "sunsubscribe", "ping", "quit", "reset":
+		return true
+	}
+	return false
 }
 
 // scriptKill sends SCRIPT KILL and FUNCTION KILL out of band
@@ -307,12 +342,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 			return true
 		}
 		ss.forwardTracked(cmd.Raw, transactionTrack(info.Name))
-		switch info.Name {
-		case "multi":
-			ss.multiSent = true
-		case "exec", "discard":
-			ss.multiSent = false
-		}
+		ss.noteTransaction(info.Name)
 	case command.Subscribe:
 		ss.noteSubscriptions(info.Name, args)
 		s.startStream(ss, cmd.Raw)
@@ -362,26 +392,30 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		}
 		ss.noteClientReply(cmd.Args) // Redis applies it to the pinned connection
 	}
-	if info != nil && info.Handling == command.Hello && !ss.resp2Subscribed() {
+	if info != nil && info.Handling == command.Hello {
 		s.streamHello(ss, cmd)
 		return true
 	}
 	if info != nil && info.Handling == command.Subscribe {
 		ss.noteSubscriptions(info.Name, cmd.Args)
 	}
-	if info != nil && info.Handling == command.Transaction && !ss.resp2Subscribed() {
-		// The client's view of its transaction, as dispatch keeps it:
-		// the policy leaves TTLs set inside it alone (no jitter), and
-		// CLIENT LIST shows x. (RESP2's subscribed mode refuses MULTI.)
-		switch info.Name {
-		case "multi":
-			ss.multiSent = true
-		case "exec", "discard":
-			ss.multiSent = false
-		}
+	if info != nil && info.Handling == command.Transaction {
+		ss.noteTransaction(info.Name) // as dispatch does
 	}
 	ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 	return true
 }
 
 func (streamDispatch) replies(*session) {}
+
+// noteTransaction follows the client's view of its transaction (MULTI,
+// EXEC, DISCARD sent): inside it the policy leaves TTLs alone (no jitter),
+// a refusal aborts it, and CLIENT LIST shows x.
+func (ss *session) noteTransaction(name string) {
+	switch name {
+	case "multi":
+		ss.multiSent = true
+	case "exec", "discard":
+		ss.multiSent = false
+	}
+}

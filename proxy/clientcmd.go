@@ -473,8 +473,8 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte
 // script returns rproxy's answer. It reports whether it queued cmd.
 func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	args := cmd.Args
-	if len(args) < 2 || ss.resp2Subscribed() {
-		return false // Redis's own errors (there: it runs no CLIENT command)
+	if len(args) < 2 {
+		return false // Redis's arity error
 	}
 	switch {
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("id")):
@@ -579,8 +579,7 @@ func scriptError(r []byte) []byte {
 var trackingRedirectKey = []byte("$8\r\nredirect\r\n:")
 
 // resp2Subscribed reports whether the session is in RESP2's subscribed
-// mode, where Redis runs only the (un)subscribe commands, PING, QUIT and
-// RESET, and refuses the rest with an error of its own.
+// mode (subscribedContext), by the subscriptions it asked for.
 func (ss *session) resp2Subscribed() bool {
 	return ss.proto == 2 && len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0
 }

@@ -361,3 +361,16 @@ func TestStreamModeClientReplyOffAndSkip(t *testing.T) {
 	c.send(batch)
 	c.readPrefixes("+OK\r\n", "-DENIED KEYS", "+PONG\r\n", "+PONG\r\n", "-DENIED KEYS", "$3\r\nend\r\n")
 }
+
+// In RESP2's subscribed mode Redis refuses CLIENT REPLY (as everything but
+// the subscribe commands, PING, QUIT and RESET): rproxy must not take the
+// replies as silenced then, or the next refusal reaches the client as
+// Redis's "unknown command 'rproxy-error'".
+func TestResp2SubscribedClientReplyRefusedByRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(nil))
+	c := dialClient(t, p.Addr)
+	c.do("SUBSCRIBE", "ch")
+	c.send(resp.AppendCommandString(resp.AppendCommandString(nil, "CLIENT", "REPLY", "OFF"), "KEYS", "*"))
+	c.readPrefixes("-ERR Can't execute 'client|reply'", "-DENIED KEYS")
+}

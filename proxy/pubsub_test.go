@@ -377,14 +377,7 @@ func TestStreamModeRuntimeErrorInsideMultiAsRedis(t *testing.T) {
 func TestTrackingInfoInSessionIDs(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
-	target := dialClient(t, p.Addr)
-	id := strings.TrimSpace(strings.TrimPrefix(target.do("CLIENT", "ID"), ":"))
-	target.do("SUBSCRIBE", "__redis__:invalidate")
-	c := dialClient(t, p.Addr)
-	c.do("HELLO", "3")
-	if got := c.do("CLIENT", "TRACKING", "on", "REDIRECT", id); got != "+OK\r\n" {
-		t.Fatalf("CLIENT TRACKING on REDIRECT %s = %q", id, got)
-	}
+	c, target, id := redirectedTracking(t, p)
 	wantRedirect := "$8\r\nredirect\r\n:" + id + "\r\n"
 	if got := c.do("CLIENT", "TRACKINGINFO"); !strings.Contains(got, wantRedirect) || !strings.Contains(got, "$2\r\non\r\n") {
 		t.Fatalf("CLIENT TRACKINGINFO = %q, want redirect %s", got, id)
@@ -407,4 +400,20 @@ func TestTrackingInfoInSessionIDs(t *testing.T) {
 	if !strings.Contains(got, wantRedirect) || !strings.Contains(got, "broken_redirect") {
 		t.Fatalf("CLIENT TRACKINGINFO after the target left = %q, want redirect %s and broken_redirect", got, id)
 	}
+}
+
+// redirectedTracking connects a RESP3 client c whose tracking is
+// redirected (CLIENT TRACKING on REDIRECT) to target, a session subscribed
+// to __redis__:invalidate whose id is id.
+func redirectedTracking(t *testing.T, p *proxytest.Proxy) (c, target *rawClient, id string) {
+	t.Helper()
+	target = dialClient(t, p.Addr)
+	id = strings.TrimSpace(strings.TrimPrefix(target.do("CLIENT", "ID"), ":"))
+	target.do("SUBSCRIBE", "__redis__:invalidate")
+	c = dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if got := c.do("CLIENT", "TRACKING", "on", "REDIRECT", id); got != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on REDIRECT %s = %q", id, got)
+	}
+	return c, target, id
 }

@@ -276,8 +276,10 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
 	ss.flights.wrote = false
 	if ss.stream {
-		s.sendStreamBatch(ss)
+		// The view first: Redis's replies reach the client from the copy
+		// goroutine, and a CLIENT LIST after one must see what it did.
 		s.publishView(ss)
+		s.sendStreamBatch(ss)
 		ss.resetBatchNames()
 		if ss.quit {
 			// It killed itself along with other clients (CLIENT KILL ...
@@ -353,9 +355,6 @@ func (s *Server) boundReplies(ss *session) {
 	}
 }
 
-// resetClientState forgets what RESET clears on Redis that the session
-// keeps itself: protocol, name, library, and a passthrough login (Redis
-// logs the connection out as default).
 // resetSession is what RESET does to a session once it holds no pinned
 // connection: as a new one, logged out where rproxy or Redis checks
 // passwords, on the default shared connections.
@@ -370,6 +369,9 @@ func (s *Server) resetSession(ss *session) {
 	}
 }
 
+// resetClientState forgets what RESET clears on Redis that the session
+// keeps itself: protocol, name, library, and a passthrough login (Redis
+// logs the connection out as default).
 func (s *Server) resetClientState(ss *session) {
 	ss.proto, ss.name, ss.libName, ss.libVer = 2, "", "", ""
 	if s.cfg.AuthPassthrough {
@@ -503,16 +505,10 @@ func (s *Server) refuse(ss *session, name []byte, why string) {
 	s.refuseMsg(ss, string(bytes.ToUpper(name))+" is not supported yet: "+why)
 }
 
-// refuseMsg queues "-ERR rproxy: msg" in order with the other replies.
+// refuseMsg queues "-ERR rproxy: msg" in order with the other replies, as
+// a refusal (deny: inside MULTI it aborts the transaction).
 func (s *Server) refuseMsg(ss *session, msg string) {
-	ss.refusedCount++
-	r := resp.AppendError(nil, "ERR rproxy: "+msg)
-	if ss.stream {
-		ss.errorInStream(r) // aborts the transaction too
-		return
-	}
-	s.abortTransaction(ss)
-	ss.queueLocal(r, false)
+	s.deny(ss, resp.AppendError(nil, "ERR rproxy: "+msg))
 }
 
 // flush sends the queued upstream commands, waits for their replies and
@@ -800,8 +796,9 @@ func validClientName(name []byte) bool {
 
 // hello switches the session's protocol. The reply is the upstream's own
 // HELLO reply, from a shared connection of the target protocol, so it is
-// encoded exactly as Redis encodes it; SETNAME is applied to the session and
-// AUTH is refused for now.
+// encoded exactly as Redis encodes it, with the session's id; SETNAME is
+// applied to the session, and the AUTH option is checked as AUTH is
+// (helloAuth), never sent on a shared connection.
 func (s *Server) hello(ss *session, cmd resp.Command) {
 	h, ok := parseHello(cmd.Args, ss.proto)
 	if !ok {
@@ -903,8 +900,10 @@ func (s *Server) streamHello(ss *session, cmd resp.Command) {
 // rewriteInStream sends raw in stream mode with its reply passed through
 // f: after an errorCmd whose answer the relay drops and which tells it so.
 func (ss *session) rewriteInStream(raw []byte, f func([]byte) []byte) {
-	if !ss.streamAnswered() {
-		// No reply to rewrite; and a SKIP must fall on raw, not a helper.
+	if !ss.streamAnswered() || ss.inTransaction() {
+		// No reply to rewrite (and a SKIP must fall on raw, not a helper),
+		// or it comes inside EXEC's array, where the relay does not look:
+		// the helper would be a queue-time error aborting the transaction.
 		ss.streamCmds = append(ss.streamCmds, raw)
 		return
 	}
