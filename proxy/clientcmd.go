@@ -469,8 +469,8 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte
 
 // streamClient handles, in stream mode, the CLIENT subcommands that speak in
 // client ids, which Redis would answer with the pinned connection's: the
-// reply must still come from Redis, in order with what it sends, so a
-// script returns rproxy's answer. It reports whether it queued cmd.
+// reply must still come in order with what Redis sends (answerInStream).
+// It reports whether it queued cmd.
 func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	args := cmd.Args
 	if len(args) < 2 {
@@ -478,9 +478,9 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	}
 	switch {
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("id")):
-		ss.replyScript(scriptInt(ss.id))
+		ss.replyInMode(resp.AppendInt(nil, ss.id))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getredir")):
-		ss.replyScript(scriptInt(ss.redirect))
+		ss.replyInMode(resp.AppendInt(nil, ss.redirect))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("trackinginfo")):
 		// Redis's reply, with the redirect in rproxy's ids: the id the
 		// client gave, also after its session is gone (broken_redirect).
@@ -497,16 +497,17 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		}
 		return false
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getname")):
-		ss.replyScript(scriptName(ss.name))
+		ss.answerInStream(ss.nameReply(), scriptName(ss.name))
 	case bytes.EqualFold(args[1], []byte("list")):
 		text, errReply := s.clientListText(ss, cmd)
 		if errReply != nil {
 			ss.replyInMode(errReply) // Redis's error for the arguments
 			return true
 		}
-		ss.replyScript(scriptText(text))
+		ss.answerInStream(appendText(nil, ss.proto, text), scriptText(text))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("info")):
-		ss.replyScript(scriptText(s.clientLine(nil, ss, ss, cmd, s.clock())))
+		text := s.clientLine(nil, ss, ss, cmd, s.clock())
+		ss.answerInStream(appendText(nil, ss.proto, text), scriptText(text))
 	case bytes.EqualFold(args[1], []byte("kill")):
 		s.clientKill(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("unblock")):
@@ -522,6 +523,15 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		return false
 	}
 	return true
+}
+
+// nameReply is CLIENT GETNAME's reply: the name, or a null when there is
+// none.
+func (ss *session) nameReply() []byte {
+	if ss.name == "" {
+		return resp.AppendNullBulk(nil, ss.proto)
+	}
+	return resp.AppendBulk(nil, []byte(ss.name))
 }
 
 // scriptName is a command that makes Redis reply name as CLIENT GETNAME
@@ -540,31 +550,43 @@ func scriptText(text []byte) []byte {
 	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return ARGV[1]"), []byte("0"), text)
 }
 
-// replyInMode queues a reply made here. In stream mode it must come in
-// order with what Redis sends: an integer or a status as a script that
-// makes Redis answer it, an error in place of Redis's (errorInStream), or
-// inside MULTI as a script too, so that it fails at EXEC as Redis's would.
+// replyInMode queues a reply made here: in stream mode, in order with what
+// Redis sends (answerInStream).
 func (ss *session) replyInMode(r []byte) {
 	if !ss.stream {
 		ss.reply(r)
 		return
 	}
-	text := string(bytes.TrimSuffix(r[1:], []byte("\r\n")))
+	ss.answerInStream(r, scriptReplying(r))
+}
+
+// answerInStream queues, in stream mode, r, rproxy's answer to a command.
+// Outside a transaction Redis is sent errorCmd and the session's relay
+// shows the client r in place of Redis's rejection (substituteInStream):
+// nothing is asked of the upstream user, and nothing shows in MONITOR or
+// SLOWLOG. Inside one, where errorCmd would abort the transaction, script
+// is queued instead, so that the answer comes in EXEC's array, an error
+// failing that command alone, as Redis's own answer would.
+func (ss *session) answerInStream(r, script []byte) {
+	ss.localCount++
+	if ss.inTransaction() {
+		ss.streamCmds = append(ss.streamCmds, script)
+		return
+	}
+	ss.substituteInStream(r)
+}
+
+// scriptReplying is a command that makes Redis reply r, an integer, a status
+// or an error.
+func scriptReplying(r []byte) []byte {
+	text := bytes.TrimSuffix(r[1:], []byte("\r\n"))
 	switch r[0] {
 	case ':':
-		ss.replyScript(scriptIntText([]byte(text)))
+		return scriptIntText(text)
 	case '+':
-		ss.replyScript(resp.AppendCommandString(nil, "EVAL", "return redis.status_reply(ARGV[1])", "0", text))
-	default: // '-': the command's error as Redis words it, not a refusal
-		if ss.inTransaction() {
-			// Redis queues the command and fails it inside EXEC's array,
-			// the rest of the transaction applied: so does a script.
-			ss.replyScript(scriptError(r))
-			return
-		}
-		ss.localCount++
-		ss.errorInStream(r)
+		return resp.AppendCommand(nil, []byte("EVAL"), []byte("return redis.status_reply(ARGV[1])"), []byte("0"), text)
 	}
+	return scriptError(r)
 }
 
 // scriptError is a command that makes Redis reply the error reply r
@@ -584,21 +606,14 @@ func (ss *session) resp2Subscribed() bool {
 	return ss.proto == 2 && len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0
 }
 
-// errorInStream queues, in stream mode, the error reply r made here: Redis
+// substituteInStream queues, in stream mode, the reply r made here: Redis
 // is sent errorCmd, which it rejects, and the session's relay shows the
 // client r in place of Redis's error (streamrelay.go).
-func (ss *session) errorInStream(r []byte) {
+func (ss *session) substituteInStream(r []byte) {
 	if ss.streamAnswered() {
 		ss.relay.substitute(r)
 	}
 	ss.streamCmds = append(ss.streamCmds, errorCmd)
-}
-
-// replyScript queues, in stream mode, a script that makes Redis answer
-// what rproxy answers, in order with the stream (a local reply).
-func (ss *session) replyScript(script []byte) {
-	ss.localCount++
-	ss.streamCmds = append(ss.streamCmds, script)
 }
 
 // forwardInMode sends a command on: queued in the batch, or in stream mode
@@ -610,9 +625,6 @@ func (ss *session) forwardInMode(raw []byte) {
 	}
 	ss.forward(raw)
 }
-
-// scriptInt is a command that makes Redis reply the integer n.
-func scriptInt(n int64) []byte { return scriptIntText(strconv.AppendInt(nil, n, 10)) }
 
 // scriptIntText is scriptInt for an integer in decimal text.
 func scriptIntText(n []byte) []byte {

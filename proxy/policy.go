@@ -117,7 +117,7 @@ func (pg *policing) apply(ss *session, pol *policy.Policy, info *command.Info, c
 func (s *Server) deny(ss *session, reply []byte) {
 	ss.refusedCount++
 	if ss.stream {
-		ss.errorInStream(reply)
+		ss.substituteInStream(reply)
 		return
 	}
 	s.abortTransaction(ss)

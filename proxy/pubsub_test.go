@@ -417,3 +417,56 @@ func redirectedTracking(t *testing.T, p *proxytest.Proxy) (c, target *rawClient,
 	}
 	return c, target, id
 }
+
+// TestStreamModeAnswersNeedNoScripting: in stream mode, rproxy's own
+// answers (CLIENT ID, GETNAME, INFO, GETREDIR, UNBLOCK) come in order with
+// Redis's replies without a script, so an upstream user without @scripting
+// (a stricter least-privilege user than docs/security.md's) gets them, and
+// CLIENT INFO is RESP3's verbatim string as outside stream mode. The same
+// commands, pipelined in one write, give the same bytes before and after
+// the session enters stream mode (CLIENT TRACKING on).
+func TestStreamModeAnswersNeedNoScripting(t *testing.T) {
+	rs := redisWithAppUser(t)
+	admin := dialClient(t, rs.Addr)
+	admin.do("AUTH", "adminpw")
+	if got := admin.do("ACL", "SETUSER", "app", "-@scripting"); got != "+OK\r\n" {
+		t.Fatalf("ACL SETUSER app -@scripting = %q", got)
+	}
+	p := proxytest.Start(t, rs.Addr, asAppUser)
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	c.do("CLIENT", "SETNAME", "n1")
+	script := [][]string{{"CLIENT", "ID"}, {"CLIENT", "GETNAME"}, {"CLIENT", "GETREDIR"},
+		{"CLIENT", "UNBLOCK", "999999"}, {"CLIENT", "INFO"}, {"PING"}}
+	var raw []byte
+	for _, cmd := range script {
+		raw = resp.AppendCommandString(raw, cmd...)
+	}
+	replies := func() []string {
+		c.send(raw)
+		out := make([]string, len(script))
+		for i := range script {
+			out[i] = string(c.read())
+		}
+		return out
+	}
+	before := replies()
+	if got := c.do("CLIENT", "TRACKING", "on"); got != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on = %q", got)
+	}
+	after := replies()
+	// Only GETREDIR (tracking on, no redirect: 0) and CLIENT INFO's
+	// tracking flag, age, idle and last command may differ.
+	if before[2] != ":-1\r\n" || after[2] != ":0\r\n" {
+		t.Fatalf("CLIENT GETREDIR before/after tracking = %q/%q, want :-1/:0", before[2], after[2])
+	}
+	for _, i := range []int{0, 1, 3, 5} {
+		if before[i] != after[i] {
+			t.Fatalf("%v in stream mode = %q, want %q as before it", script[i], after[i], before[i])
+		}
+	}
+	if !strings.HasPrefix(after[4], "=") || !strings.Contains(after[4], "txt:id="+strings.Trim(after[0], ":\r\n")+" ") ||
+		!strings.Contains(after[4], " name=n1 ") {
+		t.Fatalf("CLIENT INFO in stream mode = %q, want a verbatim string with the session's id and name", after[4])
+	}
+}

@@ -699,11 +699,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			ss.forward(cmd.Raw)
 			return
 		}
-		if len(ss.name) == 0 {
-			ss.reply(resp.AppendNullBulk(nil, ss.proto))
-		} else {
-			ss.reply(resp.AppendBulk(nil, []byte(ss.name)))
-		}
+		ss.reply(ss.nameReply())
 	case "setname":
 		if len(args) != 3 {
 			ss.forward(cmd.Raw)

@@ -11,13 +11,13 @@ import (
 )
 
 // errorMarker names the command a stream-mode session sends Redis in place
-// of one rproxy answers with an error (a policy refusal, Redis's error for
-// arguments rproxy checks). Redis rejects it as unknown before anything
-// else: also in RESP2's subscribed mode, where a script would not run, and
-// inside MULTI when it is queued, which makes the transaction's EXEC fail
-// with EXECABORT, the abort abortTransaction gets outside stream mode. The
-// session's streamRelay shows the client rproxy's error in place of
-// Redis's "unknown command" one.
+// of one rproxy answers (a policy refusal, Redis's error for arguments
+// rproxy checks, CLIENT ID and the like). Redis rejects it as unknown
+// before anything else: also in RESP2's subscribed mode, where a script
+// would not run, and inside MULTI when it is queued, which makes the
+// transaction's EXEC fail with EXECABORT, the abort abortTransaction gets
+// outside stream mode. The session's streamRelay shows the client rproxy's
+// answer in place of Redis's "unknown command" error.
 const errorMarker = "rproxy-error"
 
 // errorCmd is the command sent for an error made here, in stream mode.
@@ -43,7 +43,7 @@ const maxHeldRewrite = 64 << 10
 // streamRelay is what a stream-mode session's copy goroutine writes Redis's
 // bytes to. It passes them on to the client unchanged, but for Redis's
 // answers to errorCmd, each replaced by what it stands for, in the order
-// they were queued: an error made here (substitute), or nothing, with the
+// they were queued: a reply made here (substitute), or nothing, with the
 // reply after it rewritten (rewriteNext: a HELLO's id, a TRACKINGINFO's
 // redirect, in rproxy's ids).
 // It ends the copy after the answer to a RESET it was told of
@@ -87,11 +87,11 @@ func newStreamRelay(dst io.Writer) *streamRelay {
 	return &streamRelay{dst: dst}
 }
 
-// substitute queues the error reply that Redis's answer to the next
-// errorCmd sent is replaced by. It must be called before the command is
-// sent.
-func (r *streamRelay) substitute(errReply []byte) {
-	r.queue(relayAnswer{reply: bytes.Clone(errReply)})
+// substitute queues the reply (an error, or an answer rproxy makes) that
+// Redis's answer to the next errorCmd sent is replaced by. It must be
+// called before the command is sent.
+func (r *streamRelay) substitute(reply []byte) {
+	r.queue(relayAnswer{reply: bytes.Clone(reply)})
 }
 
 // rewriteNext queues, for the next errorCmd sent, that its answer is
