@@ -318,8 +318,8 @@ func (st dispatch) command(ss *session, c *call) bool {
 		if info.Has(command.Write) {
 			ss.flights.wrote, ss.flights.batchWrote = true, true
 		}
-		if info.Name == "info" && infoWantsProxy(args) {
-			ss.infoAt = append(ss.infoAt, ss.batch.Len())
+		if info.Name == "info" {
+			ss.infoAt = append(ss.infoAt, infoAt{up: ss.batch.Len(), withProxy: infoWantsProxy(args)})
 		}
 		ss.forward(cmd.Raw)
 	case command.BlockingCmd:
@@ -401,6 +401,11 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	}
 	if info != nil && info.Handling == command.Transaction {
 		ss.noteTransaction(info.Name) // as dispatch does
+	}
+	if info != nil && info.Name == "info" {
+		withProxy := infoWantsProxy(cmd.Args)
+		ss.rewriteInStream(cmd.Raw, func(r []byte) []byte { return s.infoReply(r, nil, withProxy) })
+		return true
 	}
 	ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 	return true

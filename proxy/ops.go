@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -91,27 +92,95 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// appendProxyInfo adds the proxy section to an INFO reply from Redis: a
-// bulk string (RESP2) or a verbatim string (RESP3). Anything else (an
-// error) is returned unchanged.
-func (s *Server) appendProxyInfo(dst, reply []byte) []byte {
+// infoAt is an INFO command of a batch: its reply's index among the
+// upstream replies, and whether it gets the # Proxy section.
+type infoAt struct {
+	up        int
+	withProxy bool
+}
+
+// infoReply is Redis's INFO reply as rproxy's client sees it: a bulk
+// string (RESP2) or a verbatim string (RESP3); anything else (an error) is
+// returned unchanged. The Clients section's connected_clients and
+// tracking_clients count rproxy's sessions, as CLIENT LIST and CLIENT KILL
+// see them, not Redis's connections (rproxy's shared, pinned, tracking and
+// spare ones, other nodes' clients). With withProxy the # Proxy section is
+// added, with Redis's own two figures as upstream_connected_clients and
+// upstream_tracking_clients. caller is the asking session on its own
+// goroutine, or nil on a stream's copy goroutine: every session's state is
+// then its published one.
+func (s *Server) infoReply(reply []byte, caller *session, withProxy bool) []byte {
 	if len(reply) == 0 || (reply[0] != '$' && reply[0] != '=') {
-		return append(dst, reply...)
+		return reply
 	}
 	body, ok := resp.Payload(reply, reply[0])
 	if !ok {
-		return append(dst, reply...)
+		return reply
 	}
-	extra := s.proxyInfo()
-	if len(body) > 0 && !(reply[0] == '=' && len(body) == 4) { // "txt:" alone is empty
-		extra = "\r\n" + extra
+	var upstream []string // Redis's replaced figures, as # Proxy fields
+	if bytes.Contains(body, []byte("\r\nconnected_clients:")) || bytes.Contains(body, []byte("\r\ntracking_clients:")) {
+		connected, tracking := s.clientCounts(caller)
+		var was []byte
+		if body, was = replaceInfoField(body, "connected_clients", connected); was != nil {
+			upstream = append(upstream, "upstream_connected_clients:"+string(was)+"\r\n")
+		}
+		if body, was = replaceInfoField(body, "tracking_clients", tracking); was != nil {
+			upstream = append(upstream, "upstream_tracking_clients:"+string(was)+"\r\n")
+		}
 	}
-	dst = append(dst, reply[0])
+	if !withProxy && upstream == nil {
+		return reply
+	}
+	extra := ""
+	if withProxy {
+		extra = s.proxyInfo() + strings.Join(upstream, "")
+		if len(body) > 0 && !(reply[0] == '=' && len(body) == 4) { // "txt:" alone is empty
+			extra = "\r\n" + extra
+		}
+	}
+	dst := []byte{reply[0]}
 	dst = strconv.AppendInt(dst, int64(len(body)+len(extra)), 10)
 	dst = append(dst, "\r\n"...)
 	dst = append(dst, body...)
 	dst = append(dst, extra...)
 	return append(dst, "\r\n"...)
+}
+
+// replaceInfoField returns INFO text with the value of the line field:value
+// replaced by v, and the value it had (nil when there is no such line).
+func replaceInfoField(text []byte, field string, v int) ([]byte, []byte) {
+	key := "\r\n" + field + ":"
+	i := bytes.Index(text, []byte(key))
+	if i < 0 {
+		return text, nil
+	}
+	from := i + len(key)
+	end := bytes.Index(text[from:], []byte("\r\n"))
+	if end < 0 {
+		end = len(text) - from
+	}
+	was := bytes.Clone(text[from : from+end])
+	out := make([]byte, 0, len(text)+8)
+	out = append(out, text[:from]...)
+	out = strconv.AppendInt(out, int64(v), 10)
+	return append(out, text[from+end:]...), was
+}
+
+// clientCounts counts rproxy's sessions as Redis counts its clients in
+// INFO: connected_clients all but replicas (as CLIENT KILL sees them: not
+// those killed), tracking_clients those with tracking on. caller's own
+// state is its live one (nil: none is, see infoReply).
+func (s *Server) clientCounts(caller *session) (connected, tracking int) {
+	for _, ss := range s.sessionsByID() {
+		st := s.clientStateOf(ss, caller)
+		if st.role != 'S' {
+			connected++
+		}
+		if st.tracking {
+			tracking++
+		}
+	}
+	return connected, tracking
 }
 
 // proxyCommand answers PROXY INFO | HOTKEYS | CONFIG GET | CLIENTS |

@@ -149,3 +149,62 @@ func TestProxySlowLog(t *testing.T) {
 		t.Fatalf("after RESET, LEN = %q", r)
 	}
 }
+
+// infoField returns the first value of field in an INFO reply's text, or
+// "" when there is none.
+func infoField(info, field string) string {
+	i := strings.Index(info, "\r\n"+field+":")
+	if i < 0 {
+		return ""
+	}
+	v := info[i+len(field)+3:]
+	return v[:strings.Index(v, "\r\n")]
+}
+
+// TestInfoClientsAreSessions: INFO's connected_clients and tracking_clients
+// count rproxy's sessions, as CLIENT LIST and CLIENT KILL see them (Redis's
+// own test "CLIENT KILL SKIPME YES/NO will kill all clients" relates the
+// two), also in stream mode and once a session is killed; Redis's own
+// figures are in # Proxy as upstream_connected_clients and
+// upstream_tracking_clients.
+func TestInfoClientsAreSessions(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	a, b, c := dialClient(t, p.Addr), dialClient(t, p.Addr), dialClient(t, p.Addr)
+	a.do("PING")
+	bID := strings.Trim(b.do("CLIENT", "ID"), ":\r\n")
+	c.do("HELLO", "3")
+	if got := c.do("CLIENT", "TRACKING", "on"); got != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on = %q", got)
+	}
+	check := func(who *rawClient, args []string, connected, tracking string, proxySection bool) {
+		t.Helper()
+		raw := who.do(args...)
+		v, err := resp.Parse([]byte(raw))
+		if err != nil {
+			t.Fatalf("%v: reply does not parse: %v\n%q", args, err, raw)
+		}
+		info := string(v.Str)
+		if got := infoField(info, "connected_clients"); got != connected {
+			t.Errorf("%v: connected_clients:%s, want %s (sessions)", args, got, connected)
+		}
+		if got := infoField(info, "tracking_clients"); got != tracking {
+			t.Errorf("%v: tracking_clients:%s, want %s", args, got, tracking)
+		}
+		if got := infoField(info, "upstream_connected_clients") != ""; got != proxySection {
+			t.Errorf("%v: upstream_connected_clients in # Proxy = %v, want %v\n%s", args, got, proxySection, info)
+		}
+		if proxySection && infoField(info, "upstream_tracking_clients") == "" {
+			t.Errorf("%v: no upstream_tracking_clients in # Proxy\n%s", args, info)
+		}
+	}
+	check(a, []string{"INFO", "clients"}, "3", "1", false)
+	check(a, []string{"INFO"}, "3", "1", true)
+	check(c, []string{"INFO"}, "3", "1", true) // stream mode, RESP3
+	check(c, []string{"INFO", "clients"}, "3", "1", false)
+	if got := a.do("CLIENT", "KILL", "ID", bID); got != ":1\r\n" {
+		t.Fatalf("CLIENT KILL ID %s = %q", bID, got)
+	}
+	check(a, []string{"INFO", "clients"}, "2", "1", false)
+	check(c, []string{"INFO", "clients"}, "2", "1", false)
+}

@@ -158,7 +158,7 @@ type batchWork struct {
 	slowlog   slowLogState
 	reqlog    reqLogState
 
-	infoAt []int // batch indexes of INFO commands that get the # Proxy section
+	infoAt []infoAt // the batch's INFO commands, whose replies infoReply rewrites
 
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
@@ -575,8 +575,8 @@ func (s *Server) flush(ss *session) {
 				r = ss.copies.over[over].reply // a copy missed: the origin's reply
 				over++
 			}
-			if len(ss.infoAt) > 0 && ss.infoAt[0] == up {
-				r = s.appendProxyInfo(nil, r) // rare: INFO gets the # Proxy section
+			if len(ss.infoAt) > 0 && ss.infoAt[0].up == up {
+				r = s.infoReply(r, ss, ss.infoAt[0].withProxy) // rare
 				ss.infoAt = ss.infoAt[1:]
 			}
 			up++
