@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -245,14 +246,44 @@ func queuedAsOnRedis(info *command.Info, args [][]byte) bool {
 // an error naming the command. Those go to Redis as sent, so that nothing
 // rproxy would answer or note for them (AUTH, HELLO, CLIENT, MULTI) acts:
 // the client gets Redis's own refusal. The policy's refusals come first.
+// AUTH and HELLO's AUTH go without their credentials (withoutCredentials):
+// the subscribed mode is the one the client asked for, and if Redis refused
+// the SUBSCRIBE, it would run them.
 type subscribedContext struct{}
 
 func (subscribedContext) command(ss *session, c *call) bool {
 	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) {
 		return false
 	}
-	ss.streamCmds = append(ss.streamCmds, c.cmd.Raw)
+	ss.streamCmds = append(ss.streamCmds, withoutCredentials(c.cmd))
 	return true
+}
+
+// withoutCredentials returns cmd as sent, or for AUTH and HELLO ... AUTH
+// the same command with each username and password replaced by "-": as
+// many arguments, so that Redis's refusal or arity error is the same.
+func withoutCredentials(cmd resp.Command) []byte {
+	args := cmd.Args
+	var from, to int // args[from:to] are credentials
+	switch {
+	case bytes.EqualFold(args[0], []byte("auth")):
+		from, to = 1, len(args)
+	case bytes.EqualFold(args[0], []byte("hello")):
+		for i := 2; i < len(args); i++ {
+			if bytes.EqualFold(args[i], []byte("auth")) {
+				from, to = i+1, min(i+3, len(args))
+				break
+			}
+		}
+	}
+	if from >= to {
+		return cmd.Raw
+	}
+	out := slices.Clone(args)
+	for i := from; i < to; i++ {
+		out[i] = []byte("-")
+	}
+	return resp.AppendCommand(nil, out...)
 }
 
 func (subscribedContext) replies(*session) {}

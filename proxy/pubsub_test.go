@@ -317,7 +317,7 @@ func TestResp2SubscribedModeAsRedis(t *testing.T) {
 	p := proxytest.Start(t, rs.Addr)
 	got := directAndThrough(t, rs, p, nil, [][]string{{"SUBSCRIBE", "ch"}},
 		[][]string{{"CLIENT", "ID"}, {"CLIENT", "GETNAME"}, {"CLIENT", "LIST"}, {"CLIENT", "KILL", "ID", "1"},
-			{"AUTH", "default", "x"}, {"MULTI"}, {"CLIENT", "ID"}, {"EXEC"}, {"PING"}})
+			{"AUTH", "default", "x"}, {"AUTH", "x"}, {"HELLO", "2", "AUTH", "default", "x"}, {"MULTI"}, {"CLIENT", "ID"}, {"EXEC"}, {"PING"}})
 	if !strings.Contains(got, "Can't execute 'client|id'") {
 		t.Fatalf("no refusal of CLIENT ID: %q", got)
 	}
@@ -468,5 +468,36 @@ func TestStreamModeAnswersNeedNoScripting(t *testing.T) {
 	if !strings.HasPrefix(after[4], "=") || !strings.Contains(after[4], "txt:id="+strings.Trim(after[0], ":\r\n")+" ") ||
 		!strings.Contains(after[4], " name=n1 ") {
 		t.Fatalf("CLIENT INFO in stream mode = %q, want a verbatim string with the session's id and name", after[4])
+	}
+}
+
+// TestResp2SubscribedCredentialsStayHere: rproxy judges RESP2's subscribed
+// mode from the subscriptions the client asked for. When Redis refused the
+// SUBSCRIBE (here the upstream user may not use the channel), the
+// connection is not subscribed, and an AUTH or HELLO AUTH that rproxy sent
+// on as the client wrote it would run: the client's credentials would
+// reach Redis and switch the session's connection to another Redis user,
+// past auth mode none. rproxy sends them without the credentials, so Redis
+// refuses them in subscribed mode as before (TestResp2SubscribedModeAsRedis)
+// and nothing changes here.
+func TestResp2SubscribedCredentialsStayHere(t *testing.T) {
+	rs := redisWithAppUser(t)
+	admin := dialClient(t, rs.Addr)
+	admin.do("AUTH", "adminpw")
+	if got := admin.do("ACL", "SETUSER", "app", "resetchannels", "&allowed"); got != "+OK\r\n" {
+		t.Fatalf("ACL SETUSER app resetchannels &allowed = %q", got)
+	}
+	p := proxytest.Start(t, rs.Addr, asAppUser)
+	c := dialClient(t, p.Addr)
+	if got := c.do("SUBSCRIBE", "forbidden"); !strings.HasPrefix(got, "-NOPERM") {
+		t.Fatalf("SUBSCRIBE forbidden = %q, want Redis's NOPERM", got)
+	}
+	for _, cmd := range [][]string{{"AUTH", "default", "adminpw"}, {"AUTH", "adminpw"}, {"HELLO", "2", "AUTH", "default", "adminpw"}} {
+		if got := c.do(cmd...); !strings.HasPrefix(got, "-") {
+			t.Errorf("%v after a refused SUBSCRIBE = %q, want an error", cmd, got)
+		}
+		if got := c.do("ACL", "WHOAMI"); got != "$3\r\napp\r\n" {
+			t.Fatalf("ACL WHOAMI after %v = %q: the session's connection is no longer rproxy's upstream user", cmd, got)
+		}
 	}
 }
