@@ -3,6 +3,8 @@ package proxy
 import (
 	"testing"
 	"time"
+
+	"github.com/rproxy/rproxy/resp"
 )
 
 // One failed-AUTH line per second at most, each with the count of the
@@ -28,6 +30,32 @@ func TestAuthLogLimiter(t *testing.T) {
 		ok, n := l.allow(t0.Add(st.at))
 		if ok != st.ok || n != st.suppressed {
 			t.Errorf("step %d at %v: allow = %v, %d; want %v, %d", i, st.at, ok, n, st.ok, st.suppressed)
+		}
+	}
+}
+
+// withoutCredentials leaves no username or password of AUTH or HELLO's
+// AUTH option in place, keeps every other argument and the argument count,
+// and leaves other commands as sent.
+func TestWithoutCredentials(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"AUTH", "pw"}, []string{"AUTH", "-"}},
+		{[]string{"auth", "user", "pw"}, []string{"auth", "-", "-"}},
+		{[]string{"AUTH"}, []string{"AUTH"}},
+		{[]string{"HELLO", "3", "AUTH", "user", "pw", "SETNAME", "n"}, []string{"HELLO", "3", "AUTH", "-", "-", "SETNAME", "n"}},
+		{[]string{"HELLO", "3", "SETNAME", "auth", "AUTH", "user", "pw"}, []string{"HELLO", "3", "SETNAME", "auth", "-", "-", "-"}},
+		{[]string{"HELLO", "3", "AUTH", "user"}, []string{"HELLO", "3", "AUTH", "-"}},
+		{[]string{"HELLO", "3"}, []string{"HELLO", "3"}},
+		{[]string{"GET", "auth"}, []string{"GET", "auth"}},
+	} {
+		raw := resp.AppendCommandString(nil, tc.in...)
+		args := make([][]byte, len(tc.in))
+		for i, a := range tc.in {
+			args[i] = []byte(a)
+		}
+		got := withoutCredentials(resp.Command{Raw: raw, Args: args})
+		if want := resp.AppendCommandString(nil, tc.want...); string(got) != string(want) {
+			t.Errorf("withoutCredentials(%q) = %q, want %q", tc.in, got, want)
 		}
 	}
 }

@@ -64,8 +64,9 @@ func TestUpstreamWrongPassword(t *testing.T) {
 }
 
 // redisWithAppUser starts a Redis that requires a password, with an ACL
-// user app (password apppw) that rproxy can use upstream (asAppUser).
-func redisWithAppUser(t *testing.T) *redistest.Server {
+// user app (password apppw) that rproxy can use upstream (asAppUser): every
+// key, channel and command, then rules (ACL SETUSER's) on top.
+func redisWithAppUser(t *testing.T, rules ...string) *redistest.Server {
 	t.Helper()
 	rs := redistest.Start(t)
 	rs.Do(t, "CONFIG", "SET", "requirepass", "adminpw") // after start: redistest's readiness PING has no password
@@ -75,8 +76,9 @@ func redisWithAppUser(t *testing.T) *redistest.Server {
 	// ACL SETUSER needs an authenticated connection: use a raw client.
 	admin := dialClient(t, rs.Addr)
 	admin.do("AUTH", "adminpw")
-	if got := admin.do("ACL", "SETUSER", "app", "on", ">apppw", "~*", "&*", "+@all"); got != "+OK\r\n" {
-		t.Fatalf("ACL SETUSER = %q", got)
+	setuser := append([]string{"ACL", "SETUSER", "app", "on", ">apppw", "~*", "&*", "+@all"}, rules...)
+	if got := admin.do(setuser...); got != "+OK\r\n" {
+		t.Fatalf("%v = %q", setuser, got)
 	}
 	return rs
 }

@@ -259,29 +259,38 @@ func (subscribedContext) command(ss *session, c *call) bool {
 	return true
 }
 
-// withoutCredentials returns cmd as sent, or for AUTH and HELLO ... AUTH
-// the same command with each username and password replaced by "-": as
-// many arguments, so that Redis's refusal or arity error is the same.
+// withoutCredentials returns cmd as sent, or for AUTH, and HELLO with an
+// AUTH option, the same command with its credentials replaced by "-": every
+// argument of AUTH, and the two after each "auth" in HELLO (wherever it
+// stands: a SETNAME named "auth" costs the next two arguments, never a
+// password left in place). As many arguments, so that Redis's refusal or
+// arity error is the same.
 func withoutCredentials(cmd resp.Command) []byte {
 	args := cmd.Args
-	var from, to int // args[from:to] are credentials
+	var out [][]byte
+	blank := func(from, to int) {
+		if from >= min(to, len(args)) {
+			return
+		}
+		if out == nil {
+			out = slices.Clone(args)
+		}
+		for i := from; i < min(to, len(out)); i++ {
+			out[i] = []byte("-")
+		}
+	}
 	switch {
-	case bytes.EqualFold(args[0], []byte("auth")):
-		from, to = 1, len(args)
+	case isAuth(args[0]):
+		blank(1, len(args))
 	case bytes.EqualFold(args[0], []byte("hello")):
 		for i := 2; i < len(args); i++ {
-			if bytes.EqualFold(args[i], []byte("auth")) {
-				from, to = i+1, min(i+3, len(args))
-				break
+			if isAuth(args[i]) {
+				blank(i+1, i+3)
 			}
 		}
 	}
-	if from >= to {
+	if out == nil {
 		return cmd.Raw
-	}
-	out := slices.Clone(args)
-	for i := from; i < to; i++ {
-		out[i] = []byte("-")
 	}
 	return resp.AppendCommand(nil, out...)
 }

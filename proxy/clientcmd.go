@@ -19,14 +19,7 @@ import (
 
 // sessionsByID returns the sessions, oldest first.
 func (s *Server) sessionsByID() []*session {
-	s.mu.Lock()
-	all := make([]*session, 0, len(s.sessions))
-	for ss := range s.sessions {
-		if !ss.killed.Load() {
-			all = append(all, ss)
-		}
-	}
-	s.mu.Unlock()
+	all := s.liveSessions()
 	slices.SortFunc(all, func(a, b *session) int {
 		switch {
 		case a.id < b.id:
@@ -36,6 +29,19 @@ func (s *Server) sessionsByID() []*session {
 		}
 		return 0
 	})
+	return all
+}
+
+// liveSessions returns the sessions not killed, in no order.
+func (s *Server) liveSessions() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		if !ss.killed.Load() {
+			all = append(all, ss)
+		}
+	}
 	return all
 }
 
@@ -497,17 +503,17 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		}
 		return false
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getname")):
-		ss.answerInStream(ss.nameReply(), scriptName(ss.name))
+		ss.answerInStream(ss.nameReply(), func() []byte { return scriptName(ss.name) })
 	case bytes.EqualFold(args[1], []byte("list")):
 		text, errReply := s.clientListText(ss, cmd)
 		if errReply != nil {
 			ss.replyInMode(errReply) // Redis's error for the arguments
 			return true
 		}
-		ss.answerInStream(appendText(nil, ss.proto, text), scriptText(text))
+		ss.answerInStream(appendText(nil, ss.proto, text), func() []byte { return scriptText(text) })
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("info")):
 		text := s.clientLine(nil, ss, ss, cmd, s.clock())
-		ss.answerInStream(appendText(nil, ss.proto, text), scriptText(text))
+		ss.answerInStream(appendText(nil, ss.proto, text), func() []byte { return scriptText(text) })
 	case bytes.EqualFold(args[1], []byte("kill")):
 		s.clientKill(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("unblock")):
@@ -557,20 +563,21 @@ func (ss *session) replyInMode(r []byte) {
 		ss.reply(r)
 		return
 	}
-	ss.answerInStream(r, scriptReplying(r))
+	ss.answerInStream(r, func() []byte { return scriptReplying(r) })
 }
 
 // answerInStream queues, in stream mode, r, rproxy's answer to a command.
 // Outside a transaction Redis is sent errorCmd and the session's relay
 // shows the client r in place of Redis's rejection (substituteInStream):
 // nothing is asked of the upstream user, and nothing shows in MONITOR or
-// SLOWLOG. Inside one, where errorCmd would abort the transaction, script
-// is queued instead, so that the answer comes in EXEC's array, an error
-// failing that command alone, as Redis's own answer would.
-func (ss *session) answerInStream(r, script []byte) {
+// SLOWLOG. Inside one, where errorCmd would abort the transaction, the
+// command script makes is queued instead (made only then: it copies r's
+// text), so that the answer comes in EXEC's array, an error failing that
+// command alone, as Redis's own answer would.
+func (ss *session) answerInStream(r []byte, script func() []byte) {
 	ss.localCount++
 	if ss.inTransaction() {
-		ss.streamCmds = append(ss.streamCmds, script)
+		ss.streamCmds = append(ss.streamCmds, script())
 		return
 	}
 	ss.substituteInStream(r)
@@ -626,7 +633,8 @@ func (ss *session) forwardInMode(raw []byte) {
 	ss.forward(raw)
 }
 
-// scriptIntText is scriptInt for an integer in decimal text.
+// scriptIntText is a command that makes Redis reply the integer n, given
+// in decimal text.
 func scriptIntText(n []byte) []byte {
 	return resp.AppendCommand(nil, []byte("EVAL"), []byte("return tonumber(ARGV[1])"), []byte("0"), n)
 }

@@ -118,7 +118,7 @@ func (s *Server) infoReply(reply []byte, caller *session, withProxy bool) []byte
 		return reply
 	}
 	var upstream []string // Redis's replaced figures, as # Proxy fields
-	if bytes.Contains(body, []byte("\r\nconnected_clients:")) || bytes.Contains(body, []byte("\r\ntracking_clients:")) {
+	if bytes.Contains(body, []byte("# Clients\r\n")) {
 		connected, tracking := s.clientCounts(caller)
 		var was []byte
 		if body, was = replaceInfoField(body, "connected_clients", connected); was != nil {
@@ -171,7 +171,7 @@ func replaceInfoField(text []byte, field string, v int) ([]byte, []byte) {
 // those killed), tracking_clients those with tracking on. caller's own
 // state is its live one (nil: none is, see infoReply).
 func (s *Server) clientCounts(caller *session) (connected, tracking int) {
-	for _, ss := range s.sessionsByID() {
+	for _, ss := range s.liveSessions() {
 		st := s.clientStateOf(ss, caller)
 		if st.role != 'S' {
 			connected++

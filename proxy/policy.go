@@ -110,10 +110,11 @@ func (pg *policing) apply(ss *session, pol *policy.Policy, info *command.Info, c
 	return cmd, info, true
 }
 
-// deny queues a refusal (the policy's, or refuseMsg's). In stream mode replies come straight from
-// Redis, so Redis is sent a command it rejects as unknown (which also
-// aborts an open transaction's EXEC, as abortTransaction does outside
-// stream mode), and the refusal is shown in place of Redis's error.
+// deny queues a refusal (the policy's, or refuseMsg's). In stream mode
+// replies come straight from Redis, so Redis is sent a command it rejects
+// as unknown (which also aborts an open transaction's EXEC, as
+// abortTransaction does outside stream mode), and the refusal is shown in
+// place of Redis's error.
 func (s *Server) deny(ss *session, reply []byte) {
 	ss.refusedCount++
 	if ss.stream {

@@ -426,12 +426,7 @@ func redirectedTracking(t *testing.T, p *proxytest.Proxy) (c, target *rawClient,
 // commands, pipelined in one write, give the same bytes before and after
 // the session enters stream mode (CLIENT TRACKING on).
 func TestStreamModeAnswersNeedNoScripting(t *testing.T) {
-	rs := redisWithAppUser(t)
-	admin := dialClient(t, rs.Addr)
-	admin.do("AUTH", "adminpw")
-	if got := admin.do("ACL", "SETUSER", "app", "-@scripting"); got != "+OK\r\n" {
-		t.Fatalf("ACL SETUSER app -@scripting = %q", got)
-	}
+	rs := redisWithAppUser(t, "-@scripting")
 	p := proxytest.Start(t, rs.Addr, asAppUser)
 	c := dialClient(t, p.Addr)
 	c.do("HELLO", "3")
@@ -481,12 +476,7 @@ func TestStreamModeAnswersNeedNoScripting(t *testing.T) {
 // refuses them in subscribed mode as before (TestResp2SubscribedModeAsRedis)
 // and nothing changes here.
 func TestResp2SubscribedCredentialsStayHere(t *testing.T) {
-	rs := redisWithAppUser(t)
-	admin := dialClient(t, rs.Addr)
-	admin.do("AUTH", "adminpw")
-	if got := admin.do("ACL", "SETUSER", "app", "resetchannels", "&allowed"); got != "+OK\r\n" {
-		t.Fatalf("ACL SETUSER app resetchannels &allowed = %q", got)
-	}
+	rs := redisWithAppUser(t, "resetchannels", "&allowed")
 	p := proxytest.Start(t, rs.Addr, asAppUser)
 	c := dialClient(t, p.Addr)
 	if got := c.do("SUBSCRIBE", "forbidden"); !strings.HasPrefix(got, "-NOPERM") {

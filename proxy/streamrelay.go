@@ -20,7 +20,7 @@ import (
 // answer in place of Redis's "unknown command" error.
 const errorMarker = "rproxy-error"
 
-// errorCmd is the command sent for an error made here, in stream mode.
+// errorCmd is the command sent, in stream mode, for a reply made here.
 var errorCmd = resp.AppendCommandString(nil, errorMarker)
 
 // maxHeldError bounds the top-level error a streamRelay holds back while
