@@ -20,8 +20,8 @@ import (
 //
 // A session in stream mode (pub/sub, MONITOR, tracking, replication)
 // passes chain.stream instead: the same policy and tier stages; in RESP2's
-// subscribed mode, what Redis refuses there goes to Redis as sent
-// (subscribedContext); then the transaction guard, auth, and
+// subscribed mode, once Redis confirms it, what Redis refuses there goes
+// to Redis as sent (subscribedContext); then the transaction guard, auth, and
 // streamDispatch, which sends each command as it comes.
 //
 // Stages that are off in the configuration are not in the chain, so the
@@ -91,7 +91,7 @@ func (s *Server) newChain() chain {
 
 	add(&c.stream, true, s.policing)
 	add(&c.stream, s.tiering != nil, tw)
-	add(&c.stream, true, subscribedContext{})
+	add(&c.stream, true, subscribedContext{s})
 	add(&c.stream, true, transactionGuard{s})
 	add(&c.stream, true, s.authing)
 	add(&c.stream, true, streamDispatch{s})
@@ -243,20 +243,45 @@ func queuedAsOnRedis(info *command.Info, args [][]byte) bool {
 
 // subscribedContext: in RESP2's subscribed mode Redis runs only the
 // (un)subscribe commands, PING, QUIT and RESET, and refuses the rest with
-// an error naming the command. Those go to Redis as sent, so that nothing
-// rproxy would answer or note for them (AUTH, HELLO, CLIENT, MULTI) acts:
-// the client gets Redis's own refusal. The policy's refusals come first.
-// AUTH and HELLO's AUTH go without their credentials (withoutCredentials):
-// the subscribed mode is the one the client asked for, and if Redis refused
-// the SUBSCRIBE, it would run them.
-type subscribedContext struct{}
+// an error naming the command. A command rproxy would act on (answer, note,
+// refuse or rewrite the reply of: actedOnInStream) goes to Redis as sent,
+// so that the client gets Redis's own refusal, but only once Redis has
+// confirmed the mode: the session asked for subscriptions, but Redis may
+// have refused them (an ACL without the channel), and then Redis would run
+// what rproxy would have answered (CLIENT KILL on every connection, AUTH).
+// A modeProbe asks (redisSubscribed); outside the mode the command goes on
+// through the chain. The policy's refusals come first. AUTH and HELLO's
+// AUTH go without their credentials all the same (withoutCredentials).
+type subscribedContext struct{ s *Server }
 
-func (subscribedContext) command(ss *session, c *call) bool {
-	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) {
+func (st subscribedContext) command(ss *session, c *call) bool {
+	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) || !actedOnInStream(c) {
+		return false // sent as it came either way: Redis runs or refuses it
+	}
+	if ss.inTransaction() || !ss.streamAnswered() {
+		// Redis would queue the probe, or not answer it: the command is
+		// handled as outside the mode, never run on Redis as it came.
+		return false
+	}
+	subscribed, ok := st.s.redisSubscribed(ss)
+	if !ok {
+		return true // the session is closed
+	}
+	if !subscribed {
+		ss.forgetSubscriptions()
 		return false
 	}
 	ss.streamCmds = append(ss.streamCmds, withoutCredentials(c.cmd))
 	return true
+}
+
+// actedOnInStream reports whether stream mode does more with the command
+// than send it as it came: answer, refuse or note it, or rewrite its reply.
+func actedOnInStream(c *call) bool {
+	if c.info == nil {
+		return answeredByProxy(nil, c.cmd.Args)
+	}
+	return c.info.Handling != command.Forward || c.info.Name == "info"
 }
 
 // withoutCredentials returns cmd as sent, or for AUTH, and HELLO with an

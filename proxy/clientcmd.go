@@ -607,10 +607,19 @@ func scriptError(r []byte) []byte {
 // reply, followed by its integer value.
 var trackingRedirectKey = []byte("$8\r\nredirect\r\n:")
 
-// resp2Subscribed reports whether the session is in RESP2's subscribed
-// mode (subscribedContext), by the subscriptions it asked for.
+// resp2Subscribed reports whether the session may be in RESP2's
+// subscribed mode (subscribedContext), by the subscriptions it asked for:
+// Redis may have refused them.
 func (ss *session) resp2Subscribed() bool {
 	return ss.proto == 2 && len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0
+}
+
+// forgetSubscriptions drops the subscriptions the session asked for once
+// Redis has shown it holds none (a modeProbe).
+func (ss *session) forgetSubscriptions() {
+	for _, set := range ss.subscribed {
+		clear(set)
+	}
 }
 
 // substituteInStream queues, in stream mode, the reply r made here: Redis
@@ -642,7 +651,8 @@ func scriptIntText(n []byte) []byte {
 // noteSubscriptions follows what a (un)subscribe command asks for, and the
 // role SYNC, PSYNC and MONITOR give the session, for CLIENT LIST and
 // CLIENT KILL's TYPE: Redis's replies are not read in stream mode, so this is the
-// client's view (a subscribe Redis refused would still count).
+// client's view (a subscribe Redis refused counts until a modeProbe shows
+// Redis holds none).
 func (ss *session) noteSubscriptions(name string, args [][]byte) {
 	var kind byte
 	switch name {

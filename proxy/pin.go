@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"net"
 	"strconv"
@@ -297,6 +298,31 @@ func (s *Server) leaveStream(ss *session) {
 	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
+}
+
+// redisSubscribed asks Redis whether the session's connection is in
+// RESP2's subscribed mode (a modeProbe, sent with the batch so far), and
+// waits for the answer, up to upstream.timeout. If none comes (the stream
+// ended, or Redis is busy with a script), the client is closed: ok false.
+func (s *Server) redisSubscribed(ss *session) (subscribed, ok bool) {
+	p := newModeProbe([]byte("rproxy-probe-" + rand.Text()))
+	ss.relay.probe(p)
+	ss.streamCmds = append(ss.streamCmds, p.command())
+	ss.streamHelpers++
+	s.sendStreamBatch(ss)
+	timer := time.NewTimer(s.cfg.Upstream.Timeout)
+	defer timer.Stop()
+	select {
+	case subscribed = <-p.result:
+		return subscribed, true
+	case <-ss.streamEnded: // Redis or the client went: the client is closed
+	case <-timer.C:
+		s.log.Info("closing a subscriber: no answer from Redis to the subscribed-mode probe",
+			zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Duration("waited", s.cfg.Upstream.Timeout))
+		ss.conn.NetConn().Close()
+	}
+	ss.quit = true
+	return false, false
 }
 
 // sendStream writes the batch's commands to the pinned connection.

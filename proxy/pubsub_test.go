@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -466,28 +467,84 @@ func TestStreamModeAnswersNeedNoScripting(t *testing.T) {
 	}
 }
 
-// TestResp2SubscribedCredentialsStayHere: rproxy judges RESP2's subscribed
-// mode from the subscriptions the client asked for. When Redis refused the
+// TestResp2SubscribedCredentialsStayHere: when Redis refused the
 // SUBSCRIBE (here the upstream user may not use the channel), the
-// connection is not subscribed, and an AUTH or HELLO AUTH that rproxy sent
-// on as the client wrote it would run: the client's credentials would
-// reach Redis and switch the session's connection to another Redis user,
-// past auth mode none. rproxy sends them without the credentials, so Redis
-// refuses them in subscribed mode as before (TestResp2SubscribedModeAsRedis)
-// and nothing changes here.
+// connection is not subscribed, and an AUTH or HELLO AUTH sent on as the
+// client wrote it would run: the client's credentials would reach Redis
+// and switch the session's connection to another Redis user, past auth
+// mode none. rproxy asks Redis for the mode first and handles them as in
+// any session (the same reply as a session that never subscribed), and the
+// connection stays the upstream user's.
 func TestResp2SubscribedCredentialsStayHere(t *testing.T) {
 	rs := redisWithAppUser(t, "resetchannels", "&allowed")
 	p := proxytest.Start(t, rs.Addr, asAppUser)
-	c := dialClient(t, p.Addr)
+	c, fresh := dialClient(t, p.Addr), dialClient(t, p.Addr)
 	if got := c.do("SUBSCRIBE", "forbidden"); !strings.HasPrefix(got, "-NOPERM") {
 		t.Fatalf("SUBSCRIBE forbidden = %q, want Redis's NOPERM", got)
 	}
 	for _, cmd := range [][]string{{"AUTH", "default", "adminpw"}, {"AUTH", "adminpw"}, {"HELLO", "2", "AUTH", "default", "adminpw"}} {
-		if got := c.do(cmd...); !strings.HasPrefix(got, "-") {
-			t.Errorf("%v after a refused SUBSCRIBE = %q, want an error", cmd, got)
+		got, want := c.do(cmd...), fresh.do(cmd...)
+		if cmd[0] == "HELLO" {
+			id := regexp.MustCompile(`id\r\n:\d+`) // each session's own
+			got, want = id.ReplaceAllString(got, "id"), id.ReplaceAllString(want, "id")
+		}
+		if got != want {
+			t.Errorf("%v after a refused SUBSCRIBE = %q, in a session that never subscribed %q", cmd, got, want)
 		}
 		if got := c.do("ACL", "WHOAMI"); got != "$3\r\napp\r\n" {
 			t.Fatalf("ACL WHOAMI after %v = %q: the session's connection is no longer rproxy's upstream user", cmd, got)
+		}
+	}
+}
+
+// TestResp2RefusedSubscribeLeavesCommandsHere: rproxy follows Redis's
+// subscribed mode, not the one the client asked for. After a SUBSCRIBE
+// Redis refused (sent in one write with what follows), the commands rproxy
+// answers are rproxy's: CLIENT ID is the session's, CLIENT LIST lists
+// rproxy's sessions, and CLIENT KILL reaches rproxy's sessions, not every
+// connection on Redis. Once Redis confirms the mode, it refuses them as it
+// does for a client of its own.
+func TestResp2RefusedSubscribeLeavesCommandsHere(t *testing.T) {
+	rs := redisWithAppUser(t, "resetchannels", "&allowed")
+	p := proxytest.Start(t, rs.Addr, asAppUser)
+	other := dialClient(t, p.Addr)
+	if got := other.do("SET", "k", "v"); got != "+OK\r\n" {
+		t.Fatalf("SET = %q", got)
+	}
+	c := dialClient(t, p.Addr)
+	id := c.do("CLIENT", "ID")
+	var batch []byte
+	for _, cmd := range [][]string{{"SUBSCRIBE", "forbidden"}, {"CLIENT", "ID"}, {"CLIENT", "LIST"}} {
+		batch = resp.AppendCommandString(batch, cmd...)
+	}
+	c.send(batch)
+	if got := string(c.read()); !strings.HasPrefix(got, "-NOPERM") {
+		t.Fatalf("SUBSCRIBE forbidden = %q, want Redis's NOPERM", got)
+	}
+	if got := string(c.read()); got != id {
+		t.Errorf("CLIENT ID after a refused SUBSCRIBE = %q, want the session's %q", got, id)
+	}
+	list := string(c.read())
+	if n := strings.Count(list, "\nid="); n != 2 || !strings.Contains(list, "id="+strings.Trim(id, ":\r\n")+" ") {
+		t.Errorf("CLIENT LIST after a refused SUBSCRIBE lists %d clients, want rproxy's 2 sessions, %q among them:\n%s", n, id, list)
+	}
+	if got := c.do("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"); got != ":1\r\n" {
+		t.Errorf("CLIENT KILL TYPE normal SKIPME yes = %q, want :1 (the other session)", got)
+	}
+	if got := dialClient(t, p.Addr).do("GET", "k"); got != "$1\r\nv\r\n" {
+		t.Errorf("GET from a new session after the KILL = %q", got)
+	}
+
+	direct := dialClient(t, rs.Addr)
+	direct.do("AUTH", "app", "apppw")
+	for _, cl := range []*rawClient{c, direct} {
+		if got := cl.do("SUBSCRIBE", "allowed"); got != "*3\r\n$9\r\nsubscribe\r\n$7\r\nallowed\r\n:1\r\n" {
+			t.Fatalf("SUBSCRIBE allowed = %q", got)
+		}
+	}
+	for _, cmd := range [][]string{{"CLIENT", "ID"}, {"CLIENT", "LIST"}, {"AUTH", "default", "adminpw"}, {"MULTI"}, {"PING"}, {"GET", "k"}} {
+		if got, want := c.do(cmd...), direct.do(cmd...); got != want {
+			t.Errorf("%v while subscribed = %q, Redis directly: %q", cmd, got, want)
 		}
 	}
 }

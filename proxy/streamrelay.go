@@ -40,6 +40,10 @@ const resetReply = "+RESET\r\n"
 // modules say, is passed on as Redis sent it.
 const maxHeldRewrite = 64 << 10
 
+// maxHeldProbe bounds the array or bulk string a streamRelay holds back
+// while a modeProbe waits: longer than the probe's answer in either mode.
+const maxHeldProbe = 128
+
 // streamRelay is what a stream-mode session's copy goroutine writes Redis's
 // bytes to. It passes them on to the client unchanged, but for Redis's
 // answers to errorCmd, each replaced by what it stands for, in the order
@@ -57,6 +61,7 @@ type streamRelay struct {
 	pending []relayAnswer // answers to errorCmds sent whose replies have not come yet
 
 	resetSent atomic.Bool // a RESET was sent: the copy ends after its +RESET
+	probing   atomic.Pointer[modeProbe]
 
 	// The copy goroutine's own state.
 	fr      resp.Framer
@@ -81,7 +86,33 @@ const (
 	holdNone    holdMode = iota // passed on as it comes
 	holdError                   // an error: errorCmd's answer?
 	holdRewrite                 // the reply rewrite is for
+	holdProbe                   // an array or bulk string: a modeProbe's answer?
 )
+
+// modeProbe asks Redis whether it is in RESP2's subscribed mode: the
+// session sends PING with an unguessable marker, which Redis answers as
+// ["pong", marker] in that mode and as the bulk string marker outside it.
+// The relay drops the answer and sends the mode on result.
+type modeProbe struct {
+	marker                   []byte
+	subscribed, unsubscribed []byte    // the answer in either mode
+	result                   chan bool // buffered: true if subscribed
+}
+
+func newModeProbe(marker []byte) *modeProbe {
+	bulk := resp.AppendBulk(nil, marker)
+	return &modeProbe{
+		marker:       marker,
+		subscribed:   append([]byte("*2\r\n$4\r\npong\r\n"), bulk...),
+		unsubscribed: bulk,
+		result:       make(chan bool, 1),
+	}
+}
+
+// command is the PING that asks.
+func (p *modeProbe) command() []byte {
+	return resp.AppendCommand(nil, []byte("PING"), p.marker)
+}
 
 func newStreamRelay(dst io.Writer) *streamRelay {
 	return &streamRelay{dst: dst}
@@ -107,6 +138,11 @@ func (r *streamRelay) queue(a relayAnswer) {
 	r.pending = append(r.pending, a)
 	r.mu.Unlock()
 }
+
+// probe watches for p's answer, which the relay drops; its mode is sent
+// on p.result. It must be called before p's command is sent, and only one
+// probe may wait at a time.
+func (r *streamRelay) probe(p *modeProbe) { r.probing.Store(p) }
 
 // endAtReset tells the relay that a RESET is about to be sent: the copy
 // ends (with errStreamReset) once Redis's +RESET has been passed on.
@@ -138,6 +174,8 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 				r.hold = holdRewrite
 			case kind == '-':
 				r.hold = holdError
+			case (kind == '*' || kind == '$') && r.probing.Load() != nil:
+				r.hold = holdProbe
 			default:
 				r.hold = holdNone
 			}
@@ -169,7 +207,8 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 				err = r.write(r.finish())
 				r.held = r.held[:0]
 			case r.hold == holdError && len(r.held) > maxHeldError,
-				r.hold == holdRewrite && len(r.held) > maxHeldRewrite:
+				r.hold == holdRewrite && len(r.held) > maxHeldRewrite,
+				r.hold == holdProbe && len(r.held) > maxHeldProbe:
 				if r.hold == holdRewrite {
 					r.rewrite = nil
 				}
@@ -193,6 +232,19 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 func (r *streamRelay) finish() []byte {
 	if len(r.held) == 0 {
 		return nil // a reply is at least a byte; never in the copy goroutine's path
+	}
+	if r.hold == holdProbe {
+		p := r.probing.Load()
+		if p == nil {
+			return r.held
+		}
+		subscribed := bytes.Equal(r.held, p.subscribed)
+		if !subscribed && !bytes.Equal(r.held, p.unsubscribed) {
+			return r.held
+		}
+		r.probing.Store(nil)
+		p.result <- subscribed
+		return nil
 	}
 	if r.hold == holdRewrite {
 		f := r.rewrite

@@ -207,3 +207,51 @@ func FuzzStreamRelayAnswers(f *testing.F) {
 		}
 	})
 }
+
+// A modeProbe's answer, in either mode, is dropped and reports the mode,
+// however the stream is split; what comes around it (a message, a bulk
+// string that only starts like the answer, a longer array) passes on.
+func TestStreamRelayAnswersModeProbes(t *testing.T) {
+	msg := "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n"
+	for _, tc := range []struct {
+		answer     string
+		subscribed bool
+	}{
+		{"*2\r\n$4\r\npong\r\n$5\r\nmark1\r\n", true},
+		{"$5\r\nmark1\r\n", false},
+	} {
+		before := msg + "$6\r\nmark1x\r\n" + "*2\r\n$4\r\npong\r\n$5\r\nmark2\r\n"
+		after := msg + "$" + strconv.Itoa(200) + "\r\n" + strings.Repeat("m", 200) + "\r\n"
+		in := before + tc.answer + after
+		for _, size := range []int{1, 3, 7, len(in)} {
+			var out bytes.Buffer
+			r := newStreamRelay(&out)
+			p := newModeProbe([]byte("mark1"))
+			if got := string(p.command()); got != "*2\r\n$4\r\nPING\r\n$5\r\nmark1\r\n" {
+				t.Fatalf("probe command = %q", got)
+			}
+			r.probe(p)
+			for b := []byte(in); len(b) > 0; {
+				n := min(size, len(b))
+				if k, err := r.Write(b[:n]); k != n || err != nil {
+					t.Fatalf("Write(%d bytes) = %d, %v", n, k, err)
+				}
+				b = b[n:]
+			}
+			if got, want := out.String(), before+after; got != want {
+				t.Fatalf("%q in writes of %d: got %q, want %q", tc.answer, size, got, want)
+			}
+			select {
+			case got := <-p.result:
+				if got != tc.subscribed {
+					t.Fatalf("%q: subscribed = %v, want %v", tc.answer, got, tc.subscribed)
+				}
+			default:
+				t.Fatalf("%q in writes of %d: no result", tc.answer, size)
+			}
+			if r.probing.Load() != nil {
+				t.Fatalf("the probe still waits after its answer")
+			}
+		}
+	}
+}

@@ -282,7 +282,9 @@ func TestDiesWithParent(t *testing.T) {
 		t.Skip("spawns a child test binary")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDiesWithParent$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "REDISTEST_CHILD=1")
+	// The child exits without its cleanup: its temporary directory goes
+	// in this test's, which is removed.
+	cmd.Env = append(os.Environ(), "REDISTEST_CHILD=1", "TMPDIR="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child failed: %v\n%s", err, out)
