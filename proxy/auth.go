@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -58,6 +56,7 @@ type authenticating struct {
 	clock       func() time.Time
 	failLog     logLimiter
 	draining    *atomic.Bool
+	checker     *authChecker // passthrough: where Redis checks credentials
 	newPools    func(ps *poolSet, cfg upstream.Config) error
 	sessionsOn  func(ps *poolSet) []*session
 
@@ -244,7 +243,7 @@ func (a *authenticating) loginUpstream(ss *session, authArgs [][]byte, user, pas
 	if ss.pin != nil && (ss.inTransaction() || ss.stream) {
 		return resp.AppendError(nil, "ERR rproxy: AUTH inside a transaction or in pub/sub mode is not supported"), false
 	}
-	r, err := a.checkUpstream(authArgs)
+	r, err := a.checker.check(authArgs)
 	if err != nil {
 		return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()), false
 	}
@@ -268,23 +267,6 @@ func (ss *session) setPools(ps *poolSet) {
 	ss.poolsRef.Store(ps)
 }
 
-// checkUpstream sends the AUTH (or HELLO AUTH) command args (the
-// client's, names as it spelled them: MONITOR shows it so) on a fresh
-// connection and returns Redis's reply.
-func (a *authenticating) checkUpstream(args [][]byte) ([]byte, error) {
-	up := a.upstream
-	nc, err := upstream.Dial(context.Background(), up) // TLS too, when configured
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(up.Timeout))
-	if _, err := nc.Write(resp.AppendCommand(nil, args...)); err != nil {
-		return nil, err
-	}
-	return resp.ReadReply(bufio.NewReader(nc), nil)
-}
-
 // userGone is called when a connection of a user's shared pools is lost:
 // Redis closes a user's connections when the user is deleted (ACL DELUSER)
 // or killed (CLIENT KILL USER). If the credentials no longer work, the
@@ -295,7 +277,7 @@ func (a *authenticating) userGone(key, user, pass string, checking *atomic.Bool)
 		return
 	}
 	defer checking.Store(false)
-	r, err := a.checkUpstream([][]byte{[]byte("AUTH"), []byte(user), []byte(pass)})
+	r, err := a.checker.check([][]byte{[]byte("AUTH"), []byte(user), []byte(pass)})
 	if err != nil || string(r) == "+OK\r\n" {
 		return // Redis unreachable (its connections come back), or the user still logs in
 	}

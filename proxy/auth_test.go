@@ -1,7 +1,9 @@
 package proxy_test
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -487,3 +489,66 @@ func TestStreamModeMultiRefusesWhatActsWhenQueued(t *testing.T) {
 	c.send(batch)
 	c.readPrefixes("+OK", "+QUEUED", "*1\r\n%3\r\n")
 }
+
+// TestAuthPassthroughChecksOnKeptConnections: passthrough mode checks
+// credentials on connections it keeps, so that a pipeline of wrong
+// passwords costs Redis no connection per guess (each one closed here
+// would sit in TIME_WAIT, and enough of them use up the ephemeral ports
+// to Redis). A right password in between, and a kept connection Redis
+// closed (its user deleted), change no answer.
+func TestAuthPassthroughChecksOnKeptConnections(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.AuthPassthrough = true })
+	admin := dialClient(t, rs.Addr)
+	for _, u := range []string{"alice", "bob"} {
+		if r := admin.do("ACL", "SETUSER", u, "on", ">"+u+"pw", "~*", "+@all"); r != "+OK\r\n" {
+			t.Fatal(r)
+		}
+	}
+	connections := func() int {
+		n, err := strconv.Atoi(infoField(admin.do("INFO", "stats"), "total_connections_received"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const guesses = 1000
+	wrong := resp.AppendCommandString(nil, "AUTH", "alice", "wrong")
+	c := dialClient(t, p.Addr)
+	before := connections()
+	c.send(bytes.Repeat(wrong, guesses))
+	for i := 0; i < guesses; i++ {
+		if r := string(c.read()); r != string(replyWrongPassText) {
+			t.Fatalf("guess %d = %q", i, r)
+		}
+	}
+	if n := connections() - before; n > 4 {
+		t.Errorf("%d wrong passwords opened %d connections to Redis, want at most 4", guesses, n)
+	}
+
+	batch := append(bytes.Repeat(wrong, 10), resp.AppendCommandString(nil, "AUTH", "alice", "alicepw")...)
+	batch = append(batch, bytes.Repeat(wrong, 10)...)
+	c.send(append(batch, resp.AppendCommandString(nil, "ACL", "WHOAMI")...))
+	for i := 0; i < 21; i++ {
+		want := string(replyWrongPassText)
+		if i == 10 {
+			want = "+OK\r\n"
+		}
+		if r := string(c.read()); r != want {
+			t.Fatalf("reply %d of the mixed batch = %q, want %q", i, r, want)
+		}
+	}
+	if r := string(c.read()); r != "$5\r\nalice\r\n" {
+		t.Errorf("WHOAMI after a right password among wrong ones = %q", r)
+	}
+	// Redis closes alice's connections, the kept ones logged in as alice too.
+	if r := admin.do("ACL", "DELUSER", "alice"); r != ":1\r\n" {
+		t.Fatal(r)
+	}
+	c.expectClosed()
+	if r := dialClient(t, p.Addr).do("AUTH", "bob", "bobpw"); r != "+OK\r\n" {
+		t.Errorf("AUTH bob after alice's connections were closed = %q", r)
+	}
+}
+
+const replyWrongPassText = "-WRONGPASS invalid username-password pair or user is disabled.\r\n"

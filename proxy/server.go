@@ -118,7 +118,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	s.coarse = newCoarseClock(clockCtx, time.Millisecond, onTick)
 	s.clock = s.coarse.now
 	s.authing = &authenticating{users: cfg.Users, passthrough: cfg.AuthPassthrough, upstream: s.cfg.Upstream,
-		failures: s.metrics.authFailures, log: log, clock: s.clock,
+		failures: s.metrics.authFailures, log: log, clock: s.clock, checker: newAuthChecker(s.cfg.Upstream),
 		draining: &s.draining, newPools: s.newPoolSet, sessionsOn: s.sessionsOn}
 	summaryDone := s.startConnSummary(clockCtx, cfg.ConnSummaryEvery)
 	s.stopClock = func() { stopClock(); <-summaryDone } // the last summary line is written
@@ -432,6 +432,7 @@ func (s *Server) closePools() {
 		s.hot.Close()
 	}
 	s.stopClock()
+	s.authing.checker.close()
 	sets := append([]*poolSet{&s.pools}, s.authing.closeUserPools()...)
 	for _, ps := range sets {
 		for _, p := range ps {
