@@ -505,13 +505,7 @@ func TestAuthPassthroughChecksOnKeptConnections(t *testing.T) {
 			t.Fatal(r)
 		}
 	}
-	connections := func() int {
-		n, err := strconv.Atoi(infoField(admin.do("INFO", "stats"), "total_connections_received"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	connections := func() int { return connectionsReceived(t, admin) }
 	const guesses = 1000
 	wrong := resp.AppendCommandString(nil, "AUTH", "alice", "wrong")
 	c := dialClient(t, p.Addr)
@@ -552,3 +546,14 @@ func TestAuthPassthroughChecksOnKeptConnections(t *testing.T) {
 }
 
 const replyWrongPassText = "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+
+// connectionsReceived is Redis's count of the connections it has accepted,
+// asked on admin, a client of Redis itself.
+func connectionsReceived(t *testing.T, admin *rawClient) int {
+	t.Helper()
+	n, err := strconv.Atoi(infoField(admin.do("INFO", "stats"), "total_connections_received"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -267,21 +267,28 @@ func (s *Server) startStream(ss *session, raw []byte) {
 
 // leaveStream ends stream mode after the client's RESET, which is the last
 // of ss.streamCmds: Redis's +RESET is copied to the client, the copy ends
-// there, and the session goes on as a new one, on the shared connections
+// at Redis's answer to an end marker sent after it (streamEnd), the
+// connection goes back to its pool, and the session goes on as a new one,
+// on the shared connections
 // (as the RESET left it on Redis: no subscriptions, no tracking, no
 // MONITOR, RESP2, database 0, and in auth modes proxy and passthrough, not
 // logged in). Staying on the pinned connection would leave the client
 // logged out of Redis as the RESET leaves it, when rproxy authenticates
-// upstream. If the copy ended otherwise (Redis or the client went) or no
-// +RESET came within upstream.timeout, the client is closed instead.
+// upstream. If the copy ended otherwise (Redis or the client went), Redis
+// refused the RESET, or no answer came within upstream.timeout, the client
+// is closed instead.
 func (s *Server) leaveStream(ss *session) {
-	ss.relay.endAtReset()
+	end := newStreamEnd([]byte("rproxy-end-" + rand.Text()))
+	ss.relay.endAfterReset(end)
+	ss.streamCmds = append(ss.streamCmds, end.command())
+	ss.streamHelpers++
 	s.sendStreamBatch(ss)
 	timer := time.NewTimer(s.cfg.Upstream.Timeout)
 	defer timer.Stop()
 	reset := false
 	select {
 	case reset = <-ss.streamEnded:
+		reset = reset && end.afterReset // set before the copy ended
 	case <-timer.C:
 	}
 	if !reset {
@@ -289,8 +296,13 @@ func (s *Server) leaveStream(ss *session) {
 		ss.conn.NetConn().Close()
 		return
 	}
-	s.unpin(ss, false) // the pin's state is Redis's to reset no more: closed
-	ss.stream, ss.relay, ss.streamEnded = false, nil, nil
+	// Redis has reset the connection, and the copy ended at the marker's
+	// answer, after which Redis sends nothing: the connection goes back to its pool,
+	// which resets it and logs it in again as after any pinned session. A
+	// pipeline of SUBSCRIBE and RESET costs Redis no connection per pair.
+	ss.stream, ss.pinDirty = false, true
+	s.unpin(ss, false)
+	ss.relay, ss.streamEnded = nil, nil
 	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
 		lc.restoreIdle()
 	}

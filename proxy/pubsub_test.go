@@ -240,6 +240,84 @@ func TestReplicationStreamThroughProxy(t *testing.T) {
 	}
 }
 
+// TestStreamResetKeepsTheConnection: after a RESET ends stream mode, the
+// session's connection goes back to the pool, reset and logged in again,
+// instead of being closed: a pipeline of SUBSCRIBE and RESET opened a
+// connection to Redis per pair (each then in TIME_WAIT here, as with
+// passthrough's AUTH checks). The connection lent next is the upstream
+// user's, with no subscription left.
+func TestStreamResetKeepsTheConnection(t *testing.T) {
+	rs := redisWithAppUser(t)
+	p := proxytest.Start(t, rs.Addr, asAppUser)
+	admin := dialClient(t, rs.Addr)
+	admin.do("AUTH", "adminpw")
+	c := dialClient(t, p.Addr)
+	const pairs = 200
+	var batch []byte
+	for i := 0; i < pairs; i++ {
+		batch = resp.AppendCommandString(batch, "SUBSCRIBE", "ch")
+		batch = resp.AppendCommandString(batch, "RESET")
+	}
+	before := connectionsReceived(t, admin)
+	c.send(batch)
+	for i := 0; i < pairs; i++ {
+		if r := string(c.read()); r != "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n" {
+			t.Fatalf("SUBSCRIBE %d = %q", i, r)
+		}
+		if r := string(c.read()); r != "+RESET\r\n" {
+			t.Fatalf("RESET %d = %q", i, r)
+		}
+	}
+	if n := connectionsReceived(t, admin) - before; n > 4 {
+		t.Errorf("%d pairs of SUBSCRIBE and RESET opened %d connections to Redis, want at most 4", pairs, n)
+	}
+	// A pinned session gets a reset connection: the upstream user's, and
+	// subscribed to nothing (PUBLISH would be refused in subscribed mode).
+	for _, st := range []struct{ cmd, want []string }{
+		{[]string{"WATCH", "k"}, []string{"+OK\r\n"}},
+		{[]string{"ACL", "WHOAMI"}, []string{"$3\r\napp\r\n"}},
+		{[]string{"PUBLISH", "ch", "x"}, []string{":0\r\n"}},
+	} {
+		r := c.do(st.cmd...)
+		for _, w := range st.want {
+			if !strings.Contains(r, w) {
+				t.Errorf("%v after the pairs = %q, want %q in it", st.cmd, r, w)
+			}
+		}
+	}
+}
+
+// TestStreamResetNotForgedByAScript: a script's status reply +RESET, in
+// stream mode before the client's own RESET, does not pass for the RESET's:
+// the session leaves stream mode after the real one, and the client gets
+// every reply, as from Redis directly. Before, the copy ended at the
+// script's reply and the RESET's own was lost.
+func TestStreamResetNotForgedByAScript(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	var batch []byte
+	for _, cmd := range [][]string{
+		{"SET", "k", "v"},
+		{"CLIENT", "TRACKING", "on"},
+		{"EVAL", "return redis.status_reply('RESET')", "0"},
+		{"RESET"},
+		{"GET", "k"},
+		{"PING"},
+	} {
+		batch = resp.AppendCommandString(batch, cmd...)
+	}
+	want := []string{"+OK\r\n", "+OK\r\n", "+RESET\r\n", "+RESET\r\n", "$1\r\nv\r\n", "+PONG\r\n"}
+	for _, addr := range []string{rs.Addr, p.Addr} {
+		c := dialClient(t, addr)
+		c.send(batch)
+		for i, w := range want {
+			if got := string(c.read()); got != w {
+				t.Fatalf("%s: reply %d = %q, want %q", addr, i, got, w)
+			}
+		}
+	}
+}
+
 // TestResetLeavesStreamMode: RESET ends subscriptions, tracking and MONITOR
 // on Redis and leaves a clean connection; through rproxy the session then
 // goes on as a new one on the shared connections. Before, it stayed on its

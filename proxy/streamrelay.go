@@ -2,12 +2,13 @@ package proxy
 
 import (
 	"bytes"
-	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // errorMarker names the command a stream-mode session sends Redis in place
@@ -28,9 +29,10 @@ var errorCmd = resp.AppendCommandString(nil, errorMarker)
 // shorter, so a longer one is passed on as it comes.
 const maxHeldError = 512
 
-// errStreamReset ends a stream's copy once Redis's answer to the client's
-// RESET has been passed on: the session leaves stream mode.
-var errStreamReset = errors.New("stream ended by RESET")
+// errStreamReset ends a stream's copy at Redis's answer to the end marker
+// sent after the client's RESET (endAfterReset): the session leaves stream
+// mode, and Redis sends nothing more on the connection.
+var errStreamReset = fmt.Errorf("stream ended by RESET: %w", upstream.ErrStreamEnd)
 
 // resetReply is Redis's answer to RESET.
 const resetReply = "+RESET\r\n"
@@ -50,8 +52,7 @@ const maxHeldProbe = 128
 // they were queued: a reply made here (substitute), or nothing, with the
 // reply after it rewritten (rewriteNext: a HELLO's id, a TRACKINGINFO's
 // redirect, in rproxy's ids).
-// It ends the copy after the answer to a RESET it was told of
-// (endAtReset). It frames the stream's top-level replies to find them; if
+// It ends the copy at the answer to the end marker sent after a RESET. It frames the stream's top-level replies to find them; if
 // the stream cannot be framed, it stops looking and passes everything on
 // (the client then sees Redis's own replies).
 type streamRelay struct {
@@ -60,17 +61,19 @@ type streamRelay struct {
 	mu      sync.Mutex
 	pending []relayAnswer // answers to errorCmds sent whose replies have not come yet
 
-	resetSent atomic.Bool // a RESET was sent: the copy ends after its +RESET
-	probing   atomic.Pointer[modeProbe]
+	probing atomic.Pointer[modeProbe] // a modeProbe waiting for its answer
+	ending  atomic.Pointer[streamEnd] // an end marker sent after a RESET
 
 	// The copy goroutine's own state.
-	fr      resp.Framer
-	inReply bool                // the framer is inside a reply
-	hold    holdMode            // what is done with the current reply
-	held    []byte              // the current reply so far, while held
-	rewrite func([]byte) []byte // non-nil: what the next reply is passed through
-	status  []byte              // the start of a top-level status reply (up to len(resetReply)+1 bytes), while resetSent
-	broken  bool                // framing failed: everything is passed on
+	fr       resp.Framer
+	inReply  bool                // the framer is inside a reply
+	hold     holdMode            // what is done with the current reply
+	held     []byte              // the current reply so far, while held
+	rewrite  func([]byte) []byte // non-nil: what the next reply is passed through
+	status   []byte              // the start of a top-level status reply (up to len(resetReply)+1 bytes), while ending
+	wasReset bool                // the last complete top-level reply was +RESET (while ending)
+	ended    bool                // the end marker's answer has come
+	broken   bool                // framing failed: everything is passed on
 }
 
 // relayAnswer is what Redis's answer to one errorCmd is replaced by.
@@ -97,6 +100,32 @@ type modeProbe struct {
 	marker                   []byte
 	subscribed, unsubscribed []byte    // the answer in either mode
 	result                   chan bool // buffered: true if subscribed
+}
+
+// streamEnd is the end marker sent after the client's RESET: a command
+// named "rproxy-end-" and an unguessable text, which Redis rejects as
+// unknown before anything else (also on the connection RESET logged out,
+// and whatever CLIENT REPLY said before the RESET). The copy ends at that
+// rejection (errStreamReset); a script's status reply could pass for
+// +RESET, the rejection cannot be forged.
+type streamEnd struct {
+	name []byte
+	// afterReset, set before the copy ends: the reply just before the
+	// marker's answer was +RESET (Redis refused no RESET).
+	afterReset bool
+}
+
+func newStreamEnd(name []byte) *streamEnd { return &streamEnd{name: name} }
+
+// command is the marker command.
+func (e *streamEnd) command() []byte { return resp.AppendCommand(nil, e.name) }
+
+// answers reports whether reply, a complete top-level error, is Redis's
+// rejection of the marker (Redis 7 quotes the name, 6 backquotes it).
+func (e *streamEnd) answers(reply []byte) bool {
+	rest, ok := bytes.CutPrefix(reply, []byte("-ERR unknown command "))
+	return ok && len(rest) > len(e.name)+2 && (rest[0] == '\'' || rest[0] == '`') &&
+		bytes.HasPrefix(rest[1:], e.name) && rest[1+len(e.name)] == rest[0]
 }
 
 func newModeProbe(marker []byte) *modeProbe {
@@ -144,9 +173,9 @@ func (r *streamRelay) queue(a relayAnswer) {
 // probe may wait at a time.
 func (r *streamRelay) probe(p *modeProbe) { r.probing.Store(p) }
 
-// endAtReset tells the relay that a RESET is about to be sent: the copy
-// ends (with errStreamReset) once Redis's +RESET has been passed on.
-func (r *streamRelay) endAtReset() { r.resetSent.Store(true) }
+// endAfterReset tells the relay that a RESET and then e's command are
+// about to be sent: the copy ends at e's answer, which is dropped.
+func (r *streamRelay) endAfterReset(e *streamEnd) { r.ending.Store(e) }
 
 // Write passes p on. A reply that may be replaced or changed (an error, a
 // HELLO's) is held back until complete.
@@ -180,22 +209,9 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 				r.hold = holdNone
 			}
 		}
-		if kind == '+' && r.resetSent.Load() {
-			if len(r.status) <= len(resetReply) {
-				r.status = append(r.status, p[i:i+min(k, len(resetReply)+1-len(r.status))]...)
-			}
-			if done {
-				isReset := string(r.status) == resetReply
-				r.status = r.status[:0]
-				if isReset {
-					// Nothing follows: the RESET ended the subscriptions,
-					// tracking and MONITOR, and nothing was sent after it.
-					if err := r.write(p[out : i+k]); err != nil {
-						return 0, err
-					}
-					return len(p), errStreamReset
-				}
-			}
+		ending := r.ending.Load() != nil
+		if ending && kind == '+' && len(r.status) <= len(resetReply) {
+			r.status = append(r.status, p[i:i+min(k, len(resetReply)+1-len(r.status))]...)
 		}
 		if r.hold != holdNone {
 			if err := r.write(p[out:i]); err != nil {
@@ -219,6 +235,15 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 			if err != nil {
 				return 0, err
 			}
+			if r.ended {
+				// Nothing follows: the RESET ended the subscriptions,
+				// tracking and MONITOR, and nothing was sent after the marker.
+				return len(p), errStreamReset
+			}
+		}
+		if done && ending {
+			r.wasReset = kind == '+' && string(r.status) == resetReply
+			r.status = r.status[:0]
 		}
 		i += k
 	}
@@ -253,6 +278,11 @@ func (r *streamRelay) finish() []byte {
 			return r.held
 		}
 		return f(r.held)
+	}
+	if e := r.ending.Load(); e != nil && e.answers(r.held) {
+		e.afterReset = r.wasReset
+		r.ended = true
+		return nil
 	}
 	a, ok := r.answerTo(r.held)
 	if !ok {

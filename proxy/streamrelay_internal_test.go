@@ -88,30 +88,46 @@ func TestStreamRelayPassesUnframableStreams(t *testing.T) {
 	}
 }
 
-// After endAtReset, the copy ends right after Redis's +RESET, however the
-// stream is cut into writes; another status reply does not end it, nor a
-// +RESET when no RESET was sent.
-func TestStreamRelayEndsAtReset(t *testing.T) {
-	before := "+OK\r\n+RESETS\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n" + markerReply7
-	want := "+OK\r\n+RESETS\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n-DENIED x\r\n+RESET\r\n"
-	in := before + "+RESET\r\n"
-	for _, size := range []int{1, 2, 3, 5, 8, 64} {
-		var out bytes.Buffer
-		r := newStreamRelay(&out)
-		r.substitute([]byte("-DENIED x\r\n"))
-		r.endAtReset()
-		var err error
-		for p := []byte(in); len(p) > 0 && err == nil; {
-			k := min(size, len(p))
-			_, err = r.Write(p[:k])
-			p = p[k:]
+// The end marker sent after a RESET: the copy ends at Redis's rejection of
+// it, which is dropped, however the stream is cut into writes; the reset
+// counts only if the reply just before it was +RESET. A status reply like
+// +RESET earlier (a script's) ends nothing, nor the rejection of another
+// unknown command.
+func TestStreamRelayEndsAtResetMarker(t *testing.T) {
+	before := "+OK\r\n+RESET\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n" + markerReply7 +
+		"-ERR unknown command 'rproxy-end-x', with args beginning with: \r\n"
+	shown := "+OK\r\n+RESET\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n-DENIED x\r\n" +
+		"-ERR unknown command 'rproxy-end-x', with args beginning with: \r\n"
+	end7 := "-ERR unknown command 'rproxy-end-xy', with args beginning with: \r\n"
+	end6 := "-ERR unknown command `rproxy-end-xy`, with args beginning with: \r\n"
+	for _, tc := range []struct {
+		in, want string
+		reset    bool
+	}{
+		{before + "+RESET\r\n" + end7, shown + "+RESET\r\n", true},
+		{before + "+RESET\r\n" + end6, shown + "+RESET\r\n", true},
+		{before + "-NOPERM no\r\n" + end7, shown + "-NOPERM no\r\n", false},
+	} {
+		for _, size := range []int{1, 2, 3, 5, 8, 64} {
+			var out bytes.Buffer
+			r := newStreamRelay(&out)
+			r.substitute([]byte("-DENIED x\r\n"))
+			e := newStreamEnd([]byte("rproxy-end-xy"))
+			if got := string(e.command()); got != "*1\r\n$13\r\nrproxy-end-xy\r\n" {
+				t.Fatalf("end marker command = %q", got)
+			}
+			r.endAfterReset(e)
+			var err error
+			for b := []byte(tc.in); len(b) > 0 && err == nil; {
+				k := min(size, len(b))
+				_, err = r.Write(b[:k])
+				b = b[k:]
+			}
+			if err != errStreamReset || out.String() != tc.want || e.afterReset != tc.reset {
+				t.Fatalf("%q in writes of %d: %q, %v, reset %v; want %q, errStreamReset, reset %v",
+					tc.in, size, out.String(), err, e.afterReset, tc.want, tc.reset)
+			}
 		}
-		if err != errStreamReset || out.String() != want {
-			t.Fatalf("writes of %d: %q, %v; want %q, errStreamReset", size, out.String(), err, want)
-		}
-	}
-	if got := relayAll(t, "+RESET\r\n:1\r\n", []int{64}); got != "+RESET\r\n:1\r\n" {
-		t.Fatalf("+RESET with no RESET sent: %q", got)
 	}
 }
 
@@ -181,18 +197,18 @@ func BenchmarkStreamRelay(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(chunk)/len(msg))), "ns/msg")
 }
 
-// With answers waiting (an error to show, a reply to rewrite, a RESET
-// sent), any byte stream is relayed without a panic or an error, but the
-// end of the copy after a +RESET.
+// With answers waiting (an error to show, a reply to rewrite, a probe
+// ending the stream), any byte stream is relayed without a panic or an
+// error, but the end of the copy at the probe's answer.
 func FuzzStreamRelayAnswers(f *testing.F) {
-	f.Add([]byte(markerReply7+markerReply7+"%1\r\n$2\r\nid\r\n:5\r\n+RESET\r\n"), uint8(1))
+	f.Add([]byte(markerReply7+markerReply7+"%1\r\n$2\r\nid\r\n:5\r\n+RESET\r\n-ERR unknown command 'rproxy-end-m1', with args beginning with: \r\n"), uint8(1))
 	f.Add([]byte(markerReply6+">1\r\n:1\r\n-ERR x\r\n"+markerReply7+"*2\r\n$2\r\nid\r\n:5\r\n"), uint8(7))
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
 		r := newStreamRelay(io.Discard)
 		r.substitute([]byte("-DENIED x\r\n"))
 		r.rewriteNext(func(b []byte) []byte { return helloWithID(b, 42) })
 		r.substitute([]byte("-DENIED y\r\n"))
-		r.endAtReset()
+		r.endAfterReset(newStreamEnd([]byte("rproxy-end-m1")))
 		n := int(step%16) + 1
 		for p := in; len(p) > 0; {
 			k := min(n, len(p))

@@ -3,6 +3,7 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ type Dedicated struct {
 	r, w   int
 	fr     resp.Framer
 	broken atomic.Bool // set on any failure: the connection is closed, not reused
+	// streamed: a StreamTo ended at what its writer judged the stream's end
+	// (ErrStreamEnd); reset checks that no reply is left unread.
+	streamed bool
 }
 
 // newDedicated wraps a dialled connection.
@@ -321,9 +325,24 @@ func (d *Dedicated) reset() bool {
 	if cmd, _ := d.pool.handshakeCommand(); cmd != nil {
 		b.Add(cmd)
 	}
+	var echo []byte
+	if d.streamed {
+		// After a stream, its reader judged where it ended: one reply left
+		// unread would put every later one a place off, and then this
+		// unguessable marker's echo would not come last.
+		marker := []byte(rand.Text())
+		b.Add(resp.AppendCommand(nil, []byte("ECHO"), marker))
+		echo = resp.AppendBulk(nil, marker)
+	}
 	d.Do(b, d.pool.cfg.Timeout)
 	if d.broken.Load() || string(b.Reply(0)) != "+RESET\r\n" {
 		return false
+	}
+	if echo != nil {
+		if !bytes.Equal(b.Reply(b.Len()-1), echo) {
+			return false
+		}
+		d.streamed = false
 	}
 	return b.Len() == 1 || (b.Reply(1)[0] != '-' && b.Reply(1)[0] != '!')
 }
@@ -455,7 +474,7 @@ func (d *Dedicated) write(cmds [][]byte) error {
 }
 
 // StreamTo copies everything the server sends, from now on, to w, byte for
-// byte, until the connection ends. It is for pub/sub, where replies and
+// byte, until the connection ends or w returns an error (ErrStreamEnd). It is for pub/sub, where replies and
 // messages arrive in the server's order and must reach the client unchanged.
 func (d *Dedicated) StreamTo(w io.Writer) error {
 	d.nc.SetReadDeadline(time.Time{})
@@ -466,9 +485,20 @@ func (d *Dedicated) StreamTo(w io.Writer) error {
 		d.r = d.w
 	}
 	_, err := io.Copy(w, d.nc)
-	d.broken.Store(true) // never reused: its state is unknown
+	if errors.Is(err, ErrStreamEnd) {
+		d.streamed = true
+	} else {
+		d.broken.Store(true) // never reused: its state is unknown
+	}
 	return err
 }
+
+// ErrStreamEnd, wrapped in the error StreamTo's writer returns, ends the
+// copy with the connection still usable: the writer has seen the last byte
+// the server sends for the stream (the reply to RESET, say). Release
+// checks that nothing followed it (a client can make a script's status
+// reply look like RESET's) before the connection is reused.
+var ErrStreamEnd = errors.New("stream ended by its reader")
 
 func (d *Dedicated) fail(b *Batch, reason string) {
 	d.broken.Store(true)

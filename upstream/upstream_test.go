@@ -2,8 +2,11 @@ package upstream
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -357,5 +360,55 @@ func BenchmarkPoolDo(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// stopAtFirstWrite is a StreamTo writer that ends the stream at once, as a
+// reader that judged the stream's end would (ErrStreamEnd).
+type stopAtFirstWrite struct{}
+
+func (stopAtFirstWrite) Write(p []byte) (int, error) {
+	return len(p), fmt.Errorf("test: %w", ErrStreamEnd)
+}
+
+// A connection whose stream ended by its reader's judgement (ErrStreamEnd)
+// is kept by Release only if no reply is left unread: one left there, even
+// one like RESET's own, would put every later reply a place off.
+func TestStreamEndKeepsOnlyAConnectionWithNothingUnread(t *testing.T) {
+	f := startFake(t, func(args [][]byte) string {
+		switch strings.ToUpper(string(args[0])) {
+		case "RESET":
+			return "+RESET\r\n"
+		case "ECHO":
+			return fmt.Sprintf("$%d\r\n%s\r\n", len(args[1]), args[1])
+		}
+		return "+OK\r\n"
+	})
+	p := testPool(t, f.ln.Addr().String(), 2)
+	kept := func(d *Dedicated) bool {
+		p.dmu.Lock()
+		defer p.dmu.Unlock()
+		return slices.Contains(p.idle, d)
+	}
+	for _, stray := range []bool{false, true} {
+		d, err := p.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Send([][]byte{resp.AppendCommandString(nil, "SUBSCRIBE", "ch")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.StreamTo(stopAtFirstWrite{}); !errors.Is(err, ErrStreamEnd) {
+			t.Fatalf("StreamTo = %v", err)
+		}
+		if stray { // a reply still to come when the reader judged the stream ended
+			if err := d.Send([][]byte{resp.AppendCommandString(nil, "RESET")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Release(d)
+		if kept(d) == stray {
+			t.Errorf("stray reply %v: kept after Release %v", stray, kept(d))
+		}
 	}
 }
