@@ -197,17 +197,19 @@ func BenchmarkStreamRelay(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(chunk)/len(msg))), "ns/msg")
 }
 
-// With answers waiting (an error to show, a reply to rewrite, a probe
-// ending the stream), any byte stream is relayed without a panic or an
+// With answers waiting (an error to show, a reply to rewrite, a mode
+// probe, an end marker), any byte stream is relayed without a panic or an
 // error, but the end of the copy at the probe's answer.
 func FuzzStreamRelayAnswers(f *testing.F) {
 	f.Add([]byte(markerReply7+markerReply7+"%1\r\n$2\r\nid\r\n:5\r\n+RESET\r\n-ERR unknown command 'rproxy-end-m1', with args beginning with: \r\n"), uint8(1))
 	f.Add([]byte(markerReply6+">1\r\n:1\r\n-ERR x\r\n"+markerReply7+"*2\r\n$2\r\nid\r\n:5\r\n"), uint8(7))
+	f.Add([]byte("*2\r\n$4\r\npong\r\n$2\r\nm2\r\n$2\r\nm2\r\n*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nx\r\n"), uint8(3))
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
 		r := newStreamRelay(io.Discard)
 		r.substitute([]byte("-DENIED x\r\n"))
 		r.rewriteNext(func(b []byte) []byte { return helloWithID(b, 42) })
 		r.substitute([]byte("-DENIED y\r\n"))
+		r.probe(newModeProbe([]byte("m2")))
 		r.endAfterReset(newStreamEnd([]byte("rproxy-end-m1")))
 		n := int(step%16) + 1
 		for p := in; len(p) > 0; {
