@@ -330,7 +330,7 @@ func (s *Server) redisSubscribed(ss *session) (subscribed, ok bool) {
 	case <-ss.streamEnded: // Redis or the client went: the client is closed
 	case <-timer.C:
 		s.log.Info("closing a subscriber: no answer from Redis to the subscribed-mode probe",
-			zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Duration("waited", s.cfg.Upstream.Timeout))
+			zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Duration("waited_seconds", s.cfg.Upstream.Timeout))
 		ss.conn.NetConn().Close()
 	}
 	ss.quit = true

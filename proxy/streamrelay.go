@@ -52,9 +52,10 @@ const maxHeldProbe = 128
 // they were queued: a reply made here (substitute), or nothing, with the
 // reply after it rewritten (rewriteNext: a HELLO's id, a TRACKINGINFO's
 // redirect, in rproxy's ids).
-// It ends the copy at the answer to the end marker sent after a RESET. It frames the stream's top-level replies to find them; if
-// the stream cannot be framed, it stops looking and passes everything on
-// (the client then sees Redis's own replies).
+// It drops the answer to a modeProbe, and ends the copy at the answer to
+// the end marker sent after a RESET. It frames the stream's top-level
+// replies to find them; if the stream cannot be framed, it stops looking
+// and passes everything on (the client then sees Redis's own replies).
 type streamRelay struct {
 	dst io.Writer
 
