@@ -266,8 +266,8 @@ func (s *Server) startStream(ss *session, raw []byte) {
 }
 
 // leaveStream ends stream mode after the client's RESET, which is the last
-// of ss.streamCmds: Redis's +RESET is copied to the client, the copy ends
-// at Redis's answer to an end marker sent after it (streamEnd), the
+// of ss.streamCmds: the copy ends at Redis's answer to an end marker sent
+// after it (streamEnd), Redis's +RESET is queued as the batch's reply, the
 // connection goes back to its pool, and the session goes on as a new one,
 // on the shared connections
 // (as the RESET left it on Redis: no subscriptions, no tracking, no
@@ -288,7 +288,7 @@ func (s *Server) leaveStream(ss *session) {
 	reset := false
 	select {
 	case reset = <-ss.streamEnded:
-		reset = reset && end.afterReset // set before the copy ended
+		reset = reset && end.reset != nil // set before the copy ended
 	case <-timer.C:
 	}
 	if !reset {
@@ -310,6 +310,10 @@ func (s *Server) leaveStream(ss *session) {
 	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
+	// Redis's +RESET, held back by the relay: the client reads it once the
+	// session has left stream mode (CLIENT LIST no longer shows it as a
+	// subscriber or a monitor).
+	ss.queueLocal(end.reset, false)
 }
 
 // redisSubscribed asks Redis whether the session's connection is in

@@ -287,6 +287,27 @@ func TestStreamResetKeepsTheConnection(t *testing.T) {
 	}
 }
 
+// TestStreamResetReplyAfterTheSessionLeft: a client that has read RESET's
+// reply finds its session reset in CLIENT LIST (no P flag, no
+// subscriptions), as on Redis, where the reply comes after the reset; the
+// Tcl test "RESET clears MONITOR state" asks this of MONITOR.
+func TestStreamResetReplyAfterTheSessionLeft(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c, other := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	id := strings.Trim(c.do("CLIENT", "ID"), ":\r\n")
+	for i := 0; i < 20; i++ {
+		c.do("SUBSCRIBE", "ch")
+		if r := c.do("RESET"); r != "+RESET\r\n" {
+			t.Fatalf("RESET = %q", r)
+		}
+		line := regexp.MustCompile(`(?m)^id=` + id + ` .*$`).FindString(other.do("CLIENT", "LIST"))
+		if !strings.Contains(line, " flags=N ") || !strings.Contains(line, " sub=0 ") {
+			t.Fatalf("round %d: CLIENT LIST after RESET's reply shows the session as %q", i, line)
+		}
+	}
+}
+
 // TestStreamResetNotForgedByAScript: a script's status reply +RESET, in
 // stream mode before the client's own RESET, does not pass for the RESET's:
 // the session leaves stream mode after the real one, and the client gets

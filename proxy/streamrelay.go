@@ -66,15 +66,14 @@ type streamRelay struct {
 	ending  atomic.Pointer[streamEnd] // an end marker sent after a RESET
 
 	// The copy goroutine's own state.
-	fr       resp.Framer
-	inReply  bool                // the framer is inside a reply
-	hold     holdMode            // what is done with the current reply
-	held     []byte              // the current reply so far, while held
-	rewrite  func([]byte) []byte // non-nil: what the next reply is passed through
-	status   []byte              // the start of a top-level status reply (up to len(resetReply)+1 bytes), while ending
-	wasReset bool                // the last complete top-level reply was +RESET (while ending)
-	ended    bool                // the end marker's answer has come
-	broken   bool                // framing failed: everything is passed on
+	fr      resp.Framer
+	inReply bool                // the framer is inside a reply
+	hold    holdMode            // what is done with the current reply
+	held    []byte              // the current reply so far, while held
+	rewrite func([]byte) []byte // non-nil: what the next reply is passed through
+	stash   []byte              // a +RESET held while ending: the RESET's, if the end marker's answer follows
+	ended   bool                // the end marker's answer has come
+	broken  bool                // framing failed: everything is passed on
 }
 
 // relayAnswer is what Redis's answer to one errorCmd is replaced by.
@@ -91,6 +90,7 @@ const (
 	holdError                   // an error: errorCmd's answer?
 	holdRewrite                 // the reply rewrite is for
 	holdProbe                   // an array or bulk string: a modeProbe's answer?
+	holdStatus                  // a status while ending: the RESET's +RESET?
 )
 
 // modeProbe asks Redis whether it is in RESP2's subscribed mode: the
@@ -111,9 +111,11 @@ type modeProbe struct {
 // +RESET, the rejection cannot be forged.
 type streamEnd struct {
 	name []byte
-	// afterReset, set before the copy ends: the reply just before the
-	// marker's answer was +RESET (Redis refused no RESET).
-	afterReset bool
+	// reset, set before the copy ends: the RESET's +RESET, when it came
+	// right before the marker's answer (nil: Redis refused the RESET). It
+	// is held back for the session to write once it has left stream
+	// mode, so that a client that has read it sees the session reset.
+	reset []byte
 }
 
 func newStreamEnd(name []byte) *streamEnd { return &streamEnd{name: name} }
@@ -190,7 +192,7 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 		k, done, err := r.fr.Next(p[i:])
 		if err != nil {
 			r.broken = true
-			if err := r.write(r.held, p[out:]); err != nil {
+			if err := r.write(r.stash, r.held, p[out:]); err != nil {
 				return 0, err
 			}
 			r.held = r.held[:0]
@@ -198,6 +200,13 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 		}
 		r.inReply = !done
 		kind := r.fr.Kind()
+		if starts && r.stash != nil && kind != '-' {
+			// Not the end marker's answer: the +RESET held was a script's.
+			if err := r.write(p[out:i], r.stash); err != nil {
+				return 0, err
+			}
+			out, r.stash = i, nil
+		}
 		if starts {
 			switch {
 			case r.rewrite != nil && kind != '>': // a push may come first
@@ -206,13 +215,11 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 				r.hold = holdError
 			case (kind == '*' || kind == '$') && r.probing.Load() != nil:
 				r.hold = holdProbe
+			case kind == '+' && r.ending.Load() != nil:
+				r.hold = holdStatus
 			default:
 				r.hold = holdNone
 			}
-		}
-		ending := r.ending.Load() != nil
-		if ending && kind == '+' && len(r.status) <= len(resetReply) {
-			r.status = append(r.status, p[i:i+min(k, len(resetReply)+1-len(r.status))]...)
 		}
 		if r.hold != holdNone {
 			if err := r.write(p[out:i]); err != nil {
@@ -221,17 +228,25 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 			r.held, out = append(r.held, p[i:i+k]...), i+k
 			switch {
 			case done:
-				err = r.write(r.finish())
+				stash := r.stash
+				r.stash = nil
+				reply := r.finish() // may hold a +RESET in r.stash, or end the copy
+				if r.ended {
+					r.ending.Load().reset = stash
+				} else {
+					err = r.write(stash, reply)
+				}
 				r.held = r.held[:0]
 			case r.hold == holdError && len(r.held) > maxHeldError,
 				r.hold == holdRewrite && len(r.held) > maxHeldRewrite,
-				r.hold == holdProbe && len(r.held) > maxHeldProbe:
+				r.hold == holdProbe && len(r.held) > maxHeldProbe,
+				r.hold == holdStatus && len(r.held) > maxHeldError:
 				if r.hold == holdRewrite {
 					r.rewrite = nil
 				}
 				r.hold = holdNone // the rest of the reply is passed on as it comes
-				err = r.write(r.held)
-				r.held = r.held[:0]
+				err = r.write(r.stash, r.held)
+				r.held, r.stash = r.held[:0], nil
 			}
 			if err != nil {
 				return 0, err
@@ -241,10 +256,6 @@ func (r *streamRelay) Write(p []byte) (int, error) {
 				// tracking and MONITOR, and nothing was sent after the marker.
 				return len(p), errStreamReset
 			}
-		}
-		if done && ending {
-			r.wasReset = kind == '+' && string(r.status) == resetReply
-			r.status = r.status[:0]
 		}
 		i += k
 	}
@@ -280,8 +291,14 @@ func (r *streamRelay) finish() []byte {
 		}
 		return f(r.held)
 	}
+	if r.hold == holdStatus {
+		if string(r.held) == resetReply {
+			r.stash = bytes.Clone(r.held) // until the reply after it shows whose it is
+			return nil
+		}
+		return r.held
+	}
 	if e := r.ending.Load(); e != nil && e.answers(r.held) {
-		e.afterReset = r.wasReset
 		r.ended = true
 		return nil
 	}

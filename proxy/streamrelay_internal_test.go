@@ -89,26 +89,27 @@ func TestStreamRelayPassesUnframableStreams(t *testing.T) {
 }
 
 // The end marker sent after a RESET: the copy ends at Redis's rejection of
-// it, which is dropped, however the stream is cut into writes; the reset
-// counts only if the reply just before it was +RESET. A status reply like
-// +RESET earlier (a script's) ends nothing, nor the rejection of another
+// it, which is dropped, however the stream is cut into writes; the +RESET
+// just before it is held back for the session (streamEnd.reset), and there
+// is none if Redis refused the RESET. A status reply like +RESET earlier (a
+// script's) is passed on and ends nothing, nor the rejection of another
 // unknown command.
 func TestStreamRelayEndsAtResetMarker(t *testing.T) {
-	before := "+OK\r\n+RESET\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n" + markerReply7 +
-		"-ERR unknown command 'rproxy-end-x', with args beginning with: \r\n"
-	shown := "+OK\r\n+RESET\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n-DENIED x\r\n" +
-		"-ERR unknown command 'rproxy-end-x', with args beginning with: \r\n"
+	before := "+OK\r\n+RESET\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n+RESET\r\n" + markerReply7 +
+		"+RESET\r\n-ERR unknown command 'rproxy-end-x', with args beginning with: \r\n+RESETS\r\n"
+	shown := "+OK\r\n+RESET\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$6\r\n+RESET\r\n+RESET\r\n-DENIED x\r\n" +
+		"+RESET\r\n-ERR unknown command 'rproxy-end-x', with args beginning with: \r\n+RESETS\r\n"
 	end7 := "-ERR unknown command 'rproxy-end-xy', with args beginning with: \r\n"
 	end6 := "-ERR unknown command `rproxy-end-xy`, with args beginning with: \r\n"
 	for _, tc := range []struct {
 		in, want string
-		reset    bool
+		reset    string
 	}{
-		{before + "+RESET\r\n" + end7, shown + "+RESET\r\n", true},
-		{before + "+RESET\r\n" + end6, shown + "+RESET\r\n", true},
-		{before + "-NOPERM no\r\n" + end7, shown + "-NOPERM no\r\n", false},
+		{before + "+RESET\r\n" + end7, shown, "+RESET\r\n"},
+		{before + "+RESET\r\n" + end6, shown, "+RESET\r\n"},
+		{before + "-NOPERM no\r\n" + end7, shown + "-NOPERM no\r\n", ""},
 	} {
-		for _, size := range []int{1, 2, 3, 5, 8, 64} {
+		for _, size := range []int{1, 2, 3, 5, 8, 64, len(tc.in)} {
 			var out bytes.Buffer
 			r := newStreamRelay(&out)
 			r.substitute([]byte("-DENIED x\r\n"))
@@ -123,9 +124,9 @@ func TestStreamRelayEndsAtResetMarker(t *testing.T) {
 				_, err = r.Write(b[:k])
 				b = b[k:]
 			}
-			if err != errStreamReset || out.String() != tc.want || e.afterReset != tc.reset {
-				t.Fatalf("%q in writes of %d: %q, %v, reset %v; want %q, errStreamReset, reset %v",
-					tc.in, size, out.String(), err, e.afterReset, tc.want, tc.reset)
+			if err != errStreamReset || out.String() != tc.want || string(e.reset) != tc.reset {
+				t.Fatalf("%q in writes of %d: %q, %v, reset %q; want %q, errStreamReset, reset %q",
+					tc.in, size, out.String(), err, e.reset, tc.want, tc.reset)
 			}
 		}
 	}
