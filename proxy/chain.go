@@ -259,8 +259,15 @@ func (st subscribedContext) command(ss *session, c *call) bool {
 		return false // sent as it came either way: Redis runs or refuses it
 	}
 	if ss.inTransaction() || !ss.streamAnswered() {
-		// Redis would queue the probe, or not answer it: the command is
-		// handled as outside the mode, never run on Redis as it came.
+		// Redis would queue the probe, or not answer it. CLIENT REPLY goes
+		// as sent and unnoted: Redis most likely is in the mode and refuses
+		// it, and following a REPLY ON it refused would have rproxy wait
+		// for replies it never sends. The rest is handled as outside the
+		// mode: never run on Redis as it came.
+		if !ss.inTransaction() && isClientReply(c) {
+			ss.streamCmds = append(ss.streamCmds, c.cmd.Raw)
+			return true
+		}
 		return false
 	}
 	subscribed, ok := st.s.redisSubscribed(ss)
@@ -273,6 +280,11 @@ func (st subscribedContext) command(ss *session, c *call) bool {
 	}
 	ss.streamCmds = append(ss.streamCmds, withoutCredentials(c.cmd))
 	return true
+}
+
+// isClientReply reports whether c is CLIENT REPLY.
+func isClientReply(c *call) bool {
+	return c.info != nil && c.info.Handling == command.Client && len(c.cmd.Args) > 1 && bytes.EqualFold(c.cmd.Args[1], []byte("reply"))
 }
 
 // actedOnInStream reports whether stream mode does more with the command

@@ -524,6 +524,7 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 			ss.replyInMode(errReply) // Redis's error for the arguments
 			return true
 		}
+		ss.pinTracked = true
 		ss.streamCmds = append(ss.streamCmds, raw)
 	default:
 		return false

@@ -219,7 +219,7 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 	default:
 		ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it that a RESET would clear
 	}
-	ss.pin, ss.pinDirty = nil, false
+	ss.pin, ss.pinDirty, ss.pinTracked = nil, false, false
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
 	ss.track = ss.track[:0]
 	ss.route.crossSlotTx = false
@@ -229,12 +229,10 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 // connection: replies so far are written, then a goroutine copies what Redis
 // sends to the client, and raw is the first command sent.
 func (s *Server) startStream(ss *session, raw []byte) {
-	if ss.pin == nil && !s.pinSession(ss, ss.slot) {
-		return
-	}
+	// The replies so far first: their flush may release a pin whose state
+	// ended (EXEC in the same read) or lose it, and then a fresh one is taken.
 	s.flush(ss)
-	if ss.pin == nil { // the flush lost the pinned connection
-		ss.reply(resp.AppendError(nil, "ERR upstream unavailable: pinned connection lost"))
+	if ss.pin == nil && !s.pinSession(ss, ss.slot) {
 		return
 	}
 	if err := ss.conn.Flush(); err != nil {
@@ -275,8 +273,9 @@ func (s *Server) startStream(ss *session, raw []byte) {
 // logged in). Staying on the pinned connection would leave the client
 // logged out of Redis as the RESET leaves it, when rproxy authenticates
 // upstream. If the copy ended otherwise (Redis or the client went), Redis
-// refused the RESET, or no answer came within upstream.timeout, the client
-// is closed instead.
+// refused the RESET (or, after CLIENT REPLY SKIP, answered the marker
+// only), or no answer came within upstream.timeout, the client is closed
+// instead.
 func (s *Server) leaveStream(ss *session) {
 	end := newStreamEnd([]byte("rproxy-end-" + rand.Text()))
 	ss.relay.endAfterReset(end)
@@ -288,7 +287,9 @@ func (s *Server) leaveStream(ss *session) {
 	reset := false
 	select {
 	case reset = <-ss.streamEnded:
-		reset = reset && end.reset != nil // set before the copy ended
+		// end.reset is set before the copy ended. After CLIENT REPLY SKIP
+		// Redis answers the RESET with nothing, as it would the client.
+		reset = reset && (end.reset != nil || ss.replySkipped)
 	case <-timer.C:
 	}
 	if !reset {
@@ -300,7 +301,11 @@ func (s *Server) leaveStream(ss *session) {
 	// answer, after which Redis sends nothing: the connection goes back to its pool,
 	// which resets it and logs it in again as after any pinned session. A
 	// pipeline of SUBSCRIBE and RESET costs Redis no connection per pair.
-	ss.stream, ss.pinDirty = false, true
+	// One that tracked keys is closed.
+	if ss.pinTracked {
+		ss.pin.Interrupt() // closed, not reused (session.pinTracked)
+	}
+	ss.stream, ss.pinDirty, ss.pinTracked = false, true, false
 	s.unpin(ss, false)
 	ss.relay, ss.streamEnded = nil, nil
 	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
@@ -313,7 +318,9 @@ func (s *Server) leaveStream(ss *session) {
 	// Redis's +RESET, held back by the relay: the client reads it once the
 	// session has left stream mode (CLIENT LIST no longer shows it as a
 	// subscriber or a monitor).
-	ss.queueLocal(end.reset, false)
+	if end.reset != nil {
+		ss.queueLocal(end.reset, false)
+	}
 }
 
 // redisSubscribed asks Redis whether the session's connection is in

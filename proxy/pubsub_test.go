@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -305,6 +307,29 @@ func TestStreamResetReplyAfterTheSessionLeft(t *testing.T) {
 		if !strings.Contains(line, " flags=N ") || !strings.Contains(line, " sub=0 ") {
 			t.Fatalf("round %d: CLIENT LIST after RESET's reply shows the session as %q", i, line)
 		}
+	}
+}
+
+// TestStreamResetClosesATrackedConnection: a connection that tracked keys
+// is not reused after RESET: Redis keeps its id in the tracking table for
+// the keys read, and the next session to turn tracking on on it would get
+// invalidations of the first one's keys.
+func TestStreamResetClosesATrackedConnection(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	a := dialClient(t, p.Addr)
+	a.do("HELLO", "3")
+	for _, cmd := range [][]string{{"CLIENT", "TRACKING", "on"}, {"GET", "secret-key"}, {"RESET"}} {
+		a.do(cmd...)
+	}
+	b := dialClient(t, p.Addr)
+	b.do("HELLO", "3")
+	if r := b.do("CLIENT", "TRACKING", "on"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on = %q", r)
+	}
+	dialClient(t, p.Addr).do("SET", "secret-key", "x")
+	if r := b.do("PING"); r != "+PONG\r\n" {
+		t.Errorf("PING of a session that read nothing = %q, want +PONG (no invalidation of another session's key)", r)
 	}
 }
 
@@ -646,4 +671,120 @@ func TestResp2RefusedSubscribeLeavesCommandsHere(t *testing.T) {
 			t.Errorf("%v while subscribed = %q, Redis directly: %q", cmd, got, want)
 		}
 	}
+}
+
+// TestStreamModeAsRedisRandomSequences sends seeded random sequences of
+// subscribe, stream-mode and plain commands, each in one write, to a Redis
+// directly and to another through rproxy, and requires the same bytes
+// back. Among them are the commands rproxy acts on in stream mode (CLIENT
+// GETNAME and SETNAME, AUTH, MULTI, RESET, CLIENT TRACKING), a channel the
+// user may not use, so that Redis refuses some SUBSCRIBEs (the mode probe),
+// and a script whose reply looks like RESET's (the end marker). Each
+// sequence ends with RESET and an ECHO, so both sides start the next one
+// alike, but for the id in HELLO's reply. Inside MULTI only plain commands are drawn: a SUBSCRIBE there is
+// refused through rproxy (docs/commands.md). One channel name only: an
+// UNSUBSCRIBE of several lists them in the order of each server's own
+// (randomly seeded) hash table. A key of its own per sequence: Redis keeps
+// invalidating, on the direct connection, keys it read while tracking in
+// an earlier sequence, and through rproxy each stream has a connection of
+// its own. And no refused SUBSCRIBE while replies are off: rproxy cannot
+// ask Redis for the mode then, and takes a later CLIENT REPLY ON for
+// refused, as it is when the subscription holds (subscribedContext).
+func TestStreamModeAsRedisRandomSequences(t *testing.T) {
+	var servers [2]*redistest.Server
+	for i := range servers {
+		servers[i] = redistest.Start(t)
+		if r := servers[i].Do(t, "ACL", "SETUSER", "default", "resetchannels", "&allowed*"); string(r) != "+OK\r\n" {
+			t.Fatal(string(r))
+		}
+	}
+	p := proxytest.Start(t, servers[1].Addr)
+	clients := [2]*rawClient{dialClient(t, servers[0].Addr), dialClient(t, p.Addr)}
+	acted := [][]string{
+		{"SUBSCRIBE", "allowed1"}, {"SUBSCRIBE", "allowed1", "allowed1"}, {"SUBSCRIBE", "forbidden"},
+		{"PSUBSCRIBE", "allowed*"}, {"UNSUBSCRIBE"}, {"UNSUBSCRIBE", "allowed1"}, {"PUNSUBSCRIBE"},
+		{"CLIENT", "GETNAME"}, {"CLIENT", "SETNAME", "n1"}, {"AUTH", "nobody", "x"},
+		{"MULTI"}, {"CLIENT", "TRACKING", "on"}, {"CLIENT", "TRACKING", "off"},
+		{"EVAL", "return redis.status_reply('RESET')", "0"}, {"RESET"},
+		{"SELECT", "1"}, {"SELECT", "0"}, {"WATCH", "k"}, {"UNWATCH"},
+		{"CLIENT", "REPLY", "OFF"}, {"CLIENT", "REPLY", "ON"}, {"CLIENT", "REPLY", "SKIP"},
+		{"HELLO", "3"}, {"HELLO", "2"},
+	}
+	plain := [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SET", "k", "v"}, {"ECHO", "hi"}, {"EXEC"}, {"DISCARD"},
+		{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}}
+	withKey := func(cmd []string, seq int) []string { // a key of its own per sequence (below)
+		if len(cmd) > 1 && cmd[1] == "k" {
+			return append([]string{cmd[0], fmt.Sprintf("k%d", seq)}, cmd[2:]...)
+		}
+		return cmd
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	var names []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the sequence: %q", names)
+		}
+	}()
+	for seq := 0; seq < 4000; seq++ {
+		var batch []byte
+		names = names[:0]
+		inMulti, replyOff := false, false
+		for n := 1 + rng.IntN(10); n > 0; n-- {
+			pool := append(slices.Clip(plain), acted...)
+			if inMulti {
+				pool = plain
+			}
+			cmd := withKey(pool[rng.IntN(len(pool))], seq)
+			if replyOff && cmd[0] == "SUBSCRIBE" && cmd[1] == "forbidden" {
+				continue
+			}
+			switch strings.Join(cmd, " ") {
+			case "MULTI":
+				inMulti = true
+			case "EXEC", "DISCARD":
+				inMulti = false
+			case "RESET":
+				inMulti, replyOff = false, false
+			case "CLIENT REPLY OFF":
+				replyOff = true
+			case "CLIENT REPLY ON":
+				replyOff = false
+			}
+			batch = resp.AppendCommandString(batch, cmd...)
+			names = append(names, strings.Join(cmd, " "))
+		}
+		end := fmt.Sprintf("end-%d", seq)
+		batch = resp.AppendCommandString(batch, "RESET")
+		batch = resp.AppendCommandString(batch, "ECHO", end)
+		var got [2]string
+		for i, c := range clients {
+			c.send(batch)
+			got[i] = readUntil(t, c, fmt.Sprintf("$%d\r\n%s\r\n", len(end), end))
+		}
+		for i := range got { // HELLO's id: Redis's, or the session's
+			got[i] = helloIDField.ReplaceAllString(got[i], "id\r\n:ID")
+		}
+		if got[0] != got[1] {
+			t.Fatalf("sequence %d %q:\nRedis:  %q\nrproxy: %q", seq, names, got[0], got[1])
+		}
+	}
+}
+
+// helloIDField is the id field of a HELLO reply.
+var helloIDField = regexp.MustCompile(`id\r\n:\d+`)
+
+// readUntil reads c's replies until the one equal to last, and returns
+// them all.
+func readUntil(t *testing.T, c *rawClient, last string) string {
+	t.Helper()
+	var all strings.Builder
+	for i := 0; i < 1000; i++ {
+		r := string(c.read())
+		all.WriteString(r)
+		if r == last {
+			return all.String()
+		}
+	}
+	t.Fatalf("no %q in 1000 replies: %q", last, all.String())
+	return ""
 }

@@ -123,6 +123,12 @@ type session struct {
 	// answer may wait for such a command's reply.
 	replyOff, skipNext, replySkipped bool
 	role                             byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
+	// pinTracked: CLIENT TRACKING went to the pinned connection. Redis keeps
+	// the connection's id in its tracking table for the keys read while
+	// tracking, even after RESET: a later session that turned tracking on
+	// on it would get invalidations of this one's keys, so it is closed
+	// instead of reused after the stream.
+	pinTracked bool
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
@@ -739,6 +745,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			ss.reply(errReply)
 			return
 		}
+		ss.pinTracked = true
 		s.startStream(ss, raw)
 	case "reply", "caching", "no-evict", "no-touch":
 		// Connection state for this client alone: from now on the session
