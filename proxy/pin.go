@@ -279,9 +279,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 func (s *Server) leaveStream(ss *session) {
 	end := newStreamEnd([]byte("rproxy-end-" + rand.Text()))
 	ss.relay.endAfterReset(end)
-	ss.streamCmds = append(ss.streamCmds, end.command())
-	ss.streamHelpers++
-	s.sendStreamBatch(ss)
+	s.sendWithHelper(ss, end.command())
 	timer := time.NewTimer(s.cfg.Upstream.Timeout)
 	defer timer.Stop()
 	reset := false
@@ -323,6 +321,14 @@ func (s *Server) leaveStream(ss *session) {
 	}
 }
 
+// sendWithHelper sends the stream-mode batch so far, and after it cmd, a
+// command of rproxy's own that the relay waits for (not the client's).
+func (s *Server) sendWithHelper(ss *session, cmd []byte) {
+	ss.streamCmds = append(ss.streamCmds, cmd)
+	ss.streamHelpers++
+	s.sendStreamBatch(ss)
+}
+
 // redisSubscribed asks Redis whether the session's connection is in
 // RESP2's subscribed mode (a modeProbe, sent with the batch so far), and
 // waits for the answer, up to upstream.timeout. If none comes (the stream
@@ -330,9 +336,7 @@ func (s *Server) leaveStream(ss *session) {
 func (s *Server) redisSubscribed(ss *session) (subscribed, ok bool) {
 	p := newModeProbe([]byte("rproxy-probe-" + rand.Text()))
 	ss.relay.probe(p)
-	ss.streamCmds = append(ss.streamCmds, p.command())
-	ss.streamHelpers++
-	s.sendStreamBatch(ss)
+	s.sendWithHelper(ss, p.command())
 	timer := time.NewTimer(s.cfg.Upstream.Timeout)
 	defer timer.Stop()
 	select {
