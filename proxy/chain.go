@@ -249,8 +249,8 @@ func queuedAsOnRedis(info *command.Info, args [][]byte) bool {
 // confirmed the mode: the session asked for subscriptions, but Redis may
 // have refused them (an ACL without the channel), and then Redis would run
 // what rproxy would have answered (CLIENT KILL on every connection, AUTH).
-// A modeProbe asks (redisSubscribed); outside the mode the command goes on
-// through the chain. The policy's refusals come first. AUTH and HELLO's
+// A modeProbe asks (redisSubscribed), once until the next unsubscribe;
+// outside the mode the command goes on through the chain. The policy's refusals come first. AUTH and HELLO's
 // AUTH go without their credentials all the same (withoutCredentials).
 type subscribedContext struct{ s *Server }
 
@@ -270,13 +270,16 @@ func (st subscribedContext) command(ss *session, c *call) bool {
 		}
 		return false
 	}
-	subscribed, ok := st.s.redisSubscribed(ss)
-	if !ok {
-		return true // the session is closed
-	}
-	if !subscribed {
-		ss.forgetSubscriptions()
-		return false
+	if !ss.subscribedSure {
+		subscribed, ok := st.s.redisSubscribed(ss)
+		if !ok {
+			return true // the session is closed
+		}
+		if !subscribed {
+			ss.forgetSubscriptions()
+			return false
+		}
+		ss.subscribedSure = true
 	}
 	ss.streamCmds = append(ss.streamCmds, withoutCredentials(c.cmd))
 	return true

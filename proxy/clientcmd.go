@@ -686,6 +686,7 @@ func (ss *session) noteSubscriptions(name string, args [][]byte) {
 		}
 		return
 	}
+	ss.subscribedSure = false // Redis may leave the mode
 	if len(args) == 1 {
 		clear(set) // unsubscribe from all
 		return

@@ -267,15 +267,15 @@ func (s *Server) startStream(ss *session, raw []byte) {
 // of ss.streamCmds: the copy ends at Redis's answer to an end marker sent
 // after it (streamEnd), Redis's +RESET is queued as the batch's reply, the
 // connection goes back to its pool, and the session goes on as a new one,
-// on the shared connections
-// (as the RESET left it on Redis: no subscriptions, no tracking, no
-// MONITOR, RESP2, database 0, and in auth modes proxy and passthrough, not
-// logged in). Staying on the pinned connection would leave the client
-// logged out of Redis as the RESET leaves it, when rproxy authenticates
-// upstream. If the copy ended otherwise (Redis or the client went), Redis
-// refused the RESET (or, after CLIENT REPLY SKIP, answered the marker
-// only), or no answer came within upstream.timeout, the client is closed
-// instead.
+// on the shared connections (as the RESET left it on Redis: no
+// subscriptions, no tracking, no MONITOR, RESP2, database 0, and in auth
+// modes proxy and passthrough, not logged in). Staying on the pinned
+// connection would leave the client logged out of Redis as the RESET
+// leaves it, when rproxy authenticates upstream. If the copy ended
+// otherwise (Redis or the client went), Redis refused the RESET (no
+// +RESET before the marker's answer, where CLIENT REPLY SKIP did not
+// silence it), or no answer came within upstream.timeout, the client is
+// closed instead.
 func (s *Server) leaveStream(ss *session) {
 	end := newStreamEnd([]byte("rproxy-end-" + rand.Text()))
 	ss.relay.endAfterReset(end)
@@ -296,10 +296,10 @@ func (s *Server) leaveStream(ss *session) {
 		return
 	}
 	// Redis has reset the connection, and the copy ended at the marker's
-	// answer, after which Redis sends nothing: the connection goes back to its pool,
-	// which resets it and logs it in again as after any pinned session. A
-	// pipeline of SUBSCRIBE and RESET costs Redis no connection per pair.
-	// One that tracked keys is closed.
+	// answer, after which Redis sends nothing: the connection goes back to
+	// its pool, which resets it and logs it in again as after any pinned
+	// session (a pipeline of SUBSCRIBE and RESET costs Redis no connection
+	// per pair). One that tracked keys is closed.
 	if ss.pinTracked {
 		ss.pin.Interrupt() // closed, not reused (session.pinTracked)
 	}
@@ -313,6 +313,7 @@ func (s *Server) leaveStream(ss *session) {
 	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
+	ss.subscribedSure = false
 	// Redis's +RESET, held back by the relay: the client reads it once the
 	// session has left stream mode (CLIENT LIST no longer shows it as a
 	// subscriber or a monitor).

@@ -671,6 +671,24 @@ func TestResp2RefusedSubscribeLeavesCommandsHere(t *testing.T) {
 			t.Errorf("%v while subscribed = %q, Redis directly: %q", cmd, got, want)
 		}
 	}
+	// Once Redis has confirmed the mode, no probe until an unsubscribe.
+	admin := dialClient(t, rs.Addr)
+	admin.do("AUTH", "adminpw")
+	pings := func() int {
+		m := regexp.MustCompile(`cmdstat_ping:calls=(\d+)`).FindStringSubmatch(admin.do("INFO", "commandstats"))
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	before := pings()
+	for i := 0; i < 20; i++ {
+		c.do("CLIENT", "GETNAME")
+	}
+	if n := pings() - before; n > 3 {
+		t.Errorf("20 CLIENT GETNAMEs in a confirmed subscribed mode cost Redis %d PINGs, want no probe each", n)
+	}
 }
 
 // TestStreamModeAsRedisRandomSequences sends seeded random sequences of

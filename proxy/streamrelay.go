@@ -24,6 +24,8 @@ const errorMarker = "rproxy-error"
 // errorCmd is the command sent, in stream mode, for a reply made here.
 var errorCmd = resp.AppendCommandString(nil, errorMarker)
 
+var errorMarkerBytes = []byte(errorMarker)
+
 // maxHeldError bounds the top-level error a streamRelay holds back while
 // it waits for the end of the line: Redis's answer to errorCmd is far
 // shorter, so a longer one is passed on as it comes.
@@ -124,11 +126,16 @@ func newStreamEnd(name []byte) *streamEnd { return &streamEnd{name: name} }
 func (e *streamEnd) command() []byte { return resp.AppendCommand(nil, e.name) }
 
 // answers reports whether reply, a complete top-level error, is Redis's
-// rejection of the marker (Redis 7 quotes the name, 6 backquotes it).
-func (e *streamEnd) answers(reply []byte) bool {
+// rejection of the marker.
+func (e *streamEnd) answers(reply []byte) bool { return rejectsUnknown(reply, e.name) }
+
+// rejectsUnknown reports whether reply, a complete top-level error, is
+// Redis's rejection of the command name as unknown (Redis 7 quotes the
+// name, 6 backquotes it).
+func rejectsUnknown(reply, name []byte) bool {
 	rest, ok := bytes.CutPrefix(reply, []byte("-ERR unknown command "))
-	return ok && len(rest) > len(e.name)+2 && (rest[0] == '\'' || rest[0] == '`') &&
-		bytes.HasPrefix(rest[1:], e.name) && rest[1+len(e.name)] == rest[0]
+	return ok && len(rest) >= len(name)+2 && (rest[0] == '\'' || rest[0] == '`') &&
+		bytes.HasPrefix(rest[1:], name) && rest[1+len(name)] == rest[0]
 }
 
 func newModeProbe(marker []byte) *modeProbe {
@@ -314,9 +321,7 @@ func (r *streamRelay) finish() []byte {
 // it is Redis's rejection of errorCmd (Redis 6 quotes the name with
 // backquotes, 7 with quotes) and an answer waits.
 func (r *streamRelay) answerTo(reply []byte) (relayAnswer, bool) {
-	rest, ok := bytes.CutPrefix(reply, []byte("-ERR unknown command "))
-	if !ok || len(rest) < len(errorMarker)+2 || (rest[0] != '\'' && rest[0] != '`') ||
-		!bytes.HasPrefix(rest[1:], []byte(errorMarker)) || rest[1+len(errorMarker)] != rest[0] {
+	if !rejectsUnknown(reply, errorMarkerBytes) {
 		return relayAnswer{}, false
 	}
 	r.mu.Lock()

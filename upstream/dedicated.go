@@ -474,8 +474,9 @@ func (d *Dedicated) write(cmds [][]byte) error {
 }
 
 // StreamTo copies everything the server sends, from now on, to w, byte for
-// byte, until the connection ends or w returns an error (ErrStreamEnd). It is for pub/sub, where replies and
-// messages arrive in the server's order and must reach the client unchanged.
+// byte, until the connection ends or w returns an error (ErrStreamEnd). It
+// is for pub/sub, where replies and messages arrive in the server's order
+// and must reach the client unchanged.
 func (d *Dedicated) StreamTo(w io.Writer) error {
 	d.nc.SetReadDeadline(time.Time{})
 	if d.r < d.w {
