@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -30,6 +31,42 @@ const (
 	trackUnwatch
 	trackSelect
 )
+
+// keptPin is a connection that tracked keys for the session (pinTracked),
+// kept by it between pins, with the pool it came from.
+type keptPin struct {
+	pool *upstream.Pool
+	d    *upstream.Dedicated
+}
+
+// takeKept returns the connection the session kept from pool, if it is
+// still open, or nil. Kept ones whose pool closed them (a new master) are
+// dropped on the way.
+func (ss *session) takeKept(pool *upstream.Pool) *upstream.Dedicated {
+	var found *upstream.Dedicated
+	ss.kept = slices.DeleteFunc(ss.kept, func(k keptPin) bool {
+		switch {
+		case k.d.Broken():
+			return true
+		case found == nil && k.pool == pool:
+			found = k.d
+			return true
+		}
+		return false
+	})
+	if found != nil && !pool.StillOpen(found) {
+		return nil
+	}
+	return found
+}
+
+// dropKept closes the connections the session kept (its client left).
+func (ss *session) dropKept() {
+	for _, k := range ss.kept {
+		k.pool.Discard(k.d)
+	}
+	ss.kept = nil
+}
 
 type track struct {
 	kind trackKind
@@ -59,10 +96,15 @@ func transactionTrack(name string) track {
 func (s *Server) pinSession(ss *session, slot int) bool {
 	s.flush(ss)
 	pool := ss.pools[ss.proto].PinPool(slot)
-	d, err := pool.Acquire(context.Background())
-	if err != nil {
-		ss.reply(resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()))
-		return false
+	d := ss.takeKept(pool)
+	if d != nil {
+		ss.pinTracked = true // its keys are still tracked
+	} else {
+		var err error
+		if d, err = pool.Acquire(context.Background()); err != nil {
+			ss.reply(resp.AppendError(nil, "ERR upstream unavailable: "+err.Error()))
+			return false
+		}
 	}
 	ss.pin, ss.pinPool = d, pool
 	ss.pinRef.Store(d)
@@ -199,7 +241,8 @@ func (ss *session) pinNoLongerNeeded() bool {
 // it that a RESET would clear, reset for reuse otherwise, or closed when
 // the client has left (clientGone) and a reset would be needed: Redis then
 // sees the client's connection end, not a RESET in SLOWLOG and MONITOR
-// after the client is gone.
+// after the client is gone. One that tracked keys stays the session's
+// (session.pinTracked).
 func (s *Server) unpin(ss *session, clientGone bool) {
 	if ss.pin == nil {
 		return
@@ -212,8 +255,12 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 	switch {
 	case ss.stream:
 		ss.pinPool.Release(ss.pin) // interrupted above: closed, not reused
-	case needsReset && clientGone:
+	case (needsReset || ss.pinTracked) && clientGone:
 		ss.pinPool.Discard(ss.pin)
+	case ss.pinTracked:
+		if !needsReset || ss.pinPool.ResetLent(ss.pin) {
+			ss.kept = append(ss.kept, keptPin{pool: ss.pinPool, d: ss.pin})
+		}
 	case needsReset:
 		ss.pinPool.Release(ss.pin)
 	default:
@@ -299,11 +346,9 @@ func (s *Server) leaveStream(ss *session) {
 	// answer, after which Redis sends nothing: the connection goes back to
 	// its pool, which resets it and logs it in again as after any pinned
 	// session (a pipeline of SUBSCRIBE and RESET costs Redis no connection
-	// per pair). One that tracked keys is closed.
-	if ss.pinTracked {
-		ss.pin.Interrupt() // closed, not reused (session.pinTracked)
-	}
-	ss.stream, ss.pinDirty, ss.pinTracked = false, true, false
+	// per pair). One that tracked keys is reset the same way and kept by
+	// the session instead (session.pinTracked).
+	ss.stream, ss.pinDirty = false, true
 	s.unpin(ss, false)
 	ss.relay, ss.streamEnded = nil, nil
 	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {

@@ -246,8 +246,10 @@ func TestReplicationStreamThroughProxy(t *testing.T) {
 // session's connection goes back to the pool, reset and logged in again,
 // instead of being closed: a pipeline of SUBSCRIBE and RESET opened a
 // connection to Redis per pair (each then in TIME_WAIT here, as with
-// passthrough's AUTH checks). The connection lent next is the upstream
-// user's, with no subscription left.
+// passthrough's AUTH checks). A connection that tracked keys stays the
+// session's, and a pipeline of CLIENT TRACKING and RESET opened one per
+// pair too, until the session kept it. The connection lent next is the
+// upstream user's, with no subscription left.
 func TestStreamResetKeepsTheConnection(t *testing.T) {
 	rs := redisWithAppUser(t)
 	p := proxytest.Start(t, rs.Addr, asAppUser)
@@ -255,23 +257,31 @@ func TestStreamResetKeepsTheConnection(t *testing.T) {
 	admin.do("AUTH", "adminpw")
 	c := dialClient(t, p.Addr)
 	const pairs = 200
-	var batch []byte
-	for i := 0; i < pairs; i++ {
-		batch = resp.AppendCommandString(batch, "SUBSCRIBE", "ch")
-		batch = resp.AppendCommandString(batch, "RESET")
-	}
-	before := connectionsReceived(t, admin)
-	c.send(batch)
-	for i := 0; i < pairs; i++ {
-		if r := string(c.read()); r != "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n" {
-			t.Fatalf("SUBSCRIBE %d = %q", i, r)
+	for _, enter := range []struct {
+		cmd   []string
+		reply string
+	}{
+		{[]string{"SUBSCRIBE", "ch"}, "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"},
+		{[]string{"CLIENT", "TRACKING", "on"}, "+OK\r\n"},
+	} {
+		var batch []byte
+		for i := 0; i < pairs; i++ {
+			batch = resp.AppendCommandString(batch, enter.cmd...)
+			batch = resp.AppendCommandString(batch, "RESET")
 		}
-		if r := string(c.read()); r != "+RESET\r\n" {
-			t.Fatalf("RESET %d = %q", i, r)
+		before := connectionsReceived(t, admin)
+		c.send(batch)
+		for i := 0; i < pairs; i++ {
+			if r := string(c.read()); r != enter.reply {
+				t.Fatalf("%v %d = %q", enter.cmd, i, r)
+			}
+			if r := string(c.read()); r != "+RESET\r\n" {
+				t.Fatalf("RESET %d = %q", i, r)
+			}
 		}
-	}
-	if n := connectionsReceived(t, admin) - before; n > 4 {
-		t.Errorf("%d pairs of SUBSCRIBE and RESET opened %d connections to Redis, want at most 4", pairs, n)
+		if n := connectionsReceived(t, admin) - before; n > 4 {
+			t.Errorf("%d pairs of %v and RESET opened %d connections to Redis, want at most 4", pairs, enter.cmd, n)
+		}
 	}
 	// A pinned session gets a reset connection: the upstream user's, and
 	// subscribed to nothing (PUBLISH would be refused in subscribed mode).
@@ -310,11 +320,12 @@ func TestStreamResetReplyAfterTheSessionLeft(t *testing.T) {
 	}
 }
 
-// TestStreamResetClosesATrackedConnection: a connection that tracked keys
-// is not reused after RESET: Redis keeps its id in the tracking table for
-// the keys read, and the next session to turn tracking on on it would get
-// invalidations of the first one's keys.
-func TestStreamResetClosesATrackedConnection(t *testing.T) {
+// TestStreamResetKeepsATrackedConnectionForItsSession: a connection that
+// tracked keys is not lent to another session after RESET: Redis keeps its
+// id in the tracking table for the keys read, and the next session to turn
+// tracking on on it would get invalidations of the first one's keys. The
+// session keeps it instead (TestTrackingAfterResetAsRedis).
+func TestStreamResetKeepsATrackedConnectionForItsSession(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
 	a := dialClient(t, p.Addr)
@@ -330,6 +341,44 @@ func TestStreamResetClosesATrackedConnection(t *testing.T) {
 	dialClient(t, p.Addr).do("SET", "secret-key", "x")
 	if r := b.do("PING"); r != "+PONG\r\n" {
 		t.Errorf("PING of a session that read nothing = %q, want +PONG (no invalidation of another session's key)", r)
+	}
+	// a's connection is kept for it (b's is lent), and closed once it leaves.
+	pinned := func() float64 {
+		v, _ := metricSum(t, p.Registry, "rproxy_upstream_pinned_connections", nil)
+		return v
+	}
+	if n := pinned(); n != 2 {
+		t.Fatalf("pinned connections = %v, want 2 (a's kept, b's)", n)
+	}
+	a.nc.Close()
+	waitFor(t, "the connection a kept closed", func() bool { return pinned() == 1 })
+}
+
+// TestTrackingAfterResetAsRedis: a client that tracked a key, sent RESET
+// and turned tracking on again gets the key's invalidation when it changes:
+// Redis keeps the connection's entries through RESET. Through rproxy the
+// session keeps its connection, so the client sees what it would directly;
+// before, rproxy closed the connection and the invalidation never came.
+func TestTrackingAfterResetAsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	var got [2]string
+	for i, addr := range []string{rs.Addr, p.Addr} {
+		c := dialClient(t, addr)
+		for _, cmd := range [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "on"}, {"GET", "tracked"}, {"RESET"},
+			{"HELLO", "3"}, {"CLIENT", "TRACKING", "on"}} {
+			c.do(cmd...)
+		}
+		dialClient(t, addr).do("SET", "tracked", "x")
+		c.send(resp.AppendCommandString(nil, "PING"))
+		got[i] = readUntil(t, c, "+PONG\r\n")
+		c.nc.Close()
+	}
+	if want := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$7\r\ntracked\r\n+PONG\r\n"; got[0] != want {
+		t.Fatalf("Redis directly: %q, want %q", got[0], want)
+	}
+	if got[1] != got[0] {
+		t.Errorf("through rproxy: %q, want %q as from Redis", got[1], got[0])
 	}
 }
 

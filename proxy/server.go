@@ -476,6 +476,7 @@ func (s *Server) closed(c *clientConn, err error) {
 	// A client gone mid-transaction, mid-watch or in another database takes
 	// its pinned connection with it, as its own connection would end.
 	s.unpin(ss, true)
+	ss.dropKept()
 	s.clients.Add(-1)
 	s.metrics.clients.Dec()
 	fields := []zap.Field{zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)}

@@ -128,10 +128,14 @@ type session struct {
 	role                             byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 	// pinTracked: CLIENT TRACKING went to the pinned connection. Redis keeps
 	// the connection's id in its tracking table for the keys read while
-	// tracking, even after RESET: a later session that turned tracking on
-	// on it would get invalidations of this one's keys, so it is closed
-	// instead of reused after the stream.
+	// tracking, until they change, RESET or not: another session that
+	// turned tracking on on it would get invalidations of this one's keys.
+	// So it is never pooled: once the session no longer needs it, it is
+	// kept for this session's next pin (kept), as the client's own
+	// connection to Redis would stay with its entries, and closed when the
+	// client leaves.
 	pinTracked bool
+	kept       []keptPin
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
@@ -748,8 +752,8 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			ss.reply(errReply)
 			return
 		}
-		ss.pinTracked = true
 		s.startStream(ss, raw)
+		ss.pinTracked = ss.pinTracked || ss.stream
 	case "reply", "caching", "no-evict", "no-touch":
 		// Connection state for this client alone: from now on the session
 		// has its own connection (stream mode).

@@ -304,6 +304,29 @@ func (p *Pool) Discard(d *Dedicated) {
 	d.close()
 }
 
+// ResetLent resets a lent connection as Release would, but leaves it lent:
+// for the session that holds it to use again, and no other (one whose
+// keys Redis still tracks for it). False when the reset failed and the
+// connection was closed.
+func (p *Pool) ResetLent(d *Dedicated) bool {
+	if !d.broken.Load() && d.reset() {
+		return true
+	}
+	p.Discard(d)
+	return false
+}
+
+// StillOpen reports whether a lent connection its holder kept unused is
+// still open and has nothing unread, as Acquire checks an idle one; one
+// that is not is closed.
+func (p *Pool) StillOpen(d *Dedicated) bool {
+	if !d.broken.Load() && d.idleAlive() {
+		return true
+	}
+	p.Discard(d)
+	return false
+}
+
 func (p *Pool) release(d *Dedicated, reset bool) {
 	p.metrics.pinned.Dec()
 	if !d.broken.Load() && (!reset || d.reset()) {

@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "write_batch_commands", Help: "Commands per upstream write (how well pipelining batches).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}}, proto),
 		pinned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "pinned_connections", Help: "Dedicated upstream connections currently lent to sessions holding state."}, proto),
+			Name: "pinned_connections", Help: "Dedicated upstream connections currently lent to sessions holding state, or kept by a session for the keys Redis tracks on them."}, proto),
 		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "cluster_redirects_total", Help: "Cluster replies rproxy followed instead of passing them on, by kind (moved, ask, tryagain)."}, []string{"kind"}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
