@@ -40,13 +40,14 @@ type keptPin struct {
 }
 
 // takeKept returns the connection the session kept from pool, if it is
-// still open, or nil. Kept ones whose pool closed them (a new master) are
-// dropped on the way.
+// still open, or nil. Kept ones whose pool broke them (a new master) are
+// given back on the way.
 func (ss *session) takeKept(pool *upstream.Pool) *upstream.Dedicated {
 	var found *upstream.Dedicated
 	ss.kept = slices.DeleteFunc(ss.kept, func(k keptPin) bool {
 		switch {
 		case k.d.Broken():
+			k.pool.Discard(k.d)
 			return true
 		case found == nil && k.pool == pool:
 			found = k.d
