@@ -625,12 +625,34 @@ func (ss *session) forgetSubscriptions() {
 
 // substituteInStream queues, in stream mode, the reply r made here: Redis
 // is sent errorCmd, which it rejects, and the session's relay shows the
-// client r in place of Redis's error (streamrelay.go).
+// client r in place of Redis's error (streamrelay.go). Where Redis holds a
+// CLIENT CACHING flag for the client's next command, the rejected command
+// is clientErrorCmd, which keeps it (inside MULTI Redis keeps the flag
+// until EXEC).
 func (ss *session) substituteInStream(r []byte) {
 	if ss.streamAnswered() {
 		ss.relay.substitute(r)
 	}
-	ss.streamCmds = append(ss.streamCmds, errorCmd)
+	marker := errorCmd
+	if !ss.inTransaction() && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		marker = clientErrorCmd
+	}
+	ss.streamCmds = append(ss.streamCmds, marker)
+}
+
+// cachingHeldAfter reports whether Redis holds a CLIENT CACHING flag after
+// cmds, sent in stream mode, given whether it held one before them. Redis
+// drops it after any command but a CLIENT one; a CACHING Redis refuses
+// counts as held, which costs only the choice of clientErrorCmd.
+func cachingHeldAfter(held bool, cmds [][]byte) bool {
+	for _, raw := range cmds {
+		if !bytes.EqualFold(rawCommandName(raw), []byte("client")) {
+			held = false
+		} else if bytes.EqualFold(rawSubcommand(raw), []byte("caching")) {
+			held = true
+		}
+	}
+	return held
 }
 
 // forwardInMode sends a command on: queued in the batch, or in stream mode

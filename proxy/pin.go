@@ -286,7 +286,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	if err := ss.conn.Flush(); err != nil {
 		return
 	}
-	ss.stream = true
+	ss.stream, ss.cachingSent = true, false
 	pin, nc, id, addr := ss.pin, ss.conn.NetConn(), ss.id, ss.conn.RemoteAddr()
 	if lc, ok := nc.(*limitedConn); ok {
 		lc.exemptIdle() // Redis never closes an idle subscriber
@@ -401,6 +401,7 @@ func (s *Server) redisSubscribed(ss *session) (subscribed, ok bool) {
 
 // sendStream writes the batch's commands to the pinned connection.
 func (s *Server) sendStream(ss *session) {
+	ss.cachingSent = cachingHeldAfter(ss.cachingSent, ss.streamCmds)
 	if err := ss.pin.Send(ss.streamCmds); err != nil {
 		s.log.Info("pub/sub upstream write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
 			zap.String("command", commandName(ss.streamCmds[0])), zap.Error(err))
@@ -448,17 +449,42 @@ func commandName(raw []byte) string {
 func rawCommandName(raw []byte) []byte {
 	// *<n>\r\n$<len>\r\n<name>\r\n
 	i := bytes.IndexByte(raw, '\n')
-	if i < 0 || i+1 >= len(raw) || raw[i+1] != '$' {
+	if i < 0 {
 		return nil
 	}
-	rest := raw[i+1:]
-	j := bytes.IndexByte(rest, '\n')
+	name, _ := rawShortBulk(raw[i+1:])
+	return name
+}
+
+// rawSubcommand returns the argument after the name of a RESP command
+// array as sent (nil if there is none, or it is longer than 64 bytes).
+func rawSubcommand(raw []byte) []byte {
+	i := bytes.IndexByte(raw, '\n')
+	if i < 0 {
+		return nil
+	}
+	if _, rest := rawShortBulk(raw[i+1:]); rest != nil {
+		sub, _ := rawShortBulk(rest)
+		return sub
+	}
+	return nil
+}
+
+// rawShortBulk reads the bulk string b starts with, if it is at most 64
+// bytes: its payload and what follows it (nil, nil otherwise).
+func rawShortBulk(b []byte) (payload, rest []byte) {
+	// $<len>\r\n<payload>\r\n
+	if len(b) == 0 || b[0] != '$' {
+		return nil, nil
+	}
+	j := bytes.IndexByte(b, '\n')
 	if j < 0 {
-		return nil
+		return nil, nil
 	}
-	n, err := strconv.Atoi(string(bytes.TrimSuffix(rest[1:j], []byte("\r"))))
-	if err != nil || n < 0 || j+1+n > len(rest) || n > 64 {
-		return nil
+	n, err := strconv.Atoi(string(bytes.TrimSuffix(b[1:j], []byte("\r"))))
+	if err != nil || n < 0 || j+1+n > len(b) || n > 64 {
+		return nil, nil
 	}
-	return rest[j+1 : j+1+n]
+	end := min(j+1+n+2, len(b))
+	return b[j+1 : j+1+n], b[end:]
 }

@@ -740,6 +740,26 @@ func TestResp2RefusedSubscribeLeavesCommandsHere(t *testing.T) {
 	}
 }
 
+// streamActedCommands are the commands of the stream-mode random tests
+// that rproxy acts on, and streamPlainCommands those it forwards as sent.
+// The acting ones need the ACL user of the tests' servers: channels
+// allowed*, so that SUBSCRIBE forbidden is refused.
+var streamActedCommands = [][]string{
+	{"SUBSCRIBE", "allowed1"}, {"SUBSCRIBE", "allowed1", "allowed1"}, {"SUBSCRIBE", "forbidden"},
+	{"PSUBSCRIBE", "allowed*"}, {"UNSUBSCRIBE"}, {"UNSUBSCRIBE", "allowed1"}, {"PUNSUBSCRIBE"},
+	{"CLIENT", "GETNAME"}, {"CLIENT", "SETNAME", "n1"}, {"AUTH", "nobody", "x"},
+	{"MULTI"}, {"CLIENT", "TRACKING", "on"}, {"CLIENT", "TRACKING", "off"},
+	{"EVAL", "return redis.status_reply('RESET')", "0"}, {"RESET"},
+	{"SELECT", "1"}, {"SELECT", "0"}, {"WATCH", "k"}, {"UNWATCH"},
+	{"CLIENT", "REPLY", "OFF"}, {"CLIENT", "REPLY", "ON"}, {"CLIENT", "REPLY", "SKIP"},
+	{"HELLO", "3"}, {"HELLO", "2"},
+	{"SSUBSCRIBE", "allowed1"}, {"SUNSUBSCRIBE"},
+	{"CLIENT", "CACHING", "yes"}, {"CLIENT", "GETREDIR"}, {"CLIENT", "TRACKINGINFO"},
+	{"CLIENT", "TRACKING", "on", "OPTIN"}, {"CLIENT", "NO-TOUCH", "on"},
+}
+var streamPlainCommands = [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SET", "k", "v"}, {"ECHO", "hi"}, {"EXEC"}, {"DISCARD"},
+	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}}
+
 // TestStreamModeAsRedisRandomSequences sends seeded random sequences of
 // subscribe, stream-mode and plain commands, each in one write, to a Redis
 // directly and to another through rproxy, and requires the same bytes
@@ -753,8 +773,9 @@ func TestResp2RefusedSubscribeLeavesCommandsHere(t *testing.T) {
 // UNSUBSCRIBE of several lists them in the order of each server's own
 // (randomly seeded) hash table. A key of its own per sequence: Redis keeps
 // invalidating, on the direct connection, keys it read while tracking in
-// an earlier sequence, and through rproxy each stream has a connection of
-// its own. And no refused SUBSCRIBE while replies are off: rproxy cannot
+// an earlier sequence, and through rproxy the session keeps a tracked
+// connection per protocol (HELLO 2 and 3 each have their pool), so keys
+// read while tracking in RESP2 are not on the RESP3 one. And no refused SUBSCRIBE while replies are off: rproxy cannot
 // ask Redis for the mode then, and takes a later CLIENT REPLY ON for
 // refused, as it is when the subscription holds (subscribedContext).
 // No BCAST tracking: Redis sends its invalidations when it next waits for
@@ -769,21 +790,7 @@ func TestStreamModeAsRedisRandomSequences(t *testing.T) {
 	}
 	p := proxytest.Start(t, servers[1].Addr)
 	clients := [2]*rawClient{dialClient(t, servers[0].Addr), dialClient(t, p.Addr)}
-	acted := [][]string{
-		{"SUBSCRIBE", "allowed1"}, {"SUBSCRIBE", "allowed1", "allowed1"}, {"SUBSCRIBE", "forbidden"},
-		{"PSUBSCRIBE", "allowed*"}, {"UNSUBSCRIBE"}, {"UNSUBSCRIBE", "allowed1"}, {"PUNSUBSCRIBE"},
-		{"CLIENT", "GETNAME"}, {"CLIENT", "SETNAME", "n1"}, {"AUTH", "nobody", "x"},
-		{"MULTI"}, {"CLIENT", "TRACKING", "on"}, {"CLIENT", "TRACKING", "off"},
-		{"EVAL", "return redis.status_reply('RESET')", "0"}, {"RESET"},
-		{"SELECT", "1"}, {"SELECT", "0"}, {"WATCH", "k"}, {"UNWATCH"},
-		{"CLIENT", "REPLY", "OFF"}, {"CLIENT", "REPLY", "ON"}, {"CLIENT", "REPLY", "SKIP"},
-		{"HELLO", "3"}, {"HELLO", "2"},
-		{"SSUBSCRIBE", "allowed1"}, {"SUNSUBSCRIBE"},
-		{"CLIENT", "CACHING", "yes"}, {"CLIENT", "GETREDIR"}, {"CLIENT", "TRACKINGINFO"},
-		{"CLIENT", "TRACKING", "on", "OPTIN"}, {"CLIENT", "NO-TOUCH", "on"},
-	}
-	plain := [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SET", "k", "v"}, {"ECHO", "hi"}, {"EXEC"}, {"DISCARD"},
-		{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}}
+	acted, plain := streamActedCommands, streamPlainCommands
 	withKey := func(cmd []string, seq int) []string { // a key of its own per sequence (below)
 		if len(cmd) > 1 && cmd[1] == "k" {
 			return append([]string{cmd[0], fmt.Sprintf("k%d", seq)}, cmd[2:]...)
@@ -859,4 +866,36 @@ func readUntil(t *testing.T, c *rawClient, last string) string {
 	}
 	t.Fatalf("no %q in 1000 replies: %q", last, all.String())
 	return ""
+}
+
+// TestStreamModeKeepsCachingFlag: after CLIENT CACHING yes (tracking in
+// OPTIN mode) Redis tracks the client's next read, also when CLIENT
+// commands come between: it drops the flag after any other command. Those
+// rproxy answers in stream mode went to Redis as an unknown command, which
+// dropped it: the read went untracked and its key's invalidation never
+// came. Each is compared with Redis directly from the read on.
+func TestStreamModeKeepsCachingFlag(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	for _, between := range [][]string{{"CLIENT", "GETREDIR"}, {"CLIENT", "GETNAME"}, {"CLIENT", "ID"},
+		{"CLIENT", "INFO"}, {"CLIENT", "LIST"}, {"CLIENT", "SETNAME", "x"}} {
+		var got [2]string
+		for i, addr := range []string{rs.Addr, p.Addr} {
+			c := dialClient(t, addr)
+			for _, cmd := range [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "on", "OPTIN"}, {"CLIENT", "CACHING", "yes"}, between} {
+				c.do(cmd...)
+			}
+			c.do("GET", "optin")
+			dialClient(t, addr).do("SET", "optin", "x")
+			c.send(resp.AppendCommandString(nil, "PING"))
+			got[i] = readUntil(t, c, "+PONG\r\n")
+			c.nc.Close()
+		}
+		if want := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$5\r\noptin\r\n+PONG\r\n"; got[0] != want {
+			t.Fatalf("%v: Redis directly: %q, want %q", between, got[0], want)
+		}
+		if got[1] != got[0] {
+			t.Errorf("%v: through rproxy %q, want %q as from Redis", between, got[1], got[0])
+		}
+	}
 }

@@ -125,7 +125,10 @@ type session struct {
 	// nor the command after a SKIP (replySkipped while it runs): no relay
 	// answer may wait for such a command's reply.
 	replyOff, skipNext, replySkipped bool
-	role                             byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
+	// cachingSent: Redis holds a CLIENT CACHING flag after the stream-mode
+	// commands sent so far (cachingHeldAfter).
+	cachingSent bool
+	role        byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 	// pinTracked: CLIENT TRACKING went to the pinned connection. Redis keeps
 	// the connection's id in its tracking table for the keys read while
 	// tracking, until they change, RESET or not: another session that

@@ -26,6 +26,35 @@ var errorCmd = resp.AppendCommandString(nil, errorMarker)
 
 var errorMarkerBytes = []byte(errorMarker)
 
+// clientErrorCmd is errorCmd for a connection on which Redis holds a
+// CLIENT CACHING flag: Redis drops the flag after any command but a CLIENT
+// one, an unknown command included, and the client's next read would go
+// untracked where it asked for tracking. CLIENT ID with an argument is
+// rejected for its arity, before anything else and before any ACL check,
+// as an unknown command is, and keeps the flag.
+var clientErrorCmd = resp.AppendCommandString(nil, "CLIENT", "ID", errorMarker)
+
+// clientErrorAnswers are Redis's answers to clientErrorCmd: 7's arity
+// error, and 6's, where CLIENT checks its own arguments.
+var clientErrorAnswers = [][]byte{
+	[]byte("-ERR wrong number of arguments for 'client|id' command\r\n"),
+	[]byte("-ERR Unknown subcommand or wrong number of arguments for 'ID'. Try CLIENT HELP.\r\n"),
+}
+
+// answersErrorCmd reports whether reply, a complete top-level error, is
+// Redis's answer to errorCmd or to clientErrorCmd.
+func answersErrorCmd(reply []byte) bool {
+	if rejectsUnknown(reply, errorMarkerBytes) {
+		return true
+	}
+	for _, a := range clientErrorAnswers {
+		if bytes.Equal(reply, a) {
+			return true
+		}
+	}
+	return false
+}
+
 // maxHeldError bounds the top-level error a streamRelay holds back while
 // it waits for the end of the line: Redis's answer to errorCmd is far
 // shorter, so a longer one is passed on as it comes.
@@ -319,9 +348,9 @@ func (r *streamRelay) finish() []byte {
 
 // answerTo returns what reply, a complete top-level error, stands for, if
 // it is Redis's rejection of errorCmd (Redis 6 quotes the name with
-// backquotes, 7 with quotes) and an answer waits.
+// backquotes, 7 with quotes) or of clientErrorCmd and an answer waits.
 func (r *streamRelay) answerTo(reply []byte) (relayAnswer, bool) {
-	if !rejectsUnknown(reply, errorMarkerBytes) {
+	if !answersErrorCmd(reply) {
 		return relayAnswer{}, false
 	}
 	r.mu.Lock()

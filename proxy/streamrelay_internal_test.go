@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,15 +38,18 @@ func relayAll(t *testing.T, stream string, sizes []int, refusals ...string) stri
 
 func TestStreamRelayReplacesMarkerReplies(t *testing.T) {
 	push := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\ntk\r\n"
-	in := "+QUEUED\r\n" + markerReply7 + push + "-ERR other\r\n" + markerReply6 + ":1\r\n"
-	want := "+QUEUED\r\n-DENIED one\r\n" + push + "-ERR other\r\n-DENIED two\r\n:1\r\n"
+	// clientErrorCmd's answers, from Redis 7 and 6, stand for refusals too.
+	in := "+QUEUED\r\n" + markerReply7 + push + "-ERR other\r\n" + markerReply6 + ":1\r\n" +
+		string(clientErrorAnswers[0]) + string(clientErrorAnswers[1])
+	want := "+QUEUED\r\n-DENIED one\r\n" + push + "-ERR other\r\n-DENIED two\r\n:1\r\n:3\r\n$0\r\n\r\n"
+	refusals := []string{"-DENIED one\r\n", "-DENIED two\r\n", ":3\r\n", "$0\r\n\r\n"}
 	// Every split of the stream into two writes, and byte by byte.
 	for cut := 0; cut <= len(in); cut++ {
-		if got := relayAll(t, in, []int{max(cut, 1), len(in)}, "-DENIED one\r\n", "-DENIED two\r\n"); got != want {
+		if got := relayAll(t, in, []int{max(cut, 1), len(in)}, refusals...); got != want {
 			t.Fatalf("cut at %d: got %q, want %q", cut, got, want)
 		}
 	}
-	if got := relayAll(t, in, []int{1}, "-DENIED one\r\n", "-DENIED two\r\n"); got != want {
+	if got := relayAll(t, in, []int{1}, refusals...); got != want {
 		t.Fatalf("byte by byte: got %q, want %q", got, want)
 	}
 }
@@ -205,6 +209,7 @@ func FuzzStreamRelayAnswers(f *testing.F) {
 	f.Add([]byte(markerReply7+markerReply7+"%1\r\n$2\r\nid\r\n:5\r\n+RESET\r\n-ERR unknown command 'rproxy-end-m1', with args beginning with: \r\n"), uint8(1))
 	f.Add([]byte(markerReply6+">1\r\n:1\r\n-ERR x\r\n"+markerReply7+"*2\r\n$2\r\nid\r\n:5\r\n"), uint8(7))
 	f.Add([]byte("*2\r\n$4\r\npong\r\n$2\r\nm2\r\n$2\r\nm2\r\n*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nx\r\n"), uint8(3))
+	f.Add(append(slices.Clone(clientErrorAnswers[0]), markerReply7+"+RESET\r\n"...), uint8(2))
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
 		r := newStreamRelay(io.Discard)
 		r.substitute([]byte("-DENIED x\r\n"))
