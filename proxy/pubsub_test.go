@@ -760,6 +760,20 @@ var streamActedCommands = [][]string{
 var streamPlainCommands = [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SET", "k", "v"}, {"ECHO", "hi"}, {"EXEC"}, {"DISCARD"},
 	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}}
 
+// streamTestServers starts the two Redis servers of a stream-mode random
+// test, one for the direct client and one behind rproxy, whose default
+// user may use the channels allowed* only.
+func streamTestServers(t *testing.T) [2]*redistest.Server {
+	var servers [2]*redistest.Server
+	for i := range servers {
+		servers[i] = redistest.Start(t)
+		if r := servers[i].Do(t, "ACL", "SETUSER", "default", "resetchannels", "&allowed*"); string(r) != "+OK\r\n" {
+			t.Fatal(string(r))
+		}
+	}
+	return servers
+}
+
 // TestStreamModeAsRedisRandomSequences sends seeded random sequences of
 // subscribe, stream-mode and plain commands, each in one write, to a Redis
 // directly and to another through rproxy, and requires the same bytes
@@ -781,13 +795,7 @@ var streamPlainCommands = [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SE
 // No BCAST tracking: Redis sends its invalidations when it next waits for
 // input, so whether a sequence sees them depends on how its write was cut.
 func TestStreamModeAsRedisRandomSequences(t *testing.T) {
-	var servers [2]*redistest.Server
-	for i := range servers {
-		servers[i] = redistest.Start(t)
-		if r := servers[i].Do(t, "ACL", "SETUSER", "default", "resetchannels", "&allowed*"); string(r) != "+OK\r\n" {
-			t.Fatal(string(r))
-		}
-	}
+	servers := streamTestServers(t)
 	p := proxytest.Start(t, servers[1].Addr)
 	clients := [2]*rawClient{dialClient(t, servers[0].Addr), dialClient(t, p.Addr)}
 	acted, plain := streamActedCommands, streamPlainCommands

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/rproxy/rproxy/internal/proxytest"
-	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/resp"
 )
 
@@ -29,13 +28,7 @@ import (
 // connection tracks is written by the other. This test found CLIENT CACHING
 // lost before a CLIENT command rproxy answers (TestStreamModeKeepsCachingFlag).
 func TestStreamModeAsRedisLongSessions(t *testing.T) {
-	var servers [2]*redistest.Server
-	for i := range servers {
-		servers[i] = redistest.Start(t)
-		if r := servers[i].Do(t, "ACL", "SETUSER", "default", "resetchannels", "&allowed*"); string(r) != "+OK\r\n" {
-			t.Fatal(string(r))
-		}
-	}
+	servers := streamTestServers(t)
 	p := proxytest.Start(t, servers[1].Addr)
 	clients := [2][2]*rawClient{
 		{dialClient(t, servers[0].Addr), dialClient(t, servers[0].Addr)},
