@@ -372,6 +372,15 @@ func readable(ss *session, c *call, shared *poolSet) bool {
 	return c.info != nil && c.info.Handling == command.Forward && ss.pin == nil && !ss.flights.wrote && ss.pools == shared
 }
 
+// noteWrite notes a forwarded write: no later read of the batch shares a
+// flight (readable), and the batch's send sequence is kept for the next
+// batch's joins (coalescing.go).
+func (ss *session) noteWrite(info *command.Info) {
+	if info.Has(command.Write) {
+		ss.flights.wrote, ss.flights.batchWrote = true, true
+	}
+}
+
 // isGet reports whether c is a GET with one key.
 func (c *call) isGet() bool {
 	return c.info.Name == "get" && len(c.cmd.Args) == 2
@@ -395,9 +404,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 	}
 	switch info.Handling {
 	case command.Forward:
-		if info.Has(command.Write) {
-			ss.flights.wrote, ss.flights.batchWrote = true, true
-		}
+		ss.noteWrite(info)
 		if info.Name == "info" {
 			ss.infoAt = append(ss.infoAt, infoAt{up: ss.batch.Len(), withProxy: infoWantsProxy(args)})
 		}

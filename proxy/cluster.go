@@ -102,6 +102,7 @@ type routing struct {
 	salting         *salting                       // notes writes of salted keys (nil: off)
 	facade          func(ss *session, cmd resp.Command) bool
 	pin             func(ss *session, slot int) bool
+	flush           func(ss *session)
 	refuse          func(ss *session, msg string)
 }
 
@@ -129,6 +130,16 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		return false
 	}
 	args := cmd.Args
+	if ss.pin != nil && !ss.stream && !ss.inTransaction() && (!ss.watching || ss.blocking || watchMayEnd(ss)) {
+		// Pinned for a blocking command earlier in the batch, or with a
+		// WATCH, UNWATCH, EXEC or DISCARD whose reply is not in: the pin
+		// is one master's, and this command may be another's, or every
+		// master's. It waits for those to run, as on Redis, where a
+		// blocked client's next commands wait; then it is routed as the
+		// replies left the session (the pin released, or kept for a
+		// watch that holds, and crossSlotCommand).
+		r.flush(ss)
+	}
 	if ss.pin != nil && r.crossSlotEnd(ss, info) {
 		return true
 	}
@@ -142,6 +153,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		if kind, ok := fanOutCommands[fanOutName(info.Name, args)]; ok {
 			shards := ss.pools[ss.proto].Shards()
 			if len(shards) > 1 {
+				ss.noteWrite(info) // FLUSHALL, FLUSHDB: as dispatch notes what it forwards
 				first := ss.batch.Len()
 				for _, slot := range shards {
 					ss.batch.AddSlot(cmd.Raw, slot)
@@ -191,8 +203,21 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 			return false // Redis's arity error
 		}
 	}
+	ss.noteWrite(info) // MSET, DEL, UNLINK: as dispatch notes what it forwards
 	splitBySlot(ss, args, step, kind)
 	return true
+}
+
+// watchMayEnd reports whether the batch holds a command that may start or
+// end a watch (WATCH, UNWATCH, EXEC, DISCARD), whose reply decides.
+func watchMayEnd(ss *session) bool {
+	for _, t := range ss.track {
+		switch t.kind {
+		case trackWatch, trackUnwatch, trackExec:
+			return true
+		}
+	}
+	return false
 }
 
 // splitBySlot queues one command per slot, each with the keys (and, with

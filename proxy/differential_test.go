@@ -72,25 +72,52 @@ func TestPipelinesAsRedisRandomSequences(t *testing.T) {
 		{"CLIENT", "SETNAME", "n1"}, {"CLIENT", "GETNAME"}, {"RESET"},
 		{"FLUSHDB"}, {"SWAPDB", "0", "1"},
 	}
-	pool := append(slices.Clip(data), acted...)
-	rng := rand.New(rand.NewPCG(3, 4))
+	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted}, rand.New(rand.NewPCG(3, 4)), 500)
+}
+
+// pipelineDraws are the commands comparePipelines draws from: data two
+// times in three, else data or acted alike; inside a transaction, from
+// inMulti if set, else as outside but for CLIENT and HELLO, which rproxy
+// refuses there (docs/commands.md); while a WATCH holds, outside a
+// transaction, from watching if set. closeMulti: a transaction never stays
+// open from one pipeline to the next.
+type pipelineDraws struct {
+	data, acted, inMulti, watching [][]string
+	closeMulti                     bool
+}
+
+// comparePipelines sends seqs random pipelines, each on one of two client
+// connections per side (Redis directly, rproxy), and fails at the first
+// whose replies differ. The state a pipeline leaves carries over, a
+// transaction included half the time.
+func comparePipelines(t *testing.T, clients [2][2]*rawClient, d pipelineDraws, rng *rand.Rand, seqs int) {
+	t.Helper()
+	pool := append(slices.Clip(d.data), d.acted...)
 	var names []string
 	defer func() {
 		if t.Failed() {
 			t.Logf("the sequence: %q", names)
 		}
 	}()
-	var multiOpen [2]bool // per client
-	for seq := 0; seq < 500; seq++ {
+	var multiOpen, watchHeld [2]bool // per client
+	for seq := 0; seq < seqs; seq++ {
 		var batch []byte
 		names = names[:0]
 		who := rng.IntN(2)
-		inMulti := multiOpen[who]
+		inMulti, watching := multiOpen[who], watchHeld[who]
 		for n := 1 + rng.IntN(10); n > 0; n-- {
 			cmd := pool[rng.IntN(len(pool))]
 			// Mostly data commands, so that keys get read and written often.
 			if rng.IntN(3) > 0 {
-				cmd = data[rng.IntN(len(data))]
+				cmd = d.data[rng.IntN(len(d.data))]
+			}
+			switch {
+			case inMulti && d.inMulti != nil:
+				cmd = d.inMulti[rng.IntN(len(d.inMulti))]
+			case watching && d.watching != nil && rng.IntN(4) > 0:
+				cmd = d.watching[rng.IntN(len(d.watching))]
+			case watching && d.watching != nil:
+				cmd = []string{[]string{"UNWATCH", "MULTI", "RESET"}[rng.IntN(3)]}
 			}
 			if inMulti && (cmd[0] == "CLIENT" || cmd[0] == "HELLO") {
 				continue // refused inside MULTI through rproxy, as documented (docs/commands.md)
@@ -98,18 +125,23 @@ func TestPipelinesAsRedisRandomSequences(t *testing.T) {
 			switch cmd[0] {
 			case "MULTI":
 				inMulti = true
-			case "EXEC", "DISCARD", "RESET":
+			case "EXEC", "DISCARD":
+				watching = watching && !inMulti // without MULTI: an error, the watch holds
 				inMulti = false
+			case "RESET", "UNWATCH":
+				inMulti, watching = inMulti && cmd[0] == "UNWATCH", false
+			case "WATCH":
+				watching = watching || !inMulti // inside MULTI: an error
 			}
 			if cmd[0] == "BLPOP" {
 				// Never blocks: timing is not what this compares.
-				batch = resp.AppendCommandString(batch, "LPUSH", "l1", "b")
-				names = append(names, "LPUSH l1 b")
+				batch = resp.AppendCommandString(batch, "LPUSH", cmd[1], "b")
+				names = append(names, "LPUSH "+cmd[1]+" b")
 			}
 			batch = resp.AppendCommandString(batch, cmd...)
 			names = append(names, strings.Join(cmd, " "))
 		}
-		if inMulti && rng.IntN(2) == 0 {
+		if inMulti && (d.closeMulti || rng.IntN(2) == 0) {
 			// Left open across pipelines half the time; closed here
 			// otherwise, so that the end marker is not queued.
 			batch = resp.AppendCommandString(batch, "EXEC")
@@ -122,7 +154,7 @@ func TestPipelinesAsRedisRandomSequences(t *testing.T) {
 			last = "+QUEUED\r\n"
 		}
 		batch = resp.AppendCommandString(batch, "ECHO", end)
-		multiOpen[who] = inMulti
+		multiOpen[who], watchHeld[who] = inMulti, watching
 		var got [2]string
 		for i := range clients {
 			c := clients[i][who]
@@ -150,4 +182,95 @@ func readUntilLast(t *testing.T, c *rawClient, last string, n int) string {
 		t.Fatalf("reply %d = %q, want %q; all: %q", n, r, last, all.String())
 	}
 	return all.String()
+}
+
+// TestClusterPipelinesAsStandaloneRandomSequences is
+// TestPipelinesAsRedisRandomSequences with rproxy in front of a
+// three-master cluster, compared with one standalone Redis: clients see one
+// node (the facade), multi-key commands across slots are split and their
+// replies merged. Left out: what the facade answers as a cluster node would
+// (docs/cluster.md): SELECT, SWAPDB, KEYS and the like; a multi-key command
+// that cannot be split, and a transaction, across slots (CROSSSLOT), so
+// these use keys of one hash tag, {t}, and a transaction holds only those;
+// commands for other masters while a WATCH holds (CROSSSLOT); and a
+// transaction left open from one pipeline to the next: one whose first
+// pipeline holds no key goes to any master, and a later key of another
+// master's makes its EXEC fail with CROSSSLOT.
+func TestClusterPipelinesAsStandaloneRandomSequences(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	direct := redistest.Start(t)
+	clients := [2][2]*rawClient{
+		{dialClient(t, direct.Addr), dialClient(t, direct.Addr)},
+		{dialClient(t, p.Addr), dialClient(t, p.Addr)},
+	}
+	tagged := [][]string{
+		{"GET", "{t}a"}, {"SET", "{t}a", "v"}, {"INCR", "{t}n"}, {"DEL", "{t}a", "{t}b"}, {"MGET", "{t}a", "{t}b"},
+		{"RENAME", "{t}a", "{t}b"}, {"COPY", "{t}b", "{t}a"}, {"SUNIONSTORE", "{t}u", "{t}s1", "{t}s2"},
+		{"SADD", "{t}s1", "x"}, {"SADD", "{t}s2", "y"}, {"SCARD", "{t}u"}, {"SISMEMBER", "{t}u", "x"}, {"LPUSH", "{t}l", "x"}, {"LMOVE", "{t}l", "{t}m", "LEFT", "RIGHT"},
+		{"LRANGE", "{t}m", "0", "-1"}, {"EVAL", "return redis.call('INCR', KEYS[1])", "1", "{t}n"}, {"GET"}, {"HSET", "{t}h", "f", "1"},
+		{"HGETALL", "{t}h"}, {"LPUSH", "{t}a", "x"}, {"EXISTS", "{t}a", "{t}b"}, {"TYPE", "{t}a"},
+	}
+	data := append(slices.Clip(tagged),
+		[]string{"GET", "k1"}, []string{"SET", "k1", "v"}, []string{"SET", "k2", "w"}, []string{"INCR", "k3"},
+		[]string{"MGET", "k1", "k2", "k3", "{t}a"}, []string{"MSET", "k1", "a", "k2", "b", "k3", "1"},
+		[]string{"DEL", "k1", "k2", "{t}a"}, []string{"EXISTS", "k1", "k2", "k3"}, []string{"UNLINK", "k2", "k3"},
+		[]string{"TOUCH", "k1", "k3"}, []string{"DBSIZE"}, []string{"APPEND", "k2", "x"}, []string{"GETDEL", "k1"},
+		[]string{"HSET", "h1", "f", "v"}, []string{"HGETALL", "h1"}, []string{"ZADD", "z1", "1.5", "m"},
+		[]string{"ZRANGE", "z1", "0", "-1", "WITHSCORES"}, []string{"BLPOP", "l1", "0"}, []string{"LLEN", "l1"},
+		[]string{"EVAL", "return redis.call('GET', KEYS[1])", "1", "k1"}, []string{"PING"}, []string{"ECHO", "hi"},
+		[]string{"NOSUCHCMD"}, []string{"SET", "k1"}, []string{"LPUSH", "k1", "x"}, []string{"EXEC"}, []string{"DISCARD"},
+	)
+	acted := [][]string{
+		{"MULTI"}, {"EXEC"}, {"DISCARD"}, {"WATCH", "{t}a"}, {"UNWATCH"}, {"HELLO", "2"}, {"HELLO", "3"},
+		{"CLIENT", "SETNAME", "n1"}, {"CLIENT", "GETNAME"}, {"RESET"}, {"FLUSHDB"}, {"FLUSHALL"},
+	}
+	inMulti := append(slices.Clip(tagged), []string{"EXEC"}, []string{"DISCARD"}, []string{"PING"})
+	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted, inMulti: inMulti, watching: tagged, closeMulti: true},
+		rand.New(rand.NewPCG(7, 8)), 300)
+}
+
+// TestClusterPinnedBatchAsStandalone: commands after a blocking command, a
+// WATCH that ends, or a transaction in the same pipeline, and reads after a
+// write split across masters, get what one Redis answers. Before, the
+// commands after a blocking command or an UNWATCH went to the pinned
+// master: another master's key got TRYAGAIN (its MOVED hidden) or
+// CROSSSLOT, and DBSIZE counted one master's keys; and a GET after an MSET
+// split across masters shared the flight of a GET before it, reading the
+// value from before the write.
+func TestClusterPinnedBatchAsStandalone(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	direct := redistest.Start(t)
+	// a and b on different masters.
+	a, b := "pa", ""
+	for n := 0; b == ""; n++ {
+		k := fmt.Sprintf("pb%d", n)
+		if cl.MasterForSlot(t, cl.Slot(k)) != cl.MasterForSlot(t, cl.Slot(a)) {
+			b = k
+		}
+	}
+	for _, pipe := range [][][]string{
+		{{"SET", b, "1"}, {"LPUSH", a, "x"}, {"BLPOP", a, "0"}, {"GET", b}, {"DBSIZE"}},
+		{{"WATCH", a}, {"UNWATCH"}, {"GET", b}, {"INCR", b}},
+		{{"WATCH", a}, {"MULTI"}, {"SET", a, "v"}, {"EXEC"}, {"GET", b}},
+		{{"GET", a}, {"MSET", a, "new", b, "2"}, {"GET", a}},
+		{{"GET", a}, {"DEL", a, b}, {"GET", a}},
+	} {
+		var batch []byte
+		for _, cmd := range pipe {
+			batch = resp.AppendCommandString(batch, cmd...)
+		}
+		var got [2]string
+		for i, addr := range []string{direct.Addr, p.Addr} {
+			c := dialClient(t, addr)
+			c.send(batch)
+			for range pipe {
+				got[i] += string(c.read())
+			}
+		}
+		if got[1] != got[0] {
+			t.Errorf("%q:\nrproxy %q\nRedis  %q", pipe, got[1], got[0])
+		}
+	}
 }
