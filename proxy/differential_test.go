@@ -195,10 +195,28 @@ func readUntilLast(t *testing.T, c *rawClient, last string, n int) string {
 // commands for other masters while a WATCH holds (CROSSSLOT); and a
 // transaction left open from one pipeline to the next: one whose first
 // pipeline holds no key goes to any master, and a later key of another
-// master's makes its EXEC fail with CROSSSLOT.
+// master's makes its EXEC fail with CROSSSLOT. It runs without the local
+// tier, and with it serving every key.
 func TestClusterPipelinesAsStandaloneRandomSequences(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	p := startClusterProxy(t, cl)
+	for _, tier := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tier=%v", tier), func(t *testing.T) {
+			cl := redistest.StartCluster(t, 3, 0)
+			p := startClusterProxy(t, cl, func(c *proxy.Config) {
+				if tier {
+					c.HotKey.Tier = true
+					c.HotKey.Prefixes = []string{"k", "h", "l", "z", "{t}"}
+					c.HotKey.Churn.Limit = 0
+				}
+			})
+			if tier {
+				waitServing(t, p)
+			}
+			clusterPipelinesAsStandalone(t, p)
+		})
+	}
+}
+
+func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy) {
 	direct := redistest.Start(t)
 	clients := [2][2]*rawClient{
 		{dialClient(t, direct.Addr), dialClient(t, direct.Addr)},
