@@ -59,6 +59,7 @@ type authenticating struct {
 	checker     *authChecker // passthrough: where Redis checks credentials
 	newPools    func(ps *poolSet, cfg upstream.Config) error
 	sessionsOn  func(ps *poolSet) []*session
+	flush       func(ss *session) // sends the batch so far (loginUpstream)
 
 	// userPools are pools authenticated as the upstream users clients
 	// AUTHed as, by user and password hash; closed: no more are made.
@@ -254,6 +255,11 @@ func (a *authenticating) loginUpstream(ss *session, authArgs [][]byte, user, pas
 	ps, err := a.userPoolSet(string(user), string(pass))
 	if err != nil {
 		return resp.AppendError(nil, "ERR rproxy: "+err.Error()), false
+	}
+	if ss.pin == nil {
+		// The commands before the AUTH run as the user they were sent
+		// as: the batch so far goes on the pools it was queued for.
+		a.flush(ss)
 	}
 	ss.setPools(ps)
 	ss.user = string(user)

@@ -77,7 +77,7 @@ func TestPipelinesAsRedisRandomSequences(t *testing.T) {
 
 // pipelineDraws are the commands comparePipelines draws from: data two
 // times in three, else data or acted alike; inside a transaction, from
-// inMulti if set, else as outside but for CLIENT and HELLO, which rproxy
+// inMulti if set, else as outside but for CLIENT, HELLO and AUTH, which rproxy
 // refuses there (docs/commands.md); while a WATCH holds, outside a
 // transaction, from watching if set. closeMulti: a transaction never stays
 // open from one pipeline to the next.
@@ -119,7 +119,7 @@ func comparePipelines(t *testing.T, clients [2][2]*rawClient, d pipelineDraws, r
 			case watching && d.watching != nil:
 				cmd = []string{[]string{"UNWATCH", "MULTI", "RESET"}[rng.IntN(3)]}
 			}
-			if inMulti && (cmd[0] == "CLIENT" || cmd[0] == "HELLO") {
+			if inMulti && (cmd[0] == "CLIENT" || cmd[0] == "HELLO" || cmd[0] == "AUTH") {
 				continue // refused inside MULTI through rproxy, as documented (docs/commands.md)
 			}
 			switch cmd[0] {
@@ -286,6 +286,83 @@ func TestClusterPinnedBatchAsStandalone(t *testing.T) {
 			for range pipe {
 				got[i] += string(c.read())
 			}
+		}
+		if got[1] != got[0] {
+			t.Errorf("%q:\nrproxy %q\nRedis  %q", pipe, got[1], got[0])
+		}
+	}
+}
+
+// TestAuthPassthroughAsRedisRandomSequences: with auth.mode passthrough,
+// random pipelines that log in and out as users with different ACLs (one
+// limited to keys a*, one read-only), with wrong passwords, HELLO AUTH,
+// RESET, transactions, WATCH and SELECT among data commands, get what Redis
+// answers directly: its NOPERM and WRONGPASS errors, ACL WHOAMI, and data
+// as each user may see it.
+func TestAuthPassthroughAsRedisRandomSequences(t *testing.T) {
+	servers, p := passthroughServers(t)
+	clients := [2][2]*rawClient{
+		{dialClient(t, servers[0].Addr), dialClient(t, servers[0].Addr)},
+		{dialClient(t, p.Addr), dialClient(t, p.Addr)},
+	}
+	data := [][]string{
+		{"GET", "a1"}, {"SET", "a1", "v"}, {"INCR", "a2"}, {"GET", "b1"}, {"SET", "b1", "w"}, {"DEL", "a1", "b1"},
+		{"MGET", "a1", "b1"}, {"EXISTS", "a1"}, {"ACL", "WHOAMI"}, {"PING"}, {"ECHO", "hi"}, {"LPUSH", "a3", "x"},
+		{"LRANGE", "a3", "0", "-1"}, {"EVAL", "return redis.call('GET', KEYS[1])", "1", "a1"}, {"DBSIZE"},
+		{"EXEC"}, {"DISCARD"}, {"MULTI"},
+	}
+	acted := [][]string{
+		{"AUTH", "alice", "alicepw"}, {"AUTH", "bob", "bobpw"}, {"AUTH", "alice", "wrong"}, {"AUTH", "nobody", "x"},
+		{"AUTH", "default", "x"}, {"HELLO", "3", "AUTH", "bob", "bobpw"}, {"HELLO", "2"}, {"HELLO", "3", "AUTH", "alice", "no"},
+		{"RESET"}, {"MULTI"}, {"EXEC"}, {"WATCH", "a1"}, {"UNWATCH"}, {"SELECT", "1"}, {"SELECT", "0"},
+		{"CLIENT", "SETNAME", "n1"}, {"CLIENT", "GETNAME"},
+	}
+	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted}, rand.New(rand.NewPCG(9, 10)), 300)
+}
+
+// passthroughServers starts two Redis servers with users alice (keys a*
+// only) and bob (reads only), and rproxy in passthrough mode in front of
+// the second.
+func passthroughServers(t *testing.T) ([2]*redistest.Server, *proxytest.Proxy) {
+	var servers [2]*redistest.Server
+	for i := range servers {
+		servers[i] = redistest.Start(t)
+		for _, rule := range [][]string{
+			{"ACL", "SETUSER", "alice", "on", ">alicepw", "~a*", "+@all"},
+			{"ACL", "SETUSER", "bob", "on", ">bobpw", "~*", "+@read", "+@connection", "+@transaction"},
+		} {
+			if r := servers[i].Do(t, rule...); string(r) != "+OK\r\n" {
+				t.Fatal(string(r))
+			}
+		}
+	}
+	return servers, proxytest.Start(t, servers[1].Addr, func(c *proxy.Config) { c.AuthPassthrough = true })
+}
+
+// TestAuthPassthroughPipelinesAsRedis: in passthrough mode the commands
+// before an AUTH in a pipeline run as the user before it, and HELLO AUTH
+// on a session pinned by a WATCH makes the pinned connection the new
+// user's, as on Redis. Before, the commands before the AUTH ran as the new
+// user (the batch went out on its pools), and after HELLO AUTH the pinned
+// connection stayed the old user's.
+func TestAuthPassthroughPipelinesAsRedis(t *testing.T) {
+	servers, p := passthroughServers(t)
+	for _, pipe := range [][][]string{
+		{{"SET", "b1", "x"}, {"GET", "b1"}, {"AUTH", "alice", "alicepw"}, {"GET", "b1"}, {"ACL", "WHOAMI"}},
+		{{"WATCH", "a1"}, {"AUTH", "alice", "alicepw"}, {"HELLO", "3", "AUTH", "bob", "bobpw"}, {"INCR", "a2"}},
+	} {
+		var batch []byte
+		for _, cmd := range pipe {
+			batch = resp.AppendCommandString(batch, cmd...)
+		}
+		var got [2]string
+		for i, addr := range []string{servers[0].Addr, p.Addr} {
+			c := dialClient(t, addr)
+			c.send(batch)
+			for range pipe {
+				got[i] += string(c.read())
+			}
+			got[i] = helloIDField.ReplaceAllString(got[i], "id\r\n:ID")
 		}
 		if got[1] != got[0] {
 			t.Errorf("%q:\nrproxy %q\nRedis  %q", pipe, got[1], got[0])

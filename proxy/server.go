@@ -119,7 +119,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	s.clock = s.coarse.now
 	s.authing = &authenticating{users: cfg.Users, passthrough: cfg.AuthPassthrough, upstream: s.cfg.Upstream,
 		failures: s.metrics.authFailures, log: log, clock: s.clock, checker: newAuthChecker(s.cfg.Upstream),
-		draining: &s.draining, newPools: s.newPoolSet, sessionsOn: s.sessionsOn}
+		draining: &s.draining, newPools: s.newPoolSet, sessionsOn: s.sessionsOn, flush: s.flush}
 	summaryDone := s.startConnSummary(clockCtx, cfg.ConnSummaryEvery)
 	s.stopClock = func() { stopClock(); <-summaryDone } // the last summary line is written
 	s.metricsUp = upstream.NewMetrics(reg)

@@ -829,11 +829,17 @@ func (s *Server) hello(ss *session, cmd resp.Command) {
 		s.flush(ss)
 		return
 	}
-	hello := resp.AppendCommandString(nil, "HELLO")
+	hello := [][]byte{[]byte("HELLO")}
 	if len(cmd.Args) >= 2 {
-		hello = resp.AppendCommandString(nil, "HELLO", strconv.Itoa(h.proto))
+		hello = append(hello, strconv.AppendInt(nil, int64(h.proto), 10))
 	}
-	s.helloUpstream(ss, hello, h.proto, h.setName, h.name)
+	if h.hasAuth && s.authing.passthrough && ss.pin != nil {
+		// The pinned connection (a database, a watch) becomes the user's
+		// too, as AUTH makes it (auth); the shared ones are the user's
+		// pools already.
+		hello = append(hello, []byte("AUTH"), h.authUser, h.authPass)
+	}
+	s.helloUpstream(ss, resp.AppendCommand(nil, hello...), h.proto, h.setName, h.name)
 }
 
 // helloArgs is what a HELLO asks for.
