@@ -798,47 +798,62 @@ func TestStreamModeAsRedisRandomSequences(t *testing.T) {
 	servers := streamTestServers(t)
 	p := proxytest.Start(t, servers[1].Addr)
 	clients := [2]*rawClient{dialClient(t, servers[0].Addr), dialClient(t, p.Addr)}
+	compareStreamSequences(t, clients, nil, rand.New(rand.NewPCG(1, 2)), 300)
+}
+
+// compareStreamSequences is TestStreamModeAsRedisRandomSequences's loop:
+// seqs sequences of streamActedCommands and streamPlainCommands, and of
+// outside (nil: none) while the session is not in stream mode, each ended
+// by RESET, sent to clients[0] (Redis) and clients[1] (rproxy). With
+// outside set, rproxy is in passthrough mode, which refuses AUTH in stream
+// mode: none is drawn there.
+func compareStreamSequences(t *testing.T, clients [2]*rawClient, outside [][]string, rng *rand.Rand, seqs int) {
+	t.Helper()
 	acted, plain := streamActedCommands, streamPlainCommands
-	withKey := func(cmd []string, seq int) []string { // a key of its own per sequence (below)
+	withKey := func(cmd []string, seq int) []string { // a key of its own per sequence (above)
 		if len(cmd) > 1 && cmd[1] == "k" {
 			return append([]string{cmd[0], fmt.Sprintf("k%d", seq)}, cmd[2:]...)
 		}
 		return cmd
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
 	var names []string
 	defer func() {
 		if t.Failed() {
 			t.Logf("the sequence: %q", names)
 		}
 	}()
-	for seq := 0; seq < 300; seq++ {
+	for seq := 0; seq < seqs; seq++ {
 		var batch []byte
 		names = names[:0]
-		inMulti, replyOff := false, false
+		inMulti, replyOff, stream := false, false, false
 		for n := 1 + rng.IntN(10); n > 0; n-- {
 			pool := append(slices.Clip(plain), acted...)
+			if !stream {
+				pool = append(pool, outside...)
+			}
 			if inMulti {
 				pool = plain
 			}
 			cmd := withKey(pool[rng.IntN(len(pool))], seq)
-			if replyOff && cmd[0] == "SUBSCRIBE" && cmd[1] == "forbidden" {
+			if replyOff && cmd[0] == "SUBSCRIBE" && cmd[1] == "forbidden" || stream && outside != nil && cmd[0] == "AUTH" {
 				continue
 			}
-			switch strings.Join(cmd, " ") {
+			joined := strings.Join(cmd, " ")
+			switch joined {
 			case "MULTI":
 				inMulti = true
 			case "EXEC", "DISCARD":
 				inMulti = false
 			case "RESET":
-				inMulti, replyOff = false, false
+				inMulti, replyOff, stream = false, false, false
 			case "CLIENT REPLY OFF":
 				replyOff = true
 			case "CLIENT REPLY ON":
 				replyOff = false
 			}
+			stream = stream || entersStreamMode(joined)
 			batch = resp.AppendCommandString(batch, cmd...)
-			names = append(names, strings.Join(cmd, " "))
+			names = append(names, joined)
 		}
 		end := fmt.Sprintf("end-%d", seq)
 		batch = resp.AppendCommandString(batch, "RESET")
@@ -855,6 +870,42 @@ func TestStreamModeAsRedisRandomSequences(t *testing.T) {
 			t.Fatalf("sequence %d %q:\nRedis:  %q\nrproxy: %q", seq, names, got[0], got[1])
 		}
 	}
+}
+
+// entersStreamMode reports whether rproxy puts a session in stream mode
+// for cmd (docs/commands.md): a (un)subscribe, or CLIENT TRACKING, REPLY,
+// CACHING, NO-TOUCH.
+func entersStreamMode(cmd string) bool {
+	for _, prefix := range []string{"SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE",
+		"CLIENT TRACKING", "CLIENT REPLY", "CLIENT CACHING", "CLIENT NO-TOUCH", "MONITOR"} {
+		if strings.HasPrefix(cmd, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStreamModeAsRedisRandomSequencesPassthrough: the same with auth.mode
+// passthrough, where the sequences also log in, outside stream mode (AUTH
+// is refused there, docs/commands.md), as users whose channels differ:
+// alice may use allowed*, bob no channel at all.
+func TestStreamModeAsRedisRandomSequencesPassthrough(t *testing.T) {
+	servers := streamTestServers(t)
+	for _, srv := range servers {
+		for _, rule := range [][]string{
+			{"ACL", "SETUSER", "alice", "on", ">alicepw", "~*", "&allowed*", "+@all"},
+			{"ACL", "SETUSER", "bob", "on", ">bobpw", "~*", "resetchannels", "+@all"},
+		} {
+			if r := srv.Do(t, rule...); string(r) != "+OK\r\n" {
+				t.Fatal(string(r))
+			}
+		}
+	}
+	p := proxytest.Start(t, servers[1].Addr, func(c *proxy.Config) { c.AuthPassthrough = true })
+	clients := [2]*rawClient{dialClient(t, servers[0].Addr), dialClient(t, p.Addr)}
+	outside := [][]string{{"AUTH", "alice", "alicepw"}, {"AUTH", "bob", "bobpw"}, {"AUTH", "bob", "wrong"},
+		{"HELLO", "3", "AUTH", "alice", "alicepw"}, {"ACL", "WHOAMI"}}
+	compareStreamSequences(t, clients, outside, rand.New(rand.NewPCG(11, 12)), 300)
 }
 
 // helloIDField is the id field of a HELLO reply.
