@@ -372,11 +372,13 @@ func readable(ss *session, c *call, shared *poolSet) bool {
 	return c.info != nil && c.info.Handling == command.Forward && ss.pin == nil && !ss.flights.wrote && ss.pools == shared
 }
 
-// noteWrite notes a forwarded write: no later read of the batch shares a
-// flight (readable), and the batch's send sequence is kept for the next
-// batch's joins (coalescing.go).
+// noteWrite notes a forwarded command that may write: no later read of the
+// batch is served by the tier or shares a flight (readable), and the
+// batch's send sequence is kept for the next batch's joins (coalescing.go).
+// Scripts and functions are not flagged write by Redis, and a command
+// unknown here may be a module's write.
 func (ss *session) noteWrite(info *command.Info) {
-	if info.Has(command.Write) {
+	if info == nil || info.Has(command.Write) || info.Invalidates != command.InvalidatesNone {
 		ss.flights.wrote, ss.flights.batchWrote = true, true
 	}
 }
@@ -399,6 +401,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 			return true
 		}
 		// Unknown here; Redis answers it (usually "unknown command").
+		ss.noteWrite(nil)
 		ss.forward(cmd.Raw)
 		return true
 	}

@@ -302,3 +302,54 @@ func TestCoalesceStagedCancellation(t *testing.T) {
 		t.Fatalf("a later GET got %q", got)
 	}
 }
+
+// TestReadAfterScriptWriteInPipeline: a read after a script, a function or
+// a command rproxy does not know, in the same pipeline, sees what it wrote,
+// as on Redis. Scripts are not flagged write by Redis's command table, and
+// the read joined the flight of the same read before the script, whose
+// reply is from before the write (the key read recently, not in the tier:
+// the default config, GET coalesced; and STRLEN of a key under
+// hotkeys.prefixes).
+func TestReadAfterScriptWriteInPipeline(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.HotKey.Prefixes = []string{"cached:"}
+		c.HotKey.Churn.Limit = 0
+	})
+	c := dialClient(t, p.Addr)
+	direct := dialClient(t, rs.Addr)
+	if r := c.do("FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function('setf', function(keys, args) return redis.call('SET', keys[1], args[1]) end)"); r != "$3\r\nlib\r\n" {
+		t.Fatalf("FUNCTION LOAD: %q", r)
+	}
+	for _, tc := range []struct {
+		key   string
+		read  []string
+		write []string
+	}{
+		{"plain", []string{"GET", "plain"}, []string{"EVAL", "return redis.call('SET', KEYS[1], 'new')", "1", "plain"}},
+		{"cached:s", []string{"STRLEN", "cached:s"}, []string{"EVAL", "return redis.call('SET', KEYS[1], 'new')", "1", "cached:s"}},
+		{"plain2", []string{"GET", "plain2"}, []string{"FCALL", "setf", "1", "plain2", "new"}},
+	} {
+		for range 3 { // read recently: the next read leads a flight
+			c.do(tc.read...)
+		}
+		c.do("SET", tc.key, "old") // not in the tier
+		var batch []byte
+		for _, cmd := range [][]string{tc.read, tc.write, tc.read} {
+			batch = resp.AppendCommandString(batch, cmd...)
+		}
+		var got [2]string
+		for i, cl := range []*rawClient{c, direct} {
+			if i == 1 {
+				direct.do("SET", tc.key, "old")
+			}
+			cl.send(batch)
+			for range 3 {
+				got[i] += string(cl.read())
+			}
+		}
+		if got[0] != got[1] {
+			t.Errorf("%q %q %q: rproxy %q, Redis %q", tc.read, tc.write, tc.read, got[0], got[1])
+		}
+	}
+}
