@@ -28,21 +28,25 @@ import (
 // KEYS, SCAN). Stream mode has a test of its own
 // (TestStreamModeAsRedisRandomSequences).
 func TestPipelinesAsRedisRandomSequences(t *testing.T) {
-	t.Run("stages as in the tests", func(t *testing.T) { pipelinesAsRedis(t, false) })
+	t.Run("every key in the tier", func(t *testing.T) { pipelinesAsRedis(t, true, false) })
+	// Hot keys only in the tier (none here): reads share flights more.
+	t.Run("tier for hot keys", func(t *testing.T) { pipelinesAsRedis(t, false, false) })
 	// With the shipped policy (its refusals and big-key probes) and TTL
 	// jitter on: FLUSHDB and SWAPDB, which it refuses, are left out, and no
 	// TTL is read (jitter lowers those of SET EX, SETEX and PSETEX).
-	t.Run("shipped policy and jitter", func(t *testing.T) { pipelinesAsRedis(t, true) })
+	t.Run("shipped policy and jitter", func(t *testing.T) { pipelinesAsRedis(t, true, true) })
 }
 
-func pipelinesAsRedis(t *testing.T, shipped bool) {
+func pipelinesAsRedis(t *testing.T, cacheAll, shipped bool) {
 	var servers [2]*redistest.Server
 	for i := range servers {
 		servers[i] = redistest.Start(t)
 	}
 	p := proxytest.Start(t, servers[1].Addr, func(c *proxy.Config) {
-		c.HotKey.Prefixes = []string{"k", "h", "l", "z"} // every key here
-		c.HotKey.Churn.Limit = 0                         // written or not
+		if cacheAll {
+			c.HotKey.Prefixes = []string{"k", "h", "l", "z"} // every key here
+			c.HotKey.Churn.Limit = 0                         // written or not
+		}
 		if shipped {
 			withPolicy(nil)(c)
 		}
