@@ -1151,3 +1151,33 @@ func TestClusterSaltRetiredCopiesDeleted(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterPassthroughUserWithoutClusterCommands: in auth.mode
+// passthrough, a client logged in as a user who may not run CLUSTER
+// commands (most application users) is served: the slot map of its user's
+// connections is read on rproxy's own. Before, every command of such a
+// session got "upstream unavailable: cluster slot map not loaded", the
+// map being read with the user's credentials (NOPERM).
+func TestClusterPassthroughUserWithoutClusterCommands(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	for _, m := range cl.Masters() {
+		m.Do(t, "ACL", "SETUSER", "app", "on", ">apppw", "~*", "+@read", "+@write", "+@connection")
+	}
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.AuthPassthrough = true })
+	c := dialClient(t, p.Addr)
+	if r := c.do("AUTH", "app", "apppw"); r != "+OK\r\n" {
+		t.Fatalf("AUTH: %q", r)
+	}
+	for i := range 6 { // keys on every master
+		k := "app" + strconv.Itoa(i)
+		if r := c.do("SET", k, "v"); r != "+OK\r\n" {
+			t.Fatalf("SET %s as app: %q", k, r)
+		}
+		if r := c.do("GET", k); r != "$1\r\nv\r\n" {
+			t.Fatalf("GET %s as app: %q", k, r)
+		}
+	}
+	if r := c.do("CLUSTER", "SHARDS"); !strings.HasPrefix(r, "*1\r\n") {
+		t.Errorf("CLUSTER SHARDS through rproxy (the facade's): %q", r[:min(len(r), 60)])
+	}
+}

@@ -231,13 +231,36 @@ func TestClusterPipelinesAsStandaloneRandomSequences(t *testing.T) {
 			if tier {
 				waitServing(t, p)
 			}
-			clusterPipelinesAsStandalone(t, p)
+			clusterPipelinesAsStandalone(t, p, redistest.Start(t), nil)
 		})
 	}
+	// In auth.mode passthrough, logging in as users of different ACLs
+	// (alice: no FLUSHDB or FLUSHALL; bob: reads only), on every master.
+	// Not users limited to some keys: a command split across masters runs
+	// the parts whose keys the user may use, where Redis refuses it whole
+	// (docs/cluster.md).
+	t.Run("passthrough", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3, 0)
+		direct := redistest.Start(t)
+		users := [][]string{
+			{"ACL", "SETUSER", "alice", "on", ">alicepw", "~*", "+@all", "-flushdb", "-flushall"},
+			{"ACL", "SETUSER", "bob", "on", ">bobpw", "~*", "+@read", "+@connection", "+@transaction"},
+		}
+		for _, u := range users {
+			for _, m := range cl.Masters() {
+				m.Do(t, u...)
+			}
+			direct.Do(t, u...)
+		}
+		p := startClusterProxy(t, cl, func(c *proxy.Config) { c.AuthPassthrough = true })
+		clusterPipelinesAsStandalone(t, p, direct, [][]string{
+			{"AUTH", "alice", "alicepw"}, {"AUTH", "bob", "bobpw"}, {"AUTH", "bob", "no"},
+			{"HELLO", "3", "AUTH", "alice", "alicepw"}, {"AUTH", "default", "x"},
+		})
+	})
 }
 
-func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy) {
-	direct := redistest.Start(t)
+func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy, direct *redistest.Server, moreActed [][]string) {
 	clients := [2][2]*rawClient{
 		{dialClient(t, direct.Addr), dialClient(t, direct.Addr)},
 		{dialClient(t, p.Addr), dialClient(t, p.Addr)},
@@ -263,6 +286,7 @@ func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy) {
 		{"MULTI"}, {"EXEC"}, {"DISCARD"}, {"WATCH", "{t}a"}, {"UNWATCH"}, {"HELLO", "2"}, {"HELLO", "3"},
 		{"CLIENT", "SETNAME", "n1"}, {"CLIENT", "GETNAME"}, {"RESET"}, {"FLUSHDB"}, {"FLUSHALL"},
 	}
+	acted = append(acted, moreActed...)
 	inMulti := append(slices.Clip(tagged), []string{"EXEC"}, []string{"DISCARD"}, []string{"PING"})
 	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted, inMulti: inMulti, watching: tagged, closeMulti: true},
 		rand.New(rand.NewPCG(7, 8)), 300)

@@ -390,7 +390,11 @@ type poolSet [4]backend
 
 func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
 	if s.cfg.Cluster != nil {
-		c, err := upstream.NewCluster(ucfg, *s.cfg.Cluster, s.metricsUp, s.log.Named("upstream"))
+		ccfg := *s.cfg.Cluster
+		if ps != &s.pools {
+			ccfg.MapVia = s.cluster // a client's user may not run CLUSTER SHARDS
+		}
+		c, err := upstream.NewCluster(ucfg, ccfg, s.metricsUp, s.log.Named("upstream"))
 		if err != nil {
 			return err
 		}

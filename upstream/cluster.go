@@ -42,6 +42,11 @@ type ClusterConfig struct {
 	// pools) comes up or goes down, by node address. It replaces the base
 	// Config's OnState, which cannot tell the nodes apart.
 	OnNodeState func(addr string, up bool)
+	// MapVia, if set, is the cluster whose connections read the slot map
+	// for this one: a cluster of connections logged in as a client's own
+	// user (passthrough auth), who may not be allowed CLUSTER SHARDS,
+	// reads it as rproxy's upstream user does.
+	MapVia *Cluster
 }
 
 // Cluster routes commands to the masters of a Redis Cluster by the hash
@@ -394,7 +399,11 @@ func (c *Cluster) refresh(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		shards, err := c.readSlotMap(addr)
+		src := c
+		if c.cfg.MapVia != nil {
+			src = c.cfg.MapVia
+		}
+		shards, err := src.readSlotMap(addr)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
