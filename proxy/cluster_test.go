@@ -1181,3 +1181,33 @@ func TestClusterPassthroughUserWithoutClusterCommands(t *testing.T) {
 		t.Errorf("CLUSTER SHARDS through rproxy (the facade's): %q", r[:min(len(r), 60)])
 	}
 }
+
+// TestClusterStreamModeHidesRedirects: a session in stream mode (here
+// client tracking, as client-side caching uses it) runs on one master; a
+// key of another master gets an error saying so, never the node's MOVED,
+// which named a node address clients do not see (the facade shows one
+// node) and which they cannot follow.
+func TestClusterStreamModeHidesRedirects(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if r := c.do("CLIENT", "TRACKING", "on"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on: %q", r)
+	}
+	served, refused := 0, 0
+	for i := range 12 {
+		k := "st" + strconv.Itoa(i)
+		switch r := c.do("SET", k, "v"); {
+		case r == "+OK\r\n":
+			served++
+		case strings.HasPrefix(r, "-ERR rproxy: slot "+strconv.Itoa(upstream.Slot([]byte(k)))+" is on another master"):
+			refused++
+		default:
+			t.Fatalf("SET %s in tracking mode: %q", k, r)
+		}
+	}
+	if served == 0 || refused == 0 {
+		t.Fatalf("%d keys served and %d refused, want some of each (3 masters)", served, refused)
+	}
+}

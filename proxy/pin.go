@@ -292,7 +292,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 		lc.exemptIdle() // Redis never closes an idle subscriber
 	}
 	w := &deadlineWriter{nc: nc, limits: &s.limits, clock: s.clock, wd: ss.writeDeadline}
-	relay, ended := newStreamRelay(w), make(chan bool, 1)
+	relay, ended := newStreamRelay(w, s.cfg.Cluster != nil), make(chan bool, 1)
 	ss.relay, ss.streamEnded = relay, ended
 	go func() {
 		err := pin.StreamTo(relay)

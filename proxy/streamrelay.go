@@ -83,12 +83,14 @@ const maxHeldProbe = 128
 // they were queued: a reply made here (substitute), or nothing, with the
 // reply after it rewritten (rewriteNext: a HELLO's id, a TRACKINGINFO's
 // redirect, in rproxy's ids).
-// It drops the answer to a modeProbe, and ends the copy at the answer to
-// the end marker sent after a RESET. It frames the stream's top-level
+// It drops the answer to a modeProbe, ends the copy at the answer to the
+// end marker sent after a RESET, and on a cluster upstream (hideRedirects)
+// replaces a MOVED or ASK with an error saying why. It frames the stream's top-level
 // replies to find them; if the stream cannot be framed, it stops looking
 // and passes everything on (the client then sees Redis's own replies).
 type streamRelay struct {
-	dst io.Writer
+	dst           io.Writer
+	hideRedirects bool // a cluster upstream: clients see one node (facade.go)
 
 	mu      sync.Mutex
 	pending []relayAnswer // answers to errorCmds sent whose replies have not come yet
@@ -182,8 +184,8 @@ func (p *modeProbe) command() []byte {
 	return resp.AppendCommand(nil, []byte("PING"), p.marker)
 }
 
-func newStreamRelay(dst io.Writer) *streamRelay {
-	return &streamRelay{dst: dst}
+func newStreamRelay(dst io.Writer, hideRedirects bool) *streamRelay {
+	return &streamRelay{dst: dst, hideRedirects: hideRedirects}
 }
 
 // substitute queues the reply (an error, or an answer rproxy makes) that
@@ -340,10 +342,30 @@ func (r *streamRelay) finish() []byte {
 	}
 	a, ok := r.answerTo(r.held)
 	if !ok {
+		if r.hideRedirects && isRedirect(r.held) {
+			return streamRedirectError(r.held)
+		}
 		return r.held
 	}
 	r.rewrite = a.rewrite
 	return a.reply
+}
+
+// isRedirect reports whether reply, a complete top-level error, is a
+// cluster node's MOVED or ASK.
+func isRedirect(reply []byte) bool {
+	return bytes.HasPrefix(reply, []byte("-MOVED ")) || bytes.HasPrefix(reply, []byte("-ASK "))
+}
+
+// streamRedirectError is what a stream-mode client of a cluster upstream
+// gets for a command whose key is on another master than its connection's:
+// never the MOVED, which names a node clients do not see (the facade).
+func streamRedirectError(reply []byte) []byte {
+	slot := "?"
+	if f := bytes.Fields(reply[1:]); len(f) >= 2 {
+		slot = string(f[1])
+	}
+	return resp.AppendError(nil, "ERR rproxy: slot "+slot+" is on another master than this connection's: in pub/sub, tracking or MONITOR mode a connection uses one master of the cluster; run the command on another connection")
 }
 
 // answerTo returns what reply, a complete top-level error, stands for, if

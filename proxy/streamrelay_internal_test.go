@@ -21,7 +21,7 @@ const (
 func relayAll(t *testing.T, stream string, sizes []int, refusals ...string) string {
 	t.Helper()
 	var out bytes.Buffer
-	r := newStreamRelay(&out)
+	r := newStreamRelay(&out, false)
 	for _, f := range refusals {
 		r.substitute([]byte(f))
 	}
@@ -115,7 +115,7 @@ func TestStreamRelayEndsAtResetMarker(t *testing.T) {
 	} {
 		for _, size := range []int{1, 2, 3, 5, 8, 64, len(tc.in)} {
 			var out bytes.Buffer
-			r := newStreamRelay(&out)
+			r := newStreamRelay(&out, false)
 			r.substitute([]byte("-DENIED x\r\n"))
 			e := newStreamEnd([]byte("rproxy-end-xy"))
 			if got := string(e.command()); got != "*1\r\n$13\r\nrproxy-end-xy\r\n" {
@@ -147,7 +147,7 @@ func TestStreamRelayRewritesTheNextReply(t *testing.T) {
 	want := "+OK\r\n" + push + hello("42") + hello("813")
 	for _, size := range []int{1, 2, 5, 13, 1 << 16} {
 		var out bytes.Buffer
-		r := newStreamRelay(&out)
+		r := newStreamRelay(&out, false)
 		r.rewriteNext(func(b []byte) []byte { return helloWithID(b, 42) })
 		for p := []byte(in); len(p) > 0; {
 			k := min(size, len(p))
@@ -171,7 +171,7 @@ func FuzzStreamRelay(f *testing.F) {
 	f.Add([]byte("$5\r\nREDIS*1\r\n$4\r\nPING\r\n"), uint8(2))
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
 		var out bytes.Buffer
-		r := newStreamRelay(&out)
+		r := newStreamRelay(&out, false)
 		n := int(step%16) + 1
 		for p := in; len(p) > 0; {
 			k := min(n, len(p))
@@ -191,7 +191,7 @@ func FuzzStreamRelay(f *testing.F) {
 func BenchmarkStreamRelay(b *testing.B) {
 	msg := ">3\r\n$7\r\nmessage\r\n$7\r\nchannel\r\n$100\r\n" + strings.Repeat("m", 100) + "\r\n"
 	chunk := []byte(strings.Repeat(msg, (64<<10)/len(msg)))
-	r := newStreamRelay(io.Discard)
+	r := newStreamRelay(io.Discard, false)
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -211,7 +211,7 @@ func FuzzStreamRelayAnswers(f *testing.F) {
 	f.Add([]byte("*2\r\n$4\r\npong\r\n$2\r\nm2\r\n$2\r\nm2\r\n*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nx\r\n"), uint8(3))
 	f.Add(append(slices.Clone(clientErrorAnswers[0]), markerReply7+"+RESET\r\n"...), uint8(2))
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
-		r := newStreamRelay(io.Discard)
+		r := newStreamRelay(io.Discard, true)
 		r.substitute([]byte("-DENIED x\r\n"))
 		r.rewriteNext(func(b []byte) []byte { return helloWithID(b, 42) })
 		r.substitute([]byte("-DENIED y\r\n"))
@@ -249,7 +249,7 @@ func TestStreamRelayAnswersModeProbes(t *testing.T) {
 		in := before + tc.answer + after
 		for _, size := range []int{1, 3, 7, len(in)} {
 			var out bytes.Buffer
-			r := newStreamRelay(&out)
+			r := newStreamRelay(&out, false)
 			p := newModeProbe([]byte("mark1"))
 			if got := string(p.command()); got != "*2\r\n$4\r\nPING\r\n$5\r\nmark1\r\n" {
 				t.Fatalf("probe command = %q", got)
