@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
@@ -28,16 +29,18 @@ import (
 // KEYS, SCAN). Stream mode has a test of its own
 // (TestStreamModeAsRedisRandomSequences).
 func TestPipelinesAsRedisRandomSequences(t *testing.T) {
-	t.Run("every key in the tier", func(t *testing.T) { pipelinesAsRedis(t, true, false) })
+	t.Run("every key in the tier", func(t *testing.T) { pipelinesAsRedis(t, true, false, false) })
 	// Hot keys only in the tier (none here): reads share flights more.
-	t.Run("tier for hot keys", func(t *testing.T) { pipelinesAsRedis(t, false, false) })
+	t.Run("tier for hot keys", func(t *testing.T) { pipelinesAsRedis(t, false, false, false) })
 	// With the shipped policy (its refusals and big-key probes) and TTL
 	// jitter on: FLUSHDB and SWAPDB, which it refuses, are left out, and no
 	// TTL is read (jitter lowers those of SET EX, SETEX and PSETEX).
-	t.Run("shipped policy and jitter", func(t *testing.T) { pipelinesAsRedis(t, true, true) })
+	t.Run("shipped policy and jitter", func(t *testing.T) { pipelinesAsRedis(t, true, true, false) })
+	// Inline commands, and pipelines that come in pieces.
+	t.Run("on the wire", func(t *testing.T) { pipelinesAsRedis(t, true, false, true) })
 }
 
-func pipelinesAsRedis(t *testing.T, cacheAll, shipped bool) {
+func pipelinesAsRedis(t *testing.T, cacheAll, shipped, wire bool) {
 	var servers [2]*redistest.Server
 	for i := range servers {
 		servers[i] = redistest.Start(t)
@@ -81,7 +84,7 @@ func pipelinesAsRedis(t *testing.T, cacheAll, shipped bool) {
 		{"ZRANGE", "z1", "0", "-1", "WITHSCORES"}, {"HMGET", "h1", "f", "n", "x"}, {"LINDEX", "l1", "0"},
 		{"TOUCH", "k1"}, {"OBJECT", "FREQ", "k1"}, {"SET", "k1"}, {"EXEC"}, {"DISCARD"}, {"MULTI"},
 		{"SET", "k1", "v", "EX", "100"}, {"SETEX", "k2", "100", "w"}, {"PSETEX", "h1", "100000", "x"},
-		{"DEL", "k1", "h1", "l1", "z1"}, {"UNLINK", "k2", "l1"},
+		{"DEL", "k1", "h1", "l1", "z1"}, {"UNLINK", "k2", "l1"}, {"SET", "k2", "a\r\nb c"}, {"SET", "k3", ""},
 	}
 	acted := [][]string{
 		{"MULTI"}, {"EXEC"}, {"DISCARD"}, {"WATCH", "k1"}, {"UNWATCH"},
@@ -92,7 +95,7 @@ func pipelinesAsRedis(t *testing.T, cacheAll, shipped bool) {
 	if shipped {
 		acted = acted[:len(acted)-2]
 	}
-	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted}, rand.New(rand.NewPCG(3, 4)), 500)
+	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted, wire: wire}, rand.New(rand.NewPCG(3, 4)), 500)
 }
 
 // pipelineDraws are the commands comparePipelines draws from: data two
@@ -100,10 +103,12 @@ func pipelinesAsRedis(t *testing.T, cacheAll, shipped bool) {
 // inMulti if set, else as outside but for CLIENT, HELLO and AUTH, which rproxy
 // refuses there (docs/commands.md); while a WATCH holds, outside a
 // transaction, from watching if set. closeMulti: a transaction never stays
-// open from one pipeline to the next.
+// open from one pipeline to the next. wire: some commands go in Redis's
+// inline form, and a pipeline is written in pieces cut anywhere, each
+// after a pause, so that a read ends mid-command.
 type pipelineDraws struct {
 	data, acted, inMulti, watching [][]string
-	closeMulti                     bool
+	closeMulti, wire               bool
 }
 
 // comparePipelines sends seqs random pipelines, each on one of two client
@@ -158,7 +163,11 @@ func comparePipelines(t *testing.T, clients [2][2]*rawClient, d pipelineDraws, r
 				batch = resp.AppendCommandString(batch, "LPUSH", cmd[1], "b")
 				names = append(names, "LPUSH "+cmd[1]+" b")
 			}
-			batch = resp.AppendCommandString(batch, cmd...)
+			if d.wire && rng.IntN(4) == 0 && inlineable(cmd) {
+				batch = append(batch, strings.Join(cmd, " ")+"\r\n"...)
+			} else {
+				batch = resp.AppendCommandString(batch, cmd...)
+			}
 			names = append(names, strings.Join(cmd, " "))
 		}
 		if inMulti && (d.closeMulti || rng.IntN(2) == 0) {
@@ -176,9 +185,22 @@ func comparePipelines(t *testing.T, clients [2][2]*rawClient, d pipelineDraws, r
 		batch = resp.AppendCommandString(batch, "ECHO", end)
 		multiOpen[who], watchHeld[who] = inMulti, watching
 		var got [2]string
+		var cuts []int
+		if d.wire && len(batch) > 1 && rng.IntN(3) == 0 {
+			for n := 1 + rng.IntN(3); n > 0; n-- {
+				cuts = append(cuts, 1+rng.IntN(len(batch)-1))
+			}
+			slices.Sort(cuts)
+		}
 		for i := range clients {
 			c := clients[i][who]
-			c.send(batch)
+			from := 0
+			for _, cut := range cuts {
+				c.send(batch[from:cut])
+				time.Sleep(200 * time.Microsecond) // the piece is read alone
+				from = cut
+			}
+			c.send(batch[from:])
 			got[i] = readUntilLast(t, c, last, len(names)+1)
 			got[i] = helloIDField.ReplaceAllString(got[i], "id\r\n:ID")
 		}
@@ -186,6 +208,17 @@ func comparePipelines(t *testing.T, clients [2][2]*rawClient, d pipelineDraws, r
 			t.Fatalf("sequence %d on client %d %q:\nRedis:  %q\nrproxy: %q", seq, who, names, got[0], got[1])
 		}
 	}
+}
+
+// inlineable reports whether cmd can be sent in Redis's inline form: no
+// argument empty or holding a space, a quote or a line end.
+func inlineable(cmd []string) bool {
+	for _, a := range cmd {
+		if a == "" || strings.ContainsAny(a, " \t\r\n\"'") {
+			return false
+		}
+	}
+	return true
 }
 
 // readUntilLast reads c's replies, n of them (one per command sent), the

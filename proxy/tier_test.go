@@ -465,3 +465,27 @@ func TestTierStreamModeWriteInvalidates(t *testing.T) {
 		t.Fatalf("GET after a stream-mode SET = %q", got)
 	}
 }
+
+// TestTierSwapdbInsideMulti: a SWAPDB queued in a transaction runs at
+// EXEC, maybe batches later, and client tracking sends no invalidation
+// for it: the tier is emptied again at EXEC. Before, it was emptied only
+// when the SWAPDB was queued, refilled by reads before the EXEC, and then
+// served values from before the swap (up to hotkeys.ttl_cap).
+func TestTierSwapdbInsideMulti(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	a, b := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	a.do("SET", "c:swapped", "before")
+	a.do("MULTI")
+	if r := a.do("SWAPDB", "0", "1"); r != "+QUEUED\r\n" {
+		t.Fatalf("SWAPDB in MULTI: %q", r)
+	}
+	cached(t, p, b, "c:swapped")
+	if r := a.do("EXEC"); r != "*1\r\n+OK\r\n" {
+		t.Fatalf("EXEC: %q", r)
+	}
+	if r, want := b.do("GET", "c:swapped"), string(rs.Do(t, "GET", "c:swapped")); r != want {
+		t.Errorf("GET after the swap: %q, want Redis's %q", r, want)
+	}
+}

@@ -115,6 +115,10 @@ type hotWriteState struct {
 	clear   bool
 	barrier bool
 	misses  []missAt
+	// clearAtExec: the open transaction queued a FLUSHDB, FLUSHALL or
+	// SWAPDB, which run at EXEC, maybe batches later. Client tracking
+	// sends no invalidation for SWAPDB, so the tier is emptied again then.
+	clearAtExec bool
 }
 
 // beforeWrite drops from the local tier what a command may change, before
@@ -135,7 +139,13 @@ func (t *tiering) beforeWrite(ss *session, info *command.Info, args [][]byte, ac
 	case command.InvalidatesAll:
 		t.engine.Clear()
 		w.clear = w.clear || acked
+		w.clearAtExec = w.clearAtExec || ss.inTransaction()
 		return
+	}
+	if info.Name == "exec" && w.clearAtExec {
+		t.engine.Clear()
+		w.clear = w.clear || acked
+		w.clearAtExec = false
 	}
 	n := len(w.keys)
 	keys, ok := command.Keys(info, args, w.keys)
