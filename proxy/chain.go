@@ -250,8 +250,9 @@ func queuedAsOnRedis(info *command.Info, args [][]byte) bool {
 // have refused them (an ACL without the channel), and then Redis would run
 // what rproxy would have answered (CLIENT KILL on every connection, AUTH).
 // A modeProbe asks (redisSubscribed), once until the next unsubscribe;
-// outside the mode the command goes on through the chain. The policy's refusals come first. AUTH and HELLO's
-// AUTH go without their credentials all the same (withoutCredentials).
+// outside the mode the command goes on through the chain. The policy's
+// refusals come first. AUTH and HELLO's AUTH go without their credentials
+// all the same (withoutCredentials).
 type subscribedContext struct{ s *Server }
 
 func (st subscribedContext) command(ss *session, c *call) bool {
@@ -375,10 +376,10 @@ func readable(ss *session, c *call, shared *poolSet) bool {
 // noteWrite notes a forwarded command that may write: no later read of the
 // batch is served by the tier or shares a flight (readable), and the
 // batch's send sequence is kept for the next batch's joins (coalescing.go).
-// Scripts and functions are not flagged write by Redis, and a command
-// unknown here may be a module's write.
+// Scripts and functions are not flagged write by Redis (Invalidates counts
+// them, and every write), and a command unknown here may be a module's.
 func (ss *session) noteWrite(info *command.Info) {
-	if info == nil || info.Has(command.Write) || info.Invalidates != command.InvalidatesNone {
+	if info == nil || info.Invalidates != command.InvalidatesNone {
 		ss.flights.wrote, ss.flights.batchWrote = true, true
 	}
 }

@@ -643,13 +643,16 @@ func (ss *session) substituteInStream(r []byte) {
 // cachingHeldAfter reports whether Redis holds a CLIENT CACHING flag after
 // cmds, sent in stream mode, given whether it held one before them. Redis
 // drops it after any command but a CLIENT one; a CACHING Redis refuses
-// counts as held, which costs only the choice of clientErrorCmd.
+// counts as held, which costs only the choice of clientErrorCmd. Only the
+// CLIENT commands at the end of cmds decide, so it looks at those alone:
+// usually the last command, and it is not one.
 func cachingHeldAfter(held bool, cmds [][]byte) bool {
-	for _, raw := range cmds {
-		if !bytes.EqualFold(rawCommandName(raw), []byte("client")) {
-			held = false
-		} else if bytes.EqualFold(rawSubcommand(raw), []byte("caching")) {
-			held = true
+	for i := len(cmds) - 1; i >= 0; i-- {
+		if !bytes.EqualFold(rawCommandName(cmds[i]), []byte("client")) {
+			return false
+		}
+		if bytes.EqualFold(rawSubcommand(cmds[i]), []byte("caching")) {
+			return true
 		}
 	}
 	return held

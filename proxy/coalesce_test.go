@@ -334,19 +334,12 @@ func TestReadAfterScriptWriteInPipeline(t *testing.T) {
 			c.do(tc.read...)
 		}
 		c.do("SET", tc.key, "old") // not in the tier
-		var batch []byte
-		for _, cmd := range [][]string{tc.read, tc.write, tc.read} {
-			batch = resp.AppendCommandString(batch, cmd...)
-		}
 		var got [2]string
 		for i, cl := range []*rawClient{c, direct} {
 			if i == 1 {
 				direct.do("SET", tc.key, "old")
 			}
-			cl.send(batch)
-			for range 3 {
-				got[i] += string(cl.read())
-			}
+			got[i] = cl.pipeline(tc.read, tc.write, tc.read)
 		}
 		if got[0] != got[1] {
 			t.Errorf("%q %q %q: rproxy %q, Redis %q", tc.read, tc.write, tc.read, got[0], got[1])

@@ -352,17 +352,9 @@ func TestClusterPinnedBatchAsStandalone(t *testing.T) {
 		{{"GET", a}, {"MSET", a, "new", b, "2"}, {"GET", a}},
 		{{"GET", a}, {"DEL", a, b}, {"GET", a}},
 	} {
-		var batch []byte
-		for _, cmd := range pipe {
-			batch = resp.AppendCommandString(batch, cmd...)
-		}
 		var got [2]string
 		for i, addr := range []string{direct.Addr, p.Addr} {
-			c := dialClient(t, addr)
-			c.send(batch)
-			for range pipe {
-				got[i] += string(c.read())
-			}
+			got[i] = dialClient(t, addr).pipeline(pipe...)
 		}
 		if got[1] != got[0] {
 			t.Errorf("%q:\nrproxy %q\nRedis  %q", pipe, got[1], got[0])
@@ -428,18 +420,9 @@ func TestAuthPassthroughPipelinesAsRedis(t *testing.T) {
 		{{"SET", "b1", "x"}, {"GET", "b1"}, {"AUTH", "alice", "alicepw"}, {"GET", "b1"}, {"ACL", "WHOAMI"}},
 		{{"WATCH", "a1"}, {"AUTH", "alice", "alicepw"}, {"HELLO", "3", "AUTH", "bob", "bobpw"}, {"INCR", "a2"}},
 	} {
-		var batch []byte
-		for _, cmd := range pipe {
-			batch = resp.AppendCommandString(batch, cmd...)
-		}
 		var got [2]string
 		for i, addr := range []string{servers[0].Addr, p.Addr} {
-			c := dialClient(t, addr)
-			c.send(batch)
-			for range pipe {
-				got[i] += string(c.read())
-			}
-			got[i] = helloIDField.ReplaceAllString(got[i], "id\r\n:ID")
+			got[i] = helloIDField.ReplaceAllString(dialClient(t, addr).pipeline(pipe...), "id\r\n:ID")
 		}
 		if got[1] != got[0] {
 			t.Errorf("%q:\nrproxy %q\nRedis  %q", pipe, got[1], got[0])

@@ -314,7 +314,8 @@ func (s *Server) startStream(ss *session, raw []byte) {
 // leaveStream ends stream mode after the client's RESET, which is the last
 // of ss.streamCmds: the copy ends at Redis's answer to an end marker sent
 // after it (streamEnd), Redis's +RESET is queued as the batch's reply, the
-// connection goes back to its pool, and the session goes on as a new one,
+// connection goes back to its pool (one that tracked keys stays the
+// session's: session.pinTracked), and the session goes on as a new one,
 // on the shared connections (as the RESET left it on Redis: no
 // subscriptions, no tracking, no MONITOR, RESP2, database 0, and in auth
 // modes proxy and passthrough, not logged in). Staying on the pinned

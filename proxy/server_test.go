@@ -54,6 +54,22 @@ func (c *rawClient) read() []byte {
 	return r
 }
 
+// pipeline sends cmds in one write and returns their replies, run
+// together.
+func (c *rawClient) pipeline(cmds ...[]string) string {
+	c.t.Helper()
+	var batch []byte
+	for _, cmd := range cmds {
+		batch = resp.AppendCommandString(batch, cmd...)
+	}
+	c.send(batch)
+	var replies strings.Builder
+	for range cmds {
+		replies.Write(c.read())
+	}
+	return replies.String()
+}
+
 func (c *rawClient) do(args ...string) string {
 	c.t.Helper()
 	c.send(resp.AppendCommandString(nil, args...))

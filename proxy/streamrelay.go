@@ -85,9 +85,10 @@ const maxHeldProbe = 128
 // redirect, in rproxy's ids).
 // It drops the answer to a modeProbe, ends the copy at the answer to the
 // end marker sent after a RESET, and on a cluster upstream (hideRedirects)
-// replaces a MOVED or ASK with an error saying why. It frames the stream's top-level
-// replies to find them; if the stream cannot be framed, it stops looking
-// and passes everything on (the client then sees Redis's own replies).
+// replaces a MOVED or ASK with an error saying why. It frames the stream's
+// top-level replies to find them; if the stream cannot be framed, it stops
+// looking and passes everything on (the client then sees Redis's own
+// replies).
 type streamRelay struct {
 	dst           io.Writer
 	hideRedirects bool // a cluster upstream: clients see one node (facade.go)
@@ -342,8 +343,8 @@ func (r *streamRelay) finish() []byte {
 	}
 	a, ok := r.answerTo(r.held)
 	if !ok {
-		if r.hideRedirects && isRedirect(r.held) {
-			return streamRedirectError(r.held)
+		if slot, redirect := upstream.RedirectSlot(r.held); redirect && r.hideRedirects {
+			return streamRedirectError(slot)
 		}
 		return r.held
 	}
@@ -351,20 +352,12 @@ func (r *streamRelay) finish() []byte {
 	return a.reply
 }
 
-// isRedirect reports whether reply, a complete top-level error, is a
-// cluster node's MOVED or ASK.
-func isRedirect(reply []byte) bool {
-	return bytes.HasPrefix(reply, []byte("-MOVED ")) || bytes.HasPrefix(reply, []byte("-ASK "))
-}
-
 // streamRedirectError is what a stream-mode client of a cluster upstream
-// gets for a command whose key is on another master than its connection's:
-// never the MOVED, which names a node clients do not see (the facade).
-func streamRedirectError(reply []byte) []byte {
-	slot := "?"
-	if f := bytes.Fields(reply[1:]); len(f) >= 2 {
-		slot = string(f[1])
-	}
+// gets for a command whose key (in slot) is on another master than its
+// connection's: never the MOVED, which names a node clients do not see
+// (the facade). Not TRYAGAIN, as outside stream mode (upstream.HideRedirects):
+// on this connection a retry never reaches the key's master.
+func streamRedirectError(slot string) []byte {
 	return resp.AppendError(nil, "ERR rproxy: slot "+slot+" is on another master than this connection's: in pub/sub, tracking or MONITOR mode a connection uses one master of the cluster; run the command on another connection")
 }
 

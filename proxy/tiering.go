@@ -118,6 +118,8 @@ type hotWriteState struct {
 	// clearAtExec: the open transaction queued a FLUSHDB, FLUSHALL or
 	// SWAPDB, which run at EXEC, maybe batches later. Client tracking
 	// sends no invalidation for SWAPDB, so the tier is emptied again then.
+	// A DISCARD leaves it set (the next EXEC empties the tier once more):
+	// noting DISCARD would cost every non-write command a check.
 	clearAtExec bool
 }
 
@@ -142,7 +144,7 @@ func (t *tiering) beforeWrite(ss *session, info *command.Info, args [][]byte, ac
 		w.clearAtExec = w.clearAtExec || ss.inTransaction()
 		return
 	}
-	if info.Name == "exec" && w.clearAtExec {
+	if w.clearAtExec && info.Name == "exec" {
 		t.engine.Clear()
 		w.clear = w.clear || acked
 		w.clearAtExec = false

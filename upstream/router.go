@@ -408,11 +408,7 @@ func HideRedirects(b *Batch) int {
 	for _, end := range ends {
 		r := old[start:end]
 		start = end
-		if isRedirect(r) {
-			slot := "?"
-			if f := bytes.Fields(r[1:]); len(f) >= 2 {
-				slot = string(f[1])
-			}
+		if slot, ok := RedirectSlot(r); ok {
 			r = resp.AppendError(nil, "TRYAGAIN rproxy: slot "+slot+" is moving between the cluster's masters; try again")
 		}
 		b.appendReply(r)
@@ -422,4 +418,17 @@ func HideRedirects(b *Batch) int {
 
 func isRedirect(r []byte) bool {
 	return bytes.HasPrefix(r, movedPrefix) || bytes.HasPrefix(r, askPrefix)
+}
+
+// RedirectSlot reports whether reply r is a cluster node's MOVED or ASK,
+// and the slot it names ("?" if it names none), for a reply that hides
+// the redirect from a client that sees one node.
+func RedirectSlot(r []byte) (slot string, ok bool) {
+	if !isRedirect(r) {
+		return "", false
+	}
+	if f := bytes.Fields(r[1:]); len(f) >= 2 {
+		return string(f[1]), true
+	}
+	return "?", true
 }
