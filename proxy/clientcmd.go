@@ -623,18 +623,22 @@ func (ss *session) forgetSubscriptions() {
 	}
 }
 
-// substituteInStream queues, in stream mode, the reply r made here: Redis
-// is sent errorCmd, which it rejects, and the session's relay shows the
-// client r in place of Redis's error (streamrelay.go). Where Redis holds a
-// CLIENT CACHING flag for the client's next command, the rejected command
-// is clientErrorCmd, which keeps it (inside MULTI Redis keeps the flag
-// until EXEC).
+// substituteInStream queues, in stream mode, the reply r made here to the
+// command passing the chain (ss.call): Redis is sent errorCmd, which it
+// rejects, and the session's relay shows the client r in place of Redis's
+// error (streamrelay.go). Where that command is a CLIENT one and Redis
+// holds a CLIENT CACHING flag for the client's next command, the rejected
+// command is clientErrorCmd, which keeps the flag, as the CLIENT command
+// would have; any other command (AUTH, a policy refusal) drops it on
+// Redis, and so does errorCmd (inside MULTI Redis keeps the flag until
+// EXEC).
 func (ss *session) substituteInStream(r []byte) {
 	if ss.streamAnswered() {
 		ss.relay.substitute(r)
 	}
 	marker := errorCmd
-	if !ss.inTransaction() && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+	if args := ss.call.cmd.Args; len(args) > 0 && bytes.EqualFold(args[0], []byte("client")) &&
+		!ss.inTransaction() && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
 		marker = clientErrorCmd
 	}
 	ss.streamCmds = append(ss.streamCmds, marker)
