@@ -99,6 +99,7 @@ type routing struct {
 	cluster         *upstream.Cluster
 	table           *atomic.Pointer[command.Table] // the table in force (container commands' keys)
 	replicaPrefixes []string                       // reads of keys all under these go to replicas
+	passthrough     bool                           // auth.mode passthrough: sessions run as Redis users (aclRefusal)
 	salting         *salting                       // notes writes of salted keys (nil: off)
 	facade          func(ss *session, cmd resp.Command) bool
 	pin             func(ss *session, slot int) bool
@@ -203,9 +204,35 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 			return false // Redis's arity error
 		}
 	}
+	if r.passthrough && ss.user != "" {
+		if refusal := aclRefusal(ss, cmd.Raw, upstream.Slot(keys[0])); refusal != nil {
+			ss.queueLocal(refusal, false)
+			return true
+		}
+	}
 	ss.noteWrite(info) // MSET, DEL, UNLINK: as dispatch notes what it forwards
 	splitBySlot(ss, args, step, kind)
 	return true
+}
+
+// aclRefusal asks Redis, for a session logged in as a Redis user, whether
+// that user may run raw, a multi-key command about to be split across
+// masters, with all its keys: Redis refuses such a command whole when one
+// key is not the user's, before it looks at slots, while the split parts
+// would each be checked alone, and those with the user's keys would run.
+// raw goes whole to slot's master, as the user: NOPERM there is the
+// refusal, returned as Redis's reply; any other answer (CROSSSLOT, for a
+// command the user may run) lets the split go on, and its parts meet
+// whatever else Redis has to say. One round trip, paid only in
+// passthrough mode by commands split across slots.
+func aclRefusal(ss *session, raw []byte, slot int) []byte {
+	b := upstream.NewBatch()
+	b.AddSlot(raw, slot)
+	ss.pools[ss.proto].Do(b)
+	if r := b.Reply(0); bytes.HasPrefix(r, []byte("-NOPERM")) {
+		return bytes.Clone(r)
+	}
+	return nil
 }
 
 // watchMayEnd reports whether the batch holds a command that may start or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1209,5 +1210,50 @@ func TestClusterStreamModeHidesRedirects(t *testing.T) {
 	}
 	if served == 0 || refused == 0 {
 		t.Fatalf("%d keys served and %d refused, want some of each (3 masters)", served, refused)
+	}
+}
+
+// TestClusterPassthroughSplitRefusedWhole: Redis checks a user's ACL for
+// all of a command's keys before it runs any of it, so a DEL or MSET
+// naming a key the user may not use is refused whole, and nothing is
+// deleted or set. rproxy splits such a command across masters; each part
+// was checked alone, so the parts with keys the user may use ran (the
+// keys were deleted, the values set) and the client got the NOPERM of the
+// other part. Compared with one standalone Redis and the same user.
+func TestClusterPassthroughSplitRefusedWhole(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	single := redistest.Start(t)
+	rule := []string{"ACL", "SETUSER", "app", "on", ">apppw", "~app*", "+@all"}
+	for _, m := range cl.Masters() {
+		m.Do(t, rule...)
+	}
+	single.Do(t, rule...)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.AuthPassthrough = true })
+	keys := []string{"app0", "app1", "app2", "app3", "app4", "app5"} // on every master
+	for _, cmd := range [][]string{
+		append([]string{"DEL"}, append(slices.Clone(keys), "other")...),
+		append([]string{"UNLINK", "other"}, keys...),
+		{"MSET", "app0", "x", "app1", "x", "app2", "x", "app3", "x", "other", "x"},
+		append([]string{"EXISTS"}, append(slices.Clone(keys), "other")...),
+		append([]string{"MGET"}, append(slices.Clone(keys), "other")...),
+	} {
+		var got [2]string
+		for i, addr := range []string{single.Addr, p.Addr} {
+			c := dialClient(t, addr)
+			if r := c.do("AUTH", "app", "apppw"); r != "+OK\r\n" {
+				t.Fatalf("AUTH: %q", r)
+			}
+			for _, k := range keys {
+				c.do("SET", k, "v")
+			}
+			got[i] = c.do(cmd...) + c.do(append([]string{"MGET"}, keys...)...)
+			c.do(append([]string{"DEL"}, keys...)...)
+		}
+		if !strings.HasPrefix(got[0], "-NOPERM") {
+			t.Fatalf("%v on one Redis: %q, want NOPERM", cmd, got[0])
+		}
+		if got[1] != got[0] {
+			t.Errorf("%v through rproxy, then MGET: %q, want %q as on one Redis", cmd, got[1], got[0])
+		}
 	}
 }

@@ -268,16 +268,16 @@ func TestClusterPipelinesAsStandaloneRandomSequences(t *testing.T) {
 		})
 	}
 	// In auth.mode passthrough, logging in as users of different ACLs
-	// (alice: no FLUSHDB or FLUSHALL; bob: reads only), on every master.
-	// Not users limited to some keys: a command split across masters runs
-	// the parts whose keys the user may use, where Redis refuses it whole
-	// (docs/cluster.md).
+	// (alice: no FLUSHDB or FLUSHALL; bob: reads only; carol: some keys
+	// only, so that a command split across masters is refused whole, as
+	// on Redis), on every master.
 	t.Run("passthrough", func(t *testing.T) {
 		cl := redistest.StartCluster(t, 3, 0)
 		direct := redistest.Start(t)
 		users := [][]string{
 			{"ACL", "SETUSER", "alice", "on", ">alicepw", "~*", "+@all", "-flushdb", "-flushall"},
 			{"ACL", "SETUSER", "bob", "on", ">bobpw", "~*", "+@read", "+@connection", "+@transaction"},
+			{"ACL", "SETUSER", "carol", "on", ">carolpw", "~k1", "~k2", "~{t}*", "~h*", "+@all", "-flushdb", "-flushall"},
 		}
 		for _, u := range users {
 			for _, m := range cl.Masters() {
@@ -287,7 +287,7 @@ func TestClusterPipelinesAsStandaloneRandomSequences(t *testing.T) {
 		}
 		p := startClusterProxy(t, cl, func(c *proxy.Config) { c.AuthPassthrough = true })
 		clusterPipelinesAsStandalone(t, p, direct, [][]string{
-			{"AUTH", "alice", "alicepw"}, {"AUTH", "bob", "bobpw"}, {"AUTH", "bob", "no"},
+			{"AUTH", "alice", "alicepw"}, {"AUTH", "bob", "bobpw"}, {"AUTH", "bob", "no"}, {"AUTH", "carol", "carolpw"},
 			{"HELLO", "3", "AUTH", "alice", "alicepw"}, {"AUTH", "default", "x"},
 		})
 	})
@@ -399,6 +399,7 @@ func passthroughServers(t *testing.T) ([2]*redistest.Server, *proxytest.Proxy) {
 		for _, rule := range [][]string{
 			{"ACL", "SETUSER", "alice", "on", ">alicepw", "~a*", "+@all"},
 			{"ACL", "SETUSER", "bob", "on", ">bobpw", "~*", "+@read", "+@connection", "+@transaction"},
+			{"ACL", "SETUSER", "carol", "on", ">carolpw", "~k1", "~k2", "~{t}*", "~h*", "+@all", "-flushdb", "-flushall"},
 		} {
 			if r := servers[i].Do(t, rule...); string(r) != "+OK\r\n" {
 				t.Fatal(string(r))
