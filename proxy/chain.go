@@ -418,8 +418,13 @@ func (st dispatch) command(ss *session, c *call) bool {
 			ss.forward(cmd.Raw)
 			return true
 		}
-		if ss.pin == nil && !s.pinSession(ss, ss.slot) {
-			return true
+		if ss.pin == nil {
+			if !s.pinSession(ss, ss.slot) {
+				return true
+			}
+			if info.Name == "wait" || info.Name == "waitaof" {
+				ss.catchUpWriteOffset()
+			}
 		}
 		ss.blocking = true
 		ss.slowlog.skip = true // it waits as long as the client asked: not slow
@@ -461,6 +466,23 @@ func (st dispatch) command(ss *session, c *call) bool {
 }
 
 func (dispatch) replies(*session) {}
+
+// catchUpWriteOffset queues, on a connection just pinned for a WAIT or
+// WAITAOF, a PING whose reply the client does not see. Redis counts the
+// replicas (WAITAOF: the AOFs) that have the replication offset it noted
+// on the connection after its last command. The client's writes went on
+// shared connections and have all been answered (pinSession sent them);
+// the pinned connection's last command may be older (a spare's, dialled
+// before them), and WAIT then counted replicas that lacked the client's
+// writes as having them. Run after those writes, the PING notes an offset
+// that covers them.
+func (ss *session) catchUpWriteOffset() {
+	ss.batch.AddSlot(pingCmd, ss.slot)
+	ss.order = append(ss.order, replySource{from: fromDiscard})
+	ss.track = append(ss.track, track{})
+}
+
+var pingCmd = resp.AppendCommandString(nil, "PING")
 
 // streamDispatch sends a stream-mode session's commands to its pinned
 // connection as they come; Redis answers (and enforces RESP2's
