@@ -64,6 +64,9 @@ type routeState struct {
 	restAt       int
 	merges       []merge
 	keys         [][]byte
+	// lastWrite is the slot of the session's last write, plus one (0:
+	// none): a WAIT goes to its master.
+	lastWrite int
 }
 
 // merge is a client command sent as parts, consecutive in the batch.
@@ -171,12 +174,21 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		ss.route.keys = keys[:0]
 	}()
 	if len(keys) == 0 {
+		if (info.Name == "wait" || info.Name == "waitaof") && ss.route.lastWrite > 0 {
+			// No key: it counts the replicas of the master it runs on,
+			// which for a client that sees one node is where its writes
+			// went; the last one's master, of those rproxy sent them to.
+			ss.slot = ss.route.lastWrite - 1
+		}
 		return false
 	}
 	if r.salting != nil && info.Has(command.Write) {
 		r.salting.noteWrites(ss, keys)
 	}
 	ss.slot = upstream.Slot(keys[0])
+	if info.Invalidates != command.InvalidatesNone {
+		ss.route.lastWrite = ss.slot + 1
+	}
 	if len(r.replicaPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && underPrefixes(keys, r.replicaPrefixes) {
 		ss.slot |= upstream.ReplicaRead
 	}

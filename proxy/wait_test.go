@@ -56,3 +56,43 @@ func TestWaitCountsTheClientsWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterWaitGoesToTheLastWritesMaster: WAIT has no key, and went to
+// any master, whose replicas (up) it counted, where the client's write
+// went to another master whose replica had stopped. It now goes to the
+// master of the session's last write, which a client that sees one node
+// means. For each master: its replica stopped, a SET of a key of its
+// slots, then WAIT must time out with 0, as on that master directly.
+func TestClusterWaitGoesToTheLastWritesMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	p := startClusterProxy(t, cl)
+	for _, m := range cl.Masters() {
+		var replica *redistest.ClusterNode
+		for _, r := range cl.Replicas() {
+			if r.Master == m {
+				replica = r
+			}
+		}
+		if replica == nil {
+			t.Fatalf("no replica of %v", m)
+		}
+		key := ""
+		for i := 0; key == ""; i++ {
+			if k := "w" + strconv.Itoa(i); cl.MasterForSlot(t, cl.Slot(k)) == m {
+				key = k
+			}
+		}
+		side := dialClient(t, m.Addr)
+		side.do("SET", key, "before")
+		if r := side.do("WAIT", "1", "5000"); r != ":1\r\n" { // the replica has everything so far
+			t.Fatalf("WAIT on %v with its replica up: %q", m, r)
+		}
+		replica.Pause()
+		c := dialClient(t, p.Addr)
+		got := c.pipeline([]string{"SET", key, "v"}, []string{"WAIT", "1", "200"})
+		replica.Resume()
+		if got != "+OK\r\n:0\r\n" {
+			t.Errorf("SET %s (on %v, its replica stopped), WAIT 1 200 through rproxy: %q, want WAIT's :0 as on that master", key, m, got)
+		}
+	}
+}
