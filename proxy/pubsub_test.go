@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -758,7 +759,7 @@ var streamActedCommands = [][]string{
 	{"CLIENT", "TRACKING", "on", "OPTIN"}, {"CLIENT", "NO-TOUCH", "on"},
 }
 var streamPlainCommands = [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SET", "k", "v"}, {"ECHO", "hi"}, {"EXEC"}, {"DISCARD"},
-	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}}
+	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}, {"GET", "n"}}
 
 // streamTestServers starts the two Redis servers of a stream-mode random
 // test, one for the direct client and one behind rproxy, whose default
@@ -782,7 +783,8 @@ func streamTestServers(t *testing.T) [2]*redistest.Server {
 // user may not use, so that Redis refuses some SUBSCRIBEs (the mode probe),
 // and a script whose reply looks like RESET's (the end marker). Each
 // sequence ends with RESET and an ECHO, so both sides start the next one
-// alike, but for the id in HELLO's reply. Inside MULTI only plain commands are drawn: a SUBSCRIBE there is
+// alike, but for the id in HELLO's reply; a GET of a key written in
+// stream mode comes between them. Inside MULTI only plain commands are drawn: a SUBSCRIBE there is
 // refused through rproxy (docs/commands.md). One channel name only: an
 // UNSUBSCRIBE of several lists them in the order of each server's own
 // (randomly seeded) hash table. A key of its own per sequence: Redis keeps
@@ -795,10 +797,41 @@ func streamTestServers(t *testing.T) [2]*redistest.Server {
 // No BCAST tracking: Redis sends its invalidations when it next waits for
 // input, so whether a sequence sees them depends on how its write was cut.
 func TestStreamModeAsRedisRandomSequences(t *testing.T) {
+	t.Run("tier for hot keys", func(t *testing.T) { streamModeAsRedis(t, false) })
+	// Every key in the local tier, with client tracking's invalidations
+	// late: reads outside stream mode (after a RESET) are served by it,
+	// after writes made in stream mode.
+	t.Run("every key in the tier", func(t *testing.T) { streamModeAsRedis(t, true) })
+}
+
+func streamModeAsRedis(t *testing.T, cacheAll bool) {
 	servers := streamTestServers(t)
-	p := proxytest.Start(t, servers[1].Addr)
+	p := proxytest.Start(t, servers[1].Addr, func(c *proxy.Config) {
+		if cacheAll {
+			c.HotKey.Prefixes = []string{"k", "n"}
+			c.HotKey.Churn.Limit = 0
+			// Invalidations late: a stream-mode write must drop its key
+			// from the tier itself, before its reply.
+			c.HotKey.TrackingDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var d net.Dialer
+				nc, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return &slowConn{Conn: nc, pause: 2 * time.Millisecond, piece: 1 << 16}, nil
+			}
+		}
+	})
+	if cacheAll {
+		waitServing(t, p)
+	}
 	clients := [2]*rawClient{dialClient(t, servers[0].Addr), dialClient(t, p.Addr)}
 	compareStreamSequences(t, clients, nil, rand.New(rand.NewPCG(1, 2)), 300)
+	if hits := counterValue(t, p.Registry, "rproxy_hotkey_tier_hits_total", nil); cacheAll && hits == 0 {
+		t.Fatal("the tier served no read: the variant tests nothing of it")
+	} else if cacheAll {
+		t.Logf("%v reads served by the tier", hits)
+	}
 }
 
 // compareStreamSequences is TestStreamModeAsRedisRandomSequences's loop:
@@ -857,6 +890,7 @@ func compareStreamSequences(t *testing.T, clients [2]*rawClient, outside [][]str
 		}
 		end := fmt.Sprintf("end-%d", seq)
 		batch = resp.AppendCommandString(batch, "RESET")
+		batch = resp.AppendCommandString(batch, "GET", "n") // out of stream mode: the tier's, when it holds n
 		batch = resp.AppendCommandString(batch, "ECHO", end)
 		var got [2]string
 		for i, c := range clients {
