@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -812,14 +811,7 @@ func streamModeAsRedis(t *testing.T, cacheAll bool) {
 			c.HotKey.Churn.Limit = 0
 			// Invalidations late: a stream-mode write must drop its key
 			// from the tier itself, before its reply.
-			c.HotKey.TrackingDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				var d net.Dialer
-				nc, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return &slowConn{Conn: nc, pause: 2 * time.Millisecond, piece: 1 << 16}, nil
-			}
+			c.HotKey.TrackingDial = slowDial(2*time.Millisecond, 1<<16)
 		}
 	})
 	if cacheAll {

@@ -1,8 +1,6 @@
 package proxy_test
 
 import (
-	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -160,14 +158,7 @@ func TestSetHotKeysMaxLag(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
 		cacheAll(c)
-		c.HotKey.TrackingDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			nc, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &slowConn{Conn: nc, pause: 50 * time.Millisecond, piece: 1 << 16}, nil
-		}
+		c.HotKey.TrackingDial = slowDial(50*time.Millisecond, 1<<16)
 	})
 	waitServing(t, p)
 	stops := counterValue(t, p.Registry, "rproxy_hotkey_tier_stops_total", nil)

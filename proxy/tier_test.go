@@ -352,13 +352,19 @@ func (c *slowConn) Read(p []byte) (int, error) {
 
 func slowTracking(c *proxy.Config) {
 	cacheAll(c)
-	c.HotKey.TrackingDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	c.HotKey.TrackingDial = slowDial(3*time.Millisecond, 4)
+}
+
+// slowDial dials connections whose every read waits pause and takes at
+// most piece bytes: a tracking connection whose invalidations come late.
+func slowDial(pause time.Duration, piece int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
 		nc, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return &slowConn{Conn: nc, pause: 3 * time.Millisecond, piece: 4}, nil
+		return &slowConn{Conn: nc, pause: pause, piece: piece}, nil
 	}
 }
 
