@@ -89,10 +89,11 @@ func DefaultRules() []Rule {
 			// to a replica; CONFIG REWRITE writes the server's config file;
 			// MODULE LOAD runs a shared library's code inside Redis;
 			// SYNC/PSYNC make the client a replica: the whole dataset, then
-			// every write of every client.
+			// every write of every client; SCRIPT DEBUG forks Redis for each
+			// debugged script (YES) or blocks it while one is debugged (SYNC).
 			Name: "deny-admin",
 			Commands: []string{"debug", "shutdown", "config|set", "config|rewrite", "monitor", "replicaof", "slaveof",
-				"failover", "module|load", "module|loadex", "module|unload", "sync", "psync"},
+				"failover", "module|load", "module|loadex", "module|unload", "sync", "psync", "script|debug"},
 			Action:  Deny,
 			Message: "restricted admin command; run it on the Redis server directly, or ask the operator for a policy rule allowing it for your user or address",
 		},

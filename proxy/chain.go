@@ -408,6 +408,15 @@ func (st dispatch) command(ss *session, c *call) bool {
 	}
 	switch info.Handling {
 	case command.Forward:
+		if info.Name == "script" && startsScriptDebugging(args) && !ss.inTransaction() {
+			// Lua debugging (SCRIPT DEBUG YES or SYNC) is the connection's
+			// mode: every later EVAL of it stops in the debugger, which
+			// then reads debugger commands from it. On a shared connection
+			// it caught other clients' scripts and commands; it takes a
+			// connection of the session's own, as a subscription does.
+			s.startStream(ss, cmd.Raw)
+			return true
+		}
 		ss.noteWrite(info)
 		if info.Name == "info" {
 			ss.infoAt = append(ss.infoAt, infoAt{up: ss.batch.Len(), withProxy: infoWantsProxy(args)})
@@ -466,6 +475,14 @@ func (st dispatch) command(ss *session, c *call) bool {
 }
 
 func (dispatch) replies(*session) {}
+
+// startsScriptDebugging reports whether args, a SCRIPT command, turns Lua
+// debugging on: SCRIPT DEBUG YES or SYNC (NO, and Redis's errors, go on
+// the shared connections).
+func startsScriptDebugging(args [][]byte) bool {
+	return len(args) == 3 && bytes.EqualFold(args[1], []byte("debug")) &&
+		(bytes.EqualFold(args[2], []byte("yes")) || bytes.EqualFold(args[2], []byte("sync")))
+}
 
 // catchUpWriteOffset queues, on a connection just pinned for a WAIT or
 // WAITAOF, a PING whose reply the client does not see. Redis counts the

@@ -38,6 +38,7 @@ func TestPolicyDefaultsRefuseWithAdvice(t *testing.T) {
 		"FLUSHDB":  {"flushdb", "async"},
 		"admin":    {"CONFIG", "SET", "maxmemory", "1"},
 		"operator": {"DEBUG", "SLEEP", "0"},
+		"directly": {"SCRIPT", "DEBUG", "YES"},
 	}
 	for advice, cmd := range cases {
 		r := c.do(cmd...)
