@@ -114,6 +114,13 @@ func (r *routing) command(ss *session, c *call) bool {
 	if c.info != nil && c.info.Name == "cluster" && r.facade(ss, c.cmd) {
 		return true
 	}
+	if c.info != nil && c.info.Name == "asking" && len(c.cmd.Args) == 1 && ss.pin == nil {
+		// ASKING flags the connection's next command: on a shared one,
+		// another client's. rproxy follows ASK redirects itself, and a node
+		// of a one-node cluster answers +OK.
+		ss.reply([]byte("+OK\r\n"))
+		return true
+	}
 	if r.route(ss, c.info, c.cmd) {
 		return true
 	}

@@ -1257,3 +1257,21 @@ func TestClusterPassthroughSplitRefusedWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterAskingStaysHere: ASKING lets a connection's next command
+// reach a slot being imported; sent on a shared connection it flagged
+// another client's command. rproxy follows ASK itself, so it answers
+// ASKING as a one-node cluster does, and Redis never sees it.
+func TestClusterAskingStaysHere(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	c := dialClient(t, p.Addr)
+	if r := c.pipeline([]string{"ASKING"}, []string{"ASKING"}, []string{"GET", "k"}); r != "+OK\r\n+OK\r\n$-1\r\n" {
+		t.Fatalf("ASKING, ASKING, GET: %q", r)
+	}
+	for _, m := range cl.Masters() {
+		if stats := string(m.Do(t, "INFO", "commandstats")); strings.Contains(stats, "cmdstat_asking") {
+			t.Errorf("ASKING reached %v", m)
+		}
+	}
+}
