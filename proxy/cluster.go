@@ -114,10 +114,11 @@ func (r *routing) command(ss *session, c *call) bool {
 	if c.info != nil && c.info.Name == "cluster" && r.facade(ss, c.cmd) {
 		return true
 	}
-	if c.info != nil && c.info.Name == "asking" && len(c.cmd.Args) == 1 && ss.pin == nil {
+	if c.info != nil && c.info.Name == "asking" && len(c.cmd.Args) == 1 && ss.pin == nil && !ss.inTransaction() {
 		// ASKING flags the connection's next command: on a shared one,
 		// another client's. rproxy follows ASK redirects itself, and a node
-		// of a one-node cluster answers +OK.
+		// of a one-node cluster answers +OK. (In a transaction it is queued
+		// on the transaction's own connection.)
 		ss.reply([]byte("+OK\r\n"))
 		return true
 	}

@@ -1261,7 +1261,8 @@ func TestClusterPassthroughSplitRefusedWhole(t *testing.T) {
 // TestClusterAskingStaysHere: ASKING lets a connection's next command
 // reach a slot being imported; sent on a shared connection it flagged
 // another client's command. rproxy follows ASK itself, so it answers
-// ASKING as a one-node cluster does, and Redis never sees it.
+// ASKING as a one-node cluster does, and Redis never sees it; but in a
+// transaction, where Redis queues it and answers it in EXEC's array.
 func TestClusterAskingStaysHere(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
@@ -1273,5 +1274,16 @@ func TestClusterAskingStaysHere(t *testing.T) {
 		if stats := string(m.Do(t, "INFO", "commandstats")); strings.Contains(stats, "cmdstat_asking") {
 			t.Errorf("ASKING reached %v", m)
 		}
+	}
+	// In a transaction it is queued, as on Redis, and answered in EXEC.
+	if r := c.pipeline([]string{"MULTI"}, []string{"ASKING"}, []string{"GET", "k"}, []string{"EXEC"}); r != "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$-1\r\n" {
+		t.Fatalf("MULTI, ASKING, GET, EXEC: %q", r)
+	}
+	c.do("MULTI") // typed alone: the transaction's master is chosen later
+	if r := c.do("ASKING"); r != "+QUEUED\r\n" {
+		t.Fatalf("ASKING in a MULTI typed alone: %q", r)
+	}
+	if r := c.do("EXEC"); r != "*1\r\n+OK\r\n" {
+		t.Fatalf("EXEC after it: %q", r)
 	}
 }
