@@ -64,6 +64,11 @@ type Upstream struct {
 	// queue keeps growing, to gather more clients' commands into one write;
 	// default 4; 0..64 (0 writes at once: more syscalls, more upstream wakeups).
 	GatherYields int `yaml:"gather_yields"`
+	// StallDivert: new batches go around a shared connection whose oldest
+	// request has seen no reply for this long (a write held by CLIENT
+	// PAUSE WRITE or FAILOVER), to a spare connection if need be; default
+	// 100ms; 0 = off; at most half of Timeout applies.
+	StallDivert Duration `yaml:"stall_divert"`
 	// Username and a password from a file or an environment variable (never
 	// the config itself, never a flag) authenticate every upstream
 	// connection; no password means none.
@@ -472,6 +477,7 @@ func Default() Config {
 			BackoffMin:   Duration(50 * time.Millisecond),
 			BackoffMax:   Duration(2 * time.Second),
 			GatherYields: 4,
+			StallDivert:  Duration(100 * time.Millisecond),
 		},
 		Auth:     Auth{Mode: "none"},
 		Coalesce: Coalesce{Commands: []string{"get"}, Window: "unsent"},
@@ -908,6 +914,9 @@ func (c Config) Validate() error {
 	c.validateTLS(add)
 	if u.GatherYields < 0 || u.GatherYields > 64 {
 		add("upstream.gather_yields must be between 0 and 64, got %d", u.GatherYields)
+	}
+	if u.StallDivert < 0 {
+		add("upstream.stall_divert must be 0 (off) or more, got %s", u.StallDivert)
 	}
 	positive := func(path string, d Duration) {
 		if d <= 0 {

@@ -44,6 +44,7 @@ func (c Config) ProxyConfig() proxy.Config {
 			BackoffMin:   c.Upstream.BackoffMin.D(),
 			BackoffMax:   c.Upstream.BackoffMax.D(),
 			GatherYields: c.Upstream.GatherYields,
+			StallDivert:  min(c.Upstream.StallDivert.D(), c.Upstream.Timeout.D()/2),
 			Username:     c.Upstream.Username,
 		},
 		Cluster:             cluster,

@@ -43,6 +43,13 @@ type conn struct {
 	unsent      []*Batch // batches whose bytes are in wbuf, not yet taken by the writer
 
 	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
+
+	// isSpare: one of the pool's spare connections (Config.StallDivert),
+	// which neither counts for the pool's first dial nor calls OnState.
+	// stalled: the pool's watcher found it stalled for StallDivert.
+	isSpare bool
+	firstUp chan struct{} // a spare's: closed when it is first up
+	stalled atomic.Bool
 }
 
 func newConn(p *Pool, id int) *conn {
@@ -161,6 +168,13 @@ func (c *conn) stalledSince(now int64) time.Duration {
 	return time.Duration(now - c.lastProgress.Load())
 }
 
+// busy reports whether batches are queued or waiting for replies.
+func (c *conn) busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.head < len(c.inflight)
+}
+
 // front returns the oldest waiting batch, or nil.
 func (c *conn) front() *Batch {
 	c.mu.Lock()
@@ -196,7 +210,7 @@ func (c *conn) run(ctx context.Context) {
 			c.mu.Lock()
 			c.downReason = err.Error()
 			c.mu.Unlock()
-			if first {
+			if first && !c.isSpare {
 				first = false
 				c.pool.firstDialDone(false)
 			}
@@ -222,14 +236,18 @@ func (c *conn) run(ctx context.Context) {
 		}
 		c.nc, c.closeReason = nc, ""
 		c.mu.Unlock()
-		if first {
+		if first && !c.isSpare {
 			first = false
 			c.pool.firstDialDone(true)
+		}
+		if first && c.isSpare {
+			first = false
+			close(c.firstUp)
 		}
 		c.pool.metrics.connected.Inc()
 		c.pool.metrics.connects.Inc()
 		log.Info("upstream connected", zap.String("local", nc.LocalAddr().String()))
-		if cfg.OnState != nil {
+		if cfg.OnState != nil && !c.isSpare {
 			cfg.OnState(true)
 		}
 		upSince := cfg.Now()
@@ -262,7 +280,7 @@ func (c *conn) run(ctx context.Context) {
 		c.unsent = nil
 		c.mu.Unlock()
 		c.pool.metrics.connected.Dec()
-		if cfg.OnState != nil {
+		if cfg.OnState != nil && !c.isSpare {
 			cfg.OnState(false)
 		}
 		lost := log.Warn

@@ -26,6 +26,8 @@ type Metrics struct {
 	refreshes     *prometheus.CounterVec
 	clusterNodes  prometheus.Gauge
 	slotsAssigned prometheus.Gauge
+	stalled       *prometheus.GaugeVec
+	diverted      *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -58,6 +60,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cluster_masters", Help: "Masters in the current cluster slot map."}),
 		slotsAssigned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "cluster_slots_assigned", Help: "Hash slots with a master in the current cluster slot map (16384 when the map is whole)."}),
+		stalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "stalled_connections", Help: "Shared upstream connections whose oldest request has seen no reply for upstream.stall_divert (new batches go around them)."}, proto),
+		diverted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "diverted_batches_total", Help: "Batches sent around stalled shared upstream connections (upstream.stall_divert)."}, proto),
 	}
 	// Every kind and outcome exported from the start, at zero.
 	for _, k := range []string{"moved", "ask", "tryagain"} {
@@ -73,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned,
-			m.redirects, m.refreshes, m.clusterNodes, m.slotsAssigned)
+			m.redirects, m.refreshes, m.clusterNodes, m.slotsAssigned, m.stalled, m.diverted)
 	}
 	return m
 }
@@ -89,6 +95,8 @@ type poolMetrics struct {
 	bytesOut      prometheus.Counter
 	batchCommands prometheus.Observer
 	pinned        prometheus.Gauge
+	stalled       prometheus.Gauge
+	diverted      prometheus.Counter
 }
 
 func (m *Metrics) forProtocol(protocol int) *poolMetrics {
@@ -102,6 +110,8 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 		bytesOut:      m.bytesOut.WithLabelValues(p),
 		batchCommands: m.batchCommands.WithLabelValues(p),
 		pinned:        m.pinned.WithLabelValues(p),
+		stalled:       m.stalled.WithLabelValues(p),
+		diverted:      m.diverted.WithLabelValues(p),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,16 @@ type Config struct {
 	Timeout    time.Duration
 	BackoffMin time.Duration // first reconnect delay, doubled per failure
 	BackoffMax time.Duration // reconnect delay cap
+
+	// StallDivert, when > 0, sends new batches around a shared connection
+	// whose oldest request has seen no reply for this long: to another
+	// connection of the pool that is not stalled, or else to one of up to
+	// Connections spare connections, dialled at the first such stall and
+	// kept. Redis stops reading a connection at a write while writes are
+	// paused (CLIENT PAUSE WRITE, FAILOVER); without this the reads of
+	// every client behind it wait too. Off (0) for pools with Setup or
+	// OnPush (a tracking connection's state is its own) and for SendOn.
+	StallDivert time.Duration
 
 	// GatherYields is how many times the writer may yield, while the queue
 	// keeps growing, to gather more commands into one write (0: none).
@@ -100,6 +111,14 @@ type Pool struct {
 	conns   []*conn
 	next    atomic.Uint32
 
+	// spares are the connections batches go to while every one of conns
+	// is stalled (Config.StallDivert): started at the first such stall.
+	// diverting: the watcher found a connection stalled for StallDivert.
+	spares    []*spare
+	diverting atomic.Bool
+	quietFrom int64 // watch's: unix nanos since which nothing was stalled
+	ctx       context.Context
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -154,6 +173,7 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 	}
 	p.firstPending.Store(int32(cfg.Connections))
 	p.lent = make(map[*Dedicated]struct{})
+	p.ctx = ctx
 	for i := 0; i < cfg.Connections; i++ {
 		c := newConn(p, i)
 		p.conns = append(p.conns, c)
@@ -162,6 +182,13 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 			defer p.wg.Done()
 			c.run(ctx)
 		}()
+	}
+	if cfg.StallDivert > 0 && cfg.Setup == nil && cfg.OnPush == nil {
+		for i := 0; i < cfg.Connections; i++ {
+			c := newConn(p, cfg.Connections+i)
+			c.isSpare = true
+			p.spares = append(p.spares, &spare{c: c})
+		}
 	}
 	p.wg.Add(1)
 	go func() {
@@ -201,6 +228,9 @@ func (p *Pool) Send(b *Batch) {
 func (p *Pool) trySend(b *Batch) (string, bool) {
 	n := uint32(len(p.conns))
 	start := p.next.Add(1)
+	if p.diverting.Load() && p.sendAround(b, start) {
+		return "", true
+	}
 	var reason string
 	for i := uint32(0); i < n; i++ {
 		c := p.conns[(start+i)%n]
@@ -211,6 +241,95 @@ func (p *Pool) trySend(b *Batch) (string, bool) {
 		}
 	}
 	return reason, false
+}
+
+// sendAround queues b on a connection that is not stalled (StallDivert):
+// one of conns, else a spare, started here the first time. It reports
+// false when every one that is up is stalled (b then waits behind one).
+func (p *Pool) sendAround(b *Batch, start uint32) bool {
+	n := uint32(len(p.conns))
+	for i := uint32(0); i < n; i++ {
+		c := p.conns[(start+i)%n]
+		if c.stalled.Load() {
+			continue
+		}
+		if _, ok := c.send(b); ok {
+			p.metrics.diverted.Inc()
+			return true
+		}
+	}
+	for _, sp := range p.spares {
+		up := sp.start(p)
+		if sp.c.stalled.Load() {
+			continue
+		}
+		if !sp.c.up() {
+			// Dialled at the stall (watch): waiting for it beats waiting
+			// behind the stalled request for as long as it holds.
+			t := time.NewTimer(p.cfg.DialTimeout)
+			select {
+			case <-up:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		if _, ok := sp.c.send(b); ok {
+			p.metrics.diverted.Inc()
+			return true
+		}
+	}
+	return false
+}
+
+// spare is a connection batches go to while the pool's shared ones are
+// stalled: started at a stall, stopped once the pool has been quiet for
+// spareQuiet with nothing waiting on it.
+type spare struct {
+	c *conn
+
+	mu      sync.Mutex
+	stop    context.CancelFunc // nil: not running
+	done    chan struct{}      // closed when the last run has returned
+	firstUp chan struct{}      // closed when the running connection is first up
+}
+
+// spareQuiet is how long the pool must have had no stalled connection
+// before its spares are closed.
+const spareQuiet = time.Second
+
+// start runs the spare's connection if it is not running, and returns a
+// channel closed once it is first up.
+func (sp *spare) start(p *Pool) <-chan struct{} {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.stop == nil && p.ctx.Err() == nil {
+		if sp.done != nil {
+			<-sp.done // the last run, stopped, is returning: one at a time
+		}
+		ctx, cancel := context.WithCancel(p.ctx)
+		up, done := make(chan struct{}), make(chan struct{})
+		sp.stop, sp.firstUp, sp.done = cancel, up, done
+		sp.c.firstUp = up
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer close(done)
+			sp.c.run(ctx)
+		}()
+	}
+	return sp.firstUp
+}
+
+// stopIfIdle closes the spare's connection if it runs and nothing waits on it.
+func (sp *spare) stopIfIdle() {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.stop == nil || sp.c.busy() {
+		return
+	}
+	sp.stop()
+	sp.stop = nil
+	sp.c.closeWith("spare no longer needed")
 }
 
 // awaitFirstDial waits, within Config.Timeout, until a connection is up
@@ -286,16 +405,22 @@ func (p *Pool) Close() {
 	p.cancel()
 	p.firstOnce.Do(func() { close(p.firstTry) })
 	p.closeDedicated()
-	for _, c := range p.conns {
+	for _, c := range p.allConns() {
 		c.closeWith("proxy shutting down")
 	}
 	p.wg.Wait()
+	for _, c := range p.allConns() {
+		p.setStalled(c, false)
+	}
 }
 
 // watch resets connections whose oldest waiting request has seen no reply
 // progress for Config.Timeout, so a stopped or stuck server cannot hang clients.
 func (p *Pool) watch(ctx context.Context) {
 	tick := p.cfg.Timeout / 10
+	if len(p.spares) > 0 {
+		tick = min(tick, p.cfg.StallDivert/2)
+	}
 	tick = min(max(tick, time.Millisecond), time.Second)
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -306,8 +431,16 @@ func (p *Pool) watch(ctx context.Context) {
 		case <-t.C:
 		}
 		now := p.cfg.Now().UnixNano()
-		for _, c := range p.conns {
-			if c.stalledSince(now) <= p.cfg.Timeout {
+		diverting := false
+		allStalled := true
+		for i, c := range p.allConns() {
+			stalled := c.stalledSince(now)
+			if len(p.spares) > 0 {
+				p.setStalled(c, stalled > p.cfg.StallDivert)
+				diverting = diverting || stalled > p.cfg.StallDivert
+				allStalled = allStalled && (i >= len(p.conns) || stalled > p.cfg.StallDivert)
+			}
+			if stalled <= p.cfg.Timeout {
 				continue
 			}
 			if p.scriptBusy(ctx) {
@@ -320,6 +453,45 @@ func (p *Pool) watch(ctx context.Context) {
 			}
 			p.metrics.errors.WithLabelValues("timeout").Inc()
 			c.closeWith(fmt.Sprintf("no reply within %v", p.cfg.Timeout))
+		}
+		p.diverting.Store(diverting)
+		switch {
+		case diverting && allStalled:
+			for _, sp := range p.spares {
+				sp.start(p) // dialled now, up for the next batch
+			}
+		case diverting:
+		case p.quietFrom == 0:
+			p.quietFrom = now
+		case time.Duration(now-p.quietFrom) > spareQuiet:
+			for _, sp := range p.spares {
+				sp.stopIfIdle()
+			}
+		}
+		if diverting {
+			p.quietFrom = 0
+		}
+	}
+}
+
+// allConns returns the shared connections and the spares, in a slice of
+// its own.
+func (p *Pool) allConns() []*conn {
+	all := slices.Clip(p.conns)
+	for _, sp := range p.spares {
+		all = append(all, sp.c)
+	}
+	return all
+}
+
+// setStalled records whether c is stalled for StallDivert, and keeps the
+// stalled_connections gauge (shared by every pool of a protocol) in step.
+func (p *Pool) setStalled(c *conn, stalled bool) {
+	if c.stalled.Swap(stalled) != stalled {
+		if stalled {
+			p.metrics.stalled.Inc()
+		} else {
+			p.metrics.stalled.Dec()
 		}
 	}
 }
@@ -354,7 +526,7 @@ func (p *Pool) masterChanged(reason string) {
 	close(p.redial)
 	p.redial = make(chan struct{})
 	p.redialMu.Unlock()
-	for _, c := range p.conns {
+	for _, c := range p.allConns() {
 		c.closeWith(reason)
 	}
 	p.dmu.Lock()

@@ -35,6 +35,7 @@ func Config(upstreamAddr string) proxy.Config {
 			Address:      upstreamAddr,
 			Connections:  1,
 			GatherYields: 4,
+			StallDivert:  100 * time.Millisecond, // the shipped default
 			DialTimeout:  time.Second,
 			Timeout:      2 * time.Second,
 			BackoffMin:   10 * time.Millisecond,
