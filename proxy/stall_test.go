@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,32 @@ func TestStallDivertServesReadsDuringAWritePause(t *testing.T) {
 		waitFor(t, "no stalled connection", func() bool {
 			return counterValue(t, p.Registry, "rproxy_upstream_stalled_connections", nil) == 0
 		})
+	}
+}
+
+// TestStallDivertLongScriptBusyAsRedis: while a script runs past Redis's
+// busy-reply-threshold, Redis answers other clients -BUSY. Through rproxy
+// their commands waited behind the script on the shared connection; with
+// upstream.stall_divert they go around it and get Redis's -BUSY, as a
+// direct client does at the same moment.
+func TestStallDivertLongScriptBusyAsRedis(t *testing.T) {
+	rs := redistest.Start(t, "--busy-reply-threshold", "100")
+	p := proxytest.Start(t, rs.Addr)
+	caller, other := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	other.do("PING")
+	caller.send(resp.AppendCommandString(nil, "EVAL", busyScript, "0", "1500"))
+	waitBusy(t, rs)
+	waitFor(t, "the shared connection stalled", func() bool {
+		return counterValue(t, p.Registry, "rproxy_upstream_stalled_connections", nil) >= 1
+	})
+	direct, err := rs.Exec("ECHO", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := other.doErr("ECHO", "x"); r != string(direct) || !strings.HasPrefix(r, "-BUSY") {
+		t.Errorf("ECHO during the script through rproxy: %q, want %q as from Redis directly", r, direct)
+	}
+	if r := string(caller.read()); r != "$4\r\ndone\r\n" {
+		t.Errorf("the script: %q, want its result", r)
 	}
 }
