@@ -334,9 +334,10 @@ func TestConnectionEconomy(t *testing.T) {
 	waitFor(t, "the proxy to count 2000 clients", func() bool {
 		return counterValue(t, p.Registry, "rproxy_proxy_client_connections", nil) == 2000
 	})
-	if got := redisClients(t, rs); got != shared {
-		t.Fatalf("with 2,000 clients Redis sees %d connections, want the %d shared ones", got, shared)
-	}
+	// A stall under the load (a slow machine) may have dialled a spare
+	// shared connection (upstream.stall_divert): it closes after a second
+	// without stalls.
+	waitFor(t, "Redis to see the shared connections only", func() bool { return redisClients(t, rs) == shared })
 	// One pinned session adds exactly one, and its pool keeps two spares
 	// ready for the next sessions that pin (a SUBSCRIBE, say).
 	m := dialClient(t, p.Addr)
