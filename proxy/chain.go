@@ -431,7 +431,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 			if !s.pinSession(ss, ss.slot) {
 				return true
 			}
-			if info.Name == "wait" || info.Name == "waitaof" {
+			if waitsForReplicas(info) {
 				ss.catchUpWriteOffset()
 			}
 		}
@@ -500,6 +500,12 @@ func (ss *session) catchUpWriteOffset() {
 }
 
 var pingCmd = resp.AppendCommandString(nil, "PING")
+
+// waitsForReplicas reports whether info is WAIT or WAITAOF, which count the
+// replicas (or AOFs) that have the connection's writes.
+func waitsForReplicas(info *command.Info) bool {
+	return info.Name == "wait" || info.Name == "waitaof"
+}
 
 // streamDispatch sends a stream-mode session's commands to its pinned
 // connection as they come; Redis answers (and enforces RESP2's

@@ -182,7 +182,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		ss.route.keys = keys[:0]
 	}()
 	if len(keys) == 0 {
-		if (info.Name == "wait" || info.Name == "waitaof") && ss.route.lastWrite > 0 {
+		if ss.route.lastWrite > 0 && waitsForReplicas(info) {
 			// No key: it counts the replicas of the master it runs on,
 			// which for a client that sees one node is where its writes
 			// went; the last one's master, of those rproxy sent them to.

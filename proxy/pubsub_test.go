@@ -512,16 +512,7 @@ func directAndThrough(t *testing.T, rs *redistest.Server, p *proxytest.Proxy, be
 		for _, cmd := range setup {
 			c.do(cmd...)
 		}
-		var raw []byte
-		for _, cmd := range script {
-			raw = resp.AppendCommandString(raw, cmd...)
-		}
-		c.send(raw)
-		var out strings.Builder
-		for range script {
-			out.Write(c.read())
-		}
-		got[i] = out.String()
+		got[i] = c.pipeline(script...)
 	}
 	if got[0] != got[1] {
 		t.Fatalf("replies differ\n  direct: %q\n  rproxy: %q", got[0], got[1])

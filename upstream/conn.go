@@ -45,10 +45,11 @@ type conn struct {
 	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
 
 	// isSpare: one of the pool's spare connections (Config.StallDivert),
-	// which neither counts for the pool's first dial nor calls OnState.
-	// stalled: the pool's watcher found it stalled for StallDivert.
+	// which neither counts for the pool's first dial nor calls OnState;
+	// firstUp, made by each start of it, is closed when that run is first
+	// up. stalled: the pool's watcher found it stalled for StallDivert.
 	isSpare bool
-	firstUp chan struct{} // a spare's: closed when it is first up
+	firstUp chan struct{}
 	stalled atomic.Bool
 }
 
@@ -236,13 +237,13 @@ func (c *conn) run(ctx context.Context) {
 		}
 		c.nc, c.closeReason = nc, ""
 		c.mu.Unlock()
-		if first && !c.isSpare {
+		if first {
 			first = false
-			c.pool.firstDialDone(true)
-		}
-		if first && c.isSpare {
-			first = false
-			close(c.firstUp)
+			if c.isSpare {
+				close(c.firstUp)
+			} else {
+				c.pool.firstDialDone(true)
+			}
 		}
 		c.pool.metrics.connected.Inc()
 		c.pool.metrics.connects.Inc()

@@ -39,8 +39,8 @@ type Config struct {
 	// StallDivert, when > 0, sends new batches around a shared connection
 	// whose oldest request has seen no reply for this long: to another
 	// connection of the pool that is not stalled, or else to one of up to
-	// Connections spare connections, dialled at the first such stall and
-	// kept. Redis stops reading a connection at a write while writes are
+	// Connections spare connections, dialled when every shared one is
+	// stalled and closed after spareQuiet without a stall. Redis stops reading a connection at a write while writes are
 	// paused (CLIENT PAUSE WRITE, FAILOVER); without this the reads of
 	// every client behind it wait too. Off (0) for pools with Setup or
 	// OnPush (a tracking connection's state is its own) and for SendOn.
@@ -103,7 +103,8 @@ func (c Config) Validate() error {
 }
 
 // Pool is a fixed set of shared, pipelined connections to one Redis server,
-// all speaking one protocol version.
+// all speaking one protocol version, and as many spares for stalls
+// (Config.StallDivert).
 type Pool struct {
 	cfg     Config
 	log     *zap.Logger
@@ -115,6 +116,7 @@ type Pool struct {
 	// is stalled (Config.StallDivert): started at the first such stall.
 	// diverting: the watcher found a connection stalled for StallDivert.
 	spares    []*spare
+	all       []*conn // conns, then the spares' connections
 	diverting atomic.Bool
 	quietFrom int64 // watch's: unix nanos since which nothing was stalled
 	ctx       context.Context
@@ -189,6 +191,10 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 			c.isSpare = true
 			p.spares = append(p.spares, &spare{c: c})
 		}
+	}
+	p.all = slices.Clip(p.conns)
+	for _, sp := range p.spares {
+		p.all = append(p.all, sp.c)
 	}
 	p.wg.Add(1)
 	go func() {
@@ -287,10 +293,9 @@ func (p *Pool) sendAround(b *Batch, start uint32) bool {
 type spare struct {
 	c *conn
 
-	mu      sync.Mutex
-	stop    context.CancelFunc // nil: not running
-	done    chan struct{}      // closed when the last run has returned
-	firstUp chan struct{}      // closed when the running connection is first up
+	mu   sync.Mutex
+	stop context.CancelFunc // nil: not running
+	done chan struct{}      // closed when the last run has returned
 }
 
 // spareQuiet is how long the pool must have had no stalled connection
@@ -307,9 +312,9 @@ func (sp *spare) start(p *Pool) <-chan struct{} {
 			<-sp.done // the last run, stopped, is returning: one at a time
 		}
 		ctx, cancel := context.WithCancel(p.ctx)
-		up, done := make(chan struct{}), make(chan struct{})
-		sp.stop, sp.firstUp, sp.done = cancel, up, done
-		sp.c.firstUp = up
+		sp.stop, sp.done = cancel, make(chan struct{})
+		sp.c.firstUp = make(chan struct{}) // before run, which closes it
+		done := sp.done
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -317,7 +322,7 @@ func (sp *spare) start(p *Pool) <-chan struct{} {
 			sp.c.run(ctx)
 		}()
 	}
-	return sp.firstUp
+	return sp.c.firstUp
 }
 
 // stopIfIdle closes the spare's connection if it runs and nothing waits on it.
@@ -405,17 +410,21 @@ func (p *Pool) Close() {
 	p.cancel()
 	p.firstOnce.Do(func() { close(p.firstTry) })
 	p.closeDedicated()
-	for _, c := range p.allConns() {
+	for _, c := range p.all {
 		c.closeWith("proxy shutting down")
 	}
 	p.wg.Wait()
-	for _, c := range p.allConns() {
+	for _, c := range p.all {
 		p.setStalled(c, false)
 	}
 }
 
 // watch resets connections whose oldest waiting request has seen no reply
-// progress for Config.Timeout, so a stopped or stuck server cannot hang clients.
+// progress for Config.Timeout, so a stopped or stuck server cannot hang
+// clients. With spares (Config.StallDivert) it also marks the connections
+// stalled for StallDivert, which Send then goes around, dials the spares
+// when every shared connection is stalled, and closes them after
+// spareQuiet without a stall.
 func (p *Pool) watch(ctx context.Context) {
 	tick := p.cfg.Timeout / 10
 	if len(p.spares) > 0 {
@@ -431,14 +440,14 @@ func (p *Pool) watch(ctx context.Context) {
 		case <-t.C:
 		}
 		now := p.cfg.Now().UnixNano()
-		diverting := false
-		allStalled := true
-		for i, c := range p.allConns() {
+		diverting, sharedStalled := false, 0
+		for i, c := range p.all {
 			stalled := c.stalledSince(now)
-			if len(p.spares) > 0 {
-				p.setStalled(c, stalled > p.cfg.StallDivert)
-				diverting = diverting || stalled > p.cfg.StallDivert
-				allStalled = allStalled && (i >= len(p.conns) || stalled > p.cfg.StallDivert)
+			if len(p.spares) > 0 && p.setStalled(c, stalled > p.cfg.StallDivert) {
+				diverting = true
+				if i < len(p.conns) {
+					sharedStalled++
+				}
 			}
 			if stalled <= p.cfg.Timeout {
 				continue
@@ -456,7 +465,7 @@ func (p *Pool) watch(ctx context.Context) {
 		}
 		p.diverting.Store(diverting)
 		switch {
-		case diverting && allStalled:
+		case sharedStalled == len(p.conns):
 			for _, sp := range p.spares {
 				sp.start(p) // dialled now, up for the next batch
 			}
@@ -474,19 +483,10 @@ func (p *Pool) watch(ctx context.Context) {
 	}
 }
 
-// allConns returns the shared connections and the spares, in a slice of
-// its own.
-func (p *Pool) allConns() []*conn {
-	all := slices.Clip(p.conns)
-	for _, sp := range p.spares {
-		all = append(all, sp.c)
-	}
-	return all
-}
-
-// setStalled records whether c is stalled for StallDivert, and keeps the
-// stalled_connections gauge (shared by every pool of a protocol) in step.
-func (p *Pool) setStalled(c *conn, stalled bool) {
+// setStalled records whether c is stalled for StallDivert, keeps the
+// stalled_connections gauge (shared by every pool of a protocol) in step,
+// and returns stalled.
+func (p *Pool) setStalled(c *conn, stalled bool) bool {
 	if c.stalled.Swap(stalled) != stalled {
 		if stalled {
 			p.metrics.stalled.Inc()
@@ -494,6 +494,7 @@ func (p *Pool) setStalled(c *conn, stalled bool) {
 			p.metrics.stalled.Dec()
 		}
 	}
+	return stalled
 }
 
 // scriptBusy reports whether Redis answers -BUSY on a new connection: it is
@@ -526,7 +527,7 @@ func (p *Pool) masterChanged(reason string) {
 	close(p.redial)
 	p.redial = make(chan struct{})
 	p.redialMu.Unlock()
-	for _, c := range p.allConns() {
+	for _, c := range p.all {
 		c.closeWith(reason)
 	}
 	p.dmu.Lock()
