@@ -157,23 +157,29 @@ func TestFaultUpstreamKilled(t *testing.T) {
 }
 
 // Redis paused (SIGSTOP) for longer than upstream.timeout: waiting requests
-// fail after the timeout, rproxy reconnects after SIGCONT.
+// fail after the timeout, rproxy reconnects after SIGCONT. With several
+// connections each times out on its own, not one after the other (the
+// long-script probe, which waits on a hung Redis, runs once a tick).
 func TestFaultUpstreamPaused(t *testing.T) {
-	rs := redistest.Start(t)
-	p := proxytest.Start(t, rs.Addr)
-	lcs := faultRun(t, rs, p, 20, func() {
-		rs.Pause()
-		time.Sleep(3 * time.Second) // timeout is 2s in proxytest
-		rs.Resume()
-		waitFor(t, "proxy ready again", p.Server.Ready)
-		time.Sleep(200 * time.Millisecond)
-	})
-	errs := 0
-	for _, lc := range lcs {
-		errs += lc.errs
-	}
-	if errs == 0 {
-		t.Error("no client saw the stall: the fault was not exercised")
+	for _, conns := range []int{1, 3} {
+		t.Run(fmt.Sprintf("connections=%d", conns), func(t *testing.T) {
+			rs := redistest.Start(t)
+			p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Upstream.Connections = conns })
+			lcs := faultRun(t, rs, p, 20, func() {
+				rs.Pause()
+				time.Sleep(3 * time.Second) // timeout is 2s in proxytest
+				rs.Resume()
+				waitFor(t, "proxy ready again", p.Server.Ready)
+				time.Sleep(200 * time.Millisecond)
+			})
+			errs := 0
+			for _, lc := range lcs {
+				errs += lc.errs
+			}
+			if errs == 0 {
+				t.Error("no client saw the stall: the fault was not exercised")
+			}
+		})
 	}
 }
 

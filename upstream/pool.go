@@ -271,8 +271,15 @@ func (p *Pool) sendAround(b *Batch, start uint32) bool {
 		}
 		if !sp.c.up() {
 			// Dialled at the stall (watch): waiting for it beats waiting
-			// behind the stalled request for as long as it holds.
-			t := time.NewTimer(p.cfg.DialTimeout)
+			// behind the stalled request for as long as it holds. But only
+			// for the dial's own time: a spare not up by then (Redis hung,
+			// not paused, accepts the connection and answers nothing) is
+			// not waited for again by every later batch.
+			wait := time.Duration(sp.dialBy.Load() - p.cfg.Now().UnixNano())
+			if wait <= 0 {
+				continue
+			}
+			t := time.NewTimer(wait)
 			select {
 			case <-up:
 			case <-t.C:
@@ -292,6 +299,10 @@ func (p *Pool) sendAround(b *Batch, start uint32) bool {
 // spareQuiet with nothing waiting on it.
 type spare struct {
 	c *conn
+
+	// dialBy is when the running spare's first dial times out (unix
+	// nanos): batches wait for it to come up until then, not after.
+	dialBy atomic.Int64
 
 	mu   sync.Mutex
 	stop context.CancelFunc // nil: not running
@@ -314,6 +325,7 @@ func (sp *spare) start(p *Pool) <-chan struct{} {
 		ctx, cancel := context.WithCancel(p.ctx)
 		sp.stop, sp.done = cancel, make(chan struct{})
 		sp.c.firstUp = make(chan struct{}) // before run, which closes it
+		sp.dialBy.Store(p.cfg.Now().Add(p.cfg.DialTimeout).UnixNano())
 		done := sp.done
 		p.wg.Add(1)
 		go func() {
@@ -441,6 +453,10 @@ func (p *Pool) watch(ctx context.Context) {
 		}
 		now := p.cfg.Now().UnixNano()
 		diverting, sharedStalled := false, 0
+		// Whether Redis runs a long script is asked once a tick, not once
+		// per timed-out connection: against a hung Redis each asking
+		// waits, and the last connection's callers with it.
+		var busy, asked bool
 		for i, c := range p.all {
 			stalled := c.stalledSince(now)
 			if len(p.spares) > 0 && p.setStalled(c, stalled > p.cfg.StallDivert) {
@@ -452,7 +468,10 @@ func (p *Pool) watch(ctx context.Context) {
 			if stalled <= p.cfg.Timeout {
 				continue
 			}
-			if p.scriptBusy(ctx) {
+			if !asked {
+				busy, asked = p.scriptBusy(ctx), true
+			}
+			if busy {
 				// Redis is running a long script (or function) and answers
 				// nothing else until it ends or is killed: the connection is
 				// not dead, so its callers wait as on Redis. Look again

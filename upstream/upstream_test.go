@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,9 @@ type fakeRedis struct {
 
 	mu    sync.Mutex
 	conns []net.Conn
+	// hangHello: a connection's HELLO is never answered (a server that
+	// accepts connections and answers nothing on them).
+	hangHello atomic.Bool
 }
 
 func startFake(t *testing.T, reply func(args [][]byte) string) *fakeRedis {
@@ -64,6 +68,9 @@ func (f *fakeRedis) serve(c net.Conn) {
 		var out []byte
 		for _, cmd := range cmds {
 			if strings.EqualFold(string(cmd.Args[0]), "hello") {
+				if f.hangHello.Load() {
+					return
+				}
 				out = append(out, "%1\r\n+proto\r\n:3\r\n"...)
 				continue
 			}
@@ -269,6 +276,55 @@ func TestStalledUpstreamFailsWithinTimeout(t *testing.T) {
 	}
 	if took < 150*time.Millisecond || took > time.Second {
 		t.Fatalf("failed after %v, want about 200ms", took)
+	}
+}
+
+// While every shared connection is stalled and the spares cannot finish
+// their handshake, a batch waits for a spare no longer than its first
+// dial, once: not a dial timeout per spare on every batch, which held it
+// past the stall's end.
+func TestStallDivertWaitsForASpareOnlyWhileItDials(t *testing.T) {
+	f := startFake(t, func(args [][]byte) string {
+		if string(args[0]) == "STALL" {
+			time.Sleep(time.Second) // this connection only
+		}
+		return "+OK\r\n"
+	})
+	p := testPool(t, f.ln.Addr().String(), 3, func(c *Config) {
+		c.Connections, c.StallDivert, c.DialTimeout, c.Timeout = 2, 50*time.Millisecond, time.Second, 5*time.Second
+	})
+	f.hangHello.Store(true) // the spares dialled from now on never come up
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range p.conns {
+		wg.Add(1)
+		go func() { defer wg.Done(); do(p, []string{"STALL"}) }() // one on each connection, in turn
+	}
+	defer wg.Wait()
+	allStalled := func() bool {
+		for _, c := range p.conns {
+			if !c.stalled.Load() {
+				return false
+			}
+		}
+		return true
+	}
+	for !allStalled() {
+		if time.Since(start) > 500*time.Millisecond {
+			t.Fatal("the shared connections were not marked stalled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The spares were dialled at the stall, and time out a second later;
+	// the stall ends a second after start.
+	time.Sleep(400*time.Millisecond - time.Since(start))
+	sent := time.Now()
+	if got := do(p, []string{"GET", "late"}); got[0] != "+OK\r\n" {
+		t.Fatalf("reply = %q", got[0])
+	}
+	// Before: a fresh dial timeout on each of the two spares, 2s.
+	if took := time.Since(sent); took > 1200*time.Millisecond {
+		t.Fatalf("a batch sent 0.4s into the stall took %v: it waited on the spares past their dial", took)
 	}
 }
 
