@@ -23,7 +23,7 @@ PRUNE := -path ./.git -o -path ./vendor -o -path ./bin -o -name testdata -o -nam
 
 .DEFAULT_GOAL := build
 
-.PHONY: build test test-redis-suite test-client-suite fuzz-short fuzz soak run bench bench-quick lint docker clean help
+.PHONY: build test test-redis-suite test-client-suite test-libs-redigo fuzz-short fuzz soak run bench bench-quick lint docker clean help
 
 build: ## build bin/rproxy
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rproxy ./cmd/rproxy
@@ -42,6 +42,16 @@ test-redis-suite: ## Redis 7.0.15's Tcl suite (external mode) direct and through
 
 test-client-suite: ## client-library scenarios (redis-py, go-redis, ioredis, node-redis) direct vs through rproxy
 	CLIENT_SUITE_MAX_DIFFER=$(CLIENT_SUITE_MAX_DIFFER) bash scripts/client-suite.sh
+
+# redigo's own test suite (seconds) direct and through rproxy: fails when a
+# test fails only through rproxy, or when either run passed nothing.
+test-libs-redigo: ## redigo's own test suite direct vs through rproxy (docs/suites-libraries.md); fails on any difference
+	@out=$$(mktemp -d); LIBS_OUT=$$out bash suites/libs/run.sh redigo >/dev/null || exit 1; \
+	cat $$out/summary.md; \
+	grep -q '^Total failing only through rproxy: 0$$' $$out/summary.md && \
+	grep -Eq '^\| direct \| [1-9][0-9]* \|' $$out/summary.md && \
+	grep -Eq '^\| rproxy \| [1-9][0-9]* \|' $$out/summary.md || \
+	{ echo "test-libs-redigo: a test failed only through rproxy, or a run passed nothing (results in $$out)"; exit 1; }
 
 # Runs every Fuzz target (one `go test -fuzz` per target, as -fuzz accepts a
 # single target per package) for $(FUZZTIME). Runs all, then fails if any did.

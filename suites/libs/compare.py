@@ -4,7 +4,8 @@
 Usage: compare.py OUT_DIR
 
 Reads OUT_DIR/goredis-{direct,rproxy}/{ginkgo.json,plain.out} and
-OUT_DIR/redispy-{direct,rproxy}/junit.xml, prints Markdown: per suite the
+OUT_DIR/redispy-{direct,rproxy}/junit.xml and OUT_DIR/redigo-{direct,rproxy}/test.out,
+prints Markdown: per suite the
 passed/failed/skipped counts of each run, then every test that failed (or
 did not finish) through rproxy but passed direct, with its error text.
 """
@@ -148,6 +149,7 @@ def main():
         ("go-redis Ginkgo suite", ginkgo, "goredis-%s/ginkgo.json", "goredis-%s/ginkgo.out"),
         ("go-redis plain Go tests", gotest, "goredis-%s/plain.out", "goredis-%s/plain.out"),
         ("redis-py", junit, "redispy-%s/junit.xml", "redispy-%s/pytest.out"),
+        ("redigo", gotest, "redigo-%s/test.out", "redigo-%s/test.out"),
     ]
     total = 0
     for title, parse, pat, logpat in suites:

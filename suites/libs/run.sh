@@ -3,7 +3,7 @@
 # and once through rproxy, and lists the tests that fail only through rproxy.
 # See docs/suites-libraries.md.
 #
-#   suites/libs/run.sh [goredis] [redispy]      (default: both)
+#   suites/libs/run.sh [goredis] [redispy] [redigo]      (default: all three)
 #
 # Environment:
 #   LIBS_OUT          where results go (default suites/libs/.cache/out/<UTC time>)
@@ -14,6 +14,8 @@
 #                     "off": only the Ginkgo suite
 #   PLAIN_TIMEOUT     seconds for each run of the plain Go tests (default 300)
 #   REDISPY_TIMEOUT   seconds for each redis-py run (default 300)
+#   REDIGO_VERSION    redigo's version (default v1.9.3)
+#   REDIGO_TIMEOUT    seconds for each redigo run (default 300)
 #   LIBS_AUTH_MODE    rproxy's auth.mode for the rproxy runs (default: none,
 #                     the default, which refuses AUTH; "passthrough" lets
 #                     Redis check AUTH, so the suites' ACL and AUTH tests run)
@@ -33,12 +35,14 @@ OUT=${LIBS_OUT:-$CACHE/out/$(date -u +%Y%m%dT%H%M%SZ)}
 GOREDIS_TIMEOUT=${GOREDIS_TIMEOUT:-300}
 PLAIN_TIMEOUT=${PLAIN_TIMEOUT:-300}
 REDISPY_TIMEOUT=${REDISPY_TIMEOUT:-300}
+REDIGO_VERSION=${REDIGO_VERSION:-v1.9.3}
+REDIGO_TIMEOUT=${REDIGO_TIMEOUT:-300}
 GOREDIS_PLAIN=${GOREDIS_PLAIN:-full}
 PY=/usr/bin/python3
 PORT=6379
 
 WHAT=("$@")
-[ ${#WHAT[@]} -eq 0 ] && WHAT=(goredis redispy)
+[ ${#WHAT[@]} -eq 0 ] && WHAT=(goredis redispy redigo)
 want() { local w; for w in "${WHAT[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
 
 mkdir -p "$CACHE" "$OUT"
@@ -209,6 +213,38 @@ run_redispy() {
 	stop_servers
 }
 
+# ---- redigo ----------------------------------------------------------------
+# redigo's harness starts its own redis-server (its -redis-server flag names
+# the binary, -redis-port the port), so the run through rproxy names
+# redigo-server.sh, which puts rproxy on that port in front of a redis-server.
+prepare_redigo() {
+	local src
+	src=$(cd "$CACHE" && GOFLAGS=-mod=mod go mod download -json "github.com/gomodule/redigo@$REDIGO_VERSION" |
+		"$PY" -c 'import json,sys;print(json.load(sys.stdin)["Dir"])') || return 1
+	REDIGO_DIR=$CACHE/redigo-$REDIGO_VERSION
+	REDIGO_BIN=$CACHE/redigo-$REDIGO_VERSION.test
+	echo "redigo: $REDIGO_VERSION" >>"$OUT/info.txt"
+	if [ ! -d "$REDIGO_DIR" ]; then
+		cp -r "$src" "$REDIGO_DIR" && chmod -R u+w "$REDIGO_DIR" || return 1
+	fi
+	if [ ! -x "$REDIGO_BIN" ]; then
+		log "building redigo's test binary"
+		(cd "$REDIGO_DIR" && go test -c -o "$REDIGO_BIN" ./redis) || return 1
+	fi
+}
+
+run_redigo() {
+	local mode=$1 d server=redis-server
+	d=$OUT/redigo-$mode
+	mkdir -p "$d"
+	[ "$mode" = rproxy ] && server=$LIBS/redigo-server.sh
+	log "redigo suite ($mode)"
+	(cd "$REDIGO_DIR/redis" && RG_RPROXY="$ROOT/bin/rproxy" RG_CONFIG="$CONFIG" RG_DIR="$d" \
+		timeout -k 10 "$REDIGO_TIMEOUT" "$REDIGO_BIN" -test.v -test.count 1 \
+		-redis-server "$server" -redis-port "$(free_port)" -redis-log "$d/harness.log" >"$d/test.out" 2>&1)
+	echo "exit $?" >>"$d/test.out"
+}
+
 # ---- main ------------------------------------------------------------------
 if want goredis; then
 	if prepare_goredis; then
@@ -224,6 +260,15 @@ if want redispy; then
 	else
 		log "redis-py: source or packages not available, skipped"
 		echo "redis-py: not run (no source: set REDISPY_SRC or make 'apt-get source python-redis' work)" >>"$OUT/info.txt"
+	fi
+fi
+
+if want redigo; then
+	if prepare_redigo; then
+		for m in $MODES; do run_redigo "$m"; done
+	else
+		log "redigo: preparation failed, skipped"
+		echo "redigo: not run (preparation failed)" >>"$OUT/info.txt"
 	fi
 fi
 
