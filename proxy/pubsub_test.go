@@ -781,7 +781,10 @@ func streamTestServers(t *testing.T) [2]*redistest.Server {
 // invalidating, on the direct connection, keys it read while tracking in
 // an earlier sequence, and through rproxy the session keeps a tracked
 // connection per protocol (HELLO 2 and 3 each have their pool), so keys
-// read while tracking in RESP2 are not on the RESP3 one. And no refused SUBSCRIBE while replies are off: rproxy cannot
+// read while tracking in RESP2 are not on the RESP3 one. In passthrough
+// mode it keeps one per user too, so there n is per sequence as well
+// (elsewhere n is shared, so that the tier holds it from one sequence to
+// the next: only RESP3 gets invalidations, and on one kept connection). And no refused SUBSCRIBE while replies are off: rproxy cannot
 // ask Redis for the mode then, and takes a later CLIENT REPLY ON for
 // refused, as it is when the subscription holds (subscribedContext).
 // No BCAST tracking: Redis sends its invalidations when it next waits for
@@ -827,8 +830,8 @@ func compareStreamSequences(t *testing.T, clients [2]*rawClient, outside [][]str
 	t.Helper()
 	acted, plain := streamActedCommands, streamPlainCommands
 	withKey := func(cmd []string, seq int) []string { // a key of its own per sequence (above)
-		if len(cmd) > 1 && cmd[1] == "k" {
-			return append([]string{cmd[0], fmt.Sprintf("k%d", seq)}, cmd[2:]...)
+		if len(cmd) > 1 && (cmd[1] == "k" || cmd[1] == "n" && outside != nil) {
+			return append([]string{cmd[0], fmt.Sprintf("%s%d", cmd[1], seq)}, cmd[2:]...)
 		}
 		return cmd
 	}
@@ -873,7 +876,7 @@ func compareStreamSequences(t *testing.T, clients [2]*rawClient, outside [][]str
 		}
 		end := fmt.Sprintf("end-%d", seq)
 		batch = resp.AppendCommandString(batch, "RESET")
-		batch = resp.AppendCommandString(batch, "GET", "n") // out of stream mode: the tier's, when it holds n
+		batch = resp.AppendCommandString(batch, withKey([]string{"GET", "n"}, seq)...) // out of stream mode: the tier's, when it holds n
 		batch = resp.AppendCommandString(batch, "ECHO", end)
 		var got [2]string
 		for i, c := range clients {
