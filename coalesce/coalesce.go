@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Sender is the leader's batch: whether its command has left for the
-// upstream, and the send sequence number it left with (valid once sent).
+// upstream, the send sequence number it left with (valid once sent), and
+// whether it waits behind a stalled upstream connection (a paused write:
+// readers should not wait with it, as on Redis they would not).
 type Sender interface {
 	Sent() bool
 	SentSeq() uint64
+	Stalled() bool
 }
 
 // Window says which flights a reader may join.
@@ -126,7 +130,7 @@ func (g *Group) JoinHash(h uint64, key []byte, sender Sender, lastWrite uint64) 
 		// concurrently: this flight waits for that reply before it is
 		// sent, and gathers joiners meanwhile. A flight nobody joined is
 		// recycled at its publish, so only shared ones are waited on.
-		if p != nil && p.joins > 0 && bytes.Equal(p.key, key) {
+		if p != nil && p.joins > 0 && bytes.Equal(p.key, key) && !p.sender.Stalled() {
 			f.prev = p
 			s.held.Add(1)
 		}
@@ -175,7 +179,7 @@ func (g *Group) joinable(f *Flight, lastWrite uint64) bool {
 	if !f.sender.Sent() {
 		return true
 	}
-	return g.window == InFlight && f.sender.SentSeq() > lastWrite
+	return g.window == InFlight && f.sender.SentSeq() > lastWrite && !f.sender.Stalled()
 }
 
 // AwaitTurn returns once the key's previous flight, if this one is held
@@ -185,10 +189,34 @@ func (g *Group) joinable(f *Flight, lastWrite uint64) bool {
 // still get a value read after they joined. The wait cannot form a cycle:
 // prev was already sent, and its leader publishes before it waits on
 // anything.
-func (f *Flight) AwaitTurn() {
-	if p := f.prev; p != nil {
+//
+// A previous flight stalled behind a paused write (Sender.Stalled) ends the
+// wait: this one goes its own way, around the stall. With poll > 0 the wait
+// looks again every poll; 0: it waits for the reply alone.
+func (f *Flight) AwaitTurn(poll time.Duration) {
+	p := f.prev
+	if p == nil {
+		return
+	}
+	f.prev = nil
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	if poll <= 0 {
 		<-p.done
-		f.prev = nil
+		return
+	}
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	for !p.sender.Stalled() {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+			t.Reset(poll)
+		}
 	}
 }
 

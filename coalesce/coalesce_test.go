@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,12 +13,14 @@ import (
 
 // sender is a fake leader batch whose "written" moment the test controls.
 type sender struct {
-	sent atomic.Bool
-	seq  uint64
+	sent    atomic.Bool
+	stalled atomic.Bool
+	seq     uint64
 }
 
 func (s *sender) Sent() bool      { return s.sent.Load() }
 func (s *sender) SentSeq() uint64 { return s.seq }
+func (s *sender) Stalled() bool   { return s.stalled.Load() }
 
 func TestJoinWhileUnsentOnly(t *testing.T) {
 	g := New(Unsent, false, nil)
@@ -302,7 +305,7 @@ func TestHeldBehindSharedFlight(t *testing.T) {
 	}
 	turn := make(chan struct{})
 	go func() {
-		b.AwaitTurn()
+		b.AwaitTurn(0)
 		close(turn)
 	}()
 	a.Publish([]byte("$1\r\n1\r\n")) // the held flight's turn comes with this reply
@@ -331,7 +334,7 @@ func TestNotHeldBehindUnsharedFlight(t *testing.T) {
 	if !leader || b.prev != nil {
 		t.Fatal("a flight was held behind one nobody joined")
 	}
-	b.AwaitTurn() // returns at once
+	b.AwaitTurn(0) // returns at once
 	b.Publish(nil)
 	a.Publish(nil)
 
@@ -373,6 +376,56 @@ func TestHeldInFlightWindow(t *testing.T) {
 		t.Fatal("a reader that wrote after the send was not given a flight held behind it")
 	}
 	a.Publish(nil)
-	b.AwaitTurn()
+	b.AwaitTurn(0)
+	b.Publish(nil)
+}
+
+// TestStalledFlightHoldsNoOne: a shared flight stalled behind a paused
+// write (Sender.Stalled) holds no later flight of its key, is not joined in
+// the InFlight window, and a flight already held behind it stops waiting
+// once it is marked stalled.
+func TestStalledFlightHoldsNoOne(t *testing.T) {
+	g := New(InFlight, false, nil)
+	sa := &sender{seq: 10}
+	a, _ := g.Join([]byte("k"), sa, 0)
+	g.Join([]byte("k"), &sender{}, 0)
+	sa.sent.Store(true)
+
+	held, leader := g.Join([]byte("k"), &sender{}, 11) // wrote after a's send: held behind it
+	if !leader || held.prev != a {
+		t.Fatal("the flight was not held behind the shared one on the wire")
+	}
+	turn := make(chan struct{})
+	go func() {
+		held.AwaitTurn(time.Millisecond)
+		close(turn)
+	}()
+	select {
+	case <-turn:
+		t.Fatal("the held flight went before a's reply, with a not stalled")
+	case <-time.After(20 * time.Millisecond):
+	}
+	sa.stalled.Store(true)
+	select {
+	case <-turn:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held flight still waits behind a stalled flight")
+	}
+	held.Publish(nil)
+
+	f, leader := g.Join([]byte("k"), &sender{}, 5)
+	if !leader || f == a {
+		t.Fatal("a reader joined a stalled flight")
+	}
+	f.Publish(nil)
+	sb := &sender{seq: 12}
+	b, _ := g.Join([]byte("k"), sb, 0)
+	g.Join([]byte("k"), &sender{}, 0)
+	sb.sent.Store(true)
+	sb.stalled.Store(true)
+	if c, leader := g.Join([]byte("k"), &sender{}, 20); !leader || c.prev != nil {
+		t.Fatal("a new flight was held behind a stalled one")
+	}
+	a.Publish(nil)
 	b.Publish(nil)
 }

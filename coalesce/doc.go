@@ -18,6 +18,9 @@
 // window's promise holds; what it costs is up to one round trip of extra
 // wait for the held flight's readers, and what it buys is that joiners
 // gather for a whole round trip instead of only while a write is queued.
+// A flight whose batch waits behind a stalled upstream connection (a paused
+// write; Sender.Stalled) holds no one and, in the InFlight window, takes no
+// joiner: the key's next reads go around the stall, as they would on Redis.
 //
 // Flights live in a fixed table of slots by key hash, and a flight nobody
 // joined is recycled. With the filter on, a key not read since the owner's

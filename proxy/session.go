@@ -544,7 +544,10 @@ func (s *Server) flush(ss *session) {
 			s.doPinned(ss)
 		} else {
 			for _, l := range ss.flights.leads {
-				l.f.AwaitTurn() // a key read concurrently: one flight at a time
+				// A key read concurrently: one flight at a time, unless the
+				// one before is stalled (the watcher looks every half
+				// stall_divert).
+				l.f.AwaitTurn(s.cfg.Upstream.StallDivert / 2)
 			}
 			ss.pools[ss.proto].Do(ss.batch)
 		}

@@ -2,13 +2,16 @@ package proxy_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rproxy/rproxy/coalesce"
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
 )
 
@@ -82,5 +85,79 @@ func TestStallDivertLongScriptBusyAsRedis(t *testing.T) {
 	}
 	if r := string(caller.read()); r != "$4\r\ndone\r\n" {
 		t.Errorf("the script: %q, want its result", r)
+	}
+}
+
+// TestStallDivertHotKeyReadsNotHeldBehindAStalledFlight: a hot key's reads
+// share flights (coalescing), and a new flight of the key is held until
+// the key's previous shared flight has its reply. When that flight was
+// sent behind a paused write, the key's reads waited for the whole pause,
+// where on Redis (and for every other key through rproxy) they are
+// answered during it. With coalesce.window inflight, a later read also
+// joined that flight and waited with it.
+func TestStallDivertHotKeyReadsNotHeldBehindAStalledFlight(t *testing.T) {
+	for _, window := range []coalesce.Window{coalesce.Unsent, coalesce.InFlight} {
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) { hotKeyReadsDuringAWritePause(t, window) })
+	}
+}
+
+func hotKeyReadsDuringAWritePause(t *testing.T, window coalesce.Window) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Coalesce.Window = window })
+	rs.Do(t, "SET", "hot", "1")
+	writer, first, later := dialClient(t, p.Addr), dialClient(t, p.Addr), dialClient(t, p.Addr)
+	writer.do("PING")
+	first.do("PING")
+	later.do("PING")
+	if r := string(rs.Do(t, "CLIENT", "PAUSE", "20000", "WRITE")); r != "+OK\r\n" {
+		t.Fatalf("CLIENT PAUSE: %q", r)
+	}
+	t.Cleanup(func() { rs.Do(t, "CLIENT", "UNPAUSE") })
+	// The SET stops Redis reading the shared connection; the reads sent
+	// after it (a shared flight: the second leads it, the third joins)
+	// wait behind it.
+	writer.send(resp.AppendCommandString(nil, "SET", "k", "v"))
+	waitFor(t, "the SET postponed by the pause", func() bool {
+		return strings.Contains(string(rs.Do(t, "INFO", "clients")), "blocked_clients:1\r\n")
+	})
+	var reads []byte
+	for range 3 {
+		reads = resp.AppendCommandString(reads, "GET", "hot")
+	}
+	first.send(reads)
+	waitFor(t, "the shared connection stalled", func() bool {
+		return counterValue(t, p.Registry, "rproxy_upstream_stalled_connections", nil) >= 1
+	})
+	first.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var ne net.Error
+	if _, err := first.rd.ReadByte(); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatal("the first reads were answered before the pause held them: sent after the stall was noticed, so the test exercised nothing")
+	}
+	if j := counterValue(t, p.Registry, "rproxy_coalesce_joins_total", nil); j != 1 {
+		t.Fatalf("joins: %v, want the first client's third read joined to its second", j)
+	}
+	start := time.Now()
+	later.nc.SetReadDeadline(start.Add(time.Second))
+	later.send(append(resp.AppendCommandString(nil, "GET", "hot"), resp.AppendCommandString(nil, "GET", "hot")...))
+	for i := range 2 {
+		r, err := resp.ReadReply(later.rd, nil)
+		if err != nil {
+			t.Fatalf("GET %d of the hot key during the write pause: no reply after %v (%v)", i+1, time.Since(start), err)
+		}
+		if string(r) != "$1\r\n1\r\n" {
+			t.Fatalf("GET %d of the hot key during the write pause: %q", i+1, r)
+		}
+	}
+	if f := counterValue(t, p.Registry, "rproxy_coalesce_flights_total", nil); f != 2 {
+		t.Errorf("flights: %v, want 2 (the later client's second read leads one)", f)
+	}
+	rs.Do(t, "CLIENT", "UNPAUSE")
+	for range 3 {
+		if r := string(first.read()); r != "$1\r\n1\r\n" {
+			t.Fatalf("a read behind the paused SET: %q", r)
+		}
+	}
+	if r := string(writer.read()); r != "+OK\r\n" {
+		t.Fatalf("SET after the pause: %q", r)
 	}
 }

@@ -32,6 +32,9 @@ type Batch struct {
 	// connections); coalescing stops taking joiners for it then.
 	sent    atomic.Bool
 	sentSeq atomic.Uint64 // the send sequence it left with
+	// on is the shared connection the batch was queued on (nil: none yet,
+	// or a cluster batch, sent in parts), for Stalled.
+	on atomic.Pointer[conn]
 }
 
 // SentSeq is the send sequence number the batch's bytes left with (valid
@@ -41,6 +44,14 @@ func (b *Batch) SentSeq() uint64 { return b.sentSeq.Load() }
 
 // Sent reports whether the batch's commands have been written upstream.
 func (b *Batch) Sent() bool { return b.sent.Load() }
+
+// Stalled reports whether the batch waits on a shared connection marked
+// stalled (Config.StallDivert): its replies may be long in coming, as
+// behind a paused write, while other batches go around it.
+func (b *Batch) Stalled() bool {
+	c := b.on.Load()
+	return c != nil && c.stalled.Load()
+}
 
 // NewBatch returns an empty batch.
 func NewBatch() *Batch {
@@ -58,6 +69,7 @@ func (b *Batch) Reset() {
 // part's replies then fill the same memory. Shrink gives it back after.
 func (b *Batch) ResetKeep() {
 	b.sent.Store(false)
+	b.on.Store(nil)
 	clear(b.cmds) // drop the references so the commands can be collected
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]

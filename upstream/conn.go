@@ -77,6 +77,7 @@ func (c *conn) send(b *Batch) (string, bool) {
 	}
 	c.inflight = append(c.inflight, b)
 	c.unsent = append(c.unsent, b)
+	b.on.Store(c)
 	for _, cmd := range b.cmds {
 		c.wbuf = append(c.wbuf, cmd...)
 	}
