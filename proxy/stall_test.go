@@ -161,3 +161,40 @@ func hotKeyReadsDuringAWritePause(t *testing.T, window coalesce.Window) {
 		t.Fatalf("SET after the pause: %q", r)
 	}
 }
+
+// TestStallDivertOnACluster: a write paused on one master (as a manual
+// failover pauses it) held the reads that shared its connection; they go
+// around it on a cluster upstream too.
+func TestStallDivertOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	// Two keys on one master: the SET's and the GET's.
+	m := cl.MasterForSlot(t, cl.Slot("k"))
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("x%d", i); cl.MasterForSlot(t, cl.Slot(k)) == m {
+			other = k
+		}
+	}
+	m.Do(t, "SET", other, "1")
+	writer, reader := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	writer.do("GET", "k")
+	reader.do("GET", other)
+	if r := string(m.Do(t, "CLIENT", "PAUSE", "20000", "WRITE")); r != "+OK\r\n" {
+		t.Fatalf("CLIENT PAUSE: %q", r)
+	}
+	t.Cleanup(func() { m.Do(t, "CLIENT", "UNPAUSE") })
+	writer.send(resp.AppendCommandString(nil, "SET", "k", "v"))
+	waitFor(t, "the master's shared connection stalled", func() bool {
+		return counterValue(t, p.Registry, "rproxy_upstream_stalled_connections", nil) >= 1
+	})
+	reader.nc.SetReadDeadline(time.Now().Add(time.Second))
+	reader.send(resp.AppendCommandString(nil, "GET", other))
+	if r, err := resp.ReadReply(reader.rd, nil); err != nil || string(r) != "$1\r\n1\r\n" {
+		t.Fatalf("GET of another key of the paused master: %q, %v", r, err)
+	}
+	m.Do(t, "CLIENT", "UNPAUSE")
+	if r := string(writer.read()); r != "+OK\r\n" {
+		t.Fatalf("SET after the pause: %q", r)
+	}
+}
