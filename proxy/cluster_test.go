@@ -1258,46 +1258,6 @@ func TestClusterPassthroughSplitRefusedWhole(t *testing.T) {
 	}
 }
 
-// TestClusterPassthroughFacadeKeepsACL: the CLUSTER commands rproxy answers
-// itself on a cluster (the facade) were answered for any user; in
-// passthrough mode a user Redis would refuse gets Redis's NOPERM.
-func TestClusterPassthroughFacadeKeepsACL(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	single := redistest.Start(t)
-	rules := [][]string{
-		{"ACL", "SETUSER", "lim", "on", ">limpw", "~*", "+get", "+set"},
-		{"ACL", "SETUSER", "app", "on", ">apppw", "~*", "+@all"},
-	}
-	for _, rule := range rules {
-		for _, m := range cl.Masters() {
-			m.Do(t, rule...)
-		}
-		single.Do(t, rule...)
-	}
-	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.AuthPassthrough = true })
-	lim, app, direct := dialClient(t, p.Addr), dialClient(t, p.Addr), dialClient(t, single.Addr)
-	for c, login := range map[*rawClient][]string{lim: {"lim", "limpw"}, app: {"app", "apppw"}, direct: {"lim", "limpw"}} {
-		if r := c.do(append([]string{"AUTH"}, login...)...); r != "+OK\r\n" {
-			t.Fatalf("AUTH %v: %q", login, r)
-		}
-	}
-	for _, cmd := range [][]string{
-		{"CLUSTER", "SLOTS"}, {"CLUSTER", "SHARDS"}, {"CLUSTER", "NODES"}, {"CLUSTER", "INFO"},
-		{"CLUSTER", "MYID"}, {"CLUSTER", "KEYSLOT", "k"},
-	} {
-		want := direct.do(cmd...)
-		if !strings.HasPrefix(want, "-NOPERM") {
-			t.Fatalf("%v for lim on one Redis: %q, want NOPERM", cmd, want)
-		}
-		if got := lim.do(cmd...); got != want {
-			t.Errorf("%v for lim through rproxy: %q, want %q as on Redis", cmd, got, want)
-		}
-		if got := app.do(cmd...); strings.HasPrefix(got, "-") {
-			t.Errorf("%v for app through rproxy: %q, want the facade's answer", cmd, got)
-		}
-	}
-}
-
 // TestClusterAskingStaysHere: ASKING lets a connection's next command
 // reach a slot being imported; sent on a shared connection it flagged
 // another client's command. rproxy follows ASK itself, so it answers
