@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -94,37 +95,58 @@ func TestStallDivertLongScriptBusyAsRedis(t *testing.T) {
 // sent behind a paused write, the key's reads waited for the whole pause,
 // where on Redis (and for every other key through rproxy) they are
 // answered during it. With coalesce.window inflight, a later read also
-// joined that flight and waited with it.
+// joined that flight and waited with it. On a cluster the batch that led
+// the flight is split across masters, and one of its parts stalls.
 func TestStallDivertHotKeyReadsNotHeldBehindAStalledFlight(t *testing.T) {
 	for _, window := range []coalesce.Window{coalesce.Unsent, coalesce.InFlight} {
-		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) { hotKeyReadsDuringAWritePause(t, window) })
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) {
+			rs := redistest.Start(t)
+			p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Coalesce.Window = window })
+			hotKeyReadsDuringAWritePause(t, p, func(args ...string) []byte { return rs.Do(t, args...) }, "hot", "k", "far")
+		})
 	}
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3, 0)
+		p := startClusterProxy(t, cl)
+		m := cl.MasterForSlot(t, cl.Slot("hot"))
+		var setKey, far string
+		for i := 0; setKey == "" || far == ""; i++ {
+			k := fmt.Sprintf("x%d", i)
+			if cl.MasterForSlot(t, cl.Slot(k)) == m {
+				setKey = cmp.Or(setKey, k)
+			} else {
+				far = cmp.Or(far, k)
+			}
+		}
+		hotKeyReadsDuringAWritePause(t, p, func(args ...string) []byte { return m.Do(t, args...) }, "hot", setKey, far)
+	})
 }
 
-func hotKeyReadsDuringAWritePause(t *testing.T, window coalesce.Window) {
-	rs := redistest.Start(t)
-	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Coalesce.Window = window })
-	rs.Do(t, "SET", "hot", "1")
+// hotKeyReadsDuringAWritePause pauses writes on the server behind do, which
+// holds hot and setKey, and reads hot during the pause (far: a key read in
+// the same batch, on another master of a cluster).
+func hotKeyReadsDuringAWritePause(t *testing.T, p *proxytest.Proxy, do func(args ...string) []byte, hot, setKey, far string) {
+	do("SET", hot, "1")
 	writer, first, later := dialClient(t, p.Addr), dialClient(t, p.Addr), dialClient(t, p.Addr)
 	writer.do("PING")
 	first.do("PING")
 	later.do("PING")
-	if r := string(rs.Do(t, "CLIENT", "PAUSE", "20000", "WRITE")); r != "+OK\r\n" {
+	if r := string(do("CLIENT", "PAUSE", "20000", "WRITE")); r != "+OK\r\n" {
 		t.Fatalf("CLIENT PAUSE: %q", r)
 	}
-	t.Cleanup(func() { rs.Do(t, "CLIENT", "UNPAUSE") })
+	t.Cleanup(func() { do("CLIENT", "UNPAUSE") })
 	// The SET stops Redis reading the shared connection; the reads sent
 	// after it (a shared flight: the second leads it, the third joins)
 	// wait behind it.
-	writer.send(resp.AppendCommandString(nil, "SET", "k", "v"))
+	writer.send(resp.AppendCommandString(nil, "SET", setKey, "v"))
 	waitFor(t, "the SET postponed by the pause", func() bool {
-		return strings.Contains(string(rs.Do(t, "INFO", "clients")), "blocked_clients:1\r\n")
+		return strings.Contains(string(do("INFO", "clients")), "blocked_clients:1\r\n")
 	})
 	var reads []byte
 	for range 3 {
-		reads = resp.AppendCommandString(reads, "GET", "hot")
+		reads = resp.AppendCommandString(reads, "GET", hot)
 	}
-	first.send(reads)
+	first.send(resp.AppendCommandString(reads, "GET", far))
 	waitFor(t, "the shared connection stalled", func() bool {
 		return counterValue(t, p.Registry, "rproxy_upstream_stalled_connections", nil) >= 1
 	})
@@ -138,7 +160,7 @@ func hotKeyReadsDuringAWritePause(t *testing.T, window coalesce.Window) {
 	}
 	start := time.Now()
 	later.nc.SetReadDeadline(start.Add(time.Second))
-	later.send(append(resp.AppendCommandString(nil, "GET", "hot"), resp.AppendCommandString(nil, "GET", "hot")...))
+	later.send(append(resp.AppendCommandString(nil, "GET", hot), resp.AppendCommandString(nil, "GET", hot)...))
 	for i := range 2 {
 		r, err := resp.ReadReply(later.rd, nil)
 		if err != nil {
@@ -151,11 +173,14 @@ func hotKeyReadsDuringAWritePause(t *testing.T, window coalesce.Window) {
 	if f := counterValue(t, p.Registry, "rproxy_coalesce_flights_total", nil); f != 2 {
 		t.Errorf("flights: %v, want 2 (the later client's second read leads one)", f)
 	}
-	rs.Do(t, "CLIENT", "UNPAUSE")
+	do("CLIENT", "UNPAUSE")
 	for range 3 {
 		if r := string(first.read()); r != "$1\r\n1\r\n" {
 			t.Fatalf("a read behind the paused SET: %q", r)
 		}
+	}
+	if r := string(first.read()); r != "$-1\r\n" {
+		t.Fatalf("GET %s: %q", far, r)
 	}
 	if r := string(writer.read()); r != "+OK\r\n" {
 		t.Fatalf("SET after the pause: %q", r)

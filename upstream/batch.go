@@ -32,9 +32,12 @@ type Batch struct {
 	// connections); coalescing stops taking joiners for it then.
 	sent    atomic.Bool
 	sentSeq atomic.Uint64 // the send sequence it left with
-	// on is the shared connection the batch was queued on (nil: none yet,
-	// or a cluster batch, sent in parts), for Stalled.
-	on atomic.Pointer[conn]
+	// stalled: the batch (or one of its parts) waits on a shared
+	// connection the pool's watcher marked stalled (Config.StallDivert).
+	stalled atomic.Bool
+	// parent is the batch a cluster Router split this part from: it is
+	// marked stalled with its part.
+	parent *Batch
 }
 
 // SentSeq is the send sequence number the batch's bytes left with (valid
@@ -48,10 +51,7 @@ func (b *Batch) Sent() bool { return b.sent.Load() }
 // Stalled reports whether the batch waits on a shared connection marked
 // stalled (Config.StallDivert): its replies may be long in coming, as
 // behind a paused write, while other batches go around it.
-func (b *Batch) Stalled() bool {
-	c := b.on.Load()
-	return c != nil && c.stalled.Load()
-}
+func (b *Batch) Stalled() bool { return b.stalled.Load() }
 
 // NewBatch returns an empty batch.
 func NewBatch() *Batch {
@@ -69,7 +69,8 @@ func (b *Batch) Reset() {
 // part's replies then fill the same memory. Shrink gives it back after.
 func (b *Batch) ResetKeep() {
 	b.sent.Store(false)
-	b.on.Store(nil)
+	b.stalled.Store(false)
+	b.parent = nil
 	clear(b.cmds) // drop the references so the commands can be collected
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]

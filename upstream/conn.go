@@ -77,7 +77,6 @@ func (c *conn) send(b *Batch) (string, bool) {
 	}
 	c.inflight = append(c.inflight, b)
 	c.unsent = append(c.unsent, b)
-	b.on.Store(c)
 	for _, cmd := range b.cmds {
 		c.wbuf = append(c.wbuf, cmd...)
 	}
@@ -168,6 +167,19 @@ func (c *conn) stalledSince(now int64) time.Duration {
 		return 0
 	}
 	return time.Duration(now - c.lastProgress.Load())
+}
+
+// markWaitingStalled marks every batch waiting on c, and the batch each
+// was split from, stalled (Batch.Stalled): c is.
+func (c *conn) markWaitingStalled() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.inflight[c.head:] {
+		b.stalled.Store(true)
+		if b.parent != nil {
+			b.parent.stalled.Store(true)
+		}
+	}
 }
 
 // busy reports whether batches are queued or waiting for replies.

@@ -460,6 +460,7 @@ func (p *Pool) watch(ctx context.Context) {
 		for i, c := range p.all {
 			stalled := c.stalledSince(now)
 			if len(p.spares) > 0 && p.setStalled(c, stalled > p.cfg.StallDivert) {
+				c.markWaitingStalled()
 				diverting = true
 				if i < len(p.conns) {
 					sharedStalled++

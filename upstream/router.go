@@ -111,7 +111,7 @@ func (r *Router) split(b *Batch, pick uint32) {
 		}
 		sc.loc = append(sc.loc, sc.add(d, b.cmds[i], int(b.slots[i])))
 	}
-	r.sendAll(sc)
+	r.sendAll(sc, b)
 	// Straight from the parts' buffers into b, in b's order.
 	for _, l := range sc.loc {
 		b.appendReply(sc.reply(l))
@@ -170,10 +170,12 @@ func (sc *splitScratch) reply(l replyLoc) []byte {
 	return sc.parts[l.part].Reply(int(l.at))
 }
 
-// sendAll sends every part to its node at once and waits for them all.
-func (r *Router) sendAll(sc *splitScratch) {
+// sendAll sends every part of parent to its node at once and waits for
+// them all.
+func (r *Router) sendAll(sc *splitScratch, parent *Batch) {
 	nodes := *r.c.nodes.Load()
 	for j, pb := range sc.parts {
+		pb.parent = parent
 		nodes[sc.nodes[j]].pools[r.proto].Send(pb)
 	}
 	for _, pb := range sc.parts {
@@ -275,7 +277,7 @@ func (r *Router) followRedirects(b *Batch) {
 			sc.release()
 			return
 		}
-		r.sendAll(sc)
+		r.sendAll(sc, b)
 		b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
 		for _, l := range sc.loc {
 			b.appendReply(sc.reply(l))
