@@ -284,47 +284,82 @@ func TestStalledUpstreamFailsWithinTimeout(t *testing.T) {
 // dial, once: not a dial timeout per spare on every batch, which held it
 // past the stall's end.
 func TestStallDivertWaitsForASpareOnlyWhileItDials(t *testing.T) {
+	release := make(chan struct{})
 	f := startFake(t, func(args [][]byte) string {
 		if string(args[0]) == "STALL" {
-			time.Sleep(time.Second) // this connection only
+			<-release // this connection only
 		}
 		return "+OK\r\n"
 	})
 	p := testPool(t, f.ln.Addr().String(), 3, func(c *Config) {
-		c.Connections, c.StallDivert, c.DialTimeout, c.Timeout = 2, 50*time.Millisecond, time.Second, 5*time.Second
+		c.Connections, c.StallDivert, c.DialTimeout, c.Timeout = 2, 50*time.Millisecond, 300*time.Millisecond, 30*time.Second
 	})
 	f.hangHello.Store(true) // the spares dialled from now on never come up
-	start := time.Now()
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	var once sync.Once
+	defer once.Do(func() { close(release) })
 	for range p.conns {
 		wg.Add(1)
 		go func() { defer wg.Done(); do(p, []string{"STALL"}) }() // one on each connection, in turn
 	}
-	defer wg.Wait()
-	allStalled := func() bool {
+	waitUntil(t, "every shared connection stalled", func() bool {
 		for _, c := range p.conns {
 			if !c.stalled.Load() {
 				return false
 			}
 		}
 		return true
-	}
-	for !allStalled() {
-		if time.Since(start) > 500*time.Millisecond {
-			t.Fatal("the shared connections were not marked stalled")
+	})
+	// The spares were dialled at the stall: wait until each first dial
+	// has timed out (Redis hung: the connection is accepted, HELLO never
+	// answered).
+	waitUntil(t, "the spares' first dials failed", func() bool {
+		for _, sp := range p.spares {
+			sp.c.mu.Lock()
+			failed := sp.c.nc == nil && sp.c.downReason != "connecting"
+			sp.c.mu.Unlock()
+			if !failed {
+				return false
+			}
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	// The spares were dialled at the stall, and time out a second later;
-	// the stall ends a second after start.
-	time.Sleep(400*time.Millisecond - time.Since(start))
+		return true
+	})
 	sent := time.Now()
-	if got := do(p, []string{"GET", "late"}); got[0] != "+OK\r\n" {
+	late := make(chan []string, 1)
+	go func() { late <- do(p, []string{"GET", "late"}) }()
+	// The stall ends once the batch is queued behind it, and the batch is
+	// answered then. Before, it first waited a fresh dial timeout on each
+	// spare.
+	waitUntil(t, "the batch queued on a shared connection", func() bool {
+		for _, c := range p.conns {
+			c.mu.Lock()
+			n := len(c.inflight) - c.head
+			c.mu.Unlock()
+			if n >= 2 {
+				return true
+			}
+		}
+		return false
+	})
+	once.Do(func() { close(release) })
+	if got := <-late; got[0] != "+OK\r\n" {
 		t.Fatalf("reply = %q", got[0])
 	}
-	// Before: a fresh dial timeout on each of the two spares, 2s.
-	if took := time.Since(sent); took > 1200*time.Millisecond {
-		t.Fatalf("a batch sent 0.4s into the stall took %v: it waited on the spares past their dial", took)
+	if took := time.Since(sent); took > 450*time.Millisecond {
+		t.Fatalf("a batch sent after the spares' dials failed took %v: it waited on them (2 x 300ms) before it queued", took)
+	}
+}
+
+// waitUntil polls cond for up to 5s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
