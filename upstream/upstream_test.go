@@ -303,7 +303,7 @@ func TestStallDivertWaitsForASpareOnlyWhileItDials(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); do(p, []string{"STALL"}) }() // one on each connection, in turn
 	}
-	waitUntil(t, "every shared connection stalled", func() bool {
+	waitFor(t, "every shared connection stalled", func() bool {
 		for _, c := range p.conns {
 			if !c.stalled.Load() {
 				return false
@@ -314,7 +314,7 @@ func TestStallDivertWaitsForASpareOnlyWhileItDials(t *testing.T) {
 	// The spares were dialled at the stall: wait until each first dial
 	// has timed out (Redis hung: the connection is accepted, HELLO never
 	// answered).
-	waitUntil(t, "the spares' first dials failed", func() bool {
+	waitFor(t, "the spares' first dials failed", func() bool {
 		for _, sp := range p.spares {
 			sp.c.mu.Lock()
 			failed := sp.c.nc == nil && sp.c.downReason != "connecting"
@@ -331,7 +331,7 @@ func TestStallDivertWaitsForASpareOnlyWhileItDials(t *testing.T) {
 	// The stall ends once the batch is queued behind it, and the batch is
 	// answered then. Before, it first waited a fresh dial timeout on each
 	// spare.
-	waitUntil(t, "the batch queued on a shared connection", func() bool {
+	waitFor(t, "the batch queued on a shared connection", func() bool {
 		for _, c := range p.conns {
 			c.mu.Lock()
 			n := len(c.inflight) - c.head
@@ -348,18 +348,6 @@ func TestStallDivertWaitsForASpareOnlyWhileItDials(t *testing.T) {
 	}
 	if took := time.Since(sent); took > 450*time.Millisecond {
 		t.Fatalf("a batch sent after the spares' dials failed took %v: it waited on them (2 x 300ms) before it queued", took)
-	}
-}
-
-// waitUntil polls cond for up to 5s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -246,31 +246,21 @@ run_redigo() {
 }
 
 # ---- main ------------------------------------------------------------------
-if want goredis; then
-	if prepare_goredis; then
-		for m in $MODES; do run_goredis "$m"; done
+# run_lib NAME LABEL WHY: prepare_NAME, then run_NAME in each mode, or say in
+# info.txt why LABEL was not run.
+run_lib() {
+	local m
+	want "$1" || return 0
+	if "prepare_$1"; then
+		for m in $MODES; do "run_$1" "$m"; done
 	else
-		log "go-redis: preparation failed, skipped"
-		echo "go-redis: not run (preparation failed)" >>"$OUT/info.txt"
+		log "$2: $3, skipped"
+		echo "$2: not run ($3)" >>"$OUT/info.txt"
 	fi
-fi
-if want redispy; then
-	if prepare_redispy; then
-		for m in $MODES; do run_redispy "$m"; done
-	else
-		log "redis-py: source or packages not available, skipped"
-		echo "redis-py: not run (no source: set REDISPY_SRC or make 'apt-get source python-redis' work)" >>"$OUT/info.txt"
-	fi
-fi
-
-if want redigo; then
-	if prepare_redigo; then
-		for m in $MODES; do run_redigo "$m"; done
-	else
-		log "redigo: preparation failed, skipped"
-		echo "redigo: not run (preparation failed)" >>"$OUT/info.txt"
-	fi
-fi
+}
+run_lib goredis go-redis "preparation failed"
+run_lib redispy redis-py "no source: set REDISPY_SRC or make 'apt-get source python-redis' work"
+run_lib redigo redigo "preparation failed"
 
 "$PY" "$LIBS/compare.py" "$OUT" | tee "$OUT/summary.md"
 log "results in $OUT"
