@@ -545,8 +545,8 @@ func (s *Server) flush(ss *session) {
 		} else {
 			for _, l := range ss.flights.leads {
 				// A key read concurrently: one flight at a time, unless the
-				// one before is stalled (the watcher looks every half
-				// stall_divert).
+				// one before is stalled (the pool's watcher looks at least
+				// every half stall_divert).
 				l.f.AwaitTurn(s.cfg.Upstream.StallDivert / 2)
 			}
 			ss.pools[ss.proto].Do(ss.batch)

@@ -187,9 +187,9 @@ func hotKeyReadsDuringAWritePause(t *testing.T, p *proxytest.Proxy, do func(args
 	}
 }
 
-// TestStallDivertOnACluster: a write paused on one master (as a manual
-// failover pauses it) held the reads that shared its connection; they go
-// around it on a cluster upstream too.
+// TestStallDivertOnACluster: a write paused on one master (CLIENT PAUSE
+// WRITE) holds the reads that share its connection; they go around it on a
+// cluster upstream too.
 func TestStallDivertOnACluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)

@@ -32,8 +32,9 @@ type Batch struct {
 	// connections); coalescing stops taking joiners for it then.
 	sent    atomic.Bool
 	sentSeq atomic.Uint64 // the send sequence it left with
-	// stalled: the batch (or one of its parts) waits on a shared
-	// connection the pool's watcher marked stalled (Config.StallDivert).
+	// stalled: the batch (or one of its parts) waited on a connection the
+	// pool's watcher marked stalled (Config.StallDivert); it stays set
+	// until the batch is reused.
 	stalled atomic.Bool
 	// parent is the batch a cluster Router split this part from: it is
 	// marked stalled with its part.
@@ -48,9 +49,9 @@ func (b *Batch) SentSeq() uint64 { return b.sentSeq.Load() }
 // Sent reports whether the batch's commands have been written upstream.
 func (b *Batch) Sent() bool { return b.sent.Load() }
 
-// Stalled reports whether the batch waits on a shared connection marked
-// stalled (Config.StallDivert): its replies may be long in coming, as
-// behind a paused write, while other batches go around it.
+// Stalled reports whether the batch waited on a connection marked stalled
+// (Config.StallDivert): its replies may be long in coming, as behind a
+// paused write, while other batches go around it.
 func (b *Batch) Stalled() bool { return b.stalled.Load() }
 
 // NewBatch returns an empty batch.

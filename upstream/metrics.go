@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		slotsAssigned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "cluster_slots_assigned", Help: "Hash slots with a master in the current cluster slot map (16384 when the map is whole)."}),
 		stalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "stalled_connections", Help: "Shared upstream connections whose oldest request has seen no reply for upstream.stall_divert (new batches go around them)."}, proto),
+			Name: "stalled_connections", Help: "Upstream connections, shared or spare, whose oldest request has seen no reply for upstream.stall_divert (new batches go around them)."}, proto),
 		diverted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "diverted_batches_total", Help: "Batches sent around stalled shared upstream connections (upstream.stall_divert)."}, proto),
 	}

@@ -40,10 +40,11 @@ type Config struct {
 	// whose oldest request has seen no reply for this long: to another
 	// connection of the pool that is not stalled, or else to one of up to
 	// Connections spare connections, dialled when every shared one is
-	// stalled and closed after spareQuiet without a stall. Redis stops reading a connection at a write while writes are
-	// paused (CLIENT PAUSE WRITE, FAILOVER); without this the reads of
-	// every client behind it wait too. Off (0) for pools with Setup or
-	// OnPush (a tracking connection's state is its own) and for SendOn.
+	// stalled and closed after spareQuiet without a stall. Redis stops
+	// reading a connection at a write while writes are paused (CLIENT PAUSE
+	// WRITE, FAILOVER); without this the reads of every client behind it
+	// wait too. Off (0) for pools with Setup or OnPush (a tracking
+	// connection's state is its own) and for SendOn.
 	StallDivert time.Duration
 
 	// GatherYields is how many times the writer may yield, while the queue
@@ -482,6 +483,9 @@ func (p *Pool) watch(ctx context.Context) {
 			}
 			p.metrics.errors.WithLabelValues("timeout").Inc()
 			c.closeWith(fmt.Sprintf("no reply within %v", p.cfg.Timeout))
+		}
+		if len(p.spares) == 0 {
+			continue // no divert: nothing below to do
 		}
 		p.diverting.Store(diverting)
 		switch {
