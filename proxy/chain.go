@@ -94,6 +94,7 @@ func (s *Server) newChain() chain {
 	add(&c.stream, true, subscribedContext{s})
 	add(&c.stream, true, transactionGuard{s})
 	add(&c.stream, true, s.authing)
+	add(&c.stream, s.routing != nil, streamFacade{s}) // CLUSTER SLOTS and the like: rproxy's topology, not the master's
 	add(&c.stream, true, streamDispatch{s})
 	return c
 }
@@ -297,7 +298,7 @@ func actedOnInStream(c *call) bool {
 	if c.info == nil {
 		return answeredByProxy(nil, c.cmd.Args)
 	}
-	return c.info.Handling != command.Forward || c.info.Name == "info"
+	return c.info.Handling != command.Forward || c.info.Name == "info" || isFacadeCommand(c.cmd.Args)
 }
 
 // withoutCredentials returns cmd as sent, or for AUTH, and HELLO with an

@@ -23,52 +23,89 @@ import (
 // it for the right master; it reports false for the subcommands it leaves
 // to the normal path.
 func (s *Server) clusterFacade(ss *session, cmd resp.Command) bool {
+	if r, ok := s.facadeAnswer(ss, cmd.Args); ok {
+		ss.reply(r)
+		return true
+	}
 	args := cmd.Args
-	if len(args) < 2 {
-		return false // Redis's arity error
+	if len(args) < 3 || !bytes.EqualFold(args[1], []byte("countkeysinslot")) && !bytes.EqualFold(args[1], []byte("getkeysinslot")) {
+		return false
+	}
+	if n, err := strconv.Atoi(string(args[2])); err == nil && n >= 0 && n < upstream.Slots {
+		ss.slot = n // the slot's master answers; a bad slot gets any master's error
+	}
+	ss.forward(cmd.Raw)
+	return true
+}
+
+// facadeAnswer is the facade's own answer to CLUSTER SLOTS, SHARDS, NODES,
+// INFO, MYID or KEYSLOT (args, with Redis's arity); false for any other
+// command.
+func (s *Server) facadeAnswer(ss *session, args [][]byte) ([]byte, bool) {
+	if !isFacadeCommand(args) {
+		return nil, false
 	}
 	sub := string(bytes.ToLower(args[1]))
-	switch sub {
-	case "slots", "shards", "nodes", "info", "myid":
-		if len(args) != 2 {
-			return false
-		}
-	case "keyslot":
-		if len(args) != 3 {
-			return false
-		}
-		ss.reply(resp.AppendInt(nil, int64(upstream.Slot(args[2]))))
-		return true
-	case "countkeysinslot", "getkeysinslot":
-		if len(args) < 3 {
-			return false
-		}
-		if n, err := strconv.Atoi(string(args[2])); err == nil && n >= 0 && n < upstream.Slots {
-			ss.slot = n // the slot's master answers; a bad slot gets any master's error
-		}
-		ss.forward(cmd.Raw)
-		return true
-	default:
-		return false
+	if sub == "keyslot" {
+		return resp.AppendInt(nil, int64(upstream.Slot(args[2]))), true
 	}
 	host, port := s.announce(ss)
 	id := facadeID(host, port)
-	var r []byte
+	assigned := s.cluster.SlotsAssigned()
 	switch sub {
 	case "slots":
-		r = appendFacadeSlots(nil, ss.proto, host, port, id, s.cluster.SlotsAssigned())
+		return appendFacadeSlots(nil, ss.proto, host, port, id, assigned), true
 	case "shards":
-		r = appendFacadeShards(nil, ss.proto, host, port, id, s.cluster.SlotsAssigned(), s.cfg.TLS != nil)
+		return appendFacadeShards(nil, ss.proto, host, port, id, assigned, s.cfg.TLS != nil), true
 	case "nodes":
-		r = appendText(nil, ss.proto, facadeNodes(host, port, id, s.cluster.SlotsAssigned()))
+		return appendText(nil, ss.proto, facadeNodes(host, port, id, assigned)), true
 	case "info":
-		r = appendText(nil, ss.proto, facadeInfo(s.cluster.SlotsAssigned()))
-	case "myid":
-		r = resp.AppendBulk(nil, []byte(id))
+		return appendText(nil, ss.proto, facadeInfo(assigned)), true
 	}
-	ss.reply(r)
+	return resp.AppendBulk(nil, []byte(id)), true // myid
+}
+
+// isFacadeCommand reports whether args is one of the CLUSTER commands the
+// facade answers itself, with the arity Redis accepts (else Redis's own
+// arity error is wanted).
+func isFacadeCommand(args [][]byte) bool {
+	if len(args) < 2 || !bytes.EqualFold(args[0], []byte("cluster")) {
+		return false
+	}
+	switch string(bytes.ToLower(args[1])) {
+	case "slots", "shards", "nodes", "info", "myid":
+		return len(args) == 2
+	case "keyslot":
+		return len(args) == 3
+	}
+	return false
+}
+
+// streamFacade is the facade for a session in stream mode (client
+// tracking, MONITOR, pub/sub in RESP3): its commands go to one master's
+// connection, whose answers would give the real cluster's nodes, and a
+// cluster-mode client (rueidis, which turns tracking on as it connects)
+// would then connect to the masters themselves, past rproxy's policy, auth
+// and routing. Inside MULTI they are refused, as outside stream mode; in
+// RESP2's subscribed mode Redis refuses them (subscribedContext sends them
+// as they came).
+type streamFacade struct{ s *Server }
+
+func (st streamFacade) command(ss *session, c *call) bool {
+	if c.info == nil || c.info.Name != "cluster" || !isFacadeCommand(c.cmd.Args) {
+		return false
+	}
+	if ss.inTransaction() {
+		st.s.refuseMsg(ss, "CLUSTER "+string(bytes.ToUpper(c.cmd.Args[1]))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
+		return true
+	}
+	r, _ := st.s.facadeAnswer(ss, c.cmd.Args)
+	ss.localCount++
+	ss.substituteInStream(r)
 	return true
 }
+
+func (streamFacade) replies(*session) {}
 
 // announce is the address the facade gives clients: Config.ClusterAnnounce,
 // or the local address of the client's own connection (the address it

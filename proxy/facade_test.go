@@ -159,6 +159,76 @@ func TestClusterFacade(t *testing.T) {
 	}
 }
 
+// TestClusterFacadeInStreamMode: a session in stream mode (client
+// tracking in RESP2 or RESP3, pub/sub in RESP3) still gets the facade's
+// topology from CLUSTER SLOTS, SHARDS, NODES, INFO, MYID and KEYSLOT, not
+// the master's its commands go to. Before, these went to that master, and
+// a cluster-mode client that turns tracking on as it connects (rueidis)
+// was given the real nodes and connected to them past rproxy. Inside MULTI
+// they are refused, as outside stream mode; in RESP2's subscribed mode
+// Redis's own refusal comes, as from a node.
+func TestClusterFacadeInStreamMode(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	subs := []string{"SLOTS", "SHARDS", "NODES", "INFO", "MYID"}
+	for _, mode := range []struct {
+		name  string
+		proto string
+		enter []string
+	}{
+		{"RESP2 tracking", "2", []string{"CLIENT", "TRACKING", "ON"}},
+		{"RESP3 tracking", "3", []string{"CLIENT", "TRACKING", "ON"}},
+		{"RESP3 tracking optin", "3", []string{"CLIENT", "TRACKING", "ON", "OPTIN"}},
+		{"RESP3 pub/sub", "3", []string{"SUBSCRIBE", "facade-ch"}},
+	} {
+		c := dialClient(t, p.Addr)
+		c.do("HELLO", mode.proto)
+		want := map[string]string{}
+		for _, sub := range subs {
+			want[sub] = c.do("CLUSTER", sub)
+		}
+		if !strings.Contains(want["SLOTS"], p.Addr[strings.LastIndex(p.Addr, ":")+1:]) {
+			t.Fatalf("%s: CLUSTER SLOTS outside stream mode does not give rproxy's port: %q", mode.name, want["SLOTS"])
+		}
+		c.do(mode.enter...)
+		if got := c.do("CLIENT", "TRACKINGINFO"); mode.enter[0] == "CLIENT" && !strings.Contains(got, "on") {
+			t.Fatalf("%s: tracking is not on: %q", mode.name, got)
+		}
+		for _, sub := range subs {
+			if got := c.do("CLUSTER", sub); got != want[sub] {
+				t.Errorf("%s: CLUSTER %s in stream mode: %q, want the facade's %q", mode.name, sub, got, want[sub])
+			}
+		}
+		for _, m := range cl.Masters() {
+			_, port, _ := net.SplitHostPort(m.Addr)
+			if got := c.do("CLUSTER", "SLOTS"); strings.Contains(got, ":"+port+"\r\n") {
+				t.Errorf("%s: CLUSTER SLOTS names master %s: %q", mode.name, m.Addr, got)
+			}
+		}
+		if got, want := c.do("CLUSTER", "KEYSLOT", "foo"), ":12182\r\n"; got != want {
+			t.Errorf("%s: CLUSTER KEYSLOT foo: %q, want %q", mode.name, got, want)
+		}
+		// A command of the master's own still works on the connection.
+		if got := c.do("GET", "{facade-ch}k"); !strings.HasPrefix(got, "$-1") && !strings.HasPrefix(got, "_") && !strings.HasPrefix(got, "-ERR rproxy: slot") {
+			t.Errorf("%s: GET after the facade: %q", mode.name, got)
+		}
+		c.send(resp.AppendCommandString(resp.AppendCommandString(resp.AppendCommandString(nil, "MULTI"), "CLUSTER", "NODES"), "EXEC"))
+		if got := []string{string(c.read()), string(c.read()), string(c.read())}; got[0] != "+OK\r\n" ||
+			!strings.HasPrefix(got[1], "-ERR rproxy: CLUSTER NODES inside MULTI") || !strings.HasPrefix(got[2], "-EXECABORT") {
+			t.Errorf("%s: MULTI, CLUSTER NODES, EXEC: %q", mode.name, got)
+		}
+	}
+
+	// RESP2's subscribed mode: Redis refuses CLUSTER, as a node does.
+	c := dialClient(t, p.Addr)
+	r := dialClient(t, cl.Masters()[0].Addr)
+	c.do("SUBSCRIBE", "facade-ch")
+	r.do("SUBSCRIBE", "facade-ch")
+	if got, want := c.do("CLUSTER", "SLOTS"), r.do("CLUSTER", "SLOTS"); got != want {
+		t.Errorf("RESP2 subscribed CLUSTER SLOTS: %q, want Redis's %q", got, want)
+	}
+}
+
 // TestClusterFacadeGoRedisClusterClient: go-redis's ClusterClient given
 // only rproxy's address runs GET, SET, MGET across slots, pipelines and a
 // transaction, and every connection it makes goes to rproxy: none of the
