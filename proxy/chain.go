@@ -516,6 +516,26 @@ type streamDispatch struct{ s *Server }
 
 func (st streamDispatch) command(ss *session, c *call) bool {
 	s, info, cmd := st.s, c.info, c.cmd
+	if ss.branchTx != nil {
+		// A transaction on a branch (branchTransaction): up to its EXEC.
+		pool := ss.branchTx
+		if info != nil && info.Handling == command.Transaction {
+			ss.noteTransaction(info.Name)
+			if !ss.multiSent {
+				ss.branchTx = nil
+			}
+		}
+		s.sendOnBranch(ss, c, pool)
+		return true
+	}
+	if info != nil && info.Name == "multi" {
+		if pool := s.branchTransaction(ss); pool != nil && s.hasBranch(ss, pool) {
+			ss.noteTransaction(info.Name)
+			ss.branchTx = pool
+			s.sendOnBranch(ss, c, pool)
+			return true
+		}
+	}
 	if info != nil && info.Handling == command.Reset && ss.role != 'S' {
 		// Redis resets the pinned connection and answers; the session
 		// then leaves stream mode (a replica's RESET Redis refuses).
@@ -528,6 +548,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 			return true
 		}
 		ss.noteClientReply(cmd.Args) // Redis applies it to the pinned connection
+		ss.noteCaching(cmd.Args, cmd.Raw)
 	}
 	if info != nil && info.Handling == command.Hello {
 		s.streamHello(ss, cmd)
@@ -544,6 +565,10 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		ss.rewriteInStream(cmd.Raw, func(r []byte) []byte { return s.infoReply(r, nil, withProxy) })
 		return true
 	}
+	if pool := s.branchTarget(ss, c); pool != nil {
+		s.sendOnBranch(ss, c, pool) // another master's key, tracked there
+		return true
+	}
 	ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 	return true
 }
@@ -558,6 +583,10 @@ func (ss *session) noteTransaction(name string) {
 	case "multi":
 		ss.multiSent = true
 	case "exec", "discard":
-		ss.multiSent = false
+		ss.multiSent, ss.streamWatch = false, false
+	case "watch":
+		ss.streamWatch = ss.stream
+	case "unwatch":
+		ss.streamWatch = false
 	}
 }

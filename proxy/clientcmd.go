@@ -519,12 +519,18 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	case bytes.EqualFold(args[1], []byte("unblock")):
 		s.clientUnblock(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("tracking")):
+		if len(ss.branches) > 0 && len(args) > 2 && bytes.EqualFold(args[2], []byte("on")) && trackingOn(args) == nil {
+			ss.replyInMode(resp.AppendError(nil, "ERR rproxy: CLIENT TRACKING ON with REDIRECT after reads of several cluster masters' keys is not supported: Redis redirects invalidations on one node only; reconnect first"))
+			return true
+		}
 		raw, errReply := s.trackingRedirect(ss, cmd)
 		if errReply != nil {
 			ss.replyInMode(errReply) // Redis's error for the arguments
 			return true
 		}
 		ss.pinTracked = true
+		ss.trackingCmd = trackingOn(args)
+		ss.toBranches(raw)
 		ss.streamCmds = append(ss.streamCmds, raw)
 	default:
 		return false
@@ -633,6 +639,16 @@ func (ss *session) forgetSubscriptions() {
 // Redis, and so does errorCmd (inside MULTI Redis keeps the flag until
 // EXEC).
 func (ss *session) substituteInStream(r []byte) {
+	if ss.branchTx != nil {
+		// Inside a transaction on a branch: Redis rejects errorCmd there
+		// too, which makes its EXEC fail (EXECABORT), as on the pin; the
+		// client sees r in its place.
+		for _, b := range ss.branches {
+			if b.pool == ss.branchTx {
+				b.send([][]byte{errorCmd}, []bool{false})
+			}
+		}
+	}
 	if ss.streamAnswered() {
 		ss.relay.substitute(r)
 	}

@@ -1183,33 +1183,37 @@ func TestClusterPassthroughUserWithoutClusterCommands(t *testing.T) {
 	}
 }
 
-// TestClusterStreamModeHidesRedirects: a session in stream mode (here
-// client tracking, as client-side caching uses it) runs on one master; a
+// TestClusterStreamModeHidesRedirects: a session in stream mode that does
+// not spread over masters (tracking in RESP2, where invalidations go to a
+// REDIRECT connection on one node; pub/sub in RESP3) runs on one master; a
 // key of another master gets an error saying so, never the node's MOVED,
 // which named a node address clients do not see (the facade shows one
-// node) and which they cannot follow.
+// node) and which they cannot follow. (RESP3 tracking spreads:
+// TestClusterTrackingAcrossMasters.)
 func TestClusterStreamModeHidesRedirects(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
-	c := dialClient(t, p.Addr)
-	c.do("HELLO", "3")
-	if r := c.do("CLIENT", "TRACKING", "on"); r != "+OK\r\n" {
-		t.Fatalf("CLIENT TRACKING on: %q", r)
-	}
-	served, refused := 0, 0
-	for i := range 12 {
-		k := "st" + strconv.Itoa(i)
-		switch r := c.do("SET", k, "v"); {
-		case r == "+OK\r\n":
-			served++
-		case strings.HasPrefix(r, "-ERR rproxy: slot "+strconv.Itoa(upstream.Slot([]byte(k)))+" is on another master"):
-			refused++
-		default:
-			t.Fatalf("SET %s in tracking mode: %q", k, r)
+	for _, mode := range [][]string{{"2", "CLIENT", "TRACKING", "on"}, {"3", "SUBSCRIBE", "st-ch"}} {
+		c := dialClient(t, p.Addr)
+		c.do("HELLO", mode[0])
+		if r := c.do(mode[1:]...); r != "+OK\r\n" && !strings.HasPrefix(r, ">3") {
+			t.Fatalf("%v: %q", mode[1:], r)
 		}
-	}
-	if served == 0 || refused == 0 {
-		t.Fatalf("%d keys served and %d refused, want some of each (3 masters)", served, refused)
+		served, refused := 0, 0
+		for i := range 12 {
+			k := "st" + strconv.Itoa(i)
+			switch r := c.do("SET", k, "v"); {
+			case r == "+OK\r\n":
+				served++
+			case strings.HasPrefix(r, "-ERR rproxy: slot "+strconv.Itoa(upstream.Slot([]byte(k)))+" is on another master"):
+				refused++
+			default:
+				t.Fatalf("RESP%s, %v: SET %s: %q", mode[0], mode[1:], k, r)
+			}
+		}
+		if served == 0 || refused == 0 {
+			t.Fatalf("RESP%s, %v: %d keys served and %d refused, want some of each (3 masters)", mode[0], mode[1:], served, refused)
+		}
 	}
 }
 

@@ -339,6 +339,10 @@ func (s *Server) leaveStream(ss *session) {
 		reset = reset && (end.reset != nil || ss.replySkipped)
 	case <-timer.C:
 	}
+	// The copy has shown every reply sent before the RESET, the branches'
+	// too: they go now (the RESET turned tracking off).
+	ss.dropBranches()
+	ss.branchTx, ss.streamWatch = nil, false
 	if !reset {
 		ss.quit = true // the rest of the batch is not run
 		ss.conn.NetConn().Close()

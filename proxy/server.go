@@ -481,6 +481,7 @@ func (s *Server) closed(c *clientConn, err error) {
 	// its pinned connection with it, as its own connection would end.
 	s.unpin(ss, true)
 	ss.dropKept()
+	ss.dropBranches()
 	s.clients.Add(-1)
 	s.metrics.clients.Dec()
 	fields := []zap.Field{zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)}

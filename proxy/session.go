@@ -138,7 +138,16 @@ type session struct {
 	// connection to Redis would stay with its entries, and closed when the
 	// client leaves.
 	pinTracked bool
-	kept       []keptPin
+	// Tracking across a cluster's masters (streambranch.go): the session's
+	// connections to masters other than the pin's, the CLIENT TRACKING ON
+	// that turns tracking on on a new one (nil: off, or with REDIRECT),
+	// and the last CLIENT CACHING sent.
+	branches    []*streamBranch
+	branchTx    *upstream.Pool // a transaction sent on this master's branch, until its EXEC
+	streamWatch bool           // a WATCH sent in stream mode, no UNWATCH, EXEC or DISCARD since
+	trackingCmd []byte
+	lastCaching []byte
+	kept        []keptPin
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
@@ -760,10 +769,12 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		}
 		s.startStream(ss, raw)
 		ss.pinTracked = ss.pinTracked || ss.stream
+		ss.trackingCmd = trackingOn(args)
 	case "reply", "caching", "no-evict", "no-touch":
 		// Connection state for this client alone: from now on the session
 		// has its own connection (stream mode).
 		s.startStream(ss, cmd.Raw)
+		ss.noteCaching(args, cmd.Raw)
 		if ss.stream {
 			ss.noteClientReply(args)
 		}
@@ -915,6 +926,11 @@ func (s *Server) streamHello(ss *session, cmd resp.Command) {
 		ss.name = string(h.name)
 	}
 	id := ss.id
+	if len(cmd.Args) >= 2 {
+		// The client's connection switches protocol: so do its branches
+		// (RESP2 tracking without REDIRECT sends no invalidations).
+		ss.toBranches(resp.AppendCommand(nil, hello[:2]...))
+	}
 	ss.rewriteInStream(resp.AppendCommand(nil, hello...), func(r []byte) []byte { return helloWithID(r, id) })
 	ss.proto = h.proto
 }

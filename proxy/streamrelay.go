@@ -108,12 +108,18 @@ type streamRelay struct {
 	stash   []byte              // a +RESET held while ending: the RESET's, if the end marker's answer follows
 	ended   bool                // the end marker's answer has come
 	broken  bool                // framing failed: everything is passed on
+	// frames is the client's write lock, shared with the session's
+	// tracking branches (streambranch.go), which write whole pushes; the
+	// copy holds it (framesHeld) while it is inside a reply.
+	frames     sync.Mutex
+	framesHeld bool
 }
 
 // relayAnswer is what Redis's answer to one errorCmd is replaced by.
 type relayAnswer struct {
 	reply   []byte              // shown in its place (nil: nothing)
 	rewrite func([]byte) []byte // non-nil: the reply after it is passed through this
+	later   *branchReply        // non-nil: shown in its place once it has come (streambranch.go)
 }
 
 // holdMode says whether a reply is held back until complete, and why.
@@ -222,8 +228,16 @@ func (r *streamRelay) endAfterReset(e *streamEnd) { r.ending.Store(e) }
 // Write passes p on. A reply that may be replaced or changed (an error, a
 // HELLO's) is held back until complete.
 func (r *streamRelay) Write(p []byte) (int, error) {
+	n, err := r.copyOut(p)
+	if err != nil || r.broken || !r.inReply {
+		r.releaseFrames()
+	}
+	return n, err
+}
+
+func (r *streamRelay) copyOut(p []byte) (int, error) {
 	if r.broken {
-		return r.dst.Write(p)
+		return len(p), r.write(p)
 	}
 	out := 0 // p[:out] is written or held
 	for i := 0; i < len(p); {
@@ -348,6 +362,12 @@ func (r *streamRelay) finish() []byte {
 		}
 		return r.held
 	}
+	if a.later != nil {
+		// Only whole replies have been written: a branch's push may be
+		// written while its reply is waited for.
+		r.releaseFrames()
+		return a.later.wait()
+	}
 	r.rewrite = a.rewrite
 	return a.reply
 }
@@ -379,15 +399,37 @@ func (r *streamRelay) answerTo(reply []byte) (relayAnswer, bool) {
 	return a, true
 }
 
-// write passes on bufs, skipping empty ones.
+// write passes on bufs, skipping empty ones. It takes the client's write
+// lock (frames) for the branches' pushes, held until the copy is between
+// replies (Write).
 func (r *streamRelay) write(bufs ...[]byte) error {
 	for _, b := range bufs {
 		if len(b) == 0 {
 			continue
+		}
+		if !r.framesHeld {
+			r.frames.Lock()
+			r.framesHeld = true
 		}
 		if _, err := r.dst.Write(b); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// releaseFrames lets a branch write: the copy is between replies.
+func (r *streamRelay) releaseFrames() {
+	if r.framesHeld {
+		r.framesHeld = false
+		r.frames.Unlock()
+	}
+}
+
+// writeFrame writes a branch's whole push between the copy's replies.
+func (r *streamRelay) writeFrame(b []byte) error {
+	r.frames.Lock()
+	defer r.frames.Unlock()
+	_, err := r.dst.Write(b)
+	return err
 }

@@ -1,0 +1,336 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
+)
+
+// Client tracking across a cluster's masters. A session in stream mode runs
+// on one master's connection (its pin). A client that tracks keys (CLIENT
+// TRACKING ON, RESP3, no REDIRECT) reads keys of every master, and Redis
+// tracks a key only on the node that holds it, for the connection that read
+// it. So such a session's command for another master's key goes to a
+// connection of the session's own on that master (a branch), on which
+// tracking is turned on as on the pin; the branch's invalidation pushes are
+// passed to the client as they come, between whole replies, and its
+// replies are put in their place among the pin's: the pin is sent errorCmd
+// in the command's place, and the relay shows the branch's reply for
+// Redis's answer to it, once the reply has come (relayAnswer.later).
+//
+// A branch that fails closes the client: the invalidations of the keys
+// read through it would be lost, and a client's cache is only dropped when
+// its connection is (as when its own connection to Redis ends).
+
+// streamBranch is a session's connection to one master other than its
+// pin's, in stream mode.
+type streamBranch struct {
+	pool    *upstream.Pool
+	d       *upstream.Dedicated
+	dropped atomic.Bool // closed by the session: the client stays
+
+	mu      sync.Mutex
+	waiting []*branchReply // replies to come, in order; nil: dropped
+	err     error          // the copy ended: every reply from now on is this
+
+	// The copy goroutine's own state.
+	relay   *streamRelay
+	fr      resp.Framer
+	inReply bool
+	cur     []byte
+}
+
+// branchReply is a reply that comes on a branch, for the relay to show in
+// its command's place.
+type branchReply struct {
+	done  chan struct{}
+	reply []byte
+}
+
+// wait returns the reply once it has come.
+func (r *branchReply) wait() []byte {
+	<-r.done
+	return r.reply
+}
+
+// send writes cmds to the branch; want says, per command, whether its reply
+// is shown to the client (a branchReply) or dropped (nil).
+func (b *streamBranch) send(cmds [][]byte, want []bool) []*branchReply {
+	replies := make([]*branchReply, len(cmds))
+	b.mu.Lock()
+	for i := range cmds {
+		if want[i] {
+			replies[i] = &branchReply{done: make(chan struct{})}
+		}
+		if b.err != nil {
+			if replies[i] != nil {
+				replies[i].reply = branchError(b.err)
+				close(replies[i].done)
+			}
+			continue
+		}
+		b.waiting = append(b.waiting, replies[i])
+	}
+	failed := b.err != nil
+	b.mu.Unlock()
+	if !failed {
+		if err := b.d.Send(cmds); err != nil {
+			b.fail(err) // the copy ends too, and fails what is left
+		}
+	}
+	return replies
+}
+
+// Write is the copy goroutine's: pushes go to the client as they come,
+// replies to their waiters, in order.
+func (b *streamBranch) Write(p []byte) (int, error) {
+	for i := 0; i < len(p); {
+		k, done, err := b.fr.Next(p[i:])
+		if err != nil {
+			return 0, err
+		}
+		b.cur = append(b.cur, p[i:i+k]...)
+		i += k
+		if !done {
+			continue
+		}
+		reply := b.cur
+		b.cur = nil
+		if b.fr.Kind() == '>' {
+			if err := b.relay.writeFrame(reply); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if slot, redirect := upstream.RedirectSlot(reply); redirect {
+			reply = streamRedirectError(slot) // moved since the branch was chosen
+		}
+		b.mu.Lock()
+		if len(b.waiting) == 0 {
+			b.mu.Unlock()
+			return 0, errors.New("a reply on a tracking branch that no command asked for")
+		}
+		w := b.waiting[0]
+		b.waiting[0] = nil
+		b.waiting = b.waiting[1:]
+		b.mu.Unlock()
+		if w != nil {
+			w.reply = reply
+			close(w.done)
+		}
+	}
+	return len(p), nil
+}
+
+// fail ends the branch: replies still to come and later ones are err.
+func (b *streamBranch) fail(err error) {
+	b.mu.Lock()
+	if b.err == nil {
+		b.err = err
+	}
+	waiting := b.waiting
+	b.waiting = nil
+	b.mu.Unlock()
+	for _, w := range waiting {
+		if w != nil {
+			w.reply = branchError(err)
+			close(w.done)
+		}
+	}
+}
+
+func branchError(err error) []byte {
+	return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error())
+}
+
+// branchTarget returns the pool of the master c is for, when the session
+// sends it on a branch: a session that may branch (branching), and a
+// command that is not the connection's own business (Handling Forward)
+// whose keys are all in one slot of a master other than the pin's.
+// Anything else goes to the pin as before.
+func (s *Server) branchTarget(ss *session, c *call) *upstream.Pool {
+	if !s.branching(ss) || ss.inTransaction() {
+		return nil
+	}
+	pool, keys := s.masterOf(ss, c.info, c.cmd.Args)
+	if keys != keysOneSlot || pool == ss.pinPool {
+		return nil
+	}
+	return pool
+}
+
+// branching reports whether the session's commands may go to branches: a
+// cluster upstream, and a session tracking keys in RESP3 without REDIRECT
+// (not MONITOR, not a replica) whose commands are answered.
+func (s *Server) branching(ss *session) bool {
+	return s.cfg.Cluster != nil && ss.proto == 3 && ss.redirect == 0 && ss.role == 0 &&
+		ss.streamAnswered() && ss.pinPool != nil && ss.trackingCmd != nil
+}
+
+// commandKeys is what masterOf found of a command's keys.
+type commandKeys uint8
+
+const (
+	keysNone     commandKeys = iota // none
+	keysOneSlot                     // all in one slot
+	keysNotPlain                    // across slots (Redis's CROSSSLOT, from the pin), or not a plain command
+)
+
+// masterOf returns the pool of the master a plain command's keys are on
+// (Handling Forward; INFO is rewritten), when they are all in one slot.
+func (s *Server) masterOf(ss *session, info *command.Info, args [][]byte) (*upstream.Pool, commandKeys) {
+	if info == nil || info.Handling != command.Forward || info.Name == "info" {
+		return nil, keysNotPlain
+	}
+	keys, _ := command.Keys(keyInfo(s.table.Load(), info, args), args, ss.route.keys[:0])
+	defer func() {
+		clear(keys)
+		ss.route.keys = keys[:0]
+	}()
+	if len(keys) == 0 {
+		return nil, keysNone
+	}
+	slot := upstream.Slot(keys[0])
+	for _, k := range keys[1:] {
+		if upstream.Slot(k) != slot {
+			return nil, keysNotPlain
+		}
+	}
+	return ss.pools[ss.proto].PinPool(slot), keysOneSlot
+}
+
+// branchTransaction returns the branch pool a MULTI starting now goes to:
+// one whose transaction ends (EXEC or DISCARD) in the same read, with only
+// plain commands (masterOf), keyless ones or keys of one master other
+// than the pin's (client libraries send a cached read as CLIENT CACHING
+// YES, MULTI, PTTL, GET, EXEC). nil: on the pin, as before.
+func (s *Server) branchTransaction(ss *session) *upstream.Pool {
+	if !s.branching(ss) || ss.inTransaction() || ss.streamWatch || ss.watching {
+		return nil // a WATCH holds on the pin's master: the transaction goes there
+	}
+	table := s.table.Load()
+	var pool *upstream.Pool
+	for _, c := range ss.route.rest[ss.route.restAt:] {
+		info := table.Lookup(c.Args[0])
+		if info != nil && (info.Name == "exec" || info.Name == "discard") {
+			return pool
+		}
+		p, keys := s.masterOf(ss, info, c.Args)
+		switch {
+		case keys == keysNotPlain:
+			return nil
+		case keys == keysNone:
+		case p == ss.pinPool || pool != nil && p != pool:
+			return nil
+		default:
+			pool = p
+		}
+	}
+	return nil
+}
+
+// sendOnBranch sends c on the session's branch to pool (made on first use)
+// and queues, in the pin's stream, the place its reply is shown in. A
+// CLIENT CACHING flag the pin holds for the client's next command goes to
+// the branch first, as the command does.
+func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
+	b, err := s.branch(ss, pool)
+	if err != nil {
+		r := resp.AppendError(nil, "ERR upstream unavailable: "+err.Error())
+		ss.answerInStream(r, func() []byte { return scriptError(r) })
+		return
+	}
+	cmds, want := [][]byte{c.cmd.Raw}, []bool{true}
+	if ss.lastCaching != nil && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		cmds, want = [][]byte{ss.lastCaching, c.cmd.Raw}, []bool{false, true}
+	}
+	replies := b.send(cmds, want)
+	// errorCmd drops the pin's CLIENT CACHING flag, as the command does.
+	ss.relay.queue(relayAnswer{later: replies[len(replies)-1]})
+	ss.streamCmds = append(ss.streamCmds, errorCmd)
+}
+
+// branch returns the session's branch to pool, making it: a dedicated
+// connection of the pool (in the session's protocol, as its user), with
+// tracking turned on as the client last turned it on.
+func (s *Server) branch(ss *session, pool *upstream.Pool) (*streamBranch, error) {
+	for _, b := range ss.branches {
+		if b.pool == pool {
+			return b, nil
+		}
+	}
+	d, err := pool.Acquire(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	batch := &upstream.Batch{}
+	batch.Add(ss.trackingCmd)
+	d.Do(batch, s.cfg.Upstream.Timeout)
+	if r := batch.Reply(0); !bytes.Equal(r, []byte("+OK\r\n")) {
+		pool.Discard(d)
+		return nil, errors.New("tracking refused on another master: " + string(bytes.TrimSpace(r)))
+	}
+	b := &streamBranch{pool: pool, d: d, relay: ss.relay}
+	ss.branches = append(ss.branches, b)
+	nc := ss.conn.NetConn()
+	go func() {
+		err := d.StreamTo(b)
+		b.fail(err)
+		if !b.dropped.Load() {
+			nc.Close() // its keys' invalidations are lost: the client drops its cache
+		}
+	}()
+	return b, nil
+}
+
+// hasBranch reports whether the session has, or can make, a branch to
+// pool.
+func (s *Server) hasBranch(ss *session, pool *upstream.Pool) bool {
+	_, err := s.branch(ss, pool)
+	return err == nil
+}
+
+// toBranches sends cmd to every branch, its replies dropped: a CLIENT
+// TRACKING, CACHING or HELLO the client sent, which Redis applies to the
+// client's connection.
+func (ss *session) toBranches(cmd []byte) {
+	for _, b := range ss.branches {
+		b.send([][]byte{cmd}, []bool{false})
+	}
+}
+
+// dropBranches closes the session's branches (RESET, or the client left).
+func (ss *session) dropBranches() {
+	for _, b := range ss.branches {
+		b.dropped.Store(true)
+		b.pool.Discard(b.d)
+	}
+	ss.branches = nil
+}
+
+// noteCaching remembers a CLIENT CACHING the client sent, for the branch
+// its next command may go to.
+func (ss *session) noteCaching(args [][]byte, raw []byte) {
+	if len(args) > 1 && bytes.EqualFold(args[1], []byte("caching")) {
+		ss.lastCaching = bytes.Clone(raw)
+	}
+}
+
+// trackingOn returns the command that turns tracking on as args does, for
+// a branch (nil: args turn it off, or redirect).
+func trackingOn(args [][]byte) []byte {
+	if len(args) < 3 || !bytes.EqualFold(args[2], []byte("on")) {
+		return nil
+	}
+	if slices.ContainsFunc(args[3:], func(a []byte) bool { return bytes.EqualFold(a, []byte("redirect")) }) {
+		return nil
+	}
+	return resp.AppendCommand(nil, args...)
+}

@@ -1,0 +1,185 @@
+package proxy_test
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/resp"
+)
+
+// keyPerMaster returns, for each master of cl, a key prefix+n that it
+// holds, with the master's address: the master that answers GET for it
+// without MOVED.
+func keyPerMaster(t *testing.T, cl *redistest.Cluster, prefix string) (keys, addrs []string) {
+	t.Helper()
+	for _, m := range cl.Masters() {
+		r := dialClient(t, m.Addr)
+		for n := 0; ; n++ {
+			k := prefix + strconv.Itoa(n)
+			if !strings.HasPrefix(r.do("GET", k), "-MOVED") {
+				keys, addrs = append(keys, k), append(addrs, m.Addr)
+				break
+			}
+		}
+	}
+	return keys, addrs
+}
+
+// readPush reads one reply and requires it to be an invalidation push; it
+// returns the keys it names.
+func readPush(t *testing.T, c *rawClient) []string {
+	t.Helper()
+	raw := c.read()
+	v, err := resp.Parse(raw)
+	if err != nil || v.Kind != '>' || len(v.Elems) != 2 || string(v.Elems[0].Str) != "invalidate" {
+		t.Fatalf("want an invalidate push, got %q (%v)", raw, err)
+	}
+	var keys []string
+	for _, e := range v.Elems[1].Elems {
+		keys = append(keys, string(e.Str))
+	}
+	return keys
+}
+
+// TestClusterTrackingAcrossMasters: a RESP3 client tracking keys through
+// rproxy on a cluster reads keys of every master, in pipelines whose
+// replies keep their order, and gets the invalidations of every master's
+// keys, as from one Redis; in OPTIN mode, CLIENT CACHING YES and a MULTI
+// of PTTL and GET (what rueidis sends for a cached read) track the key on
+// its own master and nothing else is tracked. Before, every command for a
+// key of another master than the session's first got "-ERR rproxy: slot N
+// is on another master than this connection's" (rueidis and go-redis
+// client-side caching failed so for two keys in three).
+func TestClusterTrackingAcrossMasters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, withPolicy(nil)) // the shipped defaults: KEYS refused
+	keys, _ := keyPerMaster(t, cl, "tr")
+	w := dialClient(t, p.Addr)
+	for i, k := range keys {
+		w.do("SET", k, "v"+strconv.Itoa(i))
+	}
+
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if got := c.do("CLIENT", "TRACKING", "ON"); got != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON: %q", got)
+	}
+	// Twice over every master in one pipeline: the replies in order.
+	var cmds [][]string
+	var want strings.Builder
+	for range 2 {
+		for i, k := range keys {
+			cmds = append(cmds, []string{"GET", k})
+			v := "v" + strconv.Itoa(i)
+			want.WriteString("$" + strconv.Itoa(len(v)) + "\r\n" + v + "\r\n")
+		}
+	}
+	if got := c.pipeline(cmds...); got != want.String() {
+		t.Fatalf("GET of every master's key, pipelined: %q, want %q", got, want.String())
+	}
+	// Another client's writes: one invalidation per key, whichever master.
+	for _, k := range keys {
+		w.do("SET", k, "new")
+	}
+	var got []string
+	for range keys {
+		got = append(got, readPush(t, c)...)
+	}
+	slices.Sort(got)
+	wantKeys := slices.Sorted(slices.Values(keys))
+	if !slices.Equal(got, wantKeys) {
+		t.Fatalf("invalidations: %v, want %v", got, wantKeys)
+	}
+	// The session's own connections to the other masters are its: CLIENT
+	// LIST through rproxy shows one client, tracking.
+	if info := c.do("CLIENT", "INFO"); !strings.Contains(info, "flags=t") {
+		t.Errorf("CLIENT INFO of the tracking client: %q", info)
+	}
+
+	// OPTIN, as rueidis reads a cached key: only the key asked for is
+	// tracked, on its own master. The reply to a command sent after the
+	// writes, on the same master, comes after any invalidation Redis sent.
+	o := dialClient(t, p.Addr)
+	o.do("HELLO", "3")
+	o.do("CLIENT", "TRACKING", "ON", "OPTIN")
+	for _, k := range keys {
+		r := o.pipeline([]string{"CLIENT", "CACHING", "YES"}, []string{"MULTI"}, []string{"PTTL", k}, []string{"GET", k}, []string{"EXEC"})
+		if want := "+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$3\r\nnew\r\n"; r != want {
+			t.Fatalf("CLIENT CACHING YES, MULTI, PTTL %s, GET %s, EXEC: %q, want %q", k, k, r, want)
+		}
+		if r := o.do("GET", k+"-untracked"); r != "_\r\n" {
+			t.Fatalf("GET %s-untracked: %q", k, r)
+		}
+	}
+	for _, k := range keys {
+		w.do("SET", k, "newer")
+		w.do("SET", k+"-untracked", "x")
+		if push := readPush(t, o); !slices.Equal(push, []string{k}) {
+			t.Fatalf("OPTIN: invalidation %v, want [%s]", push, k)
+		}
+		// Sent after both writes, answered on the same master: an
+		// invalidation of the untracked key would come before it.
+		if r := o.do("EXISTS", k+"-untracked"); r != ":1\r\n" {
+			t.Fatalf("OPTIN: EXISTS %s-untracked: %q, want :1 (and no invalidation of it)", k, r)
+		}
+	}
+
+	// A refusal inside a transaction sent on another master's connection
+	// aborts it there, as on the session's own.
+	key := keys[0]
+	if r := o.pipeline([]string{"GET", "{" + keys[1] + "}x"}, []string{"GET", key}); strings.HasPrefix(r, "-") {
+		t.Fatalf("GET: %q", r)
+	}
+	r := o.pipeline([]string{"MULTI"}, []string{"SET", key, "tx"}, []string{"KEYS", "*"}, []string{"EXEC"})
+	if !strings.HasPrefix(r, "+OK\r\n+QUEUED\r\n-DENIED KEYS") || !strings.HasSuffix(r, "-EXECABORT Transaction discarded because of previous errors.\r\n") {
+		t.Fatalf("MULTI, SET, KEYS (refused), EXEC on another master: %q", r)
+	}
+	if got := w.do("GET", key); got != "$5\r\nnewer\r\n" {
+		t.Fatalf("the aborted transaction's SET ran: %s is %q", key, got)
+	}
+
+	// RESET leaves tracking and the other masters' connections; the
+	// client goes on.
+	if r := c.do("RESET"); r != "+RESET\r\n" {
+		t.Fatalf("RESET: %q", r)
+	}
+	if r := c.pipeline([]string{"GET", keys[1]}, []string{"GET", keys[2]}); r != "$5\r\nnewer\r\n$5\r\nnewer\r\n" {
+		t.Fatalf("GETs after RESET: %q", r)
+	}
+}
+
+// TestClusterTrackingBranchLostClosesClient: when a tracking session's
+// connection to another master ends, rproxy closes the client, whose cache
+// would otherwise miss that master's invalidations for good (a client
+// drops its cache when its connection ends).
+func TestClusterTrackingBranchLostClosesClient(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, addrs := keyPerMaster(t, cl, "tl")
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	c.do("CLIENT", "TRACKING", "ON")
+	c.pipeline([]string{"GET", keys[0]}, []string{"GET", keys[1]}, []string{"GET", keys[2]})
+	// Keyless commands go to the session's first connection: after an
+	// ECHO, its other connections are the tracked ones whose last command
+	// is GET. Kill one.
+	c.do("ECHO", "x")
+	killed := false
+	for _, addr := range addrs {
+		m := dialClient(t, addr)
+		for _, line := range strings.Split(m.do("CLIENT", "LIST"), "\n") {
+			if killed || !strings.Contains(line, " flags=t ") || !strings.Contains(line, " cmd=get ") {
+				continue
+			}
+			id := strings.TrimPrefix(strings.Fields(line)[0], "id=")
+			killed = m.do("CLIENT", "KILL", "ID", id) == ":1\r\n"
+		}
+	}
+	if !killed {
+		t.Fatal("no connection of the session's to another master found")
+	}
+	c.expectClosed()
+}
