@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"sync"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
