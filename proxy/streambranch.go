@@ -13,17 +13,19 @@ import (
 	"github.com/rproxy/rproxy/upstream"
 )
 
-// Client tracking across a cluster's masters. A session in stream mode runs
-// on one master's connection (its pin). A client that tracks keys (CLIENT
-// TRACKING ON, RESP3, no REDIRECT) reads keys of every master, and Redis
-// tracks a key only on the node that holds it, for the connection that read
-// it. So such a session's command for another master's key goes to a
-// connection of the session's own on that master (a branch), on which
-// tracking is turned on as on the pin; the branch's invalidation pushes are
-// passed to the client as they come, between whole replies, and its
-// replies are put in their place among the pin's: the pin is sent errorCmd
-// in the command's place, and the relay shows the branch's reply for
-// Redis's answer to it, once the reply has come (relayAnswer.later).
+// Client tracking (and RESP3 pub/sub) across a cluster's masters. A
+// session in stream mode runs on one master's connection (its pin). A
+// client that tracks keys (CLIENT TRACKING ON, RESP3, no REDIRECT) reads
+// keys of every master, and Redis tracks a key only on the node that holds
+// it, for the connection that read it. So a RESP3 stream session's command
+// for another master's key goes to a connection of the session's own on
+// that master (a branch), on which tracking is turned on as on the pin;
+// the branch's invalidation pushes are passed to the client as they come,
+// between whole replies, and its replies are put in their place among the
+// pin's: the pin is sent errorCmd in the command's place, and the relay
+// shows the branch's reply for Redis's answer to it, once the reply has
+// come (relayAnswer.later). A RESP3 subscriber's reads of other masters'
+// keys go the same way.
 //
 // A branch that fails closes the client: the invalidations of the keys
 // read through it would be lost, and a client's cache is only dropped when
@@ -167,11 +169,14 @@ func (s *Server) branchTarget(ss *session, c *call) *upstream.Pool {
 }
 
 // branching reports whether the session's commands may go to branches: a
-// cluster upstream, and a session tracking keys in RESP3 without REDIRECT
-// (not MONITOR, not a replica) whose commands are answered.
+// cluster upstream, and a RESP3 session (tracking keys without REDIRECT,
+// or not tracking: pub/sub, or tracking turned off) that is not MONITOR or
+// a replica and whose commands are answered. Tracking with REDIRECT sends
+// invalidations to a connection on one node only; in RESP2 a subscribed
+// connection runs no other command.
 func (s *Server) branching(ss *session) bool {
-	return s.cfg.Cluster != nil && ss.proto == 3 && ss.redirect == 0 && ss.role == 0 &&
-		ss.streamAnswered() && ss.pinPool != nil && ss.trackingCmd != nil
+	return s.cfg.Cluster != nil && ss.proto == 3 && ss.role == 0 && ss.streamAnswered() && ss.pinPool != nil &&
+		(ss.redirect == -1 || ss.redirect == 0 && ss.trackingCmd != nil)
 }
 
 // commandKeys is what masterOf found of a command's keys.
@@ -259,7 +264,7 @@ func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
 
 // branch returns the session's branch to pool, making it: a dedicated
 // connection of the pool (in the session's protocol, as its user), with
-// tracking turned on as the client last turned it on.
+// tracking turned on as the client last turned it on, if it is on.
 func (s *Server) branch(ss *session, pool *upstream.Pool) (*streamBranch, error) {
 	for _, b := range ss.branches {
 		if b.pool == pool {
@@ -270,12 +275,14 @@ func (s *Server) branch(ss *session, pool *upstream.Pool) (*streamBranch, error)
 	if err != nil {
 		return nil, err
 	}
-	batch := &upstream.Batch{}
-	batch.Add(ss.trackingCmd)
-	d.Do(batch, s.cfg.Upstream.Timeout)
-	if r := batch.Reply(0); !bytes.Equal(r, []byte("+OK\r\n")) {
-		pool.Discard(d)
-		return nil, errors.New("tracking refused on another master: " + string(bytes.TrimSpace(r)))
+	if ss.trackingCmd != nil {
+		batch := &upstream.Batch{}
+		batch.Add(ss.trackingCmd)
+		d.Do(batch, s.cfg.Upstream.Timeout)
+		if r := batch.Reply(0); !bytes.Equal(r, []byte("+OK\r\n")) {
+			pool.Discard(d)
+			return nil, errors.New("tracking refused on another master: " + string(bytes.TrimSpace(r)))
+		}
 	}
 	b := &streamBranch{pool: pool, d: d, relay: ss.relay}
 	ss.branches = append(ss.branches, b)

@@ -183,3 +183,53 @@ func TestClusterTrackingBranchLostClosesClient(t *testing.T) {
 	}
 	c.expectClosed()
 }
+
+// TestClusterRESP3PubSubAcrossMasters: a RESP3 subscriber, whose session is
+// in stream mode on one master, reads keys of every master in a pipeline
+// (replies in order) and still gets its messages; tracking turned on later
+// covers the masters it already reads from. Before, its reads of other
+// masters' keys got "slot N is on another master".
+func TestClusterRESP3PubSubAcrossMasters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "ps")
+	w := dialClient(t, p.Addr)
+	for i, k := range keys {
+		w.do("SET", k, "v"+strconv.Itoa(i))
+	}
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if r := c.do("SUBSCRIBE", "ps-ch"); !strings.HasPrefix(r, ">3\r\n$9\r\nsubscribe\r\n") {
+		t.Fatalf("SUBSCRIBE: %q", r)
+	}
+	var cmds [][]string
+	var want strings.Builder
+	for i, k := range keys {
+		cmds = append(cmds, []string{"GET", k})
+		want.WriteString("$2\r\nv" + strconv.Itoa(i) + "\r\n")
+	}
+	if got := c.pipeline(cmds...); got != want.String() {
+		t.Fatalf("GET of every master's key while subscribed: %q, want %q", got, want.String())
+	}
+	w.do("PUBLISH", "ps-ch", "hello")
+	if got, want := string(c.read()), ">3\r\n$7\r\nmessage\r\n$5\r\nps-ch\r\n$5\r\nhello\r\n"; got != want {
+		t.Fatalf("message: %q, want %q", got, want)
+	}
+	// Tracking turned on now reaches the connections to the other
+	// masters too.
+	if r := c.do("CLIENT", "TRACKING", "ON"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON: %q", r)
+	}
+	c.pipeline(cmds...)
+	for _, k := range keys {
+		w.do("SET", k, "new")
+	}
+	var got []string
+	for range keys {
+		got = append(got, readPush(t, c)...)
+	}
+	slices.Sort(got)
+	if wantKeys := slices.Sorted(slices.Values(keys)); !slices.Equal(got, wantKeys) {
+		t.Fatalf("invalidations: %v, want %v", got, wantKeys)
+	}
+}
