@@ -516,25 +516,8 @@ type streamDispatch struct{ s *Server }
 
 func (st streamDispatch) command(ss *session, c *call) bool {
 	s, info, cmd := st.s, c.info, c.cmd
-	if ss.branchTx != nil {
-		// A transaction on a branch (branchTransaction): up to its EXEC.
-		pool := ss.branchTx
-		if info != nil && info.Handling == command.Transaction {
-			ss.noteTransaction(info.Name)
-			if !ss.multiSent {
-				ss.branchTx = nil
-			}
-		}
-		s.sendOnBranch(ss, c, pool)
-		return true
-	}
-	if info != nil && info.Name == "multi" {
-		if pool := s.branchTransaction(ss); pool != nil && s.hasBranch(ss, pool) {
-			ss.noteTransaction(info.Name)
-			ss.branchTx = pool
-			s.sendOnBranch(ss, c, pool)
-			return true
-		}
+	if s.onBranch(ss, c) {
+		return true // another master's (streambranch.go)
 	}
 	if info != nil && info.Handling == command.Reset && ss.role != 'S' {
 		// Redis resets the pinned connection and answers; the session
@@ -563,10 +546,6 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	if info != nil && info.Name == "info" {
 		withProxy := infoWantsProxy(cmd.Args)
 		ss.rewriteInStream(cmd.Raw, func(r []byte) []byte { return s.infoReply(r, nil, withProxy) })
-		return true
-	}
-	if pool := s.branchTarget(ss, c); pool != nil {
-		s.sendOnBranch(ss, c, pool) // another master's key, tracked there
 		return true
 	}
 	ss.streamCmds = append(ss.streamCmds, cmd.Raw)

@@ -16,7 +16,8 @@ import (
 // rproxy in front of three masters: reads of every master's keys are
 // served from its cache the second time (its hit counter), and another
 // client's writes to every master's keys reach it (the invalidation
-// drops the entry; the next read gets the new value). Before, its reads
+// drops the entry; the next read gets the new value); its Watch (WATCH,
+// MULTI, EXEC) works on every master's keys. Before, its reads and WATCHes
 // of two masters' keys in three failed with "slot N is on another master".
 func TestClusterGoRedisClientSideCaching(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
@@ -45,6 +46,29 @@ func TestClusterGoRedisClientSideCaching(t *testing.T) {
 	for _, k := range keys {
 		if err := w.Set(ctx, k, "new", 0).Err(); err != nil {
 			t.Fatalf("SET %s: %v", k, err)
+		}
+	}
+	// Optimistic locking through the cached client: WATCH, GET, MULTI,
+	// SET, EXEC on every master's key.
+	for _, k := range keys {
+		for range 2 {
+			err := c.Watch(ctx, func(tx *redis.Tx) error {
+				n, err := tx.Get(ctx, "{"+k+"}counter").Int()
+				if err != nil && err != redis.Nil {
+					return err
+				}
+				_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.Set(ctx, "{"+k+"}counter", n+1, 0)
+					return nil
+				})
+				return err
+			}, "{"+k+"}counter")
+			if err != nil {
+				t.Fatalf("Watch {%s}counter: %v", k, err)
+			}
+		}
+		if v, err := w.Get(ctx, "{"+k+"}counter").Result(); err != nil || v != "2" {
+			t.Fatalf("{%s}counter after two watched increments: %q, %v", k, v, err)
 		}
 	}
 	for _, k := range keys {

@@ -342,7 +342,7 @@ func (s *Server) leaveStream(ss *session) {
 	// The copy has shown every reply sent before the RESET, the branches'
 	// too: they go now (the RESET turned tracking off).
 	ss.dropBranches()
-	ss.branchTx, ss.streamWatch = nil, false
+	ss.branchTx, ss.streamWatch, ss.watchPool = nil, false, nil
 	if !reset {
 		ss.quit = true // the rest of the batch is not run
 		ss.conn.NetConn().Close()

@@ -144,7 +144,8 @@ type session struct {
 	// and the last CLIENT CACHING sent.
 	branches    []*streamBranch
 	branchTx    *upstream.Pool // a transaction sent on this master's branch, until its EXEC
-	streamWatch bool           // a WATCH sent in stream mode, no UNWATCH, EXEC or DISCARD since
+	streamWatch bool           // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
+	watchPool   *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
 	trackingCmd []byte
 	lastCaching []byte
 	kept        []keptPin

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -194,6 +195,11 @@ func (s *Server) masterOf(ss *session, info *command.Info, args [][]byte) (*upst
 	if info == nil || info.Handling != command.Forward || info.Name == "info" {
 		return nil, keysNotPlain
 	}
+	return s.keysMaster(ss, info, args)
+}
+
+// keysMaster is masterOf for any command with keys (WATCH too).
+func (s *Server) keysMaster(ss *session, info *command.Info, args [][]byte) (*upstream.Pool, commandKeys) {
 	keys, _ := command.Keys(keyInfo(s.table.Load(), info, args), args, ss.route.keys[:0])
 	defer func() {
 		clear(keys)
@@ -217,7 +223,7 @@ func (s *Server) masterOf(ss *session, info *command.Info, args [][]byte) (*upst
 // than the pin's (client libraries send a cached read as CLIENT CACHING
 // YES, MULTI, PTTL, GET, EXEC). nil: on the pin, as before.
 func (s *Server) branchTransaction(ss *session) *upstream.Pool {
-	if !s.branching(ss) || ss.inTransaction() || ss.streamWatch || ss.watching {
+	if ss.streamWatch || ss.watching {
 		return nil // a WATCH holds on the pin's master: the transaction goes there
 	}
 	table := s.table.Load()
@@ -239,6 +245,75 @@ func (s *Server) branchTransaction(ss *session) *upstream.Pool {
 		}
 	}
 	return nil
+}
+
+// onBranch sends c on a branch when it belongs there, reporting true: the
+// rest of a transaction sent on one, a WATCH of another master's keys (and
+// the transaction after it, and its UNWATCH), a transaction of another
+// master's keys (branchTransaction), or a plain command of another
+// master's keys (branchTarget).
+func (s *Server) onBranch(ss *session, c *call) bool {
+	info := c.info
+	if pool := ss.branchTx; pool != nil {
+		if info != nil && info.Handling != command.Forward && info.Handling != command.Transaction {
+			// Answered or acted on by rproxy on the session's own
+			// connection (CLIENT, HELLO, SUBSCRIBE...): not inside another
+			// master's transaction. The refusal aborts it (EXECABORT).
+			s.refuseMsg(ss, strings.ToUpper(commandLabel(info, c.cmd.Args))+" inside a transaction on another cluster master than this connection's is not supported through rproxy; send it before MULTI or after EXEC")
+			return true
+		}
+		if info != nil && info.Handling == command.Transaction {
+			ss.noteTransaction(info.Name)
+			if !ss.multiSent { // EXEC or DISCARD: the WATCH ends too
+				ss.branchTx, ss.watchPool = nil, nil
+			}
+		}
+		s.sendOnBranch(ss, c, pool)
+		return true
+	}
+	if info == nil || ss.inTransaction() || !s.branching(ss) {
+		return false
+	}
+	switch info.Name {
+	case "multi":
+		pool := ss.watchPool // a WATCH holds there: the transaction goes there whole
+		if pool == nil {
+			pool = s.branchTransaction(ss)
+		}
+		if pool == nil || !s.hasBranch(ss, pool) {
+			return false
+		}
+		ss.noteTransaction(info.Name)
+		ss.branchTx = pool
+		s.sendOnBranch(ss, c, pool)
+		return true
+	case "watch":
+		pool := ss.watchPool // later WATCHes go where the first went (other masters' keys: an error there)
+		if pool == nil && !ss.streamWatch && !ss.watching {
+			if p, keys := s.keysMaster(ss, info, c.cmd.Args); keys == keysOneSlot && p != ss.pinPool && s.hasBranch(ss, p) {
+				pool = p
+			}
+		}
+		if pool == nil {
+			return false
+		}
+		ss.watchPool = pool
+		s.sendOnBranch(ss, c, pool)
+		return true
+	case "unwatch":
+		pool := ss.watchPool
+		if pool == nil {
+			return false
+		}
+		ss.watchPool = nil
+		s.sendOnBranch(ss, c, pool)
+		return true
+	}
+	if pool := s.branchTarget(ss, c); pool != nil {
+		s.sendOnBranch(ss, c, pool) // another master's key, tracked there
+		return true
+	}
+	return false
 }
 
 // sendOnBranch sends c on the session's branch to pool (made on first use)

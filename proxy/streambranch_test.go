@@ -233,3 +233,86 @@ func TestClusterRESP3PubSubAcrossMasters(t *testing.T) {
 		t.Fatalf("invalidations: %v, want %v", got, wantKeys)
 	}
 }
+
+// TestClusterTrackingWatchAcrossMasters: a tracking session's WATCH of
+// another master's key holds there: the transaction after it goes to that
+// master whole, so another client's write in between makes EXEC return a
+// null, as on Redis, and without one EXEC runs. Before, the WATCH got
+// "slot N is on another master" (go-redis's Watch with its client-side
+// cache on failed so for two keys in three).
+func TestClusterTrackingWatchAcrossMasters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "tw")
+	w := dialClient(t, p.Addr)
+	c := dialClient(t, p.Addr)
+	doNoPush(t, c, "HELLO", "3")
+	doNoPush(t, c, "CLIENT", "TRACKING", "ON")
+	for _, k := range keys {
+		w.do("SET", k, "1")
+		// Interrupted: another client writes the watched key.
+		if r := doNoPush(t, c, "WATCH", k); r != "+OK\r\n" {
+			t.Fatalf("WATCH %s: %q", k, r)
+		}
+		if r := doNoPush(t, c, "GET", k); r != "$1\r\n1\r\n" {
+			t.Fatalf("GET %s: %q", k, r)
+		}
+		w.do("SET", k, "2")
+		r := pipelineNoPush(t, c, []string{"MULTI"}, []string{"SET", k, "from-tx"}, []string{"EXEC"})
+		if !strings.HasPrefix(r, "+OK\r\n+QUEUED\r\n") || !strings.HasSuffix(r, "_\r\n") {
+			t.Fatalf("WATCH %s, another client's SET, MULTI, SET, EXEC: %q, want EXEC's null", k, r)
+		}
+		if got := w.do("GET", k); got != "$1\r\n2\r\n" {
+			t.Fatalf("%s after the aborted transaction: %q", k, got)
+		}
+		// Not interrupted: EXEC runs, the transaction in its own reads.
+		doNoPush(t, c, "WATCH", k)
+		for _, cmd := range [][]string{{"MULTI"}, {"SET", k, "from-tx"}} {
+			if r := doNoPush(t, c, cmd...); !strings.HasPrefix(r, "+") {
+				t.Fatalf("%v: %q", cmd, r)
+			}
+		}
+		if r := doNoPush(t, c, "EXEC"); r != "*1\r\n+OK\r\n" {
+			t.Fatalf("EXEC of %s's transaction: %q", k, r)
+		}
+		if got := w.do("GET", k); got != "$7\r\nfrom-tx\r\n" {
+			t.Fatalf("%s after the transaction: %q", k, got)
+		}
+		// UNWATCH ends the watch where it was: a later write does not
+		// abort the next transaction.
+		doNoPush(t, c, "WATCH", k)
+		if r := doNoPush(t, c, "UNWATCH"); r != "+OK\r\n" {
+			t.Fatalf("UNWATCH: %q", r)
+		}
+		w.do("SET", k, "3")
+		if r := pipelineNoPush(t, c, []string{"MULTI"}, []string{"GET", k}, []string{"EXEC"}); r != "+OK\r\n+QUEUED\r\n*1\r\n$1\r\n3\r\n" {
+			t.Fatalf("MULTI, GET %s, EXEC after UNWATCH: %q", k, r)
+		}
+	}
+}
+
+// pipelineNoPush is rawClient.pipeline, pushes (invalidations) skipped.
+func pipelineNoPush(t *testing.T, c *rawClient, cmds ...[]string) string {
+	t.Helper()
+	var batch []byte
+	for _, cmd := range cmds {
+		batch = resp.AppendCommandString(batch, cmd...)
+	}
+	c.send(batch)
+	var replies strings.Builder
+	for n := 0; n < len(cmds); {
+		r := c.read()
+		if r[0] == '>' {
+			continue
+		}
+		replies.Write(r)
+		n++
+	}
+	return replies.String()
+}
+
+// doNoPush is rawClient.do, pushes skipped.
+func doNoPush(t *testing.T, c *rawClient, args ...string) string {
+	t.Helper()
+	return pipelineNoPush(t, c, args)
+}

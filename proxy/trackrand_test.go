@@ -13,7 +13,7 @@ import (
 
 // TestClusterTrackingAsStandaloneRandomSequences: seeded random sessions
 // of a RESP3 client tracking keys (default and OPTIN mode), with another
-// client writing between its pipelines, through rproxy in front of three
+// client writing between its pipelines, and WATCH transactions, through rproxy in front of three
 // masters and on one standalone Redis: the client's replies are the same
 // bytes, and so are the keys it is told to invalidate. Pushes are compared
 // as a sorted list at each sequence's end, after a read of every master's
@@ -80,6 +80,19 @@ func TestClusterTrackingAsStandaloneRandomSequences(t *testing.T) {
 		}
 		key := func() string { return keys[rng.IntN(len(keys))] }
 		for range 4 + rng.IntN(12) {
+			if rng.IntN(6) == 0 {
+				// Optimistic locking: WATCH, GET; maybe another client's
+				// write of the key; MULTI, SET, EXEC (a null when it wrote).
+				k := key()
+				run([]string{"WATCH", k}, []string{"GET", k})
+				if rng.IntN(2) == 0 {
+					for i := range sides {
+						sides[i].w.do("SET", k, "w")
+					}
+				}
+				run([]string{"MULTI"}, []string{"SET", k, "tx"}, []string{"EXEC"})
+				continue
+			}
 			var cmds [][]string
 			for range 1 + rng.IntN(4) {
 				k := key()
