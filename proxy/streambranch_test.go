@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
 )
 
@@ -26,6 +28,21 @@ func keyPerMaster(t *testing.T, cl *redistest.Cluster, prefix string) (keys, add
 		}
 	}
 	return keys, addrs
+}
+
+// clusterKeysPerMaster starts three masters and rproxy in front of them,
+// and sets a key per master (keyPerMaster) to "v<i>" through w, a plain
+// client of rproxy's.
+func clusterKeysPerMaster(t *testing.T, prefix string, opts ...func(*proxy.Config)) (p *proxytest.Proxy, keys []string, w *rawClient) {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3, 0)
+	p = startClusterProxy(t, cl, opts...)
+	keys, _ = keyPerMaster(t, cl, prefix)
+	w = dialClient(t, p.Addr)
+	for i, k := range keys {
+		w.do("SET", k, "v"+strconv.Itoa(i))
+	}
+	return p, keys, w
 }
 
 // readPush reads one reply and requires it to be an invalidation push; it
@@ -54,13 +71,7 @@ func readPush(t *testing.T, c *rawClient) []string {
 // is on another master than this connection's" (rueidis and go-redis
 // client-side caching failed so for two keys in three).
 func TestClusterTrackingAcrossMasters(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	p := startClusterProxy(t, cl, withPolicy(nil)) // the shipped defaults: KEYS refused
-	keys, _ := keyPerMaster(t, cl, "tr")
-	w := dialClient(t, p.Addr)
-	for i, k := range keys {
-		w.do("SET", k, "v"+strconv.Itoa(i))
-	}
+	p, keys, w := clusterKeysPerMaster(t, "tr", withPolicy(nil)) // the shipped defaults: KEYS refused
 
 	c := dialClient(t, p.Addr)
 	c.do("HELLO", "3")
@@ -190,13 +201,7 @@ func TestClusterTrackingBranchLostClosesClient(t *testing.T) {
 // covers the masters it already reads from. Before, its reads of other
 // masters' keys got "slot N is on another master".
 func TestClusterRESP3PubSubAcrossMasters(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	p := startClusterProxy(t, cl)
-	keys, _ := keyPerMaster(t, cl, "ps")
-	w := dialClient(t, p.Addr)
-	for i, k := range keys {
-		w.do("SET", k, "v"+strconv.Itoa(i))
-	}
+	p, keys, w := clusterKeysPerMaster(t, "ps")
 	c := dialClient(t, p.Addr)
 	c.do("HELLO", "3")
 	if r := c.do("SUBSCRIBE", "ps-ch"); !strings.HasPrefix(r, ">3\r\n$9\r\nsubscribe\r\n") {
