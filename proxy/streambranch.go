@@ -44,10 +44,9 @@ type streamBranch struct {
 	err     error          // the copy ended: every reply from now on is this
 
 	// The copy goroutine's own state.
-	relay   *streamRelay
-	fr      resp.Framer
-	inReply bool
-	cur     []byte
+	relay *streamRelay
+	fr    resp.Framer
+	cur   []byte // the frame being read
 }
 
 // branchReply is a reply that comes on a branch, for the relay to show in
@@ -271,7 +270,11 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		s.sendOnBranch(ss, c, pool)
 		return true
 	}
-	if info == nil || ss.inTransaction() || !s.branching(ss) {
+	// A WATCH on a branch keeps its transaction there even if the session
+	// may no longer branch (CLIENT REPLY OFF, HELLO 2): on the pin, EXEC
+	// would run unwatched.
+	branching := s.branching(ss)
+	if info == nil || ss.inTransaction() || ss.watchPool == nil && !branching {
 		return false
 	}
 	switch info.Name {
@@ -289,7 +292,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		return true
 	case "watch":
 		pool := ss.watchPool // later WATCHes go where the first went (other masters' keys: an error there)
-		if pool == nil && !ss.streamWatch && !ss.watching {
+		if pool == nil && branching && !ss.streamWatch && !ss.watching {
 			if p, keys := s.keysMaster(ss, info, c.cmd.Args); keys == keysOneSlot && p != ss.pinPool && s.hasBranch(ss, p) {
 				pool = p
 			}
@@ -327,13 +330,18 @@ func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
 		ss.answerInStream(r, func() []byte { return scriptError(r) })
 		return
 	}
-	cmds, want := [][]byte{c.cmd.Raw}, []bool{true}
+	// After CLIENT REPLY OFF or SKIP (a WATCH's transaction) the client
+	// gets no reply: the branch's is dropped, and the pin answers nothing.
+	answered := ss.streamAnswered()
+	cmds, want := [][]byte{c.cmd.Raw}, []bool{answered}
 	if ss.lastCaching != nil && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
-		cmds, want = [][]byte{ss.lastCaching, c.cmd.Raw}, []bool{false, true}
+		cmds, want = [][]byte{ss.lastCaching, c.cmd.Raw}, []bool{false, answered}
 	}
 	replies := b.send(cmds, want)
+	if answered {
+		ss.relay.queue(relayAnswer{later: replies[len(replies)-1]})
+	}
 	// errorCmd drops the pin's CLIENT CACHING flag, as the command does.
-	ss.relay.queue(relayAnswer{later: replies[len(replies)-1]})
 	ss.streamCmds = append(ss.streamCmds, errorCmd)
 }
 

@@ -293,6 +293,16 @@ func TestClusterTrackingWatchAcrossMasters(t *testing.T) {
 		if r := pipelineNoPush(t, c, []string{"MULTI"}, []string{"GET", k}, []string{"EXEC"}); r != "+OK\r\n+QUEUED\r\n*1\r\n$1\r\n3\r\n" {
 			t.Fatalf("MULTI, GET %s, EXEC after UNWATCH: %q", k, r)
 		}
+		// CLIENT REPLY OFF after the WATCH: the transaction still goes
+		// where the WATCH went, and nothing is answered until REPLY ON.
+		doNoPush(t, c, "WATCH", k)
+		c.send(resp.AppendCommandString(nil, "CLIENT", "REPLY", "OFF"))
+		for _, cmd := range [][]string{{"MULTI"}, {"SET", k, "quiet"}, {"EXEC"}} {
+			c.send(resp.AppendCommandString(nil, cmd...))
+		}
+		if r := pipelineNoPush(t, c, []string{"CLIENT", "REPLY", "ON"}, []string{"GET", k}); r != "+OK\r\n$5\r\nquiet\r\n" {
+			t.Fatalf("WATCH, CLIENT REPLY OFF, MULTI, SET, EXEC, CLIENT REPLY ON, GET %s: %q", k, r)
+		}
 	}
 }
 
