@@ -171,11 +171,12 @@ func (s *Server) branchTarget(ss *session, c *call) *upstream.Pool {
 // branching reports whether the session's commands may go to branches: a
 // cluster upstream, and a RESP3 session (tracking keys without REDIRECT,
 // or not tracking: pub/sub, or tracking turned off) that is not MONITOR or
-// a replica and whose commands are answered. Tracking with REDIRECT sends
-// invalidations to a connection on one node only; in RESP2 a subscribed
-// connection runs no other command.
+// a replica. Tracking with REDIRECT sends invalidations to a connection on
+// one node only; in RESP2 a subscribed connection runs no other command.
+// After CLIENT REPLY OFF commands still go where their keys are, their
+// replies dropped (sendOnBranch): on the pin they would not run at all.
 func (s *Server) branching(ss *session) bool {
-	return s.cfg.Cluster != nil && ss.proto == 3 && ss.role == 0 && ss.streamAnswered() && ss.pinPool != nil &&
+	return s.cfg.Cluster != nil && ss.proto == 3 && ss.role == 0 && ss.pinPool != nil &&
 		(ss.redirect == -1 || ss.redirect == 0 && ss.trackingCmd != nil)
 }
 
@@ -271,8 +272,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		return true
 	}
 	// A WATCH on a branch keeps its transaction there even if the session
-	// may no longer branch (CLIENT REPLY OFF, HELLO 2): on the pin, EXEC
-	// would run unwatched.
+	// may no longer branch (HELLO 2): on the pin, EXEC would run unwatched.
 	branching := s.branching(ss)
 	if info == nil || ss.inTransaction() || ss.watchPool == nil && !branching {
 		return false
@@ -330,8 +330,8 @@ func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
 		ss.answerInStream(r, func() []byte { return scriptError(r) })
 		return
 	}
-	// After CLIENT REPLY OFF or SKIP (a WATCH's transaction) the client
-	// gets no reply: the branch's is dropped, and the pin answers nothing.
+	// After CLIENT REPLY OFF or SKIP the client gets no reply: the
+	// branch's is dropped, and the pin answers nothing.
 	answered := ss.streamAnswered()
 	cmds, want := [][]byte{c.cmd.Raw}, []bool{answered}
 	if ss.lastCaching != nil && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {

@@ -303,6 +303,12 @@ func TestClusterTrackingWatchAcrossMasters(t *testing.T) {
 		if r := pipelineNoPush(t, c, []string{"CLIENT", "REPLY", "ON"}, []string{"GET", k}); r != "+OK\r\n$5\r\nquiet\r\n" {
 			t.Fatalf("WATCH, CLIENT REPLY OFF, MULTI, SET, EXEC, CLIENT REPLY ON, GET %s: %q", k, r)
 		}
+		// A write sent while replies are off runs on its key's master.
+		c.send(resp.AppendCommandString(nil, "CLIENT", "REPLY", "OFF"))
+		c.send(resp.AppendCommandString(nil, "SET", k, "unanswered"))
+		if r := pipelineNoPush(t, c, []string{"CLIENT", "REPLY", "ON"}, []string{"GET", k}); r != "+OK\r\n$10\r\nunanswered\r\n" {
+			t.Fatalf("CLIENT REPLY OFF, SET %s, CLIENT REPLY ON, GET: %q", k, r)
+		}
 	}
 }
 
