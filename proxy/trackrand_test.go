@@ -13,7 +13,8 @@ import (
 
 // TestClusterTrackingAsStandaloneRandomSequences: seeded random sessions
 // of a RESP3 client tracking keys (default and OPTIN mode), with another
-// client writing between its pipelines, and WATCH transactions, through rproxy in front of three
+// client writing between its pipelines, WATCH transactions and replies
+// turned off, through rproxy in front of three
 // masters and on one standalone Redis: the client's replies are the same
 // bytes, and so are the keys it is told to invalidate. Pushes are compared
 // as a sorted list at each sequence's end, after a read of every master's
@@ -58,18 +59,18 @@ func TestClusterTrackingAsStandaloneRandomSequences(t *testing.T) {
 				n--
 			}
 		}
-		run := func(cmds ...[]string) {
+		// runN sends cmds in one write and reads n replies.
+		runN := func(n int, cmds ...[]string) {
 			var b []byte
-			n := 0
 			for _, c := range cmds {
 				b = resp.AppendCommandString(b, c...)
-				n++
 			}
 			for i := range sides {
 				sides[i].c.send(b)
 				read(i, n)
 			}
 		}
+		run := func(cmds ...[]string) { runN(len(cmds), cmds...) }
 		for i := range sides {
 			sides[i].c.do("HELLO", "3")
 			if optin {
@@ -80,6 +81,13 @@ func TestClusterTrackingAsStandaloneRandomSequences(t *testing.T) {
 		}
 		key := func() string { return keys[rng.IntN(len(keys))] }
 		for range 4 + rng.IntN(12) {
+			if rng.IntN(10) == 0 {
+				// Replies off: the writes still run, unanswered.
+				k := key()
+				runN(1, []string{"CLIENT", "REPLY", "OFF"}, []string{"SET", k, "off"}, []string{"INCR", strings.Replace(k, "}k", "}n", 1)},
+					[]string{"GET", k}, []string{"CLIENT", "REPLY", "ON"})
+				continue
+			}
 			if rng.IntN(6) == 0 {
 				// Optimistic locking: WATCH, GET; maybe another client's
 				// write of the key; MULTI, SET, EXEC (a null when it wrote).
