@@ -30,6 +30,23 @@ func keyPerMaster(t *testing.T, cl *redistest.Cluster, prefix string) (keys, add
 	return keys, addrs
 }
 
+// writesInvalidate sets every key to "new" through w and requires c, which
+// tracks them, to be told of each once, whichever master it is on.
+func writesInvalidate(t *testing.T, c, w *rawClient, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		w.do("SET", k, "new")
+	}
+	var got []string
+	for range keys {
+		got = append(got, readPush(t, c)...)
+	}
+	slices.Sort(got)
+	if want := slices.Sorted(slices.Values(keys)); !slices.Equal(got, want) {
+		t.Fatalf("invalidations: %v, want %v", got, want)
+	}
+}
+
 // clusterKeysPerMaster starts three masters and rproxy in front of them,
 // and sets a key per master (keyPerMaster) to "v<i>" through w, a plain
 // client of rproxy's.
@@ -92,18 +109,7 @@ func TestClusterTrackingAcrossMasters(t *testing.T) {
 		t.Fatalf("GET of every master's key, pipelined: %q, want %q", got, want.String())
 	}
 	// Another client's writes: one invalidation per key, whichever master.
-	for _, k := range keys {
-		w.do("SET", k, "new")
-	}
-	var got []string
-	for range keys {
-		got = append(got, readPush(t, c)...)
-	}
-	slices.Sort(got)
-	wantKeys := slices.Sorted(slices.Values(keys))
-	if !slices.Equal(got, wantKeys) {
-		t.Fatalf("invalidations: %v, want %v", got, wantKeys)
-	}
+	writesInvalidate(t, c, w, keys)
 	// The session's own connections to the other masters are its: CLIENT
 	// LIST through rproxy shows one client, tracking.
 	if info := c.do("CLIENT", "INFO"); !strings.Contains(info, "flags=t") {
@@ -226,17 +232,7 @@ func TestClusterRESP3PubSubAcrossMasters(t *testing.T) {
 		t.Fatalf("CLIENT TRACKING ON: %q", r)
 	}
 	c.pipeline(cmds...)
-	for _, k := range keys {
-		w.do("SET", k, "new")
-	}
-	var got []string
-	for range keys {
-		got = append(got, readPush(t, c)...)
-	}
-	slices.Sort(got)
-	if wantKeys := slices.Sorted(slices.Values(keys)); !slices.Equal(got, wantKeys) {
-		t.Fatalf("invalidations: %v, want %v", got, wantKeys)
-	}
+	writesInvalidate(t, c, w, keys)
 }
 
 // TestClusterTrackingWatchAcrossMasters: a tracking session's WATCH of
