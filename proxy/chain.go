@@ -257,7 +257,7 @@ func queuedAsOnRedis(info *command.Info, args [][]byte) bool {
 type subscribedContext struct{ s *Server }
 
 func (st subscribedContext) command(ss *session, c *call) bool {
-	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) || !actedOnInStream(c) {
+	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) || !actedOnInStream(c, st.s.routing != nil) {
 		return false // sent as it came either way: Redis runs or refuses it
 	}
 	if ss.inTransaction() || !ss.streamAnswered() {
@@ -293,12 +293,13 @@ func isClientReply(c *call) bool {
 }
 
 // actedOnInStream reports whether stream mode does more with the command
-// than send it as it came: answer, refuse or note it, or rewrite its reply.
-func actedOnInStream(c *call) bool {
+// than send it as it came: answer, refuse or note it, or rewrite its reply
+// (with a cluster upstream, the facade's CLUSTER commands too).
+func actedOnInStream(c *call, cluster bool) bool {
 	if c.info == nil {
 		return answeredByProxy(nil, c.cmd.Args)
 	}
-	return c.info.Handling != command.Forward || c.info.Name == "info" || isFacadeCommand(c.cmd.Args)
+	return c.info.Handling != command.Forward || c.info.Name == "info" || cluster && isFacadeCommand(c.cmd.Args)
 }
 
 // withoutCredentials returns cmd as sent, or for AUTH, and HELLO with an

@@ -639,15 +639,11 @@ func (ss *session) forgetSubscriptions() {
 // Redis, and so does errorCmd (inside MULTI Redis keeps the flag until
 // EXEC).
 func (ss *session) substituteInStream(r []byte) {
-	if ss.branchTx != nil {
+	if b := ss.branchTo(ss.branchTx); b != nil {
 		// Inside a transaction on a branch: Redis rejects errorCmd there
 		// too, which makes its EXEC fail (EXECABORT), as on the pin; the
 		// client sees r in its place.
-		for _, b := range ss.branches {
-			if b.pool == ss.branchTx {
-				b.send([][]byte{errorCmd}, []bool{false})
-			}
-		}
+		b.send([][]byte{errorCmd}, []bool{false})
 	}
 	if ss.streamAnswered() {
 		ss.relay.substitute(r)

@@ -95,13 +95,21 @@ func (st streamFacade) command(ss *session, c *call) bool {
 	if c.info == nil || c.info.Name != "cluster" || !isFacadeCommand(c.cmd.Args) {
 		return false
 	}
-	if ss.inTransaction() {
-		st.s.refuseMsg(ss, "CLUSTER "+string(bytes.ToUpper(c.cmd.Args[1]))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
-		return true
+	if !st.s.refuseFacadeInMulti(ss, c.cmd.Args) {
+		r, _ := st.s.facadeAnswer(ss, c.cmd.Args)
+		ss.replyInMode(r) // in order with what Redis sends
 	}
-	r, _ := st.s.facadeAnswer(ss, c.cmd.Args)
-	ss.localCount++
-	ss.substituteInStream(r)
+	return true
+}
+
+// refuseFacadeInMulti refuses, inside a transaction, a CLUSTER command the
+// facade answers (args, isFacadeCommand): Redis would run it at EXEC, in
+// the array it returns. It reports whether it refused.
+func (s *Server) refuseFacadeInMulti(ss *session, args [][]byte) bool {
+	if !ss.inTransaction() {
+		return false
+	}
+	s.refuseMsg(ss, "CLUSTER "+string(bytes.ToUpper(args[1]))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
 	return true
 }
 
@@ -232,17 +240,14 @@ func facadeInfo(assigned int) []byte {
 
 // clusterCommand handles a CLUSTER command on a cluster upstream: the
 // facade's, or (false) the normal path's. Inside a transaction the
-// facade's own answers are refused, as rproxy's other answers are: Redis
-// would run them at EXEC.
+// facade's own answers are refused, as rproxy's other answers are
+// (refuseFacadeInMulti); the rest is queued on the transaction's master,
+// which gives a wrong arity Redis's own error.
 func (s *Server) clusterCommand(ss *session, cmd resp.Command) bool {
+	if isFacadeCommand(cmd.Args) && s.refuseFacadeInMulti(ss, cmd.Args) {
+		return true
+	}
 	if ss.inTransaction() {
-		if len(cmd.Args) >= 2 {
-			switch string(bytes.ToLower(cmd.Args[1])) {
-			case "slots", "shards", "nodes", "info", "myid", "keyslot":
-				s.refuseMsg(ss, "CLUSTER "+string(bytes.ToUpper(cmd.Args[1]))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
-				return true
-			}
-		}
 		return false // queued in the transaction, on its master
 	}
 	return s.clusterFacade(ss, cmd)

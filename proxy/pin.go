@@ -342,7 +342,7 @@ func (s *Server) leaveStream(ss *session) {
 	// The copy has shown every reply sent before the RESET, the branches'
 	// too: they go now (the RESET turned tracking off).
 	ss.dropBranches()
-	ss.branchTx, ss.streamWatch, ss.watchPool = nil, false, nil
+	ss.streamWatch = false
 	if !reset {
 		ss.quit = true // the rest of the batch is not run
 		ss.conn.NetConn().Close()
@@ -362,6 +362,7 @@ func (s *Server) leaveStream(ss *session) {
 	}
 	s.resetSession(ss)
 	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
+	ss.trackingCmd, ss.lastCaching = nil, nil // a later stream's branches must not track
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
 	ss.subscribedSure = false

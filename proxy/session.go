@@ -770,7 +770,9 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		}
 		s.startStream(ss, raw)
 		ss.pinTracked = ss.pinTracked || ss.stream
-		ss.trackingCmd = trackingOn(args)
+		if ss.stream {
+			ss.trackingCmd = trackingOn(args)
+		}
 	case "reply", "caching", "no-evict", "no-touch":
 		// Connection state for this client alone: from now on the session
 		// has its own connection (stream mode).

@@ -152,22 +152,6 @@ func branchError(err error) []byte {
 	return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error())
 }
 
-// branchTarget returns the pool of the master c is for, when the session
-// sends it on a branch: a session that may branch (branching), and a
-// command that is not the connection's own business (Handling Forward)
-// whose keys are all in one slot of a master other than the pin's.
-// Anything else goes to the pin as before.
-func (s *Server) branchTarget(ss *session, c *call) *upstream.Pool {
-	if !s.branching(ss) || ss.inTransaction() {
-		return nil
-	}
-	pool, keys := s.masterOf(ss, c.info, c.cmd.Args)
-	if keys != keysOneSlot || pool == ss.pinPool {
-		return nil
-	}
-	return pool
-}
-
 // branching reports whether the session's commands may go to branches: a
 // cluster upstream, and a RESP3 session (tracking keys without REDIRECT,
 // or not tracking: pub/sub, or tracking turned off) that is not MONITOR or
@@ -251,10 +235,13 @@ func (s *Server) branchTransaction(ss *session) *upstream.Pool {
 // rest of a transaction sent on one, a WATCH of another master's keys (and
 // the transaction after it, and its UNWATCH), a transaction of another
 // master's keys (branchTransaction), or a plain command of another
-// master's keys (branchTarget).
+// master's keys (masterOf).
 func (s *Server) onBranch(ss *session, c *call) bool {
 	info := c.info
 	if pool := ss.branchTx; pool != nil {
+		if info != nil && (info.Handling == command.Reset || info.Handling == command.Quit) {
+			return false // run at once, inside MULTI too, as on Redis: RESET drops the branches
+		}
 		if info != nil && info.Handling != command.Forward && info.Handling != command.Transaction {
 			// Answered or acted on by rproxy on the session's own
 			// connection (CLIENT, HELLO, SUBSCRIBE...): not inside another
@@ -312,8 +299,14 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		s.sendOnBranch(ss, c, pool)
 		return true
 	}
-	if pool := s.branchTarget(ss, c); pool != nil {
-		s.sendOnBranch(ss, c, pool) // another master's key, tracked there
+	if !branching {
+		return false
+	}
+	// A plain command (not the connection's own business) whose keys are
+	// all in one slot of another master than the pin's: tracked there.
+	// Anything else goes to the pin as before.
+	if pool, keys := s.masterOf(ss, info, c.cmd.Args); keys == keysOneSlot && pool != ss.pinPool {
+		s.sendOnBranch(ss, c, pool)
 		return true
 	}
 	return false
@@ -326,7 +319,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
 	b, err := s.branch(ss, pool)
 	if err != nil {
-		r := resp.AppendError(nil, "ERR upstream unavailable: "+err.Error())
+		r := branchError(err)
 		ss.answerInStream(r, func() []byte { return scriptError(r) })
 		return
 	}
@@ -349,10 +342,8 @@ func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
 // connection of the pool (in the session's protocol, as its user), with
 // tracking turned on as the client last turned it on, if it is on.
 func (s *Server) branch(ss *session, pool *upstream.Pool) (*streamBranch, error) {
-	for _, b := range ss.branches {
-		if b.pool == pool {
-			return b, nil
-		}
+	if b := ss.branchTo(pool); b != nil {
+		return b, nil
 	}
 	d, err := pool.Acquire(context.Background())
 	if err != nil {
@@ -380,6 +371,16 @@ func (s *Server) branch(ss *session, pool *upstream.Pool) (*streamBranch, error)
 	return b, nil
 }
 
+// branchTo returns the session's branch to pool, nil if it has none.
+func (ss *session) branchTo(pool *upstream.Pool) *streamBranch {
+	for _, b := range ss.branches {
+		if b.pool == pool {
+			return b
+		}
+	}
+	return nil
+}
+
 // hasBranch reports whether the session has, or can make, a branch to
 // pool.
 func (s *Server) hasBranch(ss *session, pool *upstream.Pool) bool {
@@ -396,13 +397,14 @@ func (ss *session) toBranches(cmd []byte) {
 	}
 }
 
-// dropBranches closes the session's branches (RESET, or the client left).
+// dropBranches closes the session's branches (RESET, or the client left),
+// and with them a transaction or WATCH sent on one.
 func (ss *session) dropBranches() {
 	for _, b := range ss.branches {
 		b.dropped.Store(true)
 		b.pool.Discard(b.d)
 	}
-	ss.branches = nil
+	ss.branches, ss.branchTx, ss.watchPool = nil, nil, nil
 }
 
 // noteCaching remembers a CLIENT CACHING the client sent, for the branch

@@ -333,3 +333,55 @@ func doNoPush(t *testing.T, c *rawClient, args ...string) string {
 	t.Helper()
 	return pipelineNoPush(t, c, args)
 }
+
+// TestClusterTrackingResetAcrossMasters: RESET ends what the session had
+// on other masters' connections: run inside a transaction sent to one, it
+// discards it (Redis runs RESET at once inside MULTI); and a later stream
+// session (RESP3 pub/sub, no tracking) reads other masters' keys untracked,
+// where the tracking it had before RESET was set up again on its new
+// connections (no invalidation came before a later reply on them).
+func TestClusterTrackingResetAcrossMasters(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "rs")
+	for _, k := range keys {
+		c := dialClient(t, p.Addr)
+		doNoPush(t, c, "HELLO", "3")
+		doNoPush(t, c, "CLIENT", "TRACKING", "ON")
+		for _, cmd := range [][]string{{"WATCH", k}, {"MULTI"}, {"SET", k, "from-tx"}} {
+			if r := doNoPush(t, c, cmd...); !strings.HasPrefix(r, "+") {
+				t.Fatalf("%v: %q", cmd, r)
+			}
+		}
+		if r := doNoPush(t, c, "RESET"); r != "+RESET\r\n" {
+			t.Fatalf("RESET inside a transaction on %s's master: %q", k, r)
+		}
+		if r := c.do("EXEC"); r != "-ERR EXEC without MULTI\r\n" {
+			t.Fatalf("EXEC after RESET: %q", r)
+		}
+		if got := w.do("GET", k); strings.Contains(got, "from-tx") {
+			t.Fatalf("the transaction RESET discarded ran: %s is %q", k, got)
+		}
+	}
+
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	c.do("CLIENT", "TRACKING", "ON")
+	for _, k := range keys {
+		c.do("GET", k)
+	}
+	if r := c.do("RESET"); r != "+RESET\r\n" {
+		t.Fatalf("RESET: %q", r)
+	}
+	c.do("HELLO", "3")
+	c.do("SUBSCRIBE", "rs-ch")
+	for _, k := range keys {
+		if r := c.do("GET", k); strings.HasPrefix(r, "-") {
+			t.Fatalf("GET %s while subscribed: %q", k, r)
+		}
+		w.do("SET", k, "changed")
+		// Read on the same connection after the write: an invalidation
+		// Redis sent would come first.
+		if r := c.do("EXISTS", k); r != ":1\r\n" {
+			t.Fatalf("EXISTS %s after another client's write, untracked: %q, want :1 and no invalidation", k, r)
+		}
+	}
+}
