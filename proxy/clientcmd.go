@@ -60,15 +60,19 @@ func (s *Server) sessionByID(id int64) *session {
 // pinnedRedisID returns the Redis client id of the pinned connection of
 // session id, or 0 when there is no such session or it has none.
 func (s *Server) pinnedRedisID(id int64) int64 {
+	if d := s.pinOf(id); d != nil {
+		return d.RedisID()
+	}
+	return 0
+}
+
+// pinOf is the connection of its own that session id holds (nil: none).
+func (s *Server) pinOf(id int64) *upstream.Dedicated {
 	target := s.sessionByID(id)
 	if target == nil {
-		return 0
+		return nil
 	}
-	d := target.pinRef.Load()
-	if d == nil {
-		return 0
-	}
-	return d.RedisID()
+	return target.pinRef.Load()
 }
 
 // clientStateOf returns what other sessions may read of ss: its live fields
@@ -425,14 +429,38 @@ func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 		ss.replyInMode([]byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
 		return
 	}
-	upstreamID := s.pinnedRedisID(id)
+	var upstreamID int64
+	d := s.pinOf(id)
+	if d != nil {
+		upstreamID = d.RedisID()
+	}
 	if upstreamID == 0 {
 		ss.replyInMode([]byte(":0\r\n")) // not blocked: it has no connection of its own
 		return
 	}
+	if ss.pin == nil && !ss.stream {
+		// On a cluster, to the master the blocked connection is on.
+		ss.slot = slotOfServer(ss.pools[ss.proto], d.Address())
+	}
 	out := [][]byte{args[0], args[1], strconv.AppendInt(nil, upstreamID, 10)}
 	out = append(out, args[3:]...)
 	ss.forwardInMode(resp.AppendCommand(nil, out...))
+}
+
+// slotOfServer is a slot whose connections backend makes to the server at
+// addr: on a cluster one of that master's slots. SlotAny when there is one
+// server, or none is at addr.
+func slotOfServer(backend backend, addr string) int {
+	shards := backend.Shards()
+	if len(shards) < 2 {
+		return upstream.SlotAny
+	}
+	for _, slot := range shards {
+		if backend.PinPool(slot).Address() == addr {
+			return slot
+		}
+	}
+	return upstream.SlotAny
 }
 
 // trackingRedirect rewrites CLIENT TRACKING ... REDIRECT id with the id

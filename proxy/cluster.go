@@ -17,6 +17,7 @@ const (
 	mergeSum   mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
 	mergeOK                     // every part said OK: MSET, FLUSHALL, FLUSHDB
 	mergeArray                  // elements put back in key order: MGET
+	mergeAll                    // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -40,6 +41,7 @@ var fanOutCommands = map[string]mergeKind{
 	"flushdb":         mergeOK,
 	"script|load":     mergeOK,
 	"script|flush":    mergeOK,
+	"script|exists":   mergeAll, // an EVALSHA of it runs whichever master a key leads to
 	"function|load":   mergeOK,
 	"function|delete": mergeOK,
 	"function|flush":  mergeOK,
@@ -104,6 +106,7 @@ type routing struct {
 	replicaPrefixes []string                       // reads of keys all under these go to replicas
 	passthrough     bool                           // auth.mode passthrough: sessions run as Redis users (aclRefusal)
 	salting         *salting                       // notes writes of salted keys (nil: off)
+	scripts         *loadedScripts                 // scripts EVAL has loaded on every master
 	facade          func(ss *session, cmd resp.Command) bool
 	pin             func(ss *session, slot int) bool
 	flush           func(ss *session)
@@ -162,7 +165,13 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 			r.refuse(ss, string(bytes.ToUpper(args[0]))+" is not supported with a cluster upstream: it would need every master's keyspace; run it on each master")
 			return true
 		}
+		if (info.Name == "eval" || info.Name == "eval_ro") && len(args) > 1 {
+			r.loadEverywhere(ss, args[1])
+		}
 		if kind, ok := fanOutCommands[fanOutName(info.Name, args)]; ok {
+			if fanOutName(info.Name, args) == "script|flush" {
+				r.scripts.forget()
+			}
 			shards := ss.pools[ss.proto].Shards()
 			if len(shards) > 1 {
 				ss.noteWrite(info) // FLUSHALL, FLUSHDB: as dispatch notes what it forwards
@@ -182,6 +191,10 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		ss.route.keys = keys[:0]
 	}()
 	if len(keys) == 0 {
+		if slot, ok := channelSlot(info, args); ok {
+			ss.slot = slot
+			return false
+		}
 		if ss.route.lastWrite > 0 && waitsForReplicas(info) {
 			// No key: it counts the replicas of the master it runs on,
 			// which for a client that sees one node is where its writes
@@ -308,6 +321,27 @@ func (ss *session) queueMerge(m merge) {
 	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.route.merges) - 1)})
 }
 
+// channelSlot is the slot of the channel (or pattern) that PUBLISH,
+// SUBSCRIBE, PSUBSCRIBE or PUBSUB NUMSUB names first. On a cluster a PUBLISH
+// counts the receivers on the node it runs on only, while the message
+// reaches every node's subscribers; sending a PUBLISH and the subscriptions
+// to a channel to one master (its slot's, as go-redis's ClusterClient does)
+// makes the count what one Redis answers for clients subscribed through
+// rproxy: a subscriber's connection goes to its first channel's master.
+func channelSlot(info *command.Info, args [][]byte) (int, bool) {
+	switch info.Name {
+	case "publish", "subscribe", "psubscribe":
+		if len(args) >= 2 {
+			return upstream.Slot(args[1]), true
+		}
+	case "pubsub":
+		if len(args) >= 3 && bytes.EqualFold(args[1], []byte("numsub")) {
+			return upstream.Slot(args[2]), true
+		}
+	}
+	return 0, false
+}
+
 // keyInfo is the Info that knows a command's key positions: a
 // subcommand's (XGROUP CREATE, OBJECT ENCODING) for container commands.
 func keyInfo(table *command.Table, info *command.Info, args [][]byte) *command.Info {
@@ -405,6 +439,8 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 	switch m.kind {
 	case mergeOK:
 		return b.Reply(first)
+	case mergeAll:
+		return m.allOnes(b, first)
 	case mergeSum:
 		var sum int64
 		for i := range m.parts {
@@ -430,6 +466,35 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 			return resp.AppendError(nil, "ERR rproxy: a cluster node's reply has fewer elements than keys")
 		}
 		out = append(out, elems[p][k]...)
+	}
+	return out
+}
+
+// allOnes merges arrays of 0 and 1 (SCRIPT EXISTS): 1 where every part
+// has 1.
+func (m *merge) allOnes(b *upstream.Batch, first int) []byte {
+	var all [][]byte
+	for i := range m.parts {
+		elems, err := arrayElements(b.Reply(first + i))
+		if err != nil {
+			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
+		}
+		if i == 0 {
+			all = elems
+			continue
+		}
+		if len(elems) != len(all) {
+			return resp.AppendError(nil, "ERR rproxy: cluster nodes' replies differ in length")
+		}
+		for j, e := range elems {
+			if string(e) != ":1\r\n" {
+				all[j] = elems[j]
+			}
+		}
+	}
+	out := []byte("*" + strconv.Itoa(len(all)) + "\r\n")
+	for _, e := range all {
+		out = append(out, e...)
 	}
 	return out
 }

@@ -397,6 +397,9 @@ func (d *Dedicated) idleAlive() bool {
 // the client by (CLIENT KILL ADDR).
 func (d *Dedicated) LocalAddr() string { return d.nc.LocalAddr().String() }
 
+// Address is the address of the server the connection is to.
+func (d *Dedicated) Address() string { return d.pool.Address() }
+
 // Broken reports whether the connection failed (it is closed on Release).
 func (d *Dedicated) Broken() bool { return d.broken.Load() }
 
