@@ -4,7 +4,11 @@
 # through rproxy in front of it with the suite config (suites/rproxy-suite.yaml,
 # mode "rproxy") and with rproxy's default config (mode "default": policy,
 # big-key probes and jitter on); each is compared with the direct result,
-# scenario by scenario. Usage: make test-client-suite.
+# scenario by scenario. With CLIENT_SUITE_CLUSTER=1 (the default) also mode
+# "cluster": rproxy with the suite config in front of a 3-master Redis Cluster
+# it starts, compared with the same direct (one redis-server) result: a client
+# pointed at rproxy should not see that its data is spread over masters.
+# Usage: make test-client-suite.
 #
 #   CLIENT_SUITE_LIBS      libraries to run (default "py go", plus "ioredis
 #                          noderedis" when their node_modules are installed)
@@ -13,6 +17,8 @@
 #                          than this, intended differences aside (-1 = never;
 #                          the Makefile sets the guard). A scenario that fails
 #                          against Redis itself (broken) always fails.
+#   CLIENT_SUITE_CLUSTER   1 (default): also run every library through rproxy
+#                          in front of a 3-master cluster; 0: not
 #   CLIENT_SUITE_OUT       output folder (default suites/out/clients)
 #   RPROXY_BIN             rproxy binary (default: built into bin/rproxy)
 #
@@ -27,6 +33,7 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 fi
 OUT=${CLIENT_SUITE_OUT:-$ROOT/suites/out/clients}
 MAX_DIFFER=${CLIENT_SUITE_MAX_DIFFER:--1}
+CLUSTER=${CLIENT_SUITE_CLUSTER:-1}
 CONFIG=$ROOT/suites/rproxy-suite.yaml
 PY=/usr/bin/python3
 
@@ -96,6 +103,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/rproxy-client-suite.XXXXXX")
 REDIS_PID=
 PROXY_PID=
 DEFAULT_PID=
+CLUSTER_PIDS=()
 stop_proc() {
 	[ -n "$1" ] || return 0
 	kill "$1" 2>/dev/null || true
@@ -105,6 +113,7 @@ cleanup() {
 	stop_proc "$PROXY_PID"
 	stop_proc "$DEFAULT_PID"
 	stop_proc "$REDIS_PID"
+	for pid in "${CLUSTER_PIDS[@]}"; do stop_proc "$pid"; done
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -125,6 +134,48 @@ DPORT=$(free_port $((PPORT + 1)))
 DEFAULT_PID=$!
 wait_ping "$DPORT" "$DEFAULT_PID" || { log "rproxy (default config) did not start"; tail "$OUT/rproxy-default.log" >&2; exit 1; }
 
+MODES="direct rproxy default"
+if [ "$CLUSTER" = 1 ]; then
+	# Three masters, no replicas. A cluster node also listens on its port +
+	# 10000 (the bus), so each port is picked with that one free too.
+	cluster_port() {
+		local p
+		for p in $(seq "$1" "$(($1 + 400))"); do
+			port_free "$p" && port_free $((p + 10000)) && { echo "$p"; return 0; }
+		done
+		log "no free cluster port from $1"
+		return 1
+	}
+	CPORTS=()
+	next=23000
+	for i in 0 1 2; do
+		p=$(cluster_port "$next")
+		next=$((p + 1))
+		mkdir -p "$WORK/c$i"
+		redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+			--cluster-enabled yes --cluster-config-file "$WORK/c$i/nodes.conf" --cluster-node-timeout 2000 \
+			--dir "$WORK/c$i" --logfile "$WORK/c$i/redis.log" &
+		CLUSTER_PIDS+=($!)
+		CPORTS+=("$p")
+		wait_ping "$p" $! || { log "cluster node $p did not start"; tail "$WORK/c$i/redis.log" >&2; exit 1; }
+	done
+	redis-cli --cluster create "${CPORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$WORK/create.log" 2>&1 ||
+		{ log "redis-cli --cluster create failed"; cat "$WORK/create.log" >&2; exit 1; }
+	for p in "${CPORTS[@]}"; do
+		for _ in $(seq 200); do
+			redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' && break
+			sleep 0.05
+		done
+		redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' || { log "cluster_state not ok on $p"; exit 1; }
+	done
+	{ cat "$CONFIG"; printf '\nupstream:\n  mode: cluster\n'; } >"$WORK/cluster.yaml"
+	CPORT=$(free_port $((DPORT + 1)))
+	"$RPROXY_BIN" -config "$WORK/cluster.yaml" -listen "127.0.0.1:$CPORT" -upstream "127.0.0.1:${CPORTS[0]}" >"$OUT/rproxy-cluster.log" 2>&1 &
+	CLUSTER_PIDS+=($!)
+	wait_ping "$CPORT" $! || { log "rproxy (cluster) did not start"; tail "$OUT/rproxy-cluster.log" >&2; exit 1; }
+	MODES+=" cluster"
+fi
+
 run_lib() { # LIB ADDR
 	case $1 in
 	py) timeout 300 "$PY" suites/clients/py/scenarios.py "$2" ;;
@@ -136,11 +187,12 @@ run_lib() { # LIB ADDR
 }
 
 for lib in $LIBS; do
-	for mode in direct rproxy default; do
+	for mode in $MODES; do
 		case $mode in
 		direct) addr=127.0.0.1:$RPORT ;;
 		rproxy) addr=127.0.0.1:$PPORT ;;
 		default) addr=127.0.0.1:$DPORT ;;
+		cluster) addr=127.0.0.1:$CPORT ;;
 		esac
 		t0=$SECONDS
 		if ! run_lib "$lib" "$addr" >"$OUT/$lib-$mode.json" 2>"$OUT/$lib-$mode.err"; then
@@ -151,7 +203,9 @@ for lib in $LIBS; do
 	done
 done
 
-result=$("$PY" suites/clients/compare.py "$OUT" rproxy,default $LIBS | tee "$OUT/compare.txt" | tail -n 1)
+compared=rproxy,default
+[ "$CLUSTER" = 1 ] && compared+=,cluster
+result=$("$PY" suites/clients/compare.py "$OUT" "$compared" $LIBS | tee "$OUT/compare.txt" | tail -n 1)
 cat "$OUT/compare.txt"
 same=$(sed -E 's/.*same=([0-9]+).*/\1/' <<<"$result")
 differ=$(sed -E 's/.*differ=([0-9]+).*/\1/' <<<"$result")
