@@ -14,10 +14,12 @@ import (
 type mergeKind uint8
 
 const (
-	mergeSum   mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
-	mergeOK                     // every part said OK: MSET, FLUSHALL, FLUSHDB
-	mergeArray                  // elements put back in key order: MGET
-	mergeAll                    // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
+	mergeSum     mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
+	mergeOK                       // no part failed: the first part's reply (MSET, FLUSHALL, CONFIG SET)
+	mergeArray                    // elements put back in key order: MGET
+	mergeAll                      // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
+	mergeUnion                    // arrays joined, each element once: PUBSUB CHANNELS
+	mergePairSum                  // arrays of name, count pairs, counts added: PUBSUB NUMSUB
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -34,24 +36,50 @@ var splitCommands = map[string]mergeKind{
 
 // fanOutCommands run on every master; their replies merge. Scripts and
 // functions are loaded on (and flushed from) every master, so that EVALSHA
-// and FCALL find them whichever master a key leads to.
+// and FCALL find them whichever master a key leads to. The server's
+// settings, users and pause change on every master, as Redis's command
+// tips ask of a cluster client (request_policy all_nodes or all_shards):
+// sent to one master in turn, a CONFIG SET or ACL SETUSER through rproxy
+// changed one master of three, and the next command went to another.
 var fanOutCommands = map[string]mergeKind{
-	"dbsize":          mergeSum,
-	"flushall":        mergeOK,
-	"flushdb":         mergeOK,
-	"script|load":     mergeOK,
-	"script|flush":    mergeOK,
-	"script|exists":   mergeAll, // an EVALSHA of it runs whichever master a key leads to
-	"function|load":   mergeOK,
-	"function|delete": mergeOK,
-	"function|flush":  mergeOK,
+	"dbsize":           mergeSum,
+	"flushall":         mergeOK,
+	"flushdb":          mergeOK,
+	"script|load":      mergeOK,
+	"script|flush":     mergeOK,
+	"script|exists":    mergeAll, // an EVALSHA of it runs whichever master a key leads to
+	"function|load":    mergeOK,
+	"function|delete":  mergeOK,
+	"function|flush":   mergeOK,
+	"function|restore": mergeOK,
+	"config|set":       mergeOK,
+	"config|resetstat": mergeOK,
+	"acl|setuser":      mergeOK,
+	"acl|deluser":      mergeOK, // each master deletes the same users
+	"acl|load":         mergeOK,
+	"acl|save":         mergeOK,
+	"slowlog|reset":    mergeOK,
+	"slowlog|len":      mergeSum,
+	"latency|reset":    mergeSum,
+	"memory|purge":     mergeOK,
+	"client|pause":     mergeOK,
+	"client|unpause":   mergeOK,
+	// Each subscriber's connection is on one master, which knows of it
+	// alone: every master's subscribers together are one Redis's.
+	"pubsub|channels":      mergeUnion,
+	"pubsub|shardchannels": mergeUnion,
+	"pubsub|numsub":        mergePairSum,
+	"pubsub|shardnumsub":   mergePairSum,
 }
 
 // fanOutName is the fanOutCommands key of a command: its name, or
-// "name|subcommand" for SCRIPT and FUNCTION.
+// "name|subcommand" for the container commands that have some there.
 func fanOutName(name string, args [][]byte) string {
-	if (name == "script" || name == "function") && len(args) > 1 {
-		return name + "|" + string(bytes.ToLower(args[1]))
+	switch name {
+	case "script", "function", "config", "acl", "slowlog", "latency", "memory", "client", "pubsub":
+		if len(args) > 1 {
+			return name + "|" + string(bytes.ToLower(args[1]))
+		}
 	}
 	return name
 }
@@ -191,7 +219,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		ss.route.keys = keys[:0]
 	}()
 	if len(keys) == 0 {
-		if slot, ok := channelSlot(info, args); ok {
+		if slot, ok := argumentSlot(info, args); ok {
 			ss.slot = slot
 			return false
 		}
@@ -321,21 +349,22 @@ func (ss *session) queueMerge(m merge) {
 	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.route.merges) - 1)})
 }
 
-// channelSlot is the slot of the channel (or pattern) that PUBLISH,
-// SUBSCRIBE, PSUBSCRIBE or PUBSUB NUMSUB names first. On a cluster a PUBLISH
-// counts the receivers on the node it runs on only, while the message
-// reaches every node's subscribers; sending a PUBLISH and the subscriptions
-// to a channel to one master (its slot's, as go-redis's ClusterClient does)
-// makes the count what one Redis answers for clients subscribed through
-// rproxy: a subscriber's connection goes to its first channel's master.
-func channelSlot(info *command.Info, args [][]byte) (int, bool) {
+// argumentSlot is the slot that a command Redis's table gives no key
+// should go to, by an argument: the channel (or pattern) that PUBLISH,
+// SUBSCRIBE or PSUBSCRIBE names first, and DEBUG OBJECT's key. On a cluster a PUBLISH counts the receivers on the node it runs on
+// only, while the message reaches every node's subscribers; sending a
+// PUBLISH and the subscriptions to a channel to one master (its slot's, as
+// go-redis's ClusterClient does) makes the count what one Redis answers for
+// clients subscribed through rproxy: a subscriber's connection goes to its
+// first channel's master.
+func argumentSlot(info *command.Info, args [][]byte) (int, bool) {
 	switch info.Name {
 	case "publish", "subscribe", "psubscribe":
 		if len(args) >= 2 {
 			return upstream.Slot(args[1]), true
 		}
-	case "pubsub":
-		if len(args) >= 3 && bytes.EqualFold(args[1], []byte("numsub")) {
+	case "debug":
+		if len(args) >= 3 && bytes.EqualFold(args[1], []byte("object")) {
 			return upstream.Slot(args[2]), true
 		}
 	}
@@ -441,6 +470,8 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 		return b.Reply(first)
 	case mergeAll:
 		return m.allOnes(b, first)
+	case mergeUnion, mergePairSum:
+		return m.joined(b, first)
 	case mergeSum:
 		var sum int64
 		for i := range m.parts {
@@ -497,6 +528,50 @@ func (m *merge) allOnes(b *upstream.Batch, first int) []byte {
 		out = append(out, e...)
 	}
 	return out
+}
+
+// joined merges arrays: each distinct element once, in the order first
+// seen (mergeUnion), or name and count pairs with the counts added
+// (mergePairSum; every part names the same channels, in the command's
+// order).
+func (m *merge) joined(b *upstream.Batch, first int) []byte {
+	var out [][]byte
+	seen := map[string]bool{}
+	for i := range m.parts {
+		elems, err := arrayElements(b.Reply(first + i))
+		if err != nil {
+			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
+		}
+		if m.kind == mergeUnion {
+			for _, e := range elems {
+				if !seen[string(e)] {
+					seen[string(e)] = true
+					out = append(out, e)
+				}
+			}
+			continue
+		}
+		if i == 0 {
+			out = elems
+			continue
+		}
+		if len(elems) != len(out) {
+			return resp.AppendError(nil, "ERR rproxy: cluster nodes' replies differ in length")
+		}
+		for j := 1; j < len(elems); j += 2 {
+			a, okA := resp.Int(out[j])
+			n, okN := resp.Int(elems[j])
+			if !okA || !okN {
+				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(elems[j])))
+			}
+			out[j] = resp.AppendInt(nil, a+n)
+		}
+	}
+	r := []byte("*" + strconv.Itoa(len(out)) + "\r\n")
+	for _, e := range out {
+		r = append(r, e...)
+	}
+	return r
 }
 
 // arrayElements splits an array reply into its elements' raw bytes.

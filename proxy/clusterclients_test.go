@@ -4,9 +4,12 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/resp"
@@ -36,9 +39,6 @@ func TestClusterPublishCountsSubscribers(t *testing.T) {
 		subs[1].readPrefixes("*3\r\n$9\r\nsubscribe\r\n")
 		subs[1].send(resp.AppendCommandString(nil, "PSUBSCRIBE", ch+"*"))
 		subs[1].readPrefixes("*3\r\n$10\r\npsubscribe\r\n")
-		if r := pub.do("PUBSUB", "NUMSUB", ch); r != fmt.Sprintf("*2\r\n$%d\r\n%s\r\n:2\r\n", len(ch), ch) {
-			t.Errorf("PUBSUB NUMSUB %s = %q, want 2 subscribers", ch, r)
-		}
 		for i := range 6 { // keyless commands went to the masters in turn
 			if r := pub.do("PUBLISH", ch, "m"+strconv.Itoa(i)); r != ":3\r\n" {
 				t.Errorf("PUBLISH %s #%d = %q, want :3 (two channel subscriptions and a pattern)", ch, i, r)
@@ -47,6 +47,27 @@ func TestClusterPublishCountsSubscribers(t *testing.T) {
 				s.readPrefixes("*3\r\n$7\r\nmessage\r\n")
 			}
 			subs[1].readPrefixes("*4\r\n$8\r\npmessage\r\n")
+		}
+	}
+	// Every master's subscribers together: PUBSUB NUMSUB and CHANNELS.
+	want := fmt.Sprintf("*%d\r\n", 2*len(channels))
+	for _, ch := range channels {
+		want += fmt.Sprintf("$%d\r\n%s\r\n:2\r\n", len(ch), ch)
+	}
+	if r := pub.do(append([]string{"PUBSUB", "NUMSUB"}, channels...)...); r != want {
+		t.Errorf("PUBSUB NUMSUB %q = %q, want 2 subscribers each", channels, r)
+	}
+	for _, proto := range []string{"2", "3"} {
+		c := dialClient(t, p.Addr)
+		c.do("HELLO", proto)
+		v, err := resp.Parse([]byte(c.do("PUBSUB", "CHANNELS", "news*")))
+		var got []string
+		for _, e := range v.Elems {
+			got = append(got, string(e.Str))
+		}
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, slices.Sorted(slices.Values(channels))) {
+			t.Errorf("RESP%s: PUBSUB CHANNELS news* = %q (%v), want %q", proto, got, err, channels)
 		}
 	}
 }
@@ -128,4 +149,90 @@ func TestClusterScriptCacheAsOneServer(t *testing.T) {
 		t.Fatalf("EVAL after SCRIPT FLUSH = %q", r)
 	}
 	exists(":1\r\n")
+}
+
+// TestClusterServerSettingsOnEveryMaster: CONFIG SET, ACL SETUSER and
+// DELUSER, CLIENT PAUSE and UNPAUSE through rproxy change every master, as
+// they change the one Redis a client thinks it talks to, and DEBUG OBJECT
+// goes to its key's master. Before, each went to one master in turn: the
+// go-redis suite through rproxy on a cluster then had one master left
+// requiring the password its tests had set (CONFIG SET requirepass), and 35
+// later tests failed there.
+func TestClusterServerSettingsOnEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0, "--enable-debug-command", "yes")
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "setting")
+	c := dialClient(t, p.Addr)
+	masters := cl.Masters()
+	onEvery := func(what string, args []string, want string) {
+		t.Helper()
+		for _, m := range masters {
+			if r := string(m.Do(t, args...)); r != want {
+				t.Errorf("%s: %q on %s = %q, want %q", what, args, m.Addr, r, want)
+			}
+		}
+	}
+
+	if r := c.do("CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"); r != "+OK\r\n" {
+		t.Fatalf("CONFIG SET = %q", r)
+	}
+	onEvery("after CONFIG SET", []string{"CONFIG", "GET", "maxmemory-policy"}, "*2\r\n$16\r\nmaxmemory-policy\r\n$11\r\nallkeys-lfu\r\n")
+	for _, k := range keys {
+		c.do("SET", k, "v")
+		if r := c.do("OBJECT", "FREQ", k); !strings.HasPrefix(r, ":") {
+			t.Errorf("OBJECT FREQ %s after CONFIG SET maxmemory-policy allkeys-lfu = %q", k, r)
+		}
+		if r := c.do("DEBUG", "OBJECT", k); !strings.HasPrefix(r, "+Value at:") {
+			t.Errorf("DEBUG OBJECT %s = %q", k, r)
+		}
+	}
+	if r := c.do("CONFIG", "SET", "maxmemory-policy", "noeviction"); r != "+OK\r\n" {
+		t.Fatalf("CONFIG SET back = %q", r)
+	}
+	onEvery("after CONFIG SET back", []string{"CONFIG", "GET", "maxmemory-policy"}, "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n")
+
+	if r := c.do("ACL", "SETUSER", "alice", "on", ">pw", "~*", "+@all"); r != "+OK\r\n" {
+		t.Fatalf("ACL SETUSER = %q", r)
+	}
+	onEvery("after ACL SETUSER", []string{"AUTH", "alice", "pw"}, "+OK\r\n")
+	if r := c.do("ACL", "DELUSER", "alice"); r != ":1\r\n" {
+		t.Errorf("ACL DELUSER = %q, want :1 (one user deleted, as on one Redis)", r)
+	}
+	onEvery("after ACL DELUSER", []string{"ACL", "GETUSER", "alice"}, "$-1\r\n")
+
+	// CLIENT PAUSE: a write straight to any master waits until the
+	// UNPAUSE through rproxy.
+	if r := c.do("CLIENT", "PAUSE", "30000", "WRITE"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT PAUSE = %q", r)
+	}
+	writers := make([]net.Conn, len(masters))
+	for i, m := range masters {
+		conn, err := net.Dial("tcp", m.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		writers[i] = conn
+		if _, err := conn.Write(resp.AppendCommandString(nil, "SET", keys[i], "paused")); err != nil { // the master's own key
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 64)
+	for i, conn := range writers {
+		conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if n, err := conn.Read(buf); err == nil {
+			t.Errorf("%s answered a write during CLIENT PAUSE: %q", masters[i].Addr, buf[:n])
+		}
+	}
+	if r := c.do("CLIENT", "UNPAUSE"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT UNPAUSE = %q", r)
+	}
+	for i, conn := range writers {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := conn.Read(buf); err != nil {
+			t.Errorf("%s after CLIENT UNPAUSE: %v", masters[i].Addr, err)
+		} else if string(buf[:n]) != "+OK\r\n" {
+			t.Errorf("%s after CLIENT UNPAUSE: %q", masters[i].Addr, buf[:n])
+		}
+	}
 }
