@@ -70,6 +70,7 @@ var fanOutCommands = map[string]mergeKind{
 	"pubsub|shardchannels": mergeUnion,
 	"pubsub|numsub":        mergePairSum,
 	"pubsub|shardnumsub":   mergePairSum,
+	"pubsub|numpat":        mergeSum, // a pattern subscribed on two masters counts twice
 }
 
 // fanOutName is the fanOutCommands key of a command: its name, or

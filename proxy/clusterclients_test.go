@@ -57,6 +57,9 @@ func TestClusterPublishCountsSubscribers(t *testing.T) {
 	if r := pub.do(append([]string{"PUBSUB", "NUMSUB"}, channels...)...); r != want {
 		t.Errorf("PUBSUB NUMSUB %q = %q, want 2 subscribers each", channels, r)
 	}
+	if r := pub.do("PUBSUB", "NUMPAT"); r != fmt.Sprintf(":%d\r\n", len(channels)) {
+		t.Errorf("PUBSUB NUMPAT = %q, want %d (one pattern per channel)", r, len(channels))
+	}
 	for _, proto := range []string{"2", "3"} {
 		c := dialClient(t, p.Addr)
 		c.do("HELLO", proto)

@@ -21,6 +21,10 @@
 #                     Redis check AUTH, so the suites' ACL and AUTH tests run)
 #   DIRECT_FROM       an earlier OUT directory: reuse its direct results
 #                     instead of running the suites directly again
+#   LIBS_UPSTREAM     "standalone" (default): rproxy in front of one
+#                     redis-server; "cluster": in front of a 3-master Redis
+#                     Cluster this script starts (go-redis and redis-py; the
+#                     direct run stays one redis-server)
 #
 # go-redis's suite dials Redis on the fixed port 6379, so that port must be
 # free: "direct" runs redis-server on 6379, "rproxy" runs redis-server on a
@@ -51,6 +55,12 @@ cp "$LIBS/rproxy-libs.yaml" "$CONFIG"
 if [ -n "${LIBS_AUTH_MODE:-}" ]; then
 	printf '\nauth:\n  mode: %s\n' "$LIBS_AUTH_MODE" >>"$CONFIG"
 fi
+UPSTREAM=${LIBS_UPSTREAM:-standalone}
+case $UPSTREAM in
+standalone) ;;
+cluster) printf '\nupstream:\n  mode: cluster\n' >>"$CONFIG" ;;
+*) echo "LIBS_UPSTREAM must be standalone or cluster" >&2; exit 2 ;;
+esac
 MODES="direct rproxy"
 if [ -n "${DIRECT_FROM:-}" ]; then
 	MODES=rproxy
@@ -60,13 +70,13 @@ log() { echo "[libs $(date -u +%H:%M:%S)] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # ---- processes -------------------------------------------------------------
-REDIS_PID= RPROXY_PID=
+REDIS_PID= RPROXY_PID= NODE_PIDS=
 stop_servers() {
 	local p
-	for p in $RPROXY_PID $REDIS_PID; do
+	for p in $RPROXY_PID $REDIS_PID $NODE_PIDS; do
 		kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
 	done
-	RPROXY_PID= REDIS_PID=
+	RPROXY_PID= REDIS_PID= NODE_PIDS=
 }
 trap stop_servers EXIT
 trap 'exit 130' INT TERM
@@ -82,12 +92,55 @@ wait_ping() {
 	return 1
 }
 
+# cluster_port: a free port whose cluster bus port (+10000) is free too.
+cluster_port() {
+	local p
+	while :; do
+		p=$(free_port)
+		[ "$p" -lt 55536 ] && ! port_busy $((p + 10000)) && { echo "$p"; return; }
+	done
+}
+
+# start_cluster DIR: three masters, no replicas; sets rport to the first.
+start_cluster() {
+	local dir=$1 i p ports=()
+	for i in 0 1 2; do
+		p=$(cluster_port)
+		mkdir -p "$dir/node$i"
+		redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
+			--enable-debug-command yes --cluster-enabled yes --cluster-node-timeout 2000 \
+			--cluster-config-file "$dir/node$i/nodes.conf" --dir "$dir/node$i" --logfile "$dir/node$i/redis.log" &
+		NODE_PIDS="$NODE_PIDS $!"
+		ports+=("$p")
+		wait_ping "$p" || die "cluster node did not start on $p (see $dir/node$i/redis.log)"
+	done
+	redis-cli --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 ||
+		die "redis-cli --cluster create failed (see $dir/create.log)"
+	for p in "${ports[@]}"; do
+		for i in $(seq 1 100); do
+			redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' && break
+			sleep 0.1
+		done
+	done
+	rport=${ports[0]}
+}
+
 # start_servers MODE DIR: a fresh redis-server (and rproxy in mode rproxy)
-# answering on 127.0.0.1:$PORT.
+# answering on 127.0.0.1:$PORT; with LIBS_UPSTREAM=cluster, mode rproxy
+# starts a cluster in place of the redis-server.
 start_servers() {
 	local mode=$1 dir=$2 rport
 	mkdir -p "$dir"
 	port_busy $PORT && die "something already listens on 127.0.0.1:$PORT; go-redis's suite needs that port"
+	if [ "$mode" = rproxy ] && [ "$UPSTREAM" = cluster ]; then
+		start_cluster "$dir"
+		"$ROOT/bin/rproxy" -config "$CONFIG" -listen "127.0.0.1:$PORT" \
+			-upstream "127.0.0.1:$rport" >"$dir/rproxy.log" 2>&1 &
+		RPROXY_PID=$!
+		wait_ping $PORT || die "rproxy did not start (see $dir/rproxy.log)"
+		log "$mode: a 3-master cluster (pids$NODE_PIDS), rproxy pid $RPROXY_PID on $PORT"
+		return
+	fi
 	if [ "$mode" = direct ]; then rport=$PORT; else rport=$(free_port); fi
 	# enable-debug-command: the suites call DEBUG (the client-libs-test image
 	# that go-redis and redis-py use in CI enables it too).
@@ -115,6 +168,7 @@ command -v redis-server >/dev/null || die "redis-server not installed"
 	echo "redis-server: $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
 	echo "cpus: $(nproc)"
 	echo "rproxy auth.mode: ${LIBS_AUTH_MODE:-none}"
+	echo "rproxy upstream: $UPSTREAM"
 	[ -n "${DIRECT_FROM:-}" ] && echo "direct results from: $DIRECT_FROM"
 } >"$OUT/info.txt"
 
