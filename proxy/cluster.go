@@ -20,6 +20,7 @@ const (
 	mergeAll                      // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
 	mergeUnion                    // arrays joined, each element once: PUBSUB CHANNELS
 	mergePairSum                  // arrays of name, count pairs, counts added: PUBSUB NUMSUB
+	mergeMin                      // the least integer: LASTSAVE
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -64,6 +65,11 @@ var fanOutCommands = map[string]mergeKind{
 	"memory|purge":     mergeOK,
 	"client|pause":     mergeOK,
 	"client|unpause":   mergeOK,
+	"config|rewrite":   mergeOK,
+	"save":             mergeOK, // the dataset is every master's
+	"bgsave":           mergeOK,
+	"bgrewriteaof":     mergeOK,
+	"lastsave":         mergeMin, // when all of it was last saved
 	// Each subscriber's connection is on one master, which knows of it
 	// alone: every master's subscribers together are one Redis's.
 	"pubsub|channels":      mergeUnion,
@@ -473,14 +479,19 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 		return m.allOnes(b, first)
 	case mergeUnion, mergePairSum:
 		return m.joined(b, first)
-	case mergeSum:
-		var sum int64
+	case mergeSum, mergeMin:
+		var sum, least int64
 		for i := range m.parts {
 			n, ok := resp.Int(b.Reply(first + i))
 			if !ok {
 				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(b.Reply(first+i))))
 			}
-			sum += n
+			if sum += n; i == 0 || n < least {
+				least = n
+			}
+		}
+		if m.kind == mergeMin {
+			return resp.AppendInt(nil, least)
 		}
 		return resp.AppendInt(nil, sum)
 	}

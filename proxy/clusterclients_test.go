@@ -155,7 +155,8 @@ func TestClusterScriptCacheAsOneServer(t *testing.T) {
 }
 
 // TestClusterServerSettingsOnEveryMaster: CONFIG SET, ACL SETUSER and
-// DELUSER, CLIENT PAUSE and UNPAUSE through rproxy change every master, as
+// DELUSER, SAVE, BGSAVE, CLIENT PAUSE and UNPAUSE through rproxy change
+// every master, as
 // they change the one Redis a client thinks it talks to, and DEBUG OBJECT
 // goes to its key's master. Before, each went to one master in turn: the
 // go-redis suite through rproxy on a cluster then had one master left
@@ -202,6 +203,38 @@ func TestClusterServerSettingsOnEveryMaster(t *testing.T) {
 		t.Errorf("ACL DELUSER = %q, want :1 (one user deleted, as on one Redis)", r)
 	}
 	onEvery("after ACL DELUSER", []string{"ACL", "GETUSER", "alice"}, "$-1\r\n")
+
+	// SAVE and BGSAVE persist every master's part of the data; LASTSAVE is
+	// when all of it was last saved.
+	saves := func(m *redistest.ClusterNode) string {
+		for _, line := range strings.Split(string(m.Do(t, "INFO", "persistence")), "\r\n") {
+			if v, ok := strings.CutPrefix(line, "rdb_saves:"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	if r := c.do("SAVE"); r != "+OK\r\n" {
+		t.Fatalf("SAVE = %q", r)
+	}
+	least := ""
+	for _, m := range masters {
+		if n := saves(m); n != "1" {
+			t.Errorf("%s: rdb_saves:%s after SAVE, want 1", m.Addr, n)
+		}
+		if ls := string(m.Do(t, "LASTSAVE")); least == "" || ls < least {
+			least = ls // same length: Unix times
+		}
+	}
+	if r := c.do("LASTSAVE"); r != least {
+		t.Errorf("LASTSAVE = %q, want the earliest master's, %q", r, least)
+	}
+	if r := c.do("BGSAVE"); r != "+Background saving started\r\n" {
+		t.Fatalf("BGSAVE = %q", r)
+	}
+	for _, m := range masters {
+		waitFor(t, m.Addr+"'s BGSAVE", func() bool { return saves(m) == "2" })
+	}
 
 	// CLIENT PAUSE: a write straight to any master waits until the
 	// UNPAUSE through rproxy.
