@@ -21,6 +21,7 @@ const (
 	mergeUnion                    // arrays joined, each element once: PUBSUB CHANNELS
 	mergePairSum                  // arrays of name, count pairs, counts added: PUBSUB NUMSUB
 	mergeMin                      // the least integer: LASTSAVE
+	mergeInfo                     // INFO texts joined, counters added (joinInfo)
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -69,7 +70,8 @@ var fanOutCommands = map[string]mergeKind{
 	"save":             mergeOK, // the dataset is every master's
 	"bgsave":           mergeOK,
 	"bgrewriteaof":     mergeOK,
-	"lastsave":         mergeMin, // when all of it was last saved
+	"lastsave":         mergeMin,  // when all of it was last saved
+	"info":             mergeInfo, // the keyspace, counters and command counts of the whole data
 	// Each subscriber's connection is on one master, which knows of it
 	// alone: every master's subscribers together are one Redis's.
 	"pubsub|channels":      mergeUnion,
@@ -213,6 +215,9 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 				first := ss.batch.Len()
 				for _, slot := range shards {
 					ss.batch.AddSlot(cmd.Raw, slot)
+				}
+				if kind == mergeInfo {
+					ss.infoAt = append(ss.infoAt, infoAt{up: first, withProxy: infoWantsProxy(args)})
 				}
 				ss.queueMerge(merge{kind: kind, parts: ss.batch.Len() - first})
 				return true
@@ -479,6 +484,12 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 		return m.allOnes(b, first)
 	case mergeUnion, mergePairSum:
 		return m.joined(b, first)
+	case mergeInfo:
+		replies := make([][]byte, m.parts)
+		for i := range replies {
+			replies[i] = b.Reply(first + i)
+		}
+		return joinInfo(replies)
 	case mergeSum, mergeMin:
 		var sum, least int64
 		for i := range m.parts {

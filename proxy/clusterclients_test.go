@@ -272,3 +272,53 @@ func TestClusterServerSettingsOnEveryMaster(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterInfoIsTheWholeData: INFO through rproxy on a cluster counts
+// every master's keys, commands and errors, as one Redis holding all the
+// data would; the rest is one master's, and rproxy's own figures (clients,
+// the # Proxy section) are added as on one server. Before, INFO came from
+// one master in turn: go-redis's suite read a command's count from a master
+// it had not run on.
+func TestClusterInfoIsTheWholeData(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "info")
+	c := dialClient(t, p.Addr)
+	if r := c.do("CONFIG", "RESETSTAT"); r != "+OK\r\n" {
+		t.Fatalf("CONFIG RESETSTAT = %q", r)
+	}
+	for _, k := range keys {
+		c.do("SET", k, "v", "EX", "1000")
+		c.do("INCR", k) // an error on every master
+	}
+	field := func(text, name string) string {
+		for _, line := range strings.Split(text, "\r\n") {
+			if v, ok := strings.CutPrefix(line, name+":"); ok {
+				return v
+			}
+		}
+		return "<none>"
+	}
+	for _, proto := range []string{"2", "3"} {
+		c.do("HELLO", proto)
+		for range 3 { // whichever master a keyless command would go to
+			info := c.do("INFO", "everything")
+			n := strconv.Itoa(len(keys))
+			if v := field(info, "db0"); !strings.HasPrefix(v, "keys="+n+",expires="+n+",") {
+				t.Errorf("RESP%s: db0:%s, want keys=%s,expires=%s", proto, v, n, n)
+			}
+			if v := field(info, "cmdstat_set"); !strings.HasPrefix(v, "calls="+n+",") {
+				t.Errorf("RESP%s: cmdstat_set:%s, want calls=%s", proto, v, n)
+			}
+			if v := field(info, "errorstat_ERR"); v != "count="+n {
+				t.Errorf("RESP%s: errorstat_ERR:%s, want count=%s", proto, v, n)
+			}
+			if v := field(info, "connected_clients"); v != "1" {
+				t.Errorf("RESP%s: connected_clients:%s, want rproxy's one client", proto, v)
+			}
+			if !strings.Contains(info, "# Proxy\r\n") {
+				t.Errorf("RESP%s: no # Proxy section", proto)
+			}
+		}
+	}
+}

@@ -595,6 +595,10 @@ func (s *Server) flush(ss *session) {
 		case fromMerge:
 			m := &ss.route.merges[o.idx]
 			r = m.reply(ss.batch, up)
+			if len(ss.infoAt) > 0 && ss.infoAt[0].up == up {
+				r = s.infoReply(r, ss, ss.infoAt[0].withProxy) // INFO from every master
+				ss.infoAt = ss.infoAt[1:]
+			}
 			up += m.parts
 		case fromFlight:
 			r = ss.flights.joined[o.idx].Wait()

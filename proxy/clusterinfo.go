@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+
+	"github.com/rproxy/rproxy/resp"
+)
+
+// summedInfoSections are the INFO sections whose figures a cluster's
+// masters add up to one server's: counters, per-command and per-error
+// counts, the keyspace and CPU time. Every other section (Server, Clients,
+// Memory, Persistence, Replication, Latencystats...) is the first master's.
+var summedInfoSections = map[string]bool{
+	"Stats": true, "Commandstats": true, "Errorstats": true, "Keyspace": true, "CPU": true,
+}
+
+// infoSection is one "# Name" section of INFO's text, its fields in order.
+type infoSection struct {
+	name   string
+	fields []string          // field names, in the order first seen
+	values map[string]string // field name: value
+}
+
+// joinInfo joins the masters' INFO replies into one server's: the first
+// master's sections and fields, with the figures of summedInfoSections
+// added over the masters, and the fields or sections some masters have and
+// the first lacks (a command only they ran, a database only they hold)
+// appended. A reply that is not INFO's text (an error) is returned as is.
+func joinInfo(replies [][]byte) []byte {
+	first := replies[0]
+	if len(first) == 0 || (first[0] != '$' && first[0] != '=') {
+		return first
+	}
+	var sections []*infoSection
+	byName := map[string]*infoSection{}
+	for _, r := range replies {
+		body, ok := resp.Payload(r, r[0])
+		if !ok || r[0] != first[0] {
+			return first
+		}
+		if r[0] == '=' {
+			body = bytes.TrimPrefix(body, []byte("txt:"))
+		}
+		var sec *infoSection
+		for _, line := range strings.Split(string(body), "\r\n") {
+			if name, ok := strings.CutPrefix(line, "# "); ok {
+				if sec = byName[name]; sec == nil {
+					sec = &infoSection{name: name, values: map[string]string{}}
+					byName[name] = sec
+					sections = append(sections, sec)
+				}
+				continue
+			}
+			if line == "" || sec == nil {
+				continue
+			}
+			field, value, _ := strings.Cut(line, ":")
+			old, seen := sec.values[field]
+			switch {
+			case !seen:
+				sec.fields = append(sec.fields, field)
+				sec.values[field] = value
+			case summedInfoSections[sec.name]:
+				sec.values[field] = addInfoValues(old, value)
+			}
+		}
+	}
+	var text strings.Builder
+	if first[0] == '=' {
+		text.WriteString("txt:")
+	}
+	for i, sec := range sections {
+		if i > 0 {
+			text.WriteString("\r\n")
+		}
+		text.WriteString("# " + sec.name + "\r\n")
+		for _, f := range sec.fields {
+			text.WriteString(f + ":" + sec.values[f] + "\r\n")
+		}
+	}
+	out := []byte{first[0]}
+	out = strconv.AppendInt(out, int64(text.Len()), 10)
+	out = append(out, "\r\n"...)
+	out = append(out, text.String()...)
+	return append(out, "\r\n"...)
+}
+
+// addInfoValues adds two masters' values of one INFO field: integers and
+// decimals ("1.25", keeping a's decimals), or lists of name=number pairs
+// (commandstats' calls=3,usec=40,usec_per_call=13.33,..., keyspace's
+// keys=2,expires=1,avg_ttl=500) pair by pair, where usec_per_call is
+// worked out again and avg_ttl is the average weighted by expires. A value
+// that is neither is the first master's.
+func addInfoValues(a, b string) string {
+	if strings.Contains(a, "=") {
+		return addInfoPairs(a, b)
+	}
+	if x, err := strconv.ParseInt(a, 10, 64); err == nil {
+		if y, err := strconv.ParseInt(b, 10, 64); err == nil {
+			return strconv.FormatInt(x+y, 10)
+		}
+		return a
+	}
+	dot := strings.IndexByte(a, '.')
+	if dot < 0 {
+		return a
+	}
+	x, errA := strconv.ParseFloat(a, 64)
+	y, errB := strconv.ParseFloat(b, 64)
+	if errA != nil || errB != nil {
+		return a
+	}
+	return strconv.FormatFloat(x+y, 'f', len(a)-dot-1, 64)
+}
+
+// addInfoPairs adds two name=number lists (addInfoValues).
+func addInfoPairs(a, b string) string {
+	other := map[string]string{}
+	for _, p := range strings.Split(b, ",") {
+		k, v, _ := strings.Cut(p, "=")
+		other[k] = v
+	}
+	num := func(s string) float64 {
+		f, _ := strconv.ParseFloat(s, 64)
+		return f
+	}
+	mine := map[string]string{}
+	pairs := strings.Split(a, ",")
+	for _, p := range pairs {
+		k, v, _ := strings.Cut(p, "=")
+		mine[k] = v
+	}
+	for i, p := range pairs {
+		k, v, _ := strings.Cut(p, "=")
+		w, ok := other[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "usec_per_call":
+			if calls := num(mine["calls"]) + num(other["calls"]); calls > 0 {
+				v = strconv.FormatFloat((num(mine["usec"])+num(other["usec"]))/calls, 'f', 2, 64)
+			}
+		case "avg_ttl":
+			if exp := num(mine["expires"]) + num(other["expires"]); exp > 0 {
+				v = strconv.FormatInt(int64((num(v)*num(mine["expires"])+num(w)*num(other["expires"]))/exp), 10)
+			}
+		default:
+			v = addInfoValues(v, w)
+		}
+		pairs[i] = k + "=" + v
+	}
+	return strings.Join(pairs, ",")
+}

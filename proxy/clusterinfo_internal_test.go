@@ -1,0 +1,52 @@
+package proxy
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rproxy/rproxy/resp"
+)
+
+func TestJoinInfo(t *testing.T) {
+	a := "# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:10\r\n\r\n" +
+		"# Stats\r\ntotal_commands_processed:5\r\ninstantaneous_input_kbps:0.25\r\n\r\n" +
+		"# Commandstats\r\ncmdstat_get:calls=3,usec=30,usec_per_call=10.00,rejected_calls=0,failed_calls=1\r\n\r\n" +
+		"# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=1000\r\n"
+	b := "# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:99\r\n\r\n" +
+		"# Stats\r\ntotal_commands_processed:7\r\ninstantaneous_input_kbps:1.50\r\n\r\n" +
+		"# Commandstats\r\ncmdstat_set:calls=2,usec=8,usec_per_call=4.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_get:calls=1,usec=2,usec_per_call=2.00,rejected_calls=1,failed_calls=0\r\n\r\n" +
+		"# Keyspace\r\ndb0:keys=4,expires=3,avg_ttl=2000\r\n\r\n" +
+		"# Errorstats\r\nerrorstat_ERR:count=2\r\n"
+	want := "# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:10\r\n\r\n" +
+		"# Stats\r\ntotal_commands_processed:12\r\ninstantaneous_input_kbps:1.75\r\n\r\n" +
+		"# Commandstats\r\ncmdstat_get:calls=4,usec=32,usec_per_call=8.00,rejected_calls=1,failed_calls=1\r\n" +
+		"cmdstat_set:calls=2,usec=8,usec_per_call=4.00,rejected_calls=0,failed_calls=0\r\n\r\n" +
+		"# Keyspace\r\ndb0:keys=6,expires=4,avg_ttl=1750\r\n\r\n" +
+		"# Errorstats\r\nerrorstat_ERR:count=2\r\n"
+	for _, proto := range []int{2, 3} {
+		wrap := func(text string) []byte {
+			if proto == 3 {
+				return []byte("=" + strconv.Itoa(len(text)+4) + "\r\ntxt:" + text + "\r\n")
+			}
+			return resp.AppendBulk(nil, []byte(text))
+		}
+		if got := string(joinInfo([][]byte{wrap(a), wrap(b)})); got != string(wrap(want)) {
+			t.Errorf("RESP%d:\n got %q\nwant %q", proto, got, wrap(want))
+		}
+	}
+	// An error or a reply of another shape is the first master's.
+	for _, replies := range [][][]byte{
+		{[]byte("-ERR x\r\n"), resp.AppendBulk(nil, []byte(b))},
+		{resp.AppendBulk(nil, []byte(a)), []byte("$3\r\nab\r\n")},
+	} {
+		if got := joinInfo(replies); string(got) != string(replies[0]) {
+			t.Errorf("joinInfo(%q) = %q, want the first", replies, got)
+		}
+	}
+	// Sections only INFO keyspace asked for; an empty Keyspace.
+	if got := string(joinInfo([][]byte{resp.AppendBulk(nil, []byte("# Keyspace\r\n")), resp.AppendBulk(nil, []byte("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"))})); !strings.Contains(got, "db0:keys=1,expires=0,avg_ttl=0\r\n") {
+		t.Errorf("keyspace of an empty and a one-key master: %q", got)
+	}
+}
