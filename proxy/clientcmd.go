@@ -450,13 +450,13 @@ func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 // slotOfServer is a slot whose connections backend makes to the server at
 // addr: on a cluster one of that master's slots. SlotAny when there is one
 // server, or none is at addr.
-func slotOfServer(backend backend, addr string) int {
-	shards := backend.Shards()
+func slotOfServer(b backend, addr string) int {
+	shards := b.Shards()
 	if len(shards) < 2 {
 		return upstream.SlotAny
 	}
 	for _, slot := range shards {
-		if backend.PinPool(slot).Address() == addr {
+		if b.PinPool(slot).Address() == addr {
 			return slot
 		}
 	}

@@ -205,8 +205,9 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		if (info.Name == "eval" || info.Name == "eval_ro") && len(args) > 1 {
 			r.loadEverywhere(ss, args[1])
 		}
-		if kind, ok := fanOutCommands[fanOutName(info.Name, args)]; ok {
-			if fanOutName(info.Name, args) == "script|flush" {
+		name := fanOutName(info.Name, args)
+		if kind, ok := fanOutCommands[name]; ok {
+			if name == "script|flush" {
 				r.scripts.forget()
 			}
 			shards := ss.pools[ss.proto].Shards()
@@ -363,12 +364,13 @@ func (ss *session) queueMerge(m merge) {
 
 // argumentSlot is the slot that a command Redis's table gives no key
 // should go to, by an argument: the channel (or pattern) that PUBLISH,
-// SUBSCRIBE or PSUBSCRIBE names first, and DEBUG OBJECT's key. On a cluster a PUBLISH counts the receivers on the node it runs on
-// only, while the message reaches every node's subscribers; sending a
-// PUBLISH and the subscriptions to a channel to one master (its slot's, as
-// go-redis's ClusterClient does) makes the count what one Redis answers for
-// clients subscribed through rproxy: a subscriber's connection goes to its
-// first channel's master.
+// SUBSCRIBE or PSUBSCRIBE names first, and DEBUG OBJECT's key. On a
+// cluster a PUBLISH counts the receivers on the node it runs on only, while
+// the message reaches every node's subscribers; sending a PUBLISH and the
+// subscriptions to a channel to one master (its slot's, as go-redis's
+// ClusterClient does) makes the count what one Redis answers for clients
+// subscribed through rproxy: a subscriber's connection goes to its first
+// channel's master.
 func argumentSlot(info *command.Info, args [][]byte) (int, bool) {
 	switch info.Name {
 	case "publish", "subscribe", "psubscribe":
@@ -480,9 +482,7 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 	switch m.kind {
 	case mergeOK:
 		return b.Reply(first)
-	case mergeAll:
-		return m.allOnes(b, first)
-	case mergeUnion, mergePairSum:
+	case mergeUnion, mergePairSum, mergeAll:
 		return m.joined(b, first)
 	case mergeInfo:
 		replies := make([][]byte, m.parts)
@@ -524,39 +524,10 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 	return out
 }
 
-// allOnes merges arrays of 0 and 1 (SCRIPT EXISTS): 1 where every part
-// has 1.
-func (m *merge) allOnes(b *upstream.Batch, first int) []byte {
-	var all [][]byte
-	for i := range m.parts {
-		elems, err := arrayElements(b.Reply(first + i))
-		if err != nil {
-			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
-		}
-		if i == 0 {
-			all = elems
-			continue
-		}
-		if len(elems) != len(all) {
-			return resp.AppendError(nil, "ERR rproxy: cluster nodes' replies differ in length")
-		}
-		for j, e := range elems {
-			if string(e) != ":1\r\n" {
-				all[j] = elems[j]
-			}
-		}
-	}
-	out := []byte("*" + strconv.Itoa(len(all)) + "\r\n")
-	for _, e := range all {
-		out = append(out, e...)
-	}
-	return out
-}
-
 // joined merges arrays: each distinct element once, in the order first
-// seen (mergeUnion), or name and count pairs with the counts added
-// (mergePairSum; every part names the same channels, in the command's
-// order).
+// seen (mergeUnion); or arrays of as many elements in each part, as the
+// same command asked every master: name and count pairs with the counts
+// added (mergePairSum), or 0 and 1 with 1 where every part has 1 (mergeAll).
 func (m *merge) joined(b *upstream.Batch, first int) []byte {
 	var out [][]byte
 	seen := map[string]bool{}
@@ -580,6 +551,14 @@ func (m *merge) joined(b *upstream.Batch, first int) []byte {
 		}
 		if len(elems) != len(out) {
 			return resp.AppendError(nil, "ERR rproxy: cluster nodes' replies differ in length")
+		}
+		if m.kind == mergeAll {
+			for j, e := range elems {
+				if string(e) != ":1\r\n" {
+					out[j] = e
+				}
+			}
+			continue
 		}
 		for j := 1; j < len(elems); j += 2 {
 			a, okA := resp.Int(out[j])

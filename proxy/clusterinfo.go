@@ -36,8 +36,11 @@ func joinInfo(replies [][]byte) []byte {
 	var sections []*infoSection
 	byName := map[string]*infoSection{}
 	for _, r := range replies {
+		if len(r) == 0 || r[0] != first[0] {
+			return first
+		}
 		body, ok := resp.Payload(r, r[0])
-		if !ok || r[0] != first[0] {
+		if !ok {
 			return first
 		}
 		if r[0] == '=' {

@@ -50,3 +50,20 @@ func TestJoinInfo(t *testing.T) {
 		t.Errorf("keyspace of an empty and a one-key master: %q", got)
 	}
 }
+
+// FuzzJoinInfo: any two masters' replies, well-formed or not, join without
+// a panic, and two INFO texts join into one.
+func FuzzJoinInfo(f *testing.F) {
+	f.Add("# Stats\r\ntotal_commands_processed:5\r\n", "# Stats\r\ntotal_commands_processed:7\r\n")
+	f.Add("# Commandstats\r\ncmdstat_get:calls=3,usec=30,usec_per_call=10.00\r\n", "# Commandstats\r\ncmdstat_get:calls=,usec=x,usec_per_call\r\n")
+	f.Add("# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=1000\r\n", "# Keyspace\r\ndb0:keys=2,expires=-1,avg_ttl=1000,,=\r\n# \r\n:")
+	f.Add("# CPU\r\nused_cpu_sys:1.5\r\n", "# CPU\r\nused_cpu_sys:1e308\r\nused_cpu_sys:1e308\r\n")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		got := joinInfo([][]byte{resp.AppendBulk(nil, []byte(a)), resp.AppendBulk(nil, []byte(b))})
+		if _, ok := resp.Payload(got, '$'); !ok {
+			t.Fatalf("joinInfo(%q, %q) = %q: not a bulk string", a, b, got)
+		}
+		joinInfo([][]byte{[]byte(a), []byte(b)})
+		joinInfo([][]byte{resp.AppendBulk(nil, []byte(a)), []byte(b)})
+	})
+}
