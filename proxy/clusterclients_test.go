@@ -321,4 +321,13 @@ func TestClusterInfoIsTheWholeData(t *testing.T) {
 			}
 		}
 	}
+	// A client blocked on any master's key is one of INFO's blocked_clients:
+	// the client suites wait on it before they push.
+	for _, k := range keys {
+		dialClient(t, p.Addr).send(resp.AppendCommandString(nil, "BLPOP", k+"-list", "0"))
+	}
+	want := strconv.Itoa(len(keys))
+	waitFor(t, "INFO's blocked_clients:"+want, func() bool {
+		return field(c.do("INFO", "clients"), "blocked_clients") == want
+	})
 }

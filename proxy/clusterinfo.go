@@ -9,11 +9,23 @@ import (
 )
 
 // summedInfoSections are the INFO sections whose figures a cluster's
-// masters add up to one server's: counters, per-command and per-error
-// counts, the keyspace and CPU time. Every other section (Server, Clients,
-// Memory, Persistence, Replication, Latencystats...) is the first master's.
+// masters add up to one server's: clients (blocked_clients: a client
+// blocked on any master's key; rproxy puts its own connected_clients in),
+// counters, per-command and per-error counts, the keyspace and CPU time.
+// Every other section (Server, Memory, Persistence, Replication,
+// Latencystats...) is the first master's.
 var summedInfoSections = map[string]bool{
-	"Stats": true, "Commandstats": true, "Errorstats": true, "Keyspace": true, "CPU": true,
+	"Clients": true, "Stats": true, "Commandstats": true, "Errorstats": true, "Keyspace": true, "CPU": true,
+}
+
+// unsummedInfoFields are fields of summedInfoSections that are not counts:
+// a limit each master has (the first master's), or a high-water mark (the
+// highest).
+var unsummedInfoFields = map[string]string{
+	"maxclients":                      "first",
+	"client_recent_max_input_buffer":  "max",
+	"client_recent_max_output_buffer": "max",
+	"latest_fork_usec":                "max",
 }
 
 // infoSection is one "# Name" section of INFO's text, its fields in order.
@@ -65,7 +77,14 @@ func joinInfo(replies [][]byte) []byte {
 			case !seen:
 				sec.fields = append(sec.fields, field)
 				sec.values[field] = value
-			case summedInfoSections[sec.name]:
+			case !summedInfoSections[sec.name] || unsummedInfoFields[field] == "first":
+			case unsummedInfoFields[field] == "max":
+				if x, err := strconv.ParseInt(value, 10, 64); err == nil {
+					if y, err := strconv.ParseInt(old, 10, 64); err == nil && x > y {
+						sec.values[field] = value
+					}
+				}
+			default:
 				sec.values[field] = addInfoValues(old, value)
 			}
 		}

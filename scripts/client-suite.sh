@@ -137,7 +137,9 @@ wait_ping "$DPORT" "$DEFAULT_PID" || { log "rproxy (default config) did not star
 MODES="direct rproxy default"
 if [ "$CLUSTER" = 1 ]; then
 	# Three masters, no replicas. A cluster node also listens on its port +
-	# 10000 (the bus), so each port is picked with that one free too.
+	# 10000 (the bus), so each port is picked with that one free too, and
+	# below the ephemeral range (32768 up), where an outgoing connection
+	# may hold the bus port without listening on it.
 	cluster_port() {
 		local p
 		for p in $(seq "$1" "$(($1 + 400))"); do
@@ -147,7 +149,7 @@ if [ "$CLUSTER" = 1 ]; then
 		return 1
 	}
 	CPORTS=()
-	next=23000
+	next=14000
 	for i in 0 1 2; do
 		p=$(cluster_port "$next")
 		next=$((p + 1))

@@ -92,20 +92,35 @@ wait_ping() {
 	return 1
 }
 
-# cluster_port: a free port whose cluster bus port (+10000) is free too.
+# cluster_port: a port that can be bound, whose cluster bus port (+10000)
+# can be too, both below the ephemeral range (32768 up), where an outgoing
+# connection may hold the bus port without listening on it.
 cluster_port() {
-	local p
-	while :; do
-		p=$(free_port)
-		[ "$p" -lt 55536 ] && ! port_busy $((p + 10000)) && { echo "$p"; return; }
-	done
+	"$PY" - "$@" <<'PYEOF'
+import random, socket, sys
+taken = {int(a) for a in sys.argv[1:]}
+while True:
+    p = random.randint(14000, 18999)
+    if p in taken:
+        continue
+    socks = [socket.socket(), socket.socket()]
+    try:
+        socks[0].bind(("127.0.0.1", p)); socks[1].bind(("127.0.0.1", p + 10000))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            s.close()
+PYEOF
 }
 
 # start_cluster DIR: three masters, no replicas; sets rport to the first.
 start_cluster() {
 	local dir=$1 i p ports=()
 	for i in 0 1 2; do
-		p=$(cluster_port)
+		p=$(cluster_port "${ports[@]}")
 		mkdir -p "$dir/node$i"
 		redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
 			--enable-debug-command yes --cluster-enabled yes --cluster-node-timeout 2000 \
