@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/rproxy/rproxy/command"
@@ -79,6 +80,27 @@ var fanOutCommands = map[string]mergeKind{
 	"pubsub|numsub":        mergePairSum,
 	"pubsub|shardnumsub":   mergePairSum,
 	"pubsub|numpat":        mergeSum, // a pattern subscribed on two masters counts twice
+}
+
+// nodeSettings are the configuration parameters, changeable at run time,
+// that name a node (its address, its files' place): the same value on
+// every master would break the cluster or have them write one file.
+var nodeSettings = map[string]bool{
+	"port": true, "tls-port": true, "bind": true, "bind-source-addr": true, "dir": true, "dbfilename": true,
+	"cluster-announce-ip": true, "cluster-announce-port": true, "cluster-announce-bus-port": true,
+	"cluster-announce-tls-port": true, "cluster-announce-hostname": true,
+	"replica-announce-ip": true, "replica-announce-port": true, "slave-announce-ip": true, "slave-announce-port": true,
+}
+
+// nodeSetting returns the first of CONFIG SET's parameters that is one of
+// nodeSettings, or "".
+func nodeSetting(args [][]byte) string {
+	for i := 2; i < len(args); i += 2 {
+		if p := strings.ToLower(string(args[i])); nodeSettings[p] {
+			return p
+		}
+	}
+	return ""
 }
 
 // fanOutName is the fanOutCommands key of a command: its name, or
@@ -206,6 +228,12 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 			r.loadEverywhere(ss, args[1])
 		}
 		name := fanOutName(info.Name, args)
+		if name == "config|set" {
+			if p := nodeSetting(args); p != "" {
+				r.refuse(ss, "CONFIG SET "+p+" is each cluster node's own setting, and on a cluster upstream CONFIG SET goes to every master; set it on each node")
+				return true
+			}
+		}
 		if kind, ok := fanOutCommands[name]; ok {
 			if name == "script|flush" {
 				r.scripts.forget()

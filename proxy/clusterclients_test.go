@@ -195,6 +195,19 @@ func TestClusterServerSettingsOnEveryMaster(t *testing.T) {
 	}
 	onEvery("after CONFIG SET back", []string{"CONFIG", "GET", "maxmemory-policy"}, "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n")
 
+	// A node's own settings (its address, its files) are refused: the same
+	// value on every master would break the cluster. Nothing changes.
+	for _, args := range [][]string{
+		{"CONFIG", "SET", "cluster-announce-ip", "10.0.0.1"},
+		{"CONFIG", "SET", "maxmemory-policy", "allkeys-lru", "PORT", "7000"},
+	} {
+		if r := c.do(args...); !strings.HasPrefix(r, "-ERR rproxy: CONFIG SET ") || !strings.Contains(r, "each cluster node's own setting") {
+			t.Errorf("%q = %q, want rproxy's refusal", args, r)
+		}
+	}
+	onEvery("after a refused CONFIG SET", []string{"CONFIG", "GET", "maxmemory-policy"}, "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n")
+	onEvery("after a refused CONFIG SET", []string{"CONFIG", "GET", "cluster-announce-ip"}, "*2\r\n$19\r\ncluster-announce-ip\r\n$0\r\n\r\n")
+
 	if r := c.do("ACL", "SETUSER", "alice", "on", ">pw", "~*", "+@all"); r != "+OK\r\n" {
 		t.Fatalf("ACL SETUSER = %q", r)
 	}
