@@ -24,13 +24,14 @@ trap cleanup EXIT
 
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # A cluster node also listens on its port + 10000 (the cluster bus): pick a
-# port below 55536 with both free, not one already taken by an earlier node.
+# port with both free, the bus port below the ephemeral range (32768 up,
+# where an outgoing connection may hold it), not one taken by an earlier node.
 nodeport() {
 	python3 - "$@" <<'EOF'
 import random, socket, sys
 taken = {int(a) for a in sys.argv[1:]}
 while True:
-    p = random.randint(20000, 29999)
+    p = random.randint(14000, 18999)
     if p in taken or p + 10000 in taken or p - 10000 in taken:
         continue
     ss = [socket.socket(), socket.socket()]
