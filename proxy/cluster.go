@@ -23,6 +23,7 @@ const (
 	mergePairSum                  // arrays of name, count pairs, counts added: PUBSUB NUMSUB
 	mergeMin                      // the least integer: LASTSAVE
 	mergeInfo                     // INFO texts joined, counters added (joinInfo)
+	mergeLatest                   // LATENCY LATEST: each event once, its latest spike and its highest
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -64,6 +65,7 @@ var fanOutCommands = map[string]mergeKind{
 	"slowlog|reset":    mergeOK,
 	"slowlog|len":      mergeSum,
 	"latency|reset":    mergeSum,
+	"latency|latest":   mergeLatest,
 	"memory|purge":     mergeOK,
 	"client|pause":     mergeOK,
 	"client|unpause":   mergeOK,
@@ -512,6 +514,8 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 		return b.Reply(first)
 	case mergeUnion, mergePairSum, mergeAll:
 		return m.joined(b, first)
+	case mergeLatest:
+		return m.latest(b, first)
 	case mergeInfo:
 		replies := make([][]byte, m.parts)
 		for i := range replies {
@@ -602,6 +606,56 @@ func (m *merge) joined(b *upstream.Batch, first int) []byte {
 		r = append(r, e...)
 	}
 	return r
+}
+
+// latest merges LATENCY LATEST replies: each event once, as the master
+// that saw its latest spike reports it, with the highest all-time maximum
+// of any master.
+func (m *merge) latest(b *upstream.Batch, first int) []byte {
+	type event struct {
+		fields   [][]byte // name, time, latest, maximum
+		at, most int64
+	}
+	var order []string
+	events := map[string]*event{}
+	for i := range m.parts {
+		elems, err := arrayElements(b.Reply(first + i))
+		if err != nil {
+			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
+		}
+		for _, e := range elems {
+			fields, err := arrayElements(e)
+			if err != nil || len(fields) != 4 {
+				return resp.AppendError(nil, "ERR rproxy: unexpected LATENCY LATEST entry from a cluster node: "+strconv.Quote(string(e)))
+			}
+			at, okAt := resp.Int(fields[1])
+			most, okMost := resp.Int(fields[3])
+			if !okAt || !okMost {
+				return resp.AppendError(nil, "ERR rproxy: unexpected LATENCY LATEST entry from a cluster node: "+strconv.Quote(string(e)))
+			}
+			name := string(fields[0])
+			ev := events[name]
+			if ev == nil {
+				order = append(order, name)
+				events[name] = &event{fields: fields, at: at, most: most}
+				continue
+			}
+			if at > ev.at {
+				ev.fields, ev.at = fields, at
+			}
+			ev.most = max(ev.most, most)
+		}
+	}
+	out := []byte("*" + strconv.Itoa(len(order)) + "\r\n")
+	for _, name := range order {
+		ev := events[name]
+		out = append(out, "*4\r\n"...)
+		out = append(out, ev.fields[0]...)
+		out = append(out, ev.fields[1]...)
+		out = append(out, ev.fields[2]...)
+		out = resp.AppendInt(out, ev.most)
+	}
+	return out
 }
 
 // arrayElements splits an array reply into its elements' raw bytes.

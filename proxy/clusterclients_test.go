@@ -249,6 +249,23 @@ func TestClusterServerSettingsOnEveryMaster(t *testing.T) {
 		waitFor(t, m.Addr+"'s BGSAVE", func() bool { return saves(m) == "2" })
 	}
 
+	// LATENCY LATEST: an event once, with the highest spike any master saw.
+	if r := c.do("CONFIG", "SET", "latency-monitor-threshold", "1"); r != "+OK\r\n" {
+		t.Fatalf("CONFIG SET latency-monitor-threshold = %q", r)
+	}
+	for i, m := range masters {
+		m.Do(t, "DEBUG", "SLEEP", []string{"0.005", "0.06", "0.01"}[i%3])
+	}
+	for range 3 { // whichever master a keyless command would go to
+		v, err := resp.Parse([]byte(c.do("LATENCY", "LATEST")))
+		if err != nil || len(v.Elems) != 1 || len(v.Elems[0].Elems) != 4 || string(v.Elems[0].Elems[0].Str) != "command" {
+			t.Fatalf("LATENCY LATEST = %+v (%v), want one command event", v, err)
+		}
+		if most := v.Elems[0].Elems[3].Int; most < 60 {
+			t.Errorf("LATENCY LATEST's all-time maximum = %d ms, want the 60 ms sleep's", most)
+		}
+	}
+
 	// CLIENT PAUSE: a write straight to any master waits until the
 	// UNPAUSE through rproxy.
 	if r := c.do("CLIENT", "PAUSE", "30000", "WRITE"); r != "+OK\r\n" {
