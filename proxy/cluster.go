@@ -38,13 +38,15 @@ var splitCommands = map[string]mergeKind{
 	"touch":  mergeSum,
 }
 
-// fanOutCommands run on every master; their replies merge. Scripts and
-// functions are loaded on (and flushed from) every master, so that EVALSHA
-// and FCALL find them whichever master a key leads to. The server's
-// settings, users and pause change on every master, as Redis's command
-// tips ask of a cluster client (request_policy all_nodes or all_shards):
-// sent to one master in turn, a CONFIG SET or ACL SETUSER through rproxy
-// changed one master of three, and the next command went to another.
+// fanOutCommands run on every master (outside transactions); their
+// replies merge. Scripts and functions are loaded on (and flushed from)
+// every master, so that EVALSHA and FCALL find them whichever master a key
+// leads to. The server's settings, users, pause and saves change on every
+// master, as Redis's command tips ask of a cluster client (request_policy
+// all_nodes or all_shards): sent to one master in turn, a CONFIG SET or ACL
+// SETUSER through rproxy changed one master of three, and the next command
+// went to another. What reads the server's state (INFO, PUBSUB's counts,
+// SCRIPT EXISTS, LATENCY LATEST, LASTSAVE) answers for all the masters.
 var fanOutCommands = map[string]mergeKind{
 	"dbsize":           mergeSum,
 	"flushall":         mergeOK,
@@ -195,9 +197,12 @@ func (r *routing) command(ss *session, c *call) bool {
 func (*routing) replies(*session) {}
 
 // route prepares a command for a cluster upstream: it sets the
-// session's slot to the slot of the command's first key, refuses what
-// would need every master's keyspace, and itself queues (reporting true)
-// the commands it splits or fans out. A command whose keys span slots and
+// session's slot to the slot of the command's first key (or of the
+// argument a keyless one is routed by: argumentSlot), refuses what would
+// need every master's keyspace or would set one node's own setting on all
+// (nodeSetting), queues SCRIPT LOAD of an EVAL's script for every master
+// the first time (loadEverywhere), and itself queues (reporting true) the
+// commands it splits or fans out. A command whose keys span slots and
 // that cannot be split goes to its first key's master, which answers with
 // Redis's own CROSSSLOT error.
 func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool {
@@ -220,6 +225,10 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		return true
 	}
 	pinned := ss.pin != nil || ss.route.multiPending // commands stay whole: they go to one master
+	name := fanOutName(info.Name, args)
+	if name == "script|flush" {
+		r.scripts.forget() // fanned out, or in a transaction on one master: loaded everywhere no longer
+	}
 	if !pinned {
 		switch info.Name {
 		case "scan", "keys", "randomkey":
@@ -229,7 +238,6 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		if (info.Name == "eval" || info.Name == "eval_ro") && len(args) > 1 {
 			r.loadEverywhere(ss, args[1])
 		}
-		name := fanOutName(info.Name, args)
 		if name == "config|set" {
 			if p := nodeSetting(args); p != "" {
 				r.refuse(ss, "CONFIG SET "+p+" is each cluster node's own setting, and on a cluster upstream CONFIG SET goes to every master; set it on each node")
@@ -237,9 +245,6 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 			}
 		}
 		if kind, ok := fanOutCommands[name]; ok {
-			if name == "script|flush" {
-				r.scripts.forget()
-			}
 			shards := ss.pools[ss.proto].Shards()
 			if len(shards) > 1 {
 				ss.noteWrite(info) // FLUSHALL, FLUSHDB: as dispatch notes what it forwards

@@ -152,6 +152,34 @@ func TestClusterScriptCacheAsOneServer(t *testing.T) {
 		t.Fatalf("EVAL after SCRIPT FLUSH = %q", r)
 	}
 	exists(":1\r\n")
+	// A SCRIPT FLUSH inside MULTI runs on the transaction's master only,
+	// and still makes the next EVAL load the script everywhere: flushed
+	// on every master that way, EVALSHA after EVAL runs on every key.
+	for try := 0; ; try++ {
+		if r := c.pipeline([]string{"MULTI"}, []string{"SCRIPT", "FLUSH"}, []string{"EXEC"}); r != "+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n" {
+			t.Fatalf("MULTI SCRIPT FLUSH EXEC = %q", r)
+		}
+		flushed := 0
+		for _, m := range cl.Masters() {
+			if string(m.Do(t, "SCRIPT", "EXISTS", sha)) == "*1\r\n:0\r\n" {
+				flushed++
+			}
+		}
+		if flushed == len(cl.Masters()) {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("20 transactions' SCRIPT FLUSH left the script on %d masters", len(cl.Masters())-flushed)
+		}
+	}
+	if r := c.do("EVAL", body, "1", keys[0], "0"); r != ":2\r\n" {
+		t.Fatalf("EVAL after SCRIPT FLUSH in transactions = %q", r)
+	}
+	for _, k := range keys[1:] {
+		if r := c.do("EVALSHA", sha, "1", k, "0"); !strings.HasPrefix(r, ":") {
+			t.Errorf("EVALSHA on %s after SCRIPT FLUSH in a transaction and an EVAL = %q", k, r)
+		}
+	}
 }
 
 // TestClusterServerSettingsOnEveryMaster: CONFIG SET, ACL SETUSER and

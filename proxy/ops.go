@@ -99,6 +99,18 @@ type infoAt struct {
 	withProxy bool
 }
 
+// infoAtReply is the reply r of the batch's upstream reply up (the first
+// part's, for a command sent to every master), as infoReply rewrites it
+// when that is an INFO command's.
+func (s *Server) infoAtReply(ss *session, up int, r []byte) []byte {
+	if len(ss.infoAt) == 0 || ss.infoAt[0].up != up {
+		return r
+	}
+	r = s.infoReply(r, ss, ss.infoAt[0].withProxy)
+	ss.infoAt = ss.infoAt[1:]
+	return r
+}
+
 // infoReply is Redis's INFO reply as rproxy's client sees it: a bulk
 // string (RESP2) or a verbatim string (RESP3); anything else (an error) is
 // returned unchanged. The Clients section's connected_clients and

@@ -595,9 +595,8 @@ func (s *Server) flush(ss *session) {
 		case fromMerge:
 			m := &ss.route.merges[o.idx]
 			r = m.reply(ss.batch, up)
-			if len(ss.infoAt) > 0 && ss.infoAt[0].up == up {
-				r = s.infoReply(r, ss, ss.infoAt[0].withProxy) // INFO from every master
-				ss.infoAt = ss.infoAt[1:]
+			if len(ss.infoAt) > 0 {
+				r = s.infoAtReply(ss, up, r) // INFO from every master
 			}
 			up += m.parts
 		case fromFlight:
@@ -608,9 +607,8 @@ func (s *Server) flush(ss *session) {
 				r = ss.copies.over[over].reply // a copy missed: the origin's reply
 				over++
 			}
-			if len(ss.infoAt) > 0 && ss.infoAt[0].up == up {
-				r = s.infoReply(r, ss, ss.infoAt[0].withProxy) // rare
-				ss.infoAt = ss.infoAt[1:]
+			if len(ss.infoAt) > 0 { // rare: kept out of the loop's call path
+				r = s.infoAtReply(ss, up, r)
 			}
 			up++
 		case fromLocal:
