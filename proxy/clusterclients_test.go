@@ -389,3 +389,36 @@ func TestClusterInfoIsTheWholeData(t *testing.T) {
 		return field(c.do("INFO", "clients"), "blocked_clients") == want
 	})
 }
+
+// TestClusterScriptKillWhereItRuns: SCRIPT KILL stops a script whichever
+// master runs it, as on one Redis (killOutOfBand asks every master). No
+// cluster test covered it when Redis's Tcl suite first ran in cluster
+// mode, whose unit/multi kills a script that way.
+func TestClusterScriptKillWhereItRuns(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0, "--busy-reply-threshold", "10")
+	p := startClusterProxy(t, cl)
+	keys, addrs := keyPerMaster(t, cl, "busy")
+	c := dialClient(t, p.Addr)
+	if r := c.do("SCRIPT", "KILL"); !strings.HasPrefix(r, "-NOTBUSY") {
+		t.Errorf("SCRIPT KILL with no script running = %q, want NOTBUSY", r)
+	}
+	for i := range keys {
+		running := dialClient(t, p.Addr)
+		running.send(resp.AppendCommandString(nil, "EVAL", "while true do end", "1", keys[i]))
+		direct := dialClient(t, addrs[i])
+		for deadline := time.Now().Add(5 * time.Second); !strings.HasPrefix(direct.do("PING"), "-BUSY"); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the script on %s never made its master busy", addrs[i])
+			}
+		}
+		if r := c.do("SCRIPT", "KILL"); r != "+OK\r\n" {
+			t.Fatalf("SCRIPT KILL with a script running on %s = %q, want +OK", addrs[i], r)
+		}
+		if r := string(running.read()); !strings.Contains(r, "killed by user") {
+			t.Errorf("the killed EVAL got %q", r)
+		}
+		if r := direct.do("PING"); r != "+PONG\r\n" {
+			t.Fatalf("after SCRIPT KILL, PING on %s = %q", addrs[i], r)
+		}
+	}
+}

@@ -153,15 +153,23 @@ func branchError(err error) []byte {
 }
 
 // branching reports whether the session's commands may go to branches: a
-// cluster upstream, and a RESP3 session (tracking keys without REDIRECT,
-// or not tracking: pub/sub, or tracking turned off) that is not MONITOR or
-// a replica. Tracking with REDIRECT sends invalidations to a connection on
-// one node only; in RESP2 a subscribed connection runs no other command.
-// After CLIENT REPLY OFF commands still go where their keys are, their
-// replies dropped (sendOnBranch): on the pin they would not run at all.
+// cluster upstream, a session that is not MONITOR or a replica, and either
+// RESP3 (tracking keys without REDIRECT, or not tracking: pub/sub, or
+// tracking turned off) or RESP2 neither tracking nor subscribed (it
+// unsubscribed from everything, or sent an UNSUBSCRIBE first: Redis runs
+// any command there, so rproxy must too). Tracking with REDIRECT sends
+// invalidations to a connection on one node only; in RESP2 a subscribed
+// connection runs no other command. After CLIENT REPLY OFF commands still
+// go where their keys are, their replies dropped (sendOnBranch): on the
+// pin they would not run at all.
 func (s *Server) branching(ss *session) bool {
-	return s.cfg.Cluster != nil && ss.proto == 3 && ss.role == 0 && ss.pinPool != nil &&
-		(ss.redirect == -1 || ss.redirect == 0 && ss.trackingCmd != nil)
+	if s.cfg.Cluster == nil || ss.role != 0 || ss.pinPool == nil {
+		return false
+	}
+	if ss.proto == 2 {
+		return ss.redirect == -1 && !ss.resp2Subscribed()
+	}
+	return ss.redirect == -1 || ss.redirect == 0 && ss.trackingCmd != nil
 }
 
 // commandKeys is what masterOf found of a command's keys.

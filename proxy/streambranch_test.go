@@ -385,3 +385,53 @@ func TestClusterTrackingResetAcrossMasters(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRESP2UnsubscribedRunsEverywhere: a RESP2 connection that has
+// unsubscribed from everything (or sent an UNSUBSCRIBE without ever
+// subscribing) is an ordinary connection on Redis, which runs any command
+// there. Through rproxy on a cluster the session stayed on one master's
+// connection, and every command for another master's keys got "-ERR
+// rproxy: slot N is on another master than this connection's" (Redis's
+// Tcl suite in cluster mode: unit/pubsub's keyspace tests, on the client
+// that had sent PUNSUBSCRIBE and UNSUBSCRIBE). While it is subscribed,
+// commands other than the subscribed mode's are refused, as before.
+func TestClusterRESP2UnsubscribedRunsEverywhere(t *testing.T) {
+	p, keys, _ := clusterKeysPerMaster(t, "unsub")
+	everyMaster := func(c *rawClient, what string) {
+		t.Helper()
+		var cmds [][]string
+		var want strings.Builder
+		for i, k := range keys {
+			cmds = append(cmds, []string{"SET", k, "w" + strconv.Itoa(i)}, []string{"GET", k})
+			want.WriteString("+OK\r\n$2\r\nw" + strconv.Itoa(i) + "\r\n")
+		}
+		if got := c.pipeline(cmds...); got != want.String() {
+			t.Errorf("%s: SET and GET of every master's key = %q, want %q", what, got, want.String())
+		}
+	}
+
+	c := dialClient(t, p.Addr)
+	if got := c.pipeline([]string{"PUNSUBSCRIBE"}, []string{"UNSUBSCRIBE"}); got != "*3\r\n$12\r\npunsubscribe\r\n$-1\r\n:0\r\n*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n" {
+		t.Fatalf("PUNSUBSCRIBE, UNSUBSCRIBE = %q", got)
+	}
+	everyMaster(c, "after UNSUBSCRIBE")
+
+	s := dialClient(t, p.Addr)
+	s.send(resp.AppendCommandString(nil, "SUBSCRIBE", "ch"))
+	s.readPrefixes("*3\r\n$9\r\nsubscribe\r\n")
+	for _, k := range keys {
+		// Redis's refusal on the pin's master; the slot error on the
+		// others (a cluster node checks the slot first). Nothing runs.
+		if got := s.do("SET", k, "subscribed"); !strings.HasPrefix(got, "-ERR Can't execute 'set'") && !strings.HasPrefix(got, "-ERR rproxy: slot ") {
+			t.Errorf("SET %s while subscribed = %q, want a refusal", k, got)
+		}
+	}
+	for i, k := range keys {
+		if got, want := c.do("GET", k), "$2\r\nw"+strconv.Itoa(i)+"\r\n"; got != want {
+			t.Errorf("GET %s after a SET refused in subscribed mode = %q, want %q", k, got, want)
+		}
+	}
+	s.send(resp.AppendCommandString(nil, "UNSUBSCRIBE", "ch"))
+	s.readPrefixes("*3\r\n$11\r\nunsubscribe\r\n")
+	everyMaster(s, "after subscribing and unsubscribing")
+}

@@ -136,40 +136,9 @@ wait_ping "$DPORT" "$DEFAULT_PID" || { log "rproxy (default config) did not star
 
 MODES="direct rproxy default"
 if [ "$CLUSTER" = 1 ]; then
-	# Three masters, no replicas. A cluster node also listens on its port +
-	# 10000 (the bus), so each port is picked with that one free too, and
-	# below the ephemeral range (32768 up), where an outgoing connection
-	# may hold the bus port without listening on it.
-	cluster_port() {
-		local p
-		for p in $(seq "$1" "$(($1 + 400))"); do
-			port_free "$p" && port_free $((p + 10000)) && { echo "$p"; return 0; }
-		done
-		log "no free cluster port from $1"
-		return 1
-	}
-	CPORTS=()
-	next=14000
-	for i in 0 1 2; do
-		p=$(cluster_port "$next")
-		next=$((p + 1))
-		mkdir -p "$WORK/c$i"
-		redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
-			--cluster-enabled yes --cluster-config-file "$WORK/c$i/nodes.conf" --cluster-node-timeout 2000 \
-			--dir "$WORK/c$i" --logfile "$WORK/c$i/redis.log" &
-		CLUSTER_PIDS+=($!)
-		CPORTS+=("$p")
-		wait_ping "$p" $! || { log "cluster node $p did not start"; tail "$WORK/c$i/redis.log" >&2; exit 1; }
-	done
-	redis-cli --cluster create "${CPORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$WORK/create.log" 2>&1 ||
-		{ log "redis-cli --cluster create failed"; cat "$WORK/create.log" >&2; exit 1; }
-	for p in "${CPORTS[@]}"; do
-		for _ in $(seq 200); do
-			redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' && break
-			sleep 0.05
-		done
-		redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' || { log "cluster_state not ok on $p"; exit 1; }
-	done
+	# Three masters, no replicas (scripts/cluster-lib.sh).
+	source scripts/cluster-lib.sh
+	start_cluster "$WORK" 14000 --save "" --appendonly no || exit 1
 	{ cat "$CONFIG"; printf '\nupstream:\n  mode: cluster\n'; } >"$WORK/cluster.yaml"
 	CPORT=$(free_port $((DPORT + 1)))
 	"$RPROXY_BIN" -config "$WORK/cluster.yaml" -listen "127.0.0.1:$CPORT" -upstream "127.0.0.1:${CPORTS[0]}" >"$OUT/rproxy-cluster.log" 2>&1 &

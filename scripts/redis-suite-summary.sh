@@ -67,8 +67,16 @@ counts() {
 	echo "$ok $err $exc $ign $hung $ab $ran $(cat "$dir/seconds" 2>/dev/null || echo '?')"
 }
 
+# baseline MODE: the direct mode a through-rproxy mode is compared with.
+baseline() {
+	case $1 in
+	rproxy) echo direct ;;
+	cluster) echo direct-cluster ;;
+	esac
+}
+
 modes=()
-for m in direct rproxy; do
+for m in direct rproxy direct-cluster cluster; do
 	[ -s "$OUT/$m/units.tsv" ] && modes+=("$m")
 done
 if [ "${#modes[@]}" -eq 0 ]; then
@@ -93,27 +101,30 @@ S=$OUT/summary.md
 		echo
 		echo "## Failures: $m ($(wc -l <"$OUT/$m/failures.tsv"))"
 		echo
-		if [ "$m" = rproxy ] && [ -s "$OUT/direct/failures.tsv" ]; then
-			echo "Marked (also direct) when the same test fails without rproxy."
+		b=$(baseline "$m")
+		if [ -n "$b" ] && [ -s "$OUT/$b/failures.tsv" ]; then
+			echo "Marked (also direct) when the same test fails in mode $b, without rproxy."
 			echo
 		fi
-		awk -F'\t' -v other="$( [ "$m" = rproxy ] && echo "$OUT/direct/failures.tsv" )" '
+		awk -F'\t' -v other="$( [ -n "$b" ] && echo "$OUT/$b/failures.tsv" )" '
 			BEGIN { if (other != "") while ((getline l < other) > 0) { split(l, a, "\t"); seen[a[1] "\t" a[2]] = 1 } }
 			{ tag = ((($1 "\t" $2) in seen)) ? " (also direct)" : ""; print "- `" $1 "` " $2 tag ": " $3 }' "$OUT/$m/failures.tsv"
 	done
-	if [ -s "$OUT/rproxy/units.tsv" ] && [ -s "$OUT/direct/units.tsv" ]; then
+	for m in "${modes[@]}"; do
+		b=$(baseline "$m")
+		[ -n "$b" ] && [ -s "$OUT/$m/units.tsv" ] && [ -s "$OUT/$b/units.tsv" ] || continue
 		echo
-		echo "## Tests run direct but not through rproxy (their unit stopped early)"
+		echo "## Tests run in mode $b but not in mode $m (their unit stopped early)"
 		echo
 		while IFS=$'\t' read -r unit _; do
-			fd=$OUT/direct/units/${unit//\//_}.log
-			fp=$OUT/rproxy/units/${unit//\//_}.log
+			fd=$OUT/$b/units/${unit//\//_}.log
+			fp=$OUT/$m/units/${unit//\//_}.log
 			[ -f "$fd" ] && [ -f "$fp" ] || continue
 			nd=$(strip "$fd" | grep -cE '^\[(ok|err)\]: ' || true)
 			np=$(strip "$fp" | grep -cE '^\[(ok|err)\]: ' || true)
 			[ "$nd" -gt "$np" ] && echo "- \`$unit\`: $((nd - np)) of $nd tests not run"
-		done <"$OUT/rproxy/units.tsv"
-	fi
+		done <"$OUT/$m/units.tsv"
+	done
 	for m in "${modes[@]}"; do
 		if awk -F'\t' '$4 != "" && $4 != "yes" { found = 1 } END { exit !found }' "$OUT/$m/units.tsv"; then
 			echo

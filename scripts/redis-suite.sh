@@ -2,9 +2,14 @@
 # Redis's own Tcl test suite (7.0.15, from Debian's source package) in
 # external mode, against a redis-server this script starts ("direct") and
 # against the same through rproxy with suites/rproxy-suite.yaml ("rproxy").
+# Two more modes run the suite's cluster selection (runtest --cluster-mode:
+# keys hash-tagged, cluster:skip tests left out, database 0 only):
+# "direct-cluster" against one redis-server, and "cluster" through rproxy in
+# front of a 3-master Redis Cluster (suite config, upstream.mode cluster).
 # Usage: make test-redis-suite (see docs/suites.md).
 #
-#   REDIS_SUITE_MODES      modes to run, in order (default "direct rproxy")
+#   REDIS_SUITE_MODES      modes to run, in order (default "direct rproxy";
+#                          also "direct-cluster" and "cluster")
 #   REDIS_SUITE_UNITS      units to run (default: every unit of all_tests in
 #                          tests/test_helper.tcl; external mode skips what
 #                          needs its own server)
@@ -65,7 +70,7 @@ for b in redis-server redis-cli redis-benchmark redis-check-aof redis-check-rdb;
 	fi
 done
 
-if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* ]]; then
+if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* || " $MODES " == *" cluster "* ]]; then
 	mkdir -p bin
 	go build -o bin/rproxy ./cmd/rproxy
 	RPROXY_BIN=$ROOT/bin/rproxy
@@ -103,6 +108,7 @@ wait_ping() {
 
 REDIS_PID=
 PROXY_PID=
+CLUSTER_PIDS=()
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rproxy-redis-suite.XXXXXX")
 stop_proc() {
 	local pid=$1
@@ -114,9 +120,15 @@ stop_proc() {
 	fi
 	wait "$pid" 2>/dev/null || true
 }
+stop_cluster() {
+	local pid
+	for pid in "${CLUSTER_PIDS[@]}"; do stop_proc "$pid"; done
+	CLUSTER_PIDS=()
+}
 cleanup() {
 	stop_proc "$PROXY_PID"
 	stop_proc "$REDIS_PID"
+	stop_cluster
 	PROXY_PID= REDIS_PID=
 	rm -rf "$WORK"
 }
@@ -141,9 +153,9 @@ start_redis() {
 		return 1
 	fi
 }
-start_proxy() { # LOGFILE
+start_proxy() { # LOGFILE [CONFIG UPSTREAM_PORT]
 	PPORT=$(free_port 21300)
-	"$RPROXY_BIN" -config "$CONFIG" -listen "127.0.0.1:$PPORT" -upstream "127.0.0.1:$RPORT" \
+	"$RPROXY_BIN" -config "${2:-$CONFIG}" -listen "127.0.0.1:$PPORT" -upstream "127.0.0.1:${3:-$RPORT}" \
 		>>"$1" 2>&1 &
 	PROXY_PID=$!
 	if ! wait_ping "$PPORT" "$PROXY_PID"; then
@@ -152,6 +164,10 @@ start_proxy() { # LOGFILE
 		return 1
 	fi
 }
+
+source scripts/cluster-lib.sh
+CLUSTER_CONFIG=$WORK/cluster.yaml
+{ cat "$CONFIG"; printf '\nupstream:\n  mode: cluster\n'; } >"$CLUSTER_CONFIG"
 
 for MODE in $MODES; do
 	MODE_OUT=$OUT/$MODE
@@ -165,29 +181,62 @@ for MODE in $MODES; do
 		# in external mode can leave a config behind (unit/type/set leaves
 		# rdb-key-save-delay at 2147483647, which hangs every later SYNC).
 		base=$MODE_OUT/units/${unit//\//_}
-		start_redis
-		PORT=$RPORT
-		if [ "$MODE" = rproxy ]; then
+		extra=()
+		case $MODE in
+		direct | rproxy)
+			start_redis
+			PORT=$RPORT
+			;;
+		direct-cluster)
+			start_redis
+			PORT=$RPORT
+			extra=(--cluster-mode)
+			;;
+		cluster)
+			# A fresh cluster per unit, as a fresh server in the other modes.
+			start_cluster "$WORK/cluster" 14000 "$SRC/tests/assets/default.conf"
+			extra=(--cluster-mode)
+			;;
+		*)
+			log "unknown mode $MODE"
+			exit 1
+			;;
+		esac
+		case $MODE in
+		rproxy)
 			: >"$base.rproxy.log"
 			start_proxy "$base.rproxy.log"
 			PORT=$PPORT
-		fi
+			extra+=("${skip_args[@]}")
+			;;
+		cluster)
+			: >"$base.rproxy.log"
+			start_proxy "$base.rproxy.log" "$CLUSTER_CONFIG" "${CPORTS[0]}"
+			PORT=$PPORT
+			extra+=("${skip_args[@]}")
+			;;
+		esac
 		u0=$(date +%s)
 		rc=0
-		extra=()
-		if [ "$MODE" = rproxy ]; then
-			extra=("${skip_args[@]}")
-		fi
 		(cd "$SRC" && TERM=dumb timeout -k 10 "$UNIT_TIMEOUT" ./runtest --host 127.0.0.1 --port "$PORT" \
 			--single "$unit" --durable --clients 1 --timeout "$STALL" "${extra[@]}" </dev/null) >"$base.log" 2>&1 || rc=$?
 		secs=$(($(date +%s) - u0))
 		alive=yes
-		kill -0 "$REDIS_PID" 2>/dev/null || alive="redis-server exited"
-		if [ "$MODE" = rproxy ] && ! kill -0 "$PROXY_PID" 2>/dev/null; then alive="rproxy exited"; fi
-		stop_proc "$PROXY_PID"; stop_proc "$REDIS_PID"
+		if [ -n "$REDIS_PID" ]; then
+			kill -0 "$REDIS_PID" 2>/dev/null || alive="redis-server exited"
+		fi
+		for pid in "${CLUSTER_PIDS[@]}"; do
+			kill -0 "$pid" 2>/dev/null || alive="a cluster node exited"
+		done
+		if [ -n "$PROXY_PID" ] && ! kill -0 "$PROXY_PID" 2>/dev/null; then alive="rproxy exited"; fi
+		stop_proc "$PROXY_PID"; stop_proc "$REDIS_PID"; stop_cluster
 		PROXY_PID= REDIS_PID=
 		if [ "$rc" != 0 ]; then
-			cp "$WORK/redis/redis.log" "$base.redis.log" 2>/dev/null || true
+			if [ "$MODE" = cluster ]; then
+				for i in 0 1 2; do cp "$WORK/cluster/c$i/redis.log" "$base.redis-c$i.log" 2>/dev/null || true; done
+			else
+				cp "$WORK/redis/redis.log" "$base.redis.log" 2>/dev/null || true
+			fi
 		fi
 		[ -s "$base.rproxy.log" ] || rm -f "$base.rproxy.log"
 		printf '%s\t%s\t%s\t%s\n' "$unit" "$rc" "$secs" "$alive" >>"$MODE_OUT/units.tsv"
