@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,6 +25,7 @@ const (
 	mergeMin                      // the least integer: LASTSAVE
 	mergeInfo                     // INFO texts joined, counters added (joinInfo)
 	mergeLatest                   // LATENCY LATEST: each event once, its latest spike and its highest
+	mergeDigest                   // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -77,6 +79,23 @@ var fanOutCommands = map[string]mergeKind{
 	"bgrewriteaof":     mergeOK,
 	"lastsave":         mergeMin,  // when all of it was last saved
 	"info":             mergeInfo, // the keyspace, counters and command counts of the whole data
+	// DEBUG's server-wide subcommands act on every master, as on the one
+	// server a client sees: a reload or a pause of active expiry on one
+	// master of three changed a third of the data. DEBUG DIGEST is the
+	// whole data's. (The keyed ones go to their key's master: argumentSlot.)
+	"debug|digest":                       mergeDigest,
+	"debug|reload":                       mergeOK,
+	"debug|loadaof":                      mergeOK,
+	"debug|set-active-expire":            mergeOK,
+	"debug|sleep":                        mergeOK,
+	"debug|change-repl-id":               mergeOK,
+	"debug|config-rewrite-force-all":     mergeOK,
+	"debug|quicklist-packed-threshold":   mergeOK,
+	"debug|set-skip-checksum-validation": mergeOK,
+	"debug|pause-cron":                   mergeOK,
+	"debug|replybuffer":                  mergeOK,
+	"debug|aof-flush-sleep":              mergeOK,
+	"debug|log":                          mergeOK,
 	// Each subscriber's connection is on one master, which knows of it
 	// alone: every master's subscribers together are one Redis's.
 	"pubsub|channels":      mergeUnion,
@@ -111,7 +130,7 @@ func nodeSetting(args [][]byte) string {
 // "name|subcommand" for the container commands that have some there.
 func fanOutName(name string, args [][]byte) string {
 	switch name {
-	case "script", "function", "config", "acl", "slowlog", "latency", "memory", "client", "pubsub":
+	case "script", "function", "config", "acl", "slowlog", "latency", "memory", "client", "pubsub", "debug":
 		if len(args) > 1 {
 			return name + "|" + string(bytes.ToLower(args[1]))
 		}
@@ -413,11 +432,18 @@ func argumentSlot(info *command.Info, args [][]byte) (int, bool) {
 			return upstream.Slot(args[1]), true
 		}
 	case "debug":
-		if len(args) >= 3 && bytes.EqualFold(args[1], []byte("object")) {
+		if len(args) >= 3 && debugKeyed[string(bytes.ToLower(args[1]))] {
 			return upstream.Slot(args[2]), true
 		}
 	}
 	return 0, false
+}
+
+// debugKeyed are the DEBUG subcommands about a key (the argument after
+// the subcommand), which only that key's master knows. DIGEST-VALUE of
+// keys on several masters goes to the first one's.
+var debugKeyed = map[string]bool{
+	"object": true, "digest-value": true, "htstats-key": true, "sdslen": true, "listpack": true, "quicklist": true,
 }
 
 // keyInfo is the Info that knows a command's key positions: a
@@ -481,6 +507,44 @@ func (s *Server) transactionSlot(ss *session, info *command.Info) int {
 	return s.routing.multiSlot(ss)
 }
 
+// digest0 is what Redis mixes into a dataset's digest for database 0,
+// once, when it holds keys: SHA-1 of (zeros XOR SHA-1 of the 4-byte
+// database number 0).
+var digest0 = [20]byte{0xaa, 0x30, 0x98, 0xf3, 0xaa, 0xe9, 0x4b, 0xaa, 0xc1, 0x4e, 0x3b, 0x8b, 0x8d, 0xca, 0xe9, 0x89, 0xaf, 0x93, 0xf6, 0xa2}
+
+// digest joins the parts' DEBUG DIGEST replies (status replies of 40 hex
+// digits) into one server's: Redis's digest of a dataset is digest0 XOR
+// each key's digest (all zeros for no keys), so the masters' digests XOR
+// to the whole data's, with digest0 put back once when an even number of
+// masters hold keys.
+func (m *merge) digest(b *upstream.Batch, first int) []byte {
+	var sum [20]byte
+	holding := 0
+	for i := range m.parts {
+		r := b.Reply(first + i)
+		var d [20]byte
+		if len(r) != 43 || r[0] != '+' {
+			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(r)))
+		}
+		if _, err := hex.Decode(d[:], r[1:41]); err != nil {
+			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(r)))
+		}
+		if d != [20]byte{} {
+			holding++
+		}
+		for j := range sum {
+			sum[j] ^= d[j]
+		}
+	}
+	if holding > 0 && holding%2 == 0 {
+		for j := range sum {
+			sum[j] ^= digest0[j]
+		}
+	}
+	out := append([]byte{'+'}, hex.EncodeToString(sum[:])...)
+	return append(out, "\r\n"...)
+}
+
 // multiSlot is the slot of the first key of the transaction's commands
 // that came in the same read as its MULTI (clients send MULTI ... EXEC as
 // one pipeline). Without one, any master: commands for other masters then
@@ -521,6 +585,8 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 		return m.joined(b, first)
 	case mergeLatest:
 		return m.latest(b, first)
+	case mergeDigest:
+		return m.digest(b, first)
 	case mergeInfo:
 		replies := make([][]byte, m.parts)
 		for i := range replies {

@@ -422,3 +422,61 @@ func TestClusterScriptKillWhereItRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterDebugAsOneServer: DEBUG through rproxy on a cluster acts on,
+// and reports, the whole data, as on the one server a client sees. Redis's
+// Tcl suite in cluster mode found it: DEBUG DIGEST-VALUE of a key went to
+// any master (all zeros where the key was not), DEBUG SET-ACTIVE-EXPIRE 0
+// reached one master of three, and DEBUG DIGEST and RELOAD were one
+// master's. Now keyed subcommands go to their key's master, server-wide
+// ones to every master, and DIGEST equals one server's over the same data.
+func TestClusterDebugAsOneServer(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0, "--enable-debug-command", "yes")
+	one := redistest.Start(t, "--enable-debug-command", "yes")
+	p := startClusterProxy(t, cl)
+	c := dialClient(t, p.Addr)
+	keys, _ := keyPerMaster(t, cl, "dbg")
+	digest := func(what string) {
+		t.Helper()
+		if got, want := c.do("DEBUG", "DIGEST"), string(one.Do(t, "DEBUG", "DIGEST")); got != want {
+			t.Errorf("%s: DEBUG DIGEST = %q, one server with the same data: %q", what, got, want)
+		}
+	}
+	digest("no keys")
+	for i, k := range keys {
+		for n := 0; n <= i; n++ { // one, two and three masters holding keys
+			kn := k + "{" + k + "}" + strconv.Itoa(n)
+			c.do("SET", kn, "v"+kn)
+			one.Do(t, "SET", kn, "v"+kn)
+		}
+		digest(fmt.Sprintf("keys on %d masters", i+1))
+		if got, want := c.do("DEBUG", "DIGEST-VALUE", k+"{"+k+"}0"), string(one.Do(t, "DEBUG", "DIGEST-VALUE", k+"{"+k+"}0")); got != want {
+			t.Errorf("DEBUG DIGEST-VALUE of a key on master %d = %q, want %q", i, got, want)
+		}
+	}
+	if r := c.do("DEBUG", "RELOAD"); r != "+OK\r\n" {
+		t.Fatalf("DEBUG RELOAD = %q", r)
+	}
+	digest("after DEBUG RELOAD")
+
+	// With active expiry off on every master, keys past their TTL stay
+	// until read.
+	if r := c.do("DEBUG", "SET-ACTIVE-EXPIRE", "0"); r != "+OK\r\n" {
+		t.Fatalf("DEBUG SET-ACTIVE-EXPIRE 0 = %q", r)
+	}
+	c.do("FLUSHALL")
+	for _, k := range keys {
+		c.do("SET", k, "v", "PX", "1")
+	}
+	time.Sleep(300 * time.Millisecond) // three active expiry cycles (hz 10) on a master that still ran them
+	if r := c.do("DBSIZE"); r != ":3\r\n" {
+		t.Errorf("DBSIZE with active expiry off, every key past its TTL = %q, want :3", r)
+	}
+	for _, k := range keys {
+		c.do("GET", k)
+	}
+	if r := c.do("DBSIZE"); r != ":0\r\n" {
+		t.Errorf("DBSIZE after reading every expired key = %q, want :0", r)
+	}
+	c.do("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+}

@@ -12,8 +12,9 @@ import (
 // masters add up to one server's: clients (blocked_clients: a client
 // blocked on any master's key; rproxy puts its own connected_clients in),
 // counters, per-command and per-error counts, the keyspace and CPU time.
-// Every other section (Server, Memory, Persistence, Replication,
-// Latencystats...) is the first master's.
+// Of the other sections, Persistence is joined by persistenceInfoFields;
+// the rest (Server, Memory, Replication, Latencystats...) is the first
+// master's.
 var summedInfoSections = map[string]bool{
 	"Clients": true, "Stats": true, "Commandstats": true, "Errorstats": true, "Keyspace": true, "CPU": true,
 }
@@ -28,6 +29,51 @@ var unsummedInfoFields = map[string]string{
 	"latest_fork_usec":                "max",
 }
 
+// persistenceInfoFields join the Persistence section as one server's
+// whole data: a save or rewrite is in progress while any master's is (a
+// client waiting for rdb_bgsave_in_progress:0 after BGSAVE, which went to
+// every master, waits for all), the data was last saved when its oldest
+// part was (as LASTSAVE), a status is err when any master's is, and the
+// whole data was saved as often as its least saved part. Fields not here
+// are the first master's.
+var persistenceInfoFields = map[string]string{
+	"loading":                           "max",
+	"async_loading":                     "max",
+	"rdb_bgsave_in_progress":            "max",
+	"aof_rewrite_in_progress":           "max",
+	"aof_rewrite_scheduled":             "max",
+	"module_fork_in_progress":           "max",
+	"rdb_current_bgsave_time_sec":       "max",
+	"aof_current_rewrite_time_sec":      "max",
+	"rdb_last_bgsave_time_sec":          "max",
+	"aof_last_rewrite_time_sec":         "max",
+	"aof_rewrites_consecutive_failures": "max",
+	"rdb_changes_since_last_save":       "sum",
+	"rdb_last_save_time":                "min",
+	"rdb_saves":                         "min",
+	"aof_rewrites":                      "min",
+	"rdb_last_bgsave_status":            "err",
+	"aof_last_bgrewrite_status":         "err",
+	"aof_last_write_status":             "err",
+}
+
+// infoFieldRule is how the masters' values of a field of section join:
+// "sum", "max", "min", "err" (err if any master's is not ok) or "first".
+func infoFieldRule(section, field string) string {
+	if summedInfoSections[section] {
+		if r, ok := unsummedInfoFields[field]; ok {
+			return r
+		}
+		return "sum"
+	}
+	if section == "Persistence" {
+		if r, ok := persistenceInfoFields[field]; ok {
+			return r
+		}
+	}
+	return "first"
+}
+
 // infoSection is one "# Name" section of INFO's text, its fields in order.
 type infoSection struct {
 	name   string
@@ -36,8 +82,8 @@ type infoSection struct {
 }
 
 // joinInfo joins the masters' INFO replies into one server's: the first
-// master's sections and fields, with the figures of summedInfoSections
-// added over the masters, and the fields or sections some masters have and
+// master's sections and fields, each field's values joined over the
+// masters by infoFieldRule, and the fields or sections some masters have and
 // the first lacks (a command only they ran, a database only they hold)
 // appended. A reply that is not INFO's text (an error) is returned as is.
 func joinInfo(replies [][]byte) []byte {
@@ -73,18 +119,23 @@ func joinInfo(replies [][]byte) []byte {
 			}
 			field, value, _ := strings.Cut(line, ":")
 			old, seen := sec.values[field]
-			switch {
-			case !seen:
+			if !seen {
 				sec.fields = append(sec.fields, field)
 				sec.values[field] = value
-			case !summedInfoSections[sec.name] || unsummedInfoFields[field] == "first":
-			case unsummedInfoFields[field] == "max":
+				continue
+			}
+			switch rule := infoFieldRule(sec.name, field); rule {
+			case "max", "min":
 				if x, err := strconv.ParseInt(value, 10, 64); err == nil {
-					if y, err := strconv.ParseInt(old, 10, 64); err == nil && x > y {
+					if y, err := strconv.ParseInt(old, 10, 64); err == nil && (x > y) == (rule == "max") && x != y {
 						sec.values[field] = value
 					}
 				}
-			default:
+			case "err":
+				if value != "ok" {
+					sec.values[field] = value
+				}
+			case "sum":
 				sec.values[field] = addInfoValues(old, value)
 			}
 		}

@@ -48,6 +48,18 @@ func TestJoinInfo(t *testing.T) {
 			t.Errorf("joinInfo(%q) = %q, want the first", replies, got)
 		}
 	}
+	// Persistence: a save in progress on any master is in progress; the
+	// whole data was last saved, and saved as often, as its least saved
+	// part; a failed status anywhere is the status.
+	pa := "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:3\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:200\r\n" +
+		"rdb_last_bgsave_status:ok\r\nrdb_saves:4\r\naof_rewrite_in_progress:0\r\naof_last_bgrewrite_status:err\r\ncurrent_cow_size:7\r\n"
+	pb := "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:5\r\nrdb_bgsave_in_progress:1\r\nrdb_last_save_time:100\r\n" +
+		"rdb_last_bgsave_status:err\r\nrdb_saves:2\r\naof_rewrite_in_progress:0\r\naof_last_bgrewrite_status:ok\r\ncurrent_cow_size:9\r\n"
+	pwant := "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:8\r\nrdb_bgsave_in_progress:1\r\nrdb_last_save_time:100\r\n" +
+		"rdb_last_bgsave_status:err\r\nrdb_saves:2\r\naof_rewrite_in_progress:0\r\naof_last_bgrewrite_status:err\r\ncurrent_cow_size:7\r\n"
+	if got := string(joinInfo([][]byte{resp.AppendBulk(nil, []byte(pa)), resp.AppendBulk(nil, []byte(pb))})); got != string(resp.AppendBulk(nil, []byte(pwant))) {
+		t.Errorf("Persistence:\n got %q\nwant %q", got, resp.AppendBulk(nil, []byte(pwant)))
+	}
 	// Sections only INFO keyspace asked for; an empty Keyspace.
 	if got := string(joinInfo([][]byte{resp.AppendBulk(nil, []byte("# Keyspace\r\n")), resp.AppendBulk(nil, []byte("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"))})); !strings.Contains(got, "db0:keys=1,expires=0,avg_ttl=0\r\n") {
 		t.Errorf("keyspace of an empty and a one-key master: %q", got)
