@@ -453,6 +453,10 @@ func (st dispatch) command(ss *session, c *call) bool {
 	case command.Subscribe:
 		ss.noteSubscriptions(info.Name, args)
 		s.startStream(ss, cmd.Raw)
+		s.notifyEverywhere(ss, info.Name, args)
+		if ss.stream && strings.Contains(info.Name, "unsubscribe") && ss.leavesStream() {
+			s.leaveStreamUnsubscribed(ss) // an UNSUBSCRIBE of nothing: Redis answers, and that is all
+		}
 	case command.Unsupported:
 		s.refuse(ss, args[0], "it needs session state rproxy does not keep")
 	case command.Select:
@@ -540,6 +544,12 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	}
 	if info != nil && info.Handling == command.Subscribe {
 		ss.noteSubscriptions(info.Name, cmd.Args)
+		s.notifyEverywhere(ss, info.Name, cmd.Args)
+		if strings.Contains(info.Name, "unsubscribe") && ss.leavesStream() {
+			ss.streamCmds = append(ss.streamCmds, cmd.Raw)
+			s.leaveStreamUnsubscribed(ss)
+			return true
+		}
 	}
 	if info != nil && info.Handling == command.Transaction {
 		ss.noteTransaction(info.Name) // as dispatch does

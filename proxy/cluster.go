@@ -16,16 +16,19 @@ import (
 type mergeKind uint8
 
 const (
-	mergeSum     mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
-	mergeOK                       // no part failed: the first part's reply (MSET, FLUSHALL, CONFIG SET)
-	mergeArray                    // elements put back in key order: MGET
-	mergeAll                      // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
-	mergeUnion                    // arrays joined, each element once: PUBSUB CHANNELS
-	mergePairSum                  // arrays of name, count pairs, counts added: PUBSUB NUMSUB
-	mergeMin                      // the least integer: LASTSAVE
-	mergeInfo                     // INFO texts joined, counters added (joinInfo)
-	mergeLatest                   // LATENCY LATEST: each event once, its latest spike and its highest
-	mergeDigest                   // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
+	mergeSum       mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
+	mergeOK                         // no part failed: the first part's reply (MSET, FLUSHALL, CONFIG SET)
+	mergeArray                      // elements put back in key order: MGET
+	mergeAll                        // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
+	mergeUnion                      // arrays joined, each element once: PUBSUB CHANNELS
+	mergePairSum                    // arrays of name, count pairs, counts added: PUBSUB NUMSUB
+	mergeMin                        // the least integer: LASTSAVE
+	mergeMax                        // the greatest integer: PUBSUB NUMPAT
+	mergePairMax                    // arrays of name, count pairs, the greatest count of each: PUBSUB NUMSUB
+	mergeInfo                       // INFO texts joined, counters added (joinInfo)
+	mergeLatest                     // LATENCY LATEST: each event once, its latest spike and its highest
+	mergeHistogram                  // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
+	mergeDigest                     // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -50,35 +53,36 @@ var splitCommands = map[string]mergeKind{
 // went to another. What reads the server's state (INFO, PUBSUB's counts,
 // SCRIPT EXISTS, LATENCY LATEST, LASTSAVE) answers for all the masters.
 var fanOutCommands = map[string]mergeKind{
-	"dbsize":           mergeSum,
-	"flushall":         mergeOK,
-	"flushdb":          mergeOK,
-	"script|load":      mergeOK,
-	"script|flush":     mergeOK,
-	"script|exists":    mergeAll, // an EVALSHA of it runs whichever master a key leads to
-	"function|load":    mergeOK,
-	"function|delete":  mergeOK,
-	"function|flush":   mergeOK,
-	"function|restore": mergeOK,
-	"config|set":       mergeOK,
-	"config|resetstat": mergeOK,
-	"acl|setuser":      mergeOK,
-	"acl|deluser":      mergeOK, // each master deletes the same users
-	"acl|load":         mergeOK,
-	"acl|save":         mergeOK,
-	"slowlog|reset":    mergeOK,
-	"slowlog|len":      mergeSum,
-	"latency|reset":    mergeSum,
-	"latency|latest":   mergeLatest,
-	"memory|purge":     mergeOK,
-	"client|pause":     mergeOK,
-	"client|unpause":   mergeOK,
-	"config|rewrite":   mergeOK,
-	"save":             mergeOK, // the dataset is every master's
-	"bgsave":           mergeOK,
-	"bgrewriteaof":     mergeOK,
-	"lastsave":         mergeMin,  // when all of it was last saved
-	"info":             mergeInfo, // the keyspace, counters and command counts of the whole data
+	"dbsize":            mergeSum,
+	"flushall":          mergeOK,
+	"flushdb":           mergeOK,
+	"script|load":       mergeOK,
+	"script|flush":      mergeOK,
+	"script|exists":     mergeAll, // an EVALSHA of it runs whichever master a key leads to
+	"function|load":     mergeOK,
+	"function|delete":   mergeOK,
+	"function|flush":    mergeOK,
+	"function|restore":  mergeOK,
+	"config|set":        mergeOK,
+	"config|resetstat":  mergeOK,
+	"acl|setuser":       mergeOK,
+	"acl|deluser":       mergeOK, // each master deletes the same users
+	"acl|load":          mergeOK,
+	"acl|save":          mergeOK,
+	"slowlog|reset":     mergeOK,
+	"slowlog|len":       mergeSum,
+	"latency|reset":     mergeSum,
+	"latency|latest":    mergeLatest,
+	"latency|histogram": mergeHistogram,
+	"memory|purge":      mergeOK,
+	"client|pause":      mergeOK,
+	"client|unpause":    mergeOK,
+	"config|rewrite":    mergeOK,
+	"save":              mergeOK, // the dataset is every master's
+	"bgsave":            mergeOK,
+	"bgrewriteaof":      mergeOK,
+	"lastsave":          mergeMin,  // when all of it was last saved
+	"info":              mergeInfo, // the keyspace, counters and command counts of the whole data
 	// DEBUG's server-wide subcommands act on every master, as on the one
 	// server a client sees: a reload or a pause of active expiry on one
 	// master of three changed a third of the data. DEBUG DIGEST is the
@@ -96,13 +100,15 @@ var fanOutCommands = map[string]mergeKind{
 	"debug|replybuffer":                  mergeOK,
 	"debug|aof-flush-sleep":              mergeOK,
 	"debug|log":                          mergeOK,
-	// Each subscriber's connection is on one master, which knows of it
-	// alone: every master's subscribers together are one Redis's.
+	// Subscriptions go to the pub/sub master (pubsubSlot's), and those that
+	// may receive keyspace notifications to every other master too
+	// (streamnotify.go): a channel or pattern is counted once, as the
+	// pub/sub master counts it. Shard channels are their slot's master's.
 	"pubsub|channels":      mergeUnion,
 	"pubsub|shardchannels": mergeUnion,
-	"pubsub|numsub":        mergePairSum,
+	"pubsub|numsub":        mergePairMax,
 	"pubsub|shardnumsub":   mergePairSum,
-	"pubsub|numpat":        mergeSum, // a pattern subscribed on two masters counts twice
+	"pubsub|numpat":        mergeMax,
 }
 
 // nodeSettings are the configuration parameters, changeable at run time,
@@ -416,21 +422,23 @@ func (ss *session) queueMerge(m merge) {
 	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.route.merges) - 1)})
 }
 
+// pubsubSlot is the slot whose master is the pub/sub master: PUBLISH,
+// SUBSCRIBE and PSUBSCRIBE go there. A cluster node counts, in PUBLISH's
+// reply and PUBSUB NUMSUB/NUMPAT, its own subscribers only, while a
+// message reaches every node's; with every subscription and every publish
+// on one master, the counts are what one Redis answers for the clients of
+// rproxy (Redis's Tcl suite in cluster mode: unit/pubsub). Spreading them
+// by channel, as go-redis's ClusterClient does, missed every subscriber
+// whose connection was on another channel's master, or on a pattern's.
+const pubsubSlot = 0
+
 // argumentSlot is the slot that a command Redis's table gives no key
-// should go to, by an argument: the channel (or pattern) that PUBLISH,
-// SUBSCRIBE or PSUBSCRIBE names first, and DEBUG OBJECT's key. On a
-// cluster a PUBLISH counts the receivers on the node it runs on only, while
-// the message reaches every node's subscribers; sending a PUBLISH and the
-// subscriptions to a channel to one master (its slot's, as go-redis's
-// ClusterClient does) makes the count what one Redis answers for clients
-// subscribed through rproxy: a subscriber's connection goes to its first
-// channel's master.
+// should go to, by an argument: PUBLISH, SUBSCRIBE and PSUBSCRIBE to the
+// pub/sub master (pubsubSlot), DEBUG's keyed subcommands to the key's.
 func argumentSlot(info *command.Info, args [][]byte) (int, bool) {
 	switch info.Name {
 	case "publish", "subscribe", "psubscribe":
-		if len(args) >= 2 {
-			return upstream.Slot(args[1]), true
-		}
+		return pubsubSlot, true
 	case "debug":
 		if len(args) >= 3 && debugKeyed[string(bytes.ToLower(args[1]))] {
 			return upstream.Slot(args[2]), true
@@ -581,20 +589,26 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 	switch m.kind {
 	case mergeOK:
 		return b.Reply(first)
-	case mergeUnion, mergePairSum, mergeAll:
+	case mergeUnion, mergePairSum, mergePairMax, mergeAll:
 		return m.joined(b, first)
 	case mergeLatest:
 		return m.latest(b, first)
 	case mergeDigest:
 		return m.digest(b, first)
+	case mergeHistogram:
+		replies := make([][]byte, m.parts)
+		for i := range replies {
+			replies[i] = b.Reply(first + i)
+		}
+		return joinHistograms(replies)
 	case mergeInfo:
 		replies := make([][]byte, m.parts)
 		for i := range replies {
 			replies[i] = b.Reply(first + i)
 		}
 		return joinInfo(replies)
-	case mergeSum, mergeMin:
-		var sum, least int64
+	case mergeSum, mergeMin, mergeMax:
+		var sum, least, most int64
 		for i := range m.parts {
 			n, ok := resp.Int(b.Reply(first + i))
 			if !ok {
@@ -603,9 +617,15 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 			if sum += n; i == 0 || n < least {
 				least = n
 			}
+			if i == 0 || n > most {
+				most = n
+			}
 		}
-		if m.kind == mergeMin {
+		switch m.kind {
+		case mergeMin:
 			return resp.AppendInt(nil, least)
+		case mergeMax:
+			return resp.AppendInt(nil, most)
 		}
 		return resp.AppendInt(nil, sum)
 	}
@@ -668,6 +688,10 @@ func (m *merge) joined(b *upstream.Batch, first int) []byte {
 			n, okN := resp.Int(elems[j])
 			if !okA || !okN {
 				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(elems[j])))
+			}
+			if m.kind == mergePairMax {
+				out[j] = resp.AppendInt(nil, max(a, n))
+				continue
 			}
 			out[j] = resp.AppendInt(nil, a+n)
 		}

@@ -136,6 +136,13 @@ func joinInfo(replies [][]byte) []byte {
 					sec.values[field] = value
 				}
 			case "sum":
+				if sec.name == "Commandstats" && ranOnEveryMaster(strings.TrimPrefix(field, "cmdstat_")) {
+					// One call through rproxy, one on each master.
+					if callsOf(value) > callsOf(old) {
+						sec.values[field] = value
+					}
+					continue
+				}
 				sec.values[field] = addInfoValues(old, value)
 			}
 		}
@@ -158,6 +165,25 @@ func joinInfo(replies [][]byte) []byte {
 	out = append(out, "\r\n"...)
 	out = append(out, text.String()...)
 	return append(out, "\r\n"...)
+}
+
+// ranOnEveryMaster reports whether rproxy sends the command (a
+// "name|subcommand" for container commands) to every master: each master
+// counts every call, where one server would count it once.
+func ranOnEveryMaster(name string) bool {
+	_, ok := fanOutCommands[name]
+	return ok
+}
+
+// callsOf is a Commandstats value's calls.
+func callsOf(value string) int64 {
+	for _, p := range strings.Split(value, ",") {
+		if v, ok := strings.CutPrefix(p, "calls="); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // addInfoValues adds two masters' values of one INFO field: integers and

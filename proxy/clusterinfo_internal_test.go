@@ -60,6 +60,12 @@ func TestJoinInfo(t *testing.T) {
 	if got := string(joinInfo([][]byte{resp.AppendBulk(nil, []byte(pa)), resp.AppendBulk(nil, []byte(pb))})); got != string(resp.AppendBulk(nil, []byte(pwant))) {
 		t.Errorf("Persistence:\n got %q\nwant %q", got, resp.AppendBulk(nil, []byte(pwant)))
 	}
+	// A command rproxy sends to every master ran once for the client.
+	fa := "# Commandstats\r\ncmdstat_flushall:calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n"
+	fb := "# Commandstats\r\ncmdstat_flushall:calls=1,usec=40,usec_per_call=40.00,rejected_calls=0,failed_calls=0\r\n"
+	if got := string(joinInfo([][]byte{resp.AppendBulk(nil, []byte(fa)), resp.AppendBulk(nil, []byte(fb))})); got != string(resp.AppendBulk(nil, []byte(fa))) {
+		t.Errorf("FLUSHALL on every master: %q, want one call", got)
+	}
 	// Sections only INFO keyspace asked for; an empty Keyspace.
 	if got := string(joinInfo([][]byte{resp.AppendBulk(nil, []byte("# Keyspace\r\n")), resp.AppendBulk(nil, []byte("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"))})); !strings.Contains(got, "db0:keys=1,expires=0,avg_ttl=0\r\n") {
 		t.Errorf("keyspace of an empty and a one-key master: %q", got)

@@ -374,6 +374,52 @@ func (s *Server) leaveStream(ss *session) {
 	}
 }
 
+// leaveStreamUnsubscribed ends stream mode after an unsubscription that
+// left the session as an ordinary connection on Redis (leavesStream): no
+// subscriptions, no tracking, no MONITOR, replies on, database 0, no
+// transaction or WATCH. The copy ends at the end marker's answer, as after
+// a RESET, and the session goes on on the shared connections (on a
+// cluster, its commands routed again: a CONFIG SET to every master, a key
+// to its own). Its state is kept: Redis's connection had none beyond what
+// the session holds. If the copy ended otherwise, or no answer came within
+// upstream.timeout, the client is closed, as after a RESET.
+func (s *Server) leaveStreamUnsubscribed(ss *session) {
+	end := newStreamEnd([]byte("rproxy-end-" + rand.Text()))
+	ss.relay.endAfterReset(end)
+	s.sendWithHelper(ss, end.command())
+	timer := time.NewTimer(s.cfg.Upstream.Timeout)
+	defer timer.Stop()
+	ended := false
+	select {
+	case ended = <-ss.streamEnded:
+	case <-timer.C:
+	}
+	ss.dropBranches()
+	if !ended {
+		ss.quit = true // the rest of the batch is not run
+		ss.conn.NetConn().Close()
+		return
+	}
+	ss.stream, ss.pinDirty = false, true
+	s.unpin(ss, false)
+	ss.relay, ss.streamEnded = nil, nil
+	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
+		lc.restoreIdle()
+	}
+	ss.subscribedSure = false
+	ss.lastCaching = nil
+}
+
+// leavesStream reports whether the session, in stream mode, is now an
+// ordinary connection on Redis that rproxy can serve outside it
+// (leaveStreamUnsubscribed).
+func (ss *session) leavesStream() bool {
+	return ss.stream && ss.role == 0 && ss.redirect == -1 && !ss.trackBcast && ss.trackingCmd == nil &&
+		len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) == 0 &&
+		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.watchPool == nil && ss.branchTx == nil &&
+		ss.db == 0 && !ss.dbUnknown
+}
+
 // sendWithHelper sends the stream-mode batch so far, and after it cmd, a
 // command of rproxy's own that the relay waits for (not the client's).
 func (s *Server) sendWithHelper(ss *session, cmd []byte) {

@@ -148,7 +148,10 @@ type session struct {
 	watchPool   *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
 	trackingCmd []byte
 	lastCaching []byte
-	kept        []keptPin
+	// Keyspace notifications from masters other than the pin's
+	// (streamnotify.go).
+	notifyBranches []*notifyBranch
+	kept           []keptPin
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline

@@ -408,6 +408,7 @@ func (ss *session) toBranches(cmd []byte) {
 // dropBranches closes the session's branches (RESET, or the client left),
 // and with them a transaction or WATCH sent on one.
 func (ss *session) dropBranches() {
+	ss.dropNotifyBranches()
 	for _, b := range ss.branches {
 		b.dropped.Store(true)
 		b.pool.Discard(b.d)

@@ -435,3 +435,108 @@ func TestClusterRESP2UnsubscribedRunsEverywhere(t *testing.T) {
 	s.readPrefixes("*3\r\n$11\r\nunsubscribe\r\n")
 	everyMaster(s, "after subscribing and unsubscribing")
 }
+
+// TestClusterKeyspaceNotificationsFromEveryMaster: a subscriber through
+// rproxy on a cluster gets the keyspace and keyevent notifications of every
+// master's keys, each once, as from one Redis, where a cluster node sends
+// its own keys' only. A published message still comes once, and PUBLISH,
+// PUBSUB NUMSUB and NUMPAT count as one Redis does. Redis's Tcl suite in
+// cluster mode (unit/pubsub: 30 tests) found both: before, notifications
+// came from the subscriber's one master, and PUBLISH counted only the
+// subscribers whose connection was on its channel's master.
+func TestClusterKeyspaceNotificationsFromEveryMaster(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "ks")
+	if r := w.do("CONFIG", "SET", "notify-keyspace-events", "KEA"); r != "+OK\r\n" {
+		t.Fatalf("CONFIG SET notify-keyspace-events = %q", r)
+	}
+	events := dialClient(t, p.Addr)
+	events.send(resp.AppendCommandString(nil, "PSUBSCRIBE", "__keyevent@0__:*"))
+	events.readPrefixes("*3\r\n$10\r\npsubscribe\r\n")
+	all := dialClient(t, p.Addr)
+	all.send(resp.AppendCommandString(nil, "PSUBSCRIBE", "*"))
+	all.readPrefixes("*3\r\n$10\r\npsubscribe\r\n")
+	channels := dialClient(t, p.Addr)
+	for i, k := range keys {
+		channels.send(resp.AppendCommandString(nil, "SUBSCRIBE", "__keyspace@0__:"+k, "plain"+strconv.Itoa(i)))
+		channels.readPrefixes("*3\r\n$9\r\nsubscribe\r\n", "*3\r\n$9\r\nsubscribe\r\n")
+	}
+	// What each subscriber received, in any order (masters send apart).
+	received := func(c *rawClient, n int) []string {
+		t.Helper()
+		var got []string
+		for range n {
+			v, err := resp.Parse(c.read())
+			if err != nil || len(v.Elems) < 3 {
+				t.Fatalf("want a message, got %v (%v)", v, err)
+			}
+			var parts []string
+			for _, e := range v.Elems {
+				parts = append(parts, string(e.Str))
+			}
+			got = append(got, strings.Join(parts, " "))
+		}
+		slices.Sort(got)
+		return got
+	}
+	for _, k := range keys {
+		w.do("SET", k, "x")
+	}
+	var wantEvents, wantAll, wantChannels []string
+	for _, k := range keys {
+		wantEvents = append(wantEvents, "pmessage __keyevent@0__:* __keyevent@0__:set "+k)
+		wantAll = append(wantAll, "pmessage * __keyevent@0__:set "+k, "pmessage * __keyspace@0__:"+k+" set")
+		wantChannels = append(wantChannels, "message __keyspace@0__:"+k+" set")
+	}
+	slices.Sort(wantEvents)
+	slices.Sort(wantAll)
+	slices.Sort(wantChannels)
+	if got := received(events, len(keys)); !slices.Equal(got, wantEvents) {
+		t.Errorf("PSUBSCRIBE __keyevent@0__:* got %q, want %q", got, wantEvents)
+	}
+	if got := received(all, 2*len(keys)); !slices.Equal(got, wantAll) {
+		t.Errorf("PSUBSCRIBE * got %q, want %q", got, wantAll)
+	}
+	if got := received(channels, len(keys)); !slices.Equal(got, wantChannels) {
+		t.Errorf("SUBSCRIBE __keyspace@0__:<key> got %q, want %q", got, wantChannels)
+	}
+
+	// A published message: once to each subscriber, counted once each.
+	for i := range keys {
+		ch := "plain" + strconv.Itoa(i)
+		if r := w.do("PUBLISH", ch, "m"); r != ":2\r\n" {
+			t.Errorf("PUBLISH %s = %q, want :2 (a channel and a pattern subscriber)", ch, r)
+		}
+		channels.readPrefixes("*3\r\n$7\r\nmessage\r\n$6\r\n" + ch)
+		all.readPrefixes("*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$6\r\n" + ch)
+	}
+	if r := w.do("PUBSUB", "NUMPAT"); r != ":2\r\n" {
+		t.Errorf("PUBSUB NUMPAT = %q, want :2", r)
+	}
+	if r := w.do("PUBSUB", "NUMSUB", "__keyspace@0__:"+keys[1], "plain1"); r != "*4\r\n$"+strconv.Itoa(len("__keyspace@0__:"+keys[1]))+"\r\n__keyspace@0__:"+keys[1]+"\r\n:1\r\n$6\r\nplain1\r\n:1\r\n" {
+		t.Errorf("PUBSUB NUMSUB = %q, want 1 each", r)
+	}
+	// No copy of a published message came from another master: the next
+	// messages are the notifications of the next writes.
+	for _, k := range keys {
+		w.do("DEL", k)
+	}
+	for _, m := range received(all, 2*len(keys)) {
+		if !strings.Contains(m, "del") {
+			t.Errorf("PSUBSCRIBE * got %q after the DELs, want their notifications only", m)
+		}
+	}
+	received(events, len(keys))
+
+	// Unsubscribed, the client is an ordinary one again: no notification,
+	// and commands for every master's keys and for the whole data.
+	events.send(resp.AppendCommandString(nil, "PUNSUBSCRIBE"))
+	events.readPrefixes("*3\r\n$12\r\npunsubscribe\r\n")
+	for _, k := range keys {
+		if r := events.do("SET", k, "y"); r != "+OK\r\n" {
+			t.Errorf("SET %s after PUNSUBSCRIBE = %q", k, r)
+		}
+	}
+	if r := events.do("DBSIZE"); r != ":"+strconv.Itoa(len(keys))+"\r\n" {
+		t.Errorf("DBSIZE after PUNSUBSCRIBE = %q, want every master's keys", r)
+	}
+}

@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync/atomic"
+
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
+	"go.uber.org/zap"
+)
+
+// Keyspace notifications across a cluster's masters. A cluster node
+// publishes the keyspace and keyevent notifications of its own keys only,
+// to its own subscribers (a PUBLISH, by contrast, reaches every node's). A
+// session subscribes on its pin, one master; for the notifications of the
+// other masters' keys, a subscription that may receive them (a
+// __keyspace@/__keyevent@ channel, or a pattern that can match one) is
+// also made on a connection of the session's own to each other master (a
+// notify branch). Of what a notify branch receives, only keyspace and
+// keyevent messages go to the client, between whole replies; its
+// subscription confirmations, and the PUBLISHed messages the pin already
+// delivers, are dropped. Unsubscriptions follow the subscriptions.
+//
+// A notify branch that fails closes the client: its notifications would be
+// lost without a sign, as when the client's own connection to Redis ends.
+
+// notifyBranch is a session's subscription-only connection to one master
+// other than its pin's.
+type notifyBranch struct {
+	pool    *upstream.Pool
+	d       *upstream.Dedicated
+	dropped atomic.Bool // closed by the session: the client stays
+
+	// The copy goroutine's own state.
+	relay *streamRelay
+	fr    resp.Framer
+	cur   []byte
+}
+
+// Write is the copy goroutine's: keyspace and keyevent messages go to the
+// client, the rest is dropped.
+func (b *notifyBranch) Write(p []byte) (int, error) {
+	for i := 0; i < len(p); {
+		k, done, err := b.fr.Next(p[i:])
+		if err != nil {
+			return 0, err
+		}
+		b.cur = append(b.cur, p[i:i+k]...)
+		i += k
+		if !done {
+			continue
+		}
+		frame := b.cur
+		b.cur = nil
+		if isKeyspaceMessage(frame) {
+			if err := b.relay.writeFrame(frame); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// isKeyspaceMessage reports whether frame is a message or pmessage (RESP2
+// array or RESP3 push) on a __keyspace@ or __keyevent@ channel.
+func isKeyspaceMessage(frame []byte) bool {
+	v, err := resp.Parse(frame)
+	if err != nil || (v.Kind != '*' && v.Kind != '>') || len(v.Elems) < 3 {
+		return false
+	}
+	channel := -1
+	switch string(v.Elems[0].Str) {
+	case "message":
+		channel = 1
+	case "pmessage":
+		channel = 2
+	}
+	return channel > 0 && channel < len(v.Elems) && isKeyspaceChannel(v.Elems[channel].Str)
+}
+
+func isKeyspaceChannel(ch []byte) bool {
+	return bytes.HasPrefix(ch, []byte("__keyspace@")) || bytes.HasPrefix(ch, []byte("__keyevent@"))
+}
+
+// mayMatchKeyspace reports whether pattern can match a __keyspace@ or
+// __keyevent@ channel: its text before the first glob character is a
+// prefix of one of those, or starts with one.
+func mayMatchKeyspace(pattern []byte) bool {
+	lit := string(pattern)
+	if i := strings.IndexAny(lit, `*?[\`); i >= 0 {
+		lit = lit[:i]
+	}
+	for _, p := range []string{"__keyspace@", "__keyevent@"} {
+		if strings.HasPrefix(p, lit) || strings.HasPrefix(lit, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// notifyArgs returns the (un)subscribe command to send to the notify
+// branches for one the client sent, nil for none: a SUBSCRIBE or
+// PSUBSCRIBE keeps the channels or patterns that may receive keyspace
+// notifications; an UNSUBSCRIBE or PUNSUBSCRIBE goes as sent (what the
+// branches never subscribed they answer for, and that is dropped).
+func notifyArgs(name string, args [][]byte) [][]byte {
+	switch name {
+	case "unsubscribe", "punsubscribe":
+		return args
+	case "subscribe", "psubscribe":
+	default:
+		return nil
+	}
+	keep := [][]byte{args[0]}
+	for _, a := range args[1:] {
+		if name == "subscribe" && isKeyspaceChannel(a) || name == "psubscribe" && mayMatchKeyspace(a) {
+			keep = append(keep, a)
+		}
+	}
+	if len(keep) == 1 {
+		return nil
+	}
+	return keep
+}
+
+// notifyEverywhere sends, on a cluster, the part of a (un)subscribe
+// command that concerns keyspace notifications to the session's notify
+// branch on every master but its pin's, making the branches on first use.
+// A subscription when none was made before, or an unsubscription, that
+// concerns none sends nothing.
+func (s *Server) notifyEverywhere(ss *session, name string, args [][]byte) {
+	if s.cfg.Cluster == nil || ss.pinPool == nil || ss.relay == nil {
+		return
+	}
+	send := notifyArgs(name, args)
+	if send == nil || (name == "unsubscribe" || name == "punsubscribe") && len(ss.notifyBranches) == 0 {
+		return
+	}
+	cmd := resp.AppendCommand(nil, send...)
+	backend := ss.pools[ss.proto]
+	for _, slot := range backend.Shards() {
+		pool := backend.PinPool(slot)
+		if pool == ss.pinPool {
+			continue
+		}
+		b, err := s.notifyBranch(ss, pool)
+		if err != nil {
+			s.log.Info("closing a subscriber: no connection to another master for its keyspace notifications",
+				zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
+			ss.conn.NetConn().Close()
+			return
+		}
+		if err := b.d.Send([][]byte{cmd}); err != nil {
+			b.pool.Discard(b.d)
+			ss.conn.NetConn().Close() // the copy ends too, and closes the client
+			return
+		}
+	}
+}
+
+// notifyBranch returns the session's notify branch to pool, making it.
+func (s *Server) notifyBranch(ss *session, pool *upstream.Pool) (*notifyBranch, error) {
+	for _, b := range ss.notifyBranches {
+		if b.pool == pool {
+			return b, nil
+		}
+	}
+	d, err := pool.Acquire(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	b := &notifyBranch{pool: pool, d: d, relay: ss.relay}
+	ss.notifyBranches = append(ss.notifyBranches, b)
+	nc := ss.conn.NetConn()
+	go func() {
+		err := d.StreamTo(b)
+		if !b.dropped.Load() {
+			s.log.Info("closing a subscriber: its keyspace notifications from another master ended",
+				zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
+			nc.Close()
+		}
+	}()
+	return b, nil
+}
+
+// dropNotifyBranches closes the session's notify branches (RESET, or the
+// session's end).
+func (ss *session) dropNotifyBranches() {
+	for _, b := range ss.notifyBranches {
+		b.dropped.Store(true)
+		b.pool.Discard(b.d)
+	}
+	ss.notifyBranches = nil
+}
