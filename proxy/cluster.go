@@ -21,12 +21,13 @@ const (
 	mergeArray                      // elements put back in key order: MGET
 	mergeAll                        // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
 	mergeUnion                      // arrays joined, each element once: PUBSUB CHANNELS
-	mergePairSum                    // arrays of name, count pairs, counts added: PUBSUB NUMSUB
+	mergePairSum                    // arrays of name, count pairs, counts added: PUBSUB SHARDNUMSUB
 	mergeMin                        // the least integer: LASTSAVE
 	mergeMax                        // the greatest integer: PUBSUB NUMPAT
 	mergePairMax                    // arrays of name, count pairs, the greatest count of each: PUBSUB NUMSUB
 	mergeInfo                       // INFO texts joined, counters added (joinInfo)
 	mergeLatest                     // LATENCY LATEST: each event once, its latest spike and its highest
+	mergeSlowlog                    // SLOWLOG GET: every master's entries, newest first, as many as asked
 	mergeHistogram                  // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
 	mergeDigest                     // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
 )
@@ -71,6 +72,7 @@ var fanOutCommands = map[string]mergeKind{
 	"acl|save":          mergeOK,
 	"slowlog|reset":     mergeOK,
 	"slowlog|len":       mergeSum,
+	"slowlog|get":       mergeSlowlog, // every master's entries, newest first
 	"latency|reset":     mergeSum,
 	"latency|latest":    mergeLatest,
 	"latency|histogram": mergeHistogram,
@@ -163,6 +165,7 @@ type routeState struct {
 type merge struct {
 	kind  mergeKind
 	parts int
+	limit int // mergeSlowlog: the entries asked for (negative: all)
 	// For mergeArray: for each of the client's keys, its part and its
 	// index among that part's elements.
 	part, index []int32
@@ -280,7 +283,11 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 				if kind == mergeInfo {
 					ss.infoAt = append(ss.infoAt, infoAt{up: first, withProxy: infoWantsProxy(args)})
 				}
-				ss.queueMerge(merge{kind: kind, parts: ss.batch.Len() - first})
+				m := merge{kind: kind, parts: ss.batch.Len() - first}
+				if kind == mergeSlowlog {
+					m.limit = slowlogCount(args)
+				}
+				ss.queueMerge(m)
 				return true
 			}
 			return false
@@ -595,6 +602,8 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 		return m.latest(b, first)
 	case mergeDigest:
 		return m.digest(b, first)
+	case mergeSlowlog:
+		return m.slowlog(b, first)
 	case mergeHistogram:
 		replies := make([][]byte, m.parts)
 		for i := range replies {

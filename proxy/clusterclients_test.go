@@ -480,3 +480,47 @@ func TestClusterDebugAsOneServer(t *testing.T) {
 	}
 	c.do("DEBUG", "SET-ACTIVE-EXPIRE", "1")
 }
+
+// TestClusterSlowlogIsEveryMasters: SLOWLOG GET through rproxy on a
+// cluster lists every master's entries, newest first, as many as asked,
+// as one server's log. Before, it was one master's, in turn, so two calls
+// in a row showed two different logs (Redis's Tcl suite in cluster mode,
+// unit/slowlog).
+func TestClusterSlowlogIsEveryMasters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "slow")
+	c := dialClient(t, p.Addr)
+	c.do("CONFIG", "SET", "slowlog-log-slower-than", "0")
+	c.do("SLOWLOG", "RESET")
+	for _, k := range keys {
+		c.do("SET", k, "v")
+	}
+	v, err := resp.Parse([]byte(c.do("SLOWLOG", "GET", "-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sets []string
+	last := int64(1 << 62)
+	for _, e := range v.Elems {
+		if at := e.Elems[1].Int; at > last {
+			t.Errorf("SLOWLOG GET -1: an entry at %d after one at %d, want newest first", at, last)
+		} else {
+			last = at
+		}
+		if args := e.Elems[3].Elems; len(args) == 3 && strings.EqualFold(string(args[0].Str), "set") {
+			sets = append(sets, string(args[1].Str))
+		}
+	}
+	slices.Sort(sets)
+	if want := slices.Sorted(slices.Values(keys)); !slices.Equal(sets, want) {
+		t.Errorf("SLOWLOG GET -1 logged SET of %q, want every master's %q", sets, want)
+	}
+	for _, n := range []string{"0", "2"} {
+		v, err := resp.Parse([]byte(c.do("SLOWLOG", "GET", n)))
+		if want, _ := strconv.Atoi(n); err != nil || len(v.Elems) != want {
+			t.Errorf("SLOWLOG GET %s: %d entries (%v), want %d", n, len(v.Elems), err, want)
+		}
+	}
+	c.do("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+}
