@@ -223,3 +223,34 @@ func TestStallDivertOnACluster(t *testing.T) {
 		t.Fatalf("SET after the pause: %q", r)
 	}
 }
+
+// TestPausedWriteWaitsPastTimeout: a write Redis holds while writes are
+// paused (CLIENT PAUSE WRITE, FAILOVER) waits for the pause to end, as on
+// Redis, however long past upstream.timeout. Before, rproxy took its
+// shared connection for dead at upstream.timeout, failed the write and
+// every command behind it with "upstream unavailable", and reset the
+// connection (Redis's Tcl suite in cluster mode, unit/pause). A pinned
+// session's write (inside MULTI) waits the same way.
+func TestPausedWriteWaitsPastTimeout(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Upstream.Timeout = 300 * time.Millisecond })
+	writer, tx := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	writer.do("PING")
+	tx.do("MULTI")
+	tx.do("SET", "t", "1")
+	if r := string(rs.Do(t, "CLIENT", "PAUSE", "1500", "WRITE")); r != "+OK\r\n" {
+		t.Fatalf("CLIENT PAUSE: %q", r)
+	}
+	start := time.Now()
+	writer.send(resp.AppendCommandString(nil, "SET", "k", "v"))
+	tx.send(resp.AppendCommandString(nil, "EXEC"))
+	if r := string(writer.read()); r != "+OK\r\n" {
+		t.Errorf("SET during a 1.5 s write pause, upstream.timeout 300ms: %q after %v, want +OK once the pause ends", r, time.Since(start))
+	}
+	if r := string(tx.read()); r != "*1\r\n+OK\r\n" {
+		t.Errorf("EXEC of a SET during the pause: %q after %v, want its +OK once the pause ends", r, time.Since(start))
+	}
+	if r := string(rs.Do(t, "MGET", "k", "t")); r != "*2\r\n$1\r\nv\r\n$1\r\n1\r\n" {
+		t.Errorf("after the pause: MGET k t = %q", r)
+	}
+}

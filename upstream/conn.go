@@ -51,10 +51,24 @@ type conn struct {
 	isSpare bool
 	firstUp chan struct{}
 	stalled atomic.Bool
+	// heldBefore: the watcher's last look past Timeout found Redis holding
+	// the connection's command (a write pause): the watcher's own state.
+	heldBefore atomic.Bool
 }
 
 func newConn(p *Pool, id int) *conn {
 	return &conn{pool: p, id: id, downReason: "connecting", wake: make(chan struct{}, 1)}
+}
+
+// localAddr is the connection's local address (the addr Redis lists it
+// by), "" while down.
+func (c *conn) localAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nc == nil {
+		return ""
+	}
+	return c.nc.LocalAddr().String()
 }
 
 func (c *conn) up() bool {

@@ -438,6 +438,7 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 		return
 	}
 	start := len(b.replies)
+	heldBefore := false // the last timeout found the command held by a pause
 	for !b.complete() {
 		if d.r == d.w {
 			if timeout > 0 {
@@ -448,8 +449,19 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 				reason := "read: " + err.Error()
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
-					if d.pool.scriptBusy(context.Background()) {
+					busy, held := d.pool.waitProbe(context.Background())
+					if busy {
 						continue // behind a long script: wait, as on Redis
+					}
+					if held[d.LocalAddr()] {
+						heldBefore = true
+						continue // a write held while writes are paused: wait, as on Redis
+					}
+					if heldBefore {
+						// The pause ended since the read gave up: the reply
+						// gets a whole timeout of its own.
+						heldBefore = false
+						continue
 					}
 					reason = fmt.Sprintf("no reply within %v", timeout)
 				}

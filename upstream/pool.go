@@ -454,10 +454,11 @@ func (p *Pool) watch(ctx context.Context) {
 		}
 		now := p.cfg.Now().UnixNano()
 		diverting, sharedStalled := false, 0
-		// Whether Redis runs a long script is asked once a tick, not once
-		// per timed-out connection: against a hung Redis each asking
+		// Why connections wait past Timeout (waitProbe) is asked once a
+		// tick, not once per connection: against a hung Redis each asking
 		// waits, and the last connection's callers with it.
 		var busy, asked bool
+		var held map[string]bool
 		for i, c := range p.all {
 			stalled := c.stalledSince(now)
 			if len(p.spares) > 0 && p.setStalled(c, stalled > p.cfg.StallDivert) {
@@ -471,13 +472,23 @@ func (p *Pool) watch(ctx context.Context) {
 				continue
 			}
 			if !asked {
-				busy, asked = p.scriptBusy(ctx), true
+				busy, held = p.waitProbe(ctx)
+				asked = true
 			}
 			if busy {
 				// Redis is running a long script (or function) and answers
 				// nothing else until it ends or is killed: the connection is
 				// not dead, so its callers wait as on Redis. Look again
 				// after another timeout.
+				c.lastProgress.Store(p.cfg.Now().UnixNano())
+				continue
+			}
+			if addr := c.localAddr(); addr != "" && held[addr] || c.heldBefore.Swap(false) {
+				// Redis holds the connection's next command on purpose: a
+				// write while writes are paused (CLIENT PAUSE WRITE,
+				// FAILOVER). Its callers wait for the pause, as on Redis;
+				// once it ends, the reply gets a whole timeout of its own.
+				c.heldBefore.Store(held[addr])
 				c.lastProgress.Store(p.cfg.Now().UnixNano())
 				continue
 			}
@@ -521,23 +532,51 @@ func (p *Pool) setStalled(c *conn, stalled bool) bool {
 	return stalled
 }
 
-// scriptBusy reports whether Redis answers -BUSY on a new connection: it is
-// running a script or function past its busy threshold, so a connection
-// waiting for a reply is stalled behind it, not dead.
-func (p *Pool) scriptBusy(ctx context.Context) bool {
-	// Redis answers BUSY at once while a script runs (it serves events
-	// between the script's steps); a paused or hung Redis answers nothing,
-	// and its connection must still time out close to upstream.timeout.
+// waitProbe asks Redis, on a new connection, why a connection waits past
+// Timeout for a reply. busy: Redis answers -BUSY, running a script or
+// function past its busy threshold, so the connection is stalled behind
+// it, not dead. held: the local addresses of the connections Redis lists
+// as blocked (flag b): a command Redis holds on purpose, a write while
+// writes are paused (CLIENT PAUSE WRITE, FAILOVER; shared connections
+// carry no blocking command). A hung Redis, or one paused for every
+// command (CLIENT PAUSE ALL), answers nothing within the probe's wait:
+// neither, and its connections still time out close to Timeout.
+func (p *Pool) waitProbe(ctx context.Context) (busy bool, held map[string]bool) {
+	held = map[string]bool{}
 	wait := min(p.cfg.DialTimeout, max(p.cfg.Timeout/4, 50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	nc, err := p.dial(ctx)
 	if err != nil {
-		return false
+		return false, held
 	}
 	defer nc.Close()
-	err = handshake(nc, p.cfg.Now().Add(wait), pingCmd)
-	return err != nil && strings.Contains(err.Error(), `"-BUSY `)
+	deadline := p.cfg.Now().Add(wait)
+	if err := handshake(nc, deadline, pingCmd); err != nil {
+		return strings.Contains(err.Error(), `"-BUSY `), held
+	}
+	reply, err := roundTrip(nc, deadline, clientListCmd)
+	if err != nil {
+		return false, held
+	}
+	v, err := resp.Parse(reply)
+	if err != nil {
+		return false, held
+	}
+	for _, line := range strings.Split(strings.TrimPrefix(string(v.Str), "txt:"), "\n") {
+		var addr, flags string
+		for _, f := range strings.Fields(line) {
+			if a, ok := strings.CutPrefix(f, "addr="); ok {
+				addr = a
+			} else if fl, ok := strings.CutPrefix(f, "flags="); ok {
+				flags = fl
+			}
+		}
+		if addr != "" && strings.Contains(flags, "b") {
+			held[addr] = true
+		}
+	}
+	return false, held
 }
 
 var pingCmd = resp.AppendCommandString(nil, "PING")
