@@ -326,24 +326,10 @@ func (s *Server) startStream(ss *session, raw []byte) {
 // silence it), or no answer came within upstream.timeout, the client is
 // closed instead.
 func (s *Server) leaveStream(ss *session) {
-	end := newStreamEnd([]byte("rproxy-end-" + rand.Text()))
-	ss.relay.endAfterReset(end)
-	s.sendWithHelper(ss, end.command())
-	timer := time.NewTimer(s.cfg.Upstream.Timeout)
-	defer timer.Stop()
-	reset := false
-	select {
-	case reset = <-ss.streamEnded:
-		// end.reset is set before the copy ended. After CLIENT REPLY SKIP
-		// Redis answers the RESET with nothing, as it would the client.
-		reset = reset && (end.reset != nil || ss.replySkipped)
-	case <-timer.C:
-	}
-	// The copy has shown every reply sent before the RESET, the branches'
-	// too: they go now (the RESET turned tracking off).
-	ss.dropBranches()
-	ss.streamWatch = false
-	if !reset {
+	end, ended := s.endCopy(ss)
+	// end.reset is set before the copy ended. After CLIENT REPLY SKIP
+	// Redis answers the RESET with nothing, as it would the client.
+	if !ended || end.reset == nil && !ss.replySkipped {
 		ss.quit = true // the rest of the batch is not run
 		ss.conn.NetConn().Close()
 		return
@@ -354,18 +340,12 @@ func (s *Server) leaveStream(ss *session) {
 	// session (a pipeline of SUBSCRIBE and RESET costs Redis no connection
 	// per pair). One that tracked keys is reset the same way and kept by
 	// the session instead (session.pinTracked).
-	ss.stream, ss.pinDirty = false, true
-	s.unpin(ss, false)
-	ss.relay, ss.streamEnded = nil, nil
-	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
-		lc.restoreIdle()
-	}
+	s.backToShared(ss)
 	s.resetSession(ss)
 	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
 	ss.trackingCmd, ss.lastCaching = nil, nil // a later stream's branches must not track
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
-	ss.subscribedSure = false
 	// Redis's +RESET, held back by the relay: the client reads it once the
 	// session has left stream mode (CLIENT LIST no longer shows it as a
 	// subscriber or a monitor).
@@ -380,34 +360,16 @@ func (s *Server) leaveStream(ss *session) {
 // transaction or WATCH. The copy ends at the end marker's answer, as after
 // a RESET, and the session goes on on the shared connections (on a
 // cluster, its commands routed again: a CONFIG SET to every master, a key
-// to its own). Its state is kept: Redis's connection had none beyond what
+// to its own), its state kept: Redis's connection held none beyond what
 // the session holds. If the copy ended otherwise, or no answer came within
 // upstream.timeout, the client is closed, as after a RESET.
 func (s *Server) leaveStreamUnsubscribed(ss *session) {
-	end := newStreamEnd([]byte("rproxy-end-" + rand.Text()))
-	ss.relay.endAfterReset(end)
-	s.sendWithHelper(ss, end.command())
-	timer := time.NewTimer(s.cfg.Upstream.Timeout)
-	defer timer.Stop()
-	ended := false
-	select {
-	case ended = <-ss.streamEnded:
-	case <-timer.C:
-	}
-	ss.dropBranches()
-	if !ended {
-		ss.quit = true // the rest of the batch is not run
+	if _, ended := s.endCopy(ss); !ended {
+		ss.quit = true
 		ss.conn.NetConn().Close()
 		return
 	}
-	ss.stream, ss.pinDirty = false, true
-	s.unpin(ss, false)
-	ss.relay, ss.streamEnded = nil, nil
-	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
-		lc.restoreIdle()
-	}
-	ss.subscribedSure = false
-	ss.lastCaching = nil
+	s.backToShared(ss)
 }
 
 // leavesStream reports whether the session, in stream mode, is now an
@@ -418,6 +380,37 @@ func (ss *session) leavesStream() bool {
 		len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) == 0 &&
 		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.watchPool == nil && ss.branchTx == nil &&
 		ss.db == 0 && !ss.dbUnknown
+}
+
+// endCopy sends an end marker (streamEnd) after the stream-mode batch so
+// far and waits, up to upstream.timeout, for the copy to end at Redis's
+// answer to it: ended reports that it did. The copy has then shown every
+// reply sent before, the branches' too: they go either way.
+func (s *Server) endCopy(ss *session) (end *streamEnd, ended bool) {
+	end = newStreamEnd([]byte("rproxy-end-" + rand.Text()))
+	ss.relay.endAfterReset(end)
+	s.sendWithHelper(ss, end.command())
+	timer := time.NewTimer(s.cfg.Upstream.Timeout)
+	defer timer.Stop()
+	select {
+	case ended = <-ss.streamEnded:
+	case <-timer.C:
+	}
+	ss.dropBranches()
+	ss.streamWatch = false
+	return end, ended
+}
+
+// backToShared takes the session, whose copy has ended, out of stream
+// mode: its connection goes back to its pool, which resets it.
+func (s *Server) backToShared(ss *session) {
+	ss.stream, ss.pinDirty = false, true
+	s.unpin(ss, false)
+	ss.relay, ss.streamEnded = nil, nil
+	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
+		lc.restoreIdle()
+	}
+	ss.subscribedSure = false
 }
 
 // sendWithHelper sends the stream-mode batch so far, and after it cmd, a
