@@ -57,6 +57,23 @@ var persistenceInfoFields = map[string]string{
 	"aof_last_write_status":             "err",
 }
 
+// memoryInfoFields are the Memory section's fields that are not added
+// over the masters: limits and settings each has (the first master's),
+// ratios and shares (the first master's), and what every master holds
+// alike, the scripts and functions rproxy loads on all (the highest).
+// Every other integer, the bytes each master uses for its part of the
+// data, is added; the _human fields are written again from the joined
+// bytes (humanBytes).
+var memoryInfoFields = map[string]string{
+	"maxmemory": "first", "maxmemory_policy": "first", "mem_allocator": "first", "total_system_memory": "first",
+	"used_memory_peak_perc": "first", "used_memory_dataset_perc": "first",
+	"allocator_frag_ratio": "first", "allocator_rss_ratio": "first", "rss_overhead_ratio": "first", "mem_fragmentation_ratio": "first",
+	"active_defrag_running": "max",
+	"used_memory_lua": "max", "used_memory_vm_eval": "max", "used_memory_scripts_eval": "max", "number_of_cached_scripts": "max",
+	"number_of_functions": "max", "number_of_libraries": "max", "used_memory_vm_functions": "max", "used_memory_vm_total": "max",
+	"used_memory_functions": "max", "used_memory_scripts": "max",
+}
+
 // infoFieldRule is how the masters' values of a field of section join:
 // "sum", "max", "min", "err" (err if any master's is not ok) or "first".
 func infoFieldRule(section, field string) string {
@@ -66,10 +83,19 @@ func infoFieldRule(section, field string) string {
 		}
 		return "sum"
 	}
-	if section == "Persistence" {
+	switch section {
+	case "Persistence":
 		if r, ok := persistenceInfoFields[field]; ok {
 			return r
 		}
+	case "Memory":
+		if r, ok := memoryInfoFields[field]; ok {
+			return r
+		}
+		if strings.HasSuffix(field, "_human") {
+			return "first" // written again once joined (humanBytes)
+		}
+		return "sum"
 	}
 	return "first"
 }
@@ -147,6 +173,14 @@ func joinInfo(replies [][]byte) []byte {
 			}
 		}
 	}
+	if mem := byName["Memory"]; mem != nil {
+		for _, f := range mem.fields {
+			base, human := strings.CutSuffix(f, "_human")
+			if n, err := strconv.ParseInt(mem.values[base], 10, 64); human && err == nil {
+				mem.values[f] = humanBytes(n)
+			}
+		}
+	}
 	var text strings.Builder
 	if first[0] == '=' {
 		text.WriteString("txt:")
@@ -165,6 +199,21 @@ func joinInfo(replies [][]byte) []byte {
 	out = append(out, "\r\n"...)
 	out = append(out, text.String()...)
 	return append(out, "\r\n"...)
+}
+
+// humanBytes writes n bytes as Redis's INFO does in its _human fields.
+func humanBytes(n int64) string {
+	units := []string{"K", "M", "G", "T", "P"}
+	if n >= 1024 {
+		scale := 1024.0
+		for _, u := range units {
+			if float64(n) < scale*1024 {
+				return strconv.FormatFloat(float64(n)/scale, 'f', 2, 64) + u
+			}
+			scale *= 1024
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
 }
 
 // ranOnEveryMaster reports whether rproxy sends the command (a

@@ -60,6 +60,23 @@ func TestJoinInfo(t *testing.T) {
 	if got := string(joinInfo([][]byte{resp.AppendBulk(nil, []byte(pa)), resp.AppendBulk(nil, []byte(pb))})); got != string(resp.AppendBulk(nil, []byte(pwant))) {
 		t.Errorf("Persistence:\n got %q\nwant %q", got, resp.AppendBulk(nil, []byte(pwant)))
 	}
+	// Memory: the bytes of every master's part added, the _human fields
+	// written again; settings and ratios the first master's, the scripts
+	// every master holds counted once.
+	ma := "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\n" +
+		"mem_fragmentation_ratio:3.51\r\nnumber_of_cached_scripts:2\r\nlazyfreed_objects:1\r\nmaxmemory_policy:noeviction\r\n"
+	mb := "# Memory\r\nused_memory:524288\r\nused_memory_human:512.00K\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\n" +
+		"mem_fragmentation_ratio:2.00\r\nnumber_of_cached_scripts:2\r\nlazyfreed_objects:0\r\nmaxmemory_policy:noeviction\r\n"
+	mwant := "# Memory\r\nused_memory:1572864\r\nused_memory_human:1.50M\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\n" +
+		"mem_fragmentation_ratio:3.51\r\nnumber_of_cached_scripts:2\r\nlazyfreed_objects:1\r\nmaxmemory_policy:noeviction\r\n"
+	if got := string(joinInfo([][]byte{resp.AppendBulk(nil, []byte(ma)), resp.AppendBulk(nil, []byte(mb))})); got != string(resp.AppendBulk(nil, []byte(mwant))) {
+		t.Errorf("Memory:\n got %q\nwant %q", got, resp.AppendBulk(nil, []byte(mwant)))
+	}
+	for n, want := range map[int64]string{0: "0B", 1023: "1023B", 1024: "1.00K", 1536: "1.50K", 1 << 20: "1.00M", 5 << 30: "5.00G", 3 << 40: "3.00T", 1 << 50: "1.00P"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
 	// A command rproxy sends to every master ran once for the client.
 	fa := "# Commandstats\r\ncmdstat_flushall:calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n"
 	fb := "# Commandstats\r\ncmdstat_flushall:calls=1,usec=40,usec_per_call=40.00,rejected_calls=0,failed_calls=0\r\n"
