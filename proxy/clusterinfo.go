@@ -69,7 +69,7 @@ var memoryInfoFields = map[string]string{
 	"used_memory_peak_perc": "first", "used_memory_dataset_perc": "first",
 	"allocator_frag_ratio": "first", "allocator_rss_ratio": "first", "rss_overhead_ratio": "first", "mem_fragmentation_ratio": "first",
 	"active_defrag_running": "max",
-	"used_memory_lua": "max", "used_memory_vm_eval": "max", "used_memory_scripts_eval": "max", "number_of_cached_scripts": "max",
+	"used_memory_lua":       "max", "used_memory_vm_eval": "max", "used_memory_scripts_eval": "max", "number_of_cached_scripts": "max",
 	"number_of_functions": "max", "number_of_libraries": "max", "used_memory_vm_functions": "max", "used_memory_vm_total": "max",
 	"used_memory_functions": "max", "used_memory_scripts": "max",
 }
