@@ -65,13 +65,27 @@ var persistenceInfoFields = map[string]string{
 // data, is added; the _human fields are written again from the joined
 // bytes (humanBytes).
 var memoryInfoFields = map[string]string{
-	"maxmemory": "first", "maxmemory_policy": "first", "mem_allocator": "first", "total_system_memory": "first",
-	"used_memory_peak_perc": "first", "used_memory_dataset_perc": "first",
-	"allocator_frag_ratio": "first", "allocator_rss_ratio": "first", "rss_overhead_ratio": "first", "mem_fragmentation_ratio": "first",
-	"active_defrag_running": "max",
-	"used_memory_lua":       "max", "used_memory_vm_eval": "max", "used_memory_scripts_eval": "max", "number_of_cached_scripts": "max",
-	"number_of_functions": "max", "number_of_libraries": "max", "used_memory_vm_functions": "max", "used_memory_vm_total": "max",
-	"used_memory_functions": "max", "used_memory_scripts": "max",
+	"maxmemory":                "first",
+	"maxmemory_policy":         "first",
+	"mem_allocator":            "first",
+	"total_system_memory":      "first",
+	"used_memory_peak_perc":    "first",
+	"used_memory_dataset_perc": "first",
+	"allocator_frag_ratio":     "first",
+	"allocator_rss_ratio":      "first",
+	"rss_overhead_ratio":       "first",
+	"mem_fragmentation_ratio":  "first",
+	"active_defrag_running":    "max",
+	"used_memory_lua":          "max",
+	"used_memory_vm_eval":      "max",
+	"used_memory_scripts_eval": "max",
+	"number_of_cached_scripts": "max",
+	"number_of_functions":      "max",
+	"number_of_libraries":      "max",
+	"used_memory_vm_functions": "max",
+	"used_memory_vm_total":     "max",
+	"used_memory_functions":    "max",
+	"used_memory_scripts":      "max",
 }
 
 // infoFieldRule is how the masters' values of a field of section join:
