@@ -73,6 +73,7 @@ func (s *Server) newChain() chain {
 	add(&c.commands, true, transactionGuard{s})              // no proxy-answered command inside MULTI
 	add(&c.commands, true, s.authing)                        // AUTH, and NOAUTH before it
 	add(&c.commands, true, s.policing)                       // refusals, big-key probes, TTL jitter (reloadable)
+	add(&c.commands, true, s.pauses)                         // writes during a CLIENT PAUSE off the shared connections
 	add(&c.commands, s.tiering != nil, tw)                   // writes drop their keys from the local tier
 	add(&c.commands, true, scriptKill{s})                    // SCRIPT/FUNCTION KILL out of band
 	add(&c.commands, s.sentinelReplicaReads(), rr)           // Sentinel replicas for reads under prefixes
@@ -111,6 +112,9 @@ type call struct {
 	keyHash        uint64
 	hashed, hotGet bool
 	hot            bool
+	// heldByPause: a command Redis holds during a CLIENT PAUSE sent
+	// through rproxy (pauseWatch): it goes as a blocking command does.
+	heldByPause bool
 }
 
 // lastLookup remembers a session's last command-table lookup: a pipeline
@@ -423,23 +427,17 @@ func (st dispatch) command(ss *session, c *call) bool {
 		if info.Name == "info" {
 			ss.infoAt = append(ss.infoAt, infoAt{up: ss.batch.Len(), withProxy: infoWantsProxy(args)})
 		}
+		if c.heldByPause && !ss.inTransaction() {
+			s.forwardBlocking(ss, info, cmd.Raw) // Redis holds it until the pause ends
+			return true
+		}
 		ss.forward(cmd.Raw)
 	case command.BlockingCmd:
 		if isNonBlockingRead(info, args) {
 			ss.forward(cmd.Raw)
 			return true
 		}
-		if ss.pin == nil {
-			if !s.pinSession(ss, ss.slot) {
-				return true
-			}
-			if waitsForReplicas(info) {
-				ss.catchUpWriteOffset()
-			}
-		}
-		ss.blocking = true
-		ss.slowlog.skip = true // it waits as long as the client asked: not slow
-		ss.forward(cmd.Raw)
+		s.forwardBlocking(ss, info, cmd.Raw)
 	case command.Transaction:
 		if ss.pin == nil && info.Name == "multi" && s.routing != nil && s.routing.deferMulti(ss, args) {
 			ss.multiSent = true
@@ -481,6 +479,23 @@ func (st dispatch) command(ss *session, c *call) bool {
 }
 
 func (dispatch) replies(*session) {}
+
+// forwardBlocking sends a command that may wait as long as Redis holds it
+// (a blocking command, or a write during a CLIENT PAUSE) on a connection
+// of the session's own: no timeout, and a client that leaves releases it.
+func (s *Server) forwardBlocking(ss *session, info *command.Info, raw []byte) {
+	if ss.pin == nil {
+		if !s.pinSession(ss, ss.slot) {
+			return
+		}
+		if waitsForReplicas(info) {
+			ss.catchUpWriteOffset()
+		}
+	}
+	ss.blocking = true
+	ss.slowlog.skip = true // it waits as long as the client asked, or Redis held it: not slow
+	ss.forward(raw)
+}
 
 // startsScriptDebugging reports whether args, a SCRIPT command, turns Lua
 // debugging on: SCRIPT DEBUG YES or SYNC (NO, and Redis's errors, go on

@@ -53,6 +53,7 @@ type Server struct {
 	lastPark      atomic.Int64 // when the last client parked (Unix ns)
 
 	policing *policing   // the policy's stage (policy.go)
+	pauses   *pauseWatch // CLIENT PAUSE sent through rproxy (pausewatch.go)
 	reqLog   atomic.Bool // log every client batch at debug (SetRequestLog)
 
 	table       atomic.Pointer[command.Table]
@@ -133,6 +134,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if sen := cfg.Upstream.Sentinel; sen != nil && reg != nil {
 		reg.MustRegister(sen.Collector())
 	}
+	s.pauses = &pauseWatch{clock: s.clock}
 	s.policing = &policing{metrics: policy.NewMetrics(reg), log: s.log, table: &s.table,
 		cluster: cfg.Cluster != nil, timeout: cfg.Upstream.Timeout, flush: s.flush, deny: s.deny}
 	if cfg.Policy != nil {

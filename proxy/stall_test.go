@@ -254,3 +254,45 @@ func TestPausedWriteWaitsPastTimeout(t *testing.T) {
 		t.Errorf("after the pause: MGET k t = %q", r)
 	}
 }
+
+// TestClientPauseThroughProxyHoldsOnlyTheWriter: during a CLIENT PAUSE
+// WRITE sent through rproxy, a client's write waits for the pause, and
+// another client's commands sent right after it are answered at once, as
+// on Redis: Redis's own test polls INFO for the blocked writer. Before,
+// the write went on the shared connection, Redis stopped reading it there,
+// and the INFO sent behind it waited for the whole pause (Redis's Tcl suite
+// in cluster mode, unit/pause: the unit hung).
+func TestClientPauseThroughProxyHoldsOnlyTheWriter(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	admin, writer, reader := dialClient(t, p.Addr), dialClient(t, p.Addr), dialClient(t, p.Addr)
+	writer.do("PING")
+	reader.do("PING")
+	if r := admin.do("CLIENT", "PAUSE", "20000", "WRITE"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT PAUSE through rproxy: %q", r)
+	}
+	t.Cleanup(func() { rs.Do(t, "CLIENT", "UNPAUSE") })
+	writer.send(resp.AppendCommandString(nil, "SET", "k", "v"))
+	for blocked := false; !blocked; {
+		start := time.Now()
+		reader.nc.SetDeadline(time.Now().Add(time.Second))
+		reader.send(resp.AppendCommandString(nil, "INFO", "clients"))
+		r, err := resp.ReadReply(reader.rd, nil)
+		if err != nil {
+			t.Fatalf("INFO during the pause, sent after the paused SET: %v after %v", err, time.Since(start))
+		}
+		blocked = strings.Contains(string(r), "blocked_clients:1\r\n")
+	}
+	if r := reader.do("GET", "k"); r != "$-1\r\n" {
+		t.Errorf("GET k during the pause: %q, want nil (the SET waits)", r)
+	}
+	if r := admin.do("CLIENT", "UNPAUSE"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT UNPAUSE: %q", r)
+	}
+	if r := string(writer.read()); r != "+OK\r\n" {
+		t.Errorf("the paused SET after UNPAUSE: %q", r)
+	}
+	if r := reader.do("GET", "k"); r != "$1\r\nv\r\n" {
+		t.Errorf("GET k after the pause: %q", r)
+	}
+}

@@ -22,6 +22,8 @@
 #   RPROXY_BIN             rproxy binary (default: built into bin/rproxy)
 #   REDIS_SUITE_SKIP       tests skipped through rproxy (default
 #                          suites/redis-suite-skip.txt: each with its reason)
+#   REDIS_SUITE_CLUSTER_SKIP  more skipped in mode cluster (default
+#                          suites/redis-suite-cluster-skip.txt)
 #
 # Each unit runs in its own `runtest --single` with --durable, so one unit that
 # hangs or aborts costs only itself; it is reported as hung or aborted.
@@ -44,17 +46,25 @@ UNIT_TIMEOUT=${REDIS_SUITE_UNIT_TIMEOUT:-600}
 OUT=${REDIS_SUITE_OUT:-$ROOT/suites/out/redis}
 CONFIG=$ROOT/suites/rproxy-suite.yaml
 SKIP=${REDIS_SUITE_SKIP:-$ROOT/suites/redis-suite-skip.txt}
+CLUSTER_SKIP=${REDIS_SUITE_CLUSTER_SKIP:-$ROOT/suites/redis-suite-cluster-skip.txt}
 
 # Tests skipped through rproxy: they hang a whole unit on something no proxy
 # can give (see the file for each reason), which would hide the unit's other
 # tests. One test name per line; '#' lines are the reasons.
 skip_args=()
-if [ -f "$SKIP" ]; then
+cluster_skip_args=()
+read_skips() { # FILE: appends --skiptest NAME per test to skipped
+	[ -f "$1" ] || return 0
 	while IFS= read -r line; do
 		case $line in '#'* | '') continue ;; esac
-		skip_args+=(--skiptest "$line")
-	done <"$SKIP"
-fi
+		skipped+=(--skiptest "$line")
+	done <"$1"
+}
+skipped=()
+read_skips "$SKIP"
+skip_args=("${skipped[@]}")
+read_skips "$CLUSTER_SKIP"
+cluster_skip_args=("${skipped[@]}")
 
 log() { echo "redis-suite: $*" >&2; }
 
@@ -213,7 +223,7 @@ for MODE in $MODES; do
 			: >"$base.rproxy.log"
 			start_proxy "$base.rproxy.log" "$CLUSTER_CONFIG" "${CPORTS[0]}"
 			PORT=$PPORT
-			extra+=("${skip_args[@]}")
+			extra+=("${cluster_skip_args[@]}")
 			;;
 		esac
 		u0=$(date +%s)

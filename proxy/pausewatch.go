@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/rproxy/rproxy/command"
+)
+
+// pauseWatch follows the CLIENT PAUSE and CLIENT UNPAUSE that clients send
+// through rproxy. While Redis pauses writes, it holds a connection at its
+// first write (or command, in mode ALL) and reads nothing more from it, so
+// on a shared connection every other client's commands behind the write
+// waited for the whole pause, where on Redis only the writer waits (Redis's
+// Tcl suite in cluster mode, unit/pause: INFO queued behind a paused SET).
+// During a pause rproxy knows of, such a command goes on a connection of
+// its session's own, as a blocking command does (dispatch), and waits
+// there as long as Redis holds it. A pause sent straight to Redis (or by
+// another rproxy node) is not known here: upstream.stall_divert sends the
+// commands after it around the stalled connection, and upstream.timeout
+// waits while Redis holds the write (upstream's waitProbe).
+type pauseWatch struct {
+	until atomic.Int64 // unix nanoseconds the pause ends at; 0: none known
+	all   atomic.Bool  // mode ALL: every command is held, not only writes
+	clock func() time.Time
+}
+
+func (p *pauseWatch) command(ss *session, c *call) bool {
+	info, args := c.info, c.cmd.Args
+	if info == nil {
+		return false
+	}
+	if info.Handling == command.Client && len(args) >= 2 {
+		p.note(args)
+		return false
+	}
+	if until := p.until.Load(); until != 0 && p.clock().UnixNano() < until {
+		c.heldByPause = p.all.Load() || info.Has(command.Write) || mayReplicate[info.Name]
+	}
+	return false
+}
+
+func (*pauseWatch) replies(*session) {}
+
+// mayReplicate are the commands that are not writes but that Redis holds
+// during a write pause, as it may propagate them (MAY_REPLICATE in Redis's
+// command table, which COMMAND does not report in Redis 7.0).
+var mayReplicate = map[string]bool{
+	"eval": true, "evalsha": true, "fcall": true, "pfcount": true, "publish": true, "spublish": true,
+}
+
+// note records a CLIENT PAUSE timeout [WRITE|ALL] or a CLIENT UNPAUSE. A
+// pause Redis refuses (a bad timeout or mode) is recorded too, at worst
+// taking writes off the shared connections until its time passes.
+func (p *pauseWatch) note(args [][]byte) {
+	switch {
+	case bytes.EqualFold(args[1], []byte("unpause")):
+		p.until.Store(0)
+	case bytes.EqualFold(args[1], []byte("pause")) && len(args) >= 3:
+		ms, err := strconv.ParseInt(string(args[2]), 10, 64)
+		if err != nil || ms < 0 {
+			return
+		}
+		p.all.Store(len(args) < 4 || !bytes.EqualFold(args[3], []byte("write")))
+		p.until.Store(p.clock().Add(time.Duration(min(ms, int64(24*time.Hour/time.Millisecond))) * time.Millisecond).UnixNano())
+	}
+}
