@@ -44,9 +44,8 @@ type streamBranch struct {
 	err     error          // the copy ended: every reply from now on is this
 
 	// The copy goroutine's own state.
-	relay *streamRelay
-	fr    resp.Framer
-	cur   []byte // the frame being read
+	relay  *streamRelay
+	frames frames
 }
 
 // branchReply is a reply that comes on a branch, for the relay to show in
@@ -93,23 +92,9 @@ func (b *streamBranch) send(cmds [][]byte, want []bool) []*branchReply {
 // Write is the copy goroutine's: pushes go to the client as they come,
 // replies to their waiters, in order.
 func (b *streamBranch) Write(p []byte) (int, error) {
-	for i := 0; i < len(p); {
-		k, done, err := b.fr.Next(p[i:])
-		if err != nil {
-			return 0, err
-		}
-		b.cur = append(b.cur, p[i:i+k]...)
-		i += k
-		if !done {
-			continue
-		}
-		reply := b.cur
-		b.cur = nil
-		if b.fr.Kind() == '>' {
-			if err := b.relay.writeFrame(reply); err != nil {
-				return 0, err
-			}
-			continue
+	err := b.frames.each(p, func(reply []byte, kind byte) error {
+		if kind == '>' {
+			return b.relay.writeFrame(reply)
 		}
 		if slot, redirect := upstream.RedirectSlot(reply); redirect {
 			reply = streamRedirectError(slot) // moved since the branch was chosen
@@ -117,7 +102,7 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 		b.mu.Lock()
 		if len(b.waiting) == 0 {
 			b.mu.Unlock()
-			return 0, errors.New("a reply on a tracking branch that no command asked for")
+			return errors.New("a reply on a tracking branch that no command asked for")
 		}
 		w := b.waiting[0]
 		b.waiting[0] = nil
@@ -127,8 +112,40 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 			w.reply = reply
 			close(w.done)
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	return len(p), nil
+}
+
+// frames cuts a connection's stream into whole RESP frames, across the
+// writes of its copy goroutine.
+type frames struct {
+	fr  resp.Framer
+	cur []byte // the frame being read
+}
+
+// each calls f with every frame p completes, in order, and its type byte.
+func (fs *frames) each(p []byte, f func(frame []byte, kind byte) error) error {
+	for i := 0; i < len(p); {
+		k, done, err := fs.fr.Next(p[i:])
+		if err != nil {
+			return err
+		}
+		fs.cur = append(fs.cur, p[i:i+k]...)
+		i += k
+		if !done {
+			continue
+		}
+		frame := fs.cur
+		fs.cur = nil
+		if err := f(frame, fs.fr.Kind()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fail ends the branch: replies still to come and later ones are err.

@@ -34,31 +34,21 @@ type notifyBranch struct {
 	dropped atomic.Bool // closed by the session: the client stays
 
 	// The copy goroutine's own state.
-	relay *streamRelay
-	fr    resp.Framer
-	cur   []byte
+	relay  *streamRelay
+	frames frames
 }
 
 // Write is the copy goroutine's: keyspace and keyevent messages go to the
 // client, the rest is dropped.
 func (b *notifyBranch) Write(p []byte) (int, error) {
-	for i := 0; i < len(p); {
-		k, done, err := b.fr.Next(p[i:])
-		if err != nil {
-			return 0, err
-		}
-		b.cur = append(b.cur, p[i:i+k]...)
-		i += k
-		if !done {
-			continue
-		}
-		frame := b.cur
-		b.cur = nil
+	err := b.frames.each(p, func(frame []byte, _ byte) error {
 		if isKeyspaceMessage(frame) {
-			if err := b.relay.writeFrame(frame); err != nil {
-				return 0, err
-			}
+			return b.relay.writeFrame(frame)
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	return len(p), nil
 }
