@@ -605,17 +605,9 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 	case mergeSlowlog:
 		return m.slowlog(b, first)
 	case mergeHistogram:
-		replies := make([][]byte, m.parts)
-		for i := range replies {
-			replies[i] = b.Reply(first + i)
-		}
-		return joinHistograms(replies)
+		return joinHistograms(m.partReplies(b, first))
 	case mergeInfo:
-		replies := make([][]byte, m.parts)
-		for i := range replies {
-			replies[i] = b.Reply(first + i)
-		}
-		return joinInfo(replies)
+		return joinInfo(m.partReplies(b, first))
 	case mergeSum, mergeMin, mergeMax:
 		var sum, least, most int64
 		for i := range m.parts {
@@ -710,6 +702,15 @@ func (m *merge) joined(b *upstream.Batch, first int) []byte {
 		r = append(r, e...)
 	}
 	return r
+}
+
+// partReplies returns the parts' replies, in order.
+func (m *merge) partReplies(b *upstream.Batch, first int) [][]byte {
+	replies := make([][]byte, m.parts)
+	for i := range replies {
+		replies[i] = b.Reply(first + i)
+	}
+	return replies
 }
 
 // latest merges LATENCY LATEST replies: each event once, as the master

@@ -17,8 +17,8 @@ import (
 // Tcl suite in cluster mode, unit/pause: INFO queued behind a paused SET).
 // During a pause rproxy knows of, such a command goes on a connection of
 // its session's own, as a blocking command does (dispatch), and waits
-// there as long as Redis holds it. A pause sent straight to Redis (or by
-// another rproxy node) is not known here: upstream.stall_divert sends the
+// there as long as Redis holds it. A pause sent straight to Redis, by
+// another rproxy node, or inside a transaction is not known here: upstream.stall_divert sends the
 // commands after it around the stalled connection, and upstream.timeout
 // waits while Redis holds the write (upstream's waitProbe).
 type pauseWatch struct {
@@ -33,7 +33,9 @@ func (p *pauseWatch) command(ss *session, c *call) bool {
 		return false
 	}
 	if info.Handling == command.Client && len(args) >= 2 {
-		p.note(args)
+		if !ss.inTransaction() {
+			p.note(args) // queued in MULTI, it runs at EXEC, or never
+		}
 		return false
 	}
 	if until := p.until.Load(); until != 0 && p.clock().UnixNano() < until {

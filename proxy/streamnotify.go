@@ -143,8 +143,8 @@ func (s *Server) notifyEverywhere(ss *session, name string, args [][]byte) {
 			return
 		}
 		if err := b.d.Send([][]byte{cmd}); err != nil {
-			b.pool.Discard(b.d)
-			ss.conn.NetConn().Close() // the copy ends too, and closes the client
+			// The copy ends too; the session's end discards the branch.
+			ss.conn.NetConn().Close()
 			return
 		}
 	}
