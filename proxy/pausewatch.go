@@ -17,8 +17,9 @@ import (
 // Tcl suite in cluster mode, unit/pause: INFO queued behind a paused SET).
 // During a pause rproxy knows of, such a command goes on a connection of
 // its session's own, as a blocking command does (dispatch), and waits
-// there as long as Redis holds it. A pause sent straight to Redis, by
-// another rproxy node, or inside a transaction is not known here: upstream.stall_divert sends the
+// there as long as Redis holds it; one queued in a transaction from its
+// EXEC. A pause sent straight to Redis, or by another rproxy node, is not
+// known here: upstream.stall_divert sends the
 // commands after it around the stalled connection, and upstream.timeout
 // waits while Redis holds the write (upstream's waitProbe).
 type pauseWatch struct {
@@ -32,11 +33,20 @@ func (p *pauseWatch) command(ss *session, c *call) bool {
 	if info == nil {
 		return false
 	}
-	if info.Handling == command.Client && len(args) >= 2 {
-		if !ss.inTransaction() {
-			p.note(args) // queued in MULTI, it runs at EXEC, or never
+	switch {
+	case info.Handling == command.Client && len(args) >= 2:
+		if ss.inTransaction() {
+			// Queued: it runs at EXEC, or never after DISCARD.
+			ss.queuedPause = append(ss.queuedPause[:0:0], args...)
+		} else {
+			p.note(args)
 		}
 		return false
+	case info.Name == "exec" && ss.queuedPause != nil:
+		p.note(ss.queuedPause)
+		ss.queuedPause = nil
+	case info.Name == "discard" || info.Name == "multi":
+		ss.queuedPause = nil
 	}
 	if until := p.until.Load(); until != 0 && p.clock().UnixNano() < until {
 		c.heldByPause = p.all.Load() || info.Has(command.Write) || mayReplicate[info.Name]

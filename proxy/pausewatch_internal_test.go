@@ -11,7 +11,7 @@ import (
 // TestPauseWatchFollowsOnlyPausesThatRun: a CLIENT PAUSE sent outside a
 // transaction holds writes and may-replicate commands (not reads) until
 // it ends or an UNPAUSE; one queued inside MULTI runs at EXEC, or never
-// after DISCARD, so it is not followed.
+// after DISCARD, so it is followed from the EXEC.
 func TestPauseWatchFollowsOnlyPausesThatRun(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p := &pauseWatch{clock: func() time.Time { return now }}
@@ -44,10 +44,26 @@ func TestPauseWatchFollowsOnlyPausesThatRun(t *testing.T) {
 	if !held(plain, set) {
 		t.Error("a CLIENT UNPAUSE queued in MULTI ended the pause")
 	}
+	// Queued, then run at EXEC: followed from there.
+	exec := func(ss *session) {
+		ss.multiSent = false
+		p.command(ss, &call{info: &command.Info{Name: "exec", Handling: command.Transaction}, cmd: resp.Command{Args: [][]byte{[]byte("EXEC")}}})
+	}
+	exec(tx)
+	if held(plain, set) {
+		t.Error("the CLIENT UNPAUSE run by EXEC left writes held")
+	}
 	now = now.Add(21 * time.Second)
 	if held(plain, set) {
 		t.Error("a write held after the pause's end")
 	}
+	tx.multiSent = true
+	send(tx, "CLIENT", "PAUSE", "20000", "WRITE")
+	exec(tx)
+	if !held(plain, set) {
+		t.Error("a CLIENT PAUSE run by EXEC did not hold a write")
+	}
+	send(plain, "CLIENT", "UNPAUSE")
 	send(plain, "CLIENT", "PAUSE", "20000")
 	if !held(plain, get) {
 		t.Error("CLIENT PAUSE (mode ALL) did not hold a read")

@@ -151,7 +151,10 @@ type session struct {
 	// Keyspace notifications from masters other than the pin's
 	// (streamnotify.go).
 	notifyBranches []*notifyBranch
-	kept           []keptPin
+	// A CLIENT PAUSE or UNPAUSE queued in the open transaction, followed
+	// from its EXEC (pausewatch.go).
+	queuedPause [][]byte
+	kept        []keptPin
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
