@@ -90,6 +90,7 @@ func (s *Server) newChain() chain {
 	add(&c.replies, s.tiering != nil, tw)
 	add(&c.replies, s.coalescing != nil, s.coalescing)
 
+	add(&c.stream, s.routing != nil, streamMulti{s}) // a MULTI deferred to its first command's master
 	add(&c.stream, true, s.policing)
 	add(&c.stream, s.tiering != nil, tw)
 	add(&c.stream, true, subscribedContext{s})
@@ -545,6 +546,15 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 		s.leaveStream(ss)
 		return true
+	}
+	if s.streamFanOut(ss, c) {
+		return true // every master's (streamfanout.go)
+	}
+	if info != nil && info.Handling == command.Quit {
+		// Redis closes the connection at once: the other masters' go too,
+		// so that a client redirecting invalidations to this one is told
+		// there (tracking-redir-broken) as on its pin's master.
+		ss.dropNotifyBranches()
 	}
 	if info != nil && info.Handling == command.Client {
 		if s.streamClient(ss, cmd) {

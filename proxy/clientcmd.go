@@ -464,12 +464,30 @@ func slotOfServer(b backend, addr string) int {
 }
 
 // trackingRedirect rewrites CLIENT TRACKING ... REDIRECT id with the id
-// Redis knows for that session's own connection (a session that has
-// subscribed to __redis__:invalidate has one), and notes the redirection
-// for CLIENT GETREDIR. It returns the command to send, or the error to
-// reply.
+// Redis knows, on the server the command runs on, for a connection of that
+// session's that receives invalidations there (redirectIDOn: its pin, or
+// on a cluster a notify branch), and notes the redirection for CLIENT
+// GETREDIR. A session with no pin yet takes one on the target's pin's
+// master. It returns the command to send, or the error to reply.
 func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte) {
 	args := cmd.Args
+	at, target, errReply := s.redirectTarget(args)
+	if errReply != nil {
+		return nil, errReply
+	}
+	var upstreamID int64
+	if target != nil {
+		addr := target.pinRef.Load().Address()
+		switch {
+		case ss.pin != nil:
+			addr = ss.pin.Address()
+		case !ss.stream && s.cfg.Cluster != nil:
+			ss.slot = slotOfServer(ss.pools[ss.proto], addr)
+		}
+		if upstreamID = redirectIDOn(target, addr); upstreamID == 0 {
+			return nil, redirectElsewhere(target.id)
+		}
+	}
 	if len(args) > 2 {
 		switch {
 		case bytes.EqualFold(args[2], []byte("off")):
@@ -481,24 +499,79 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte
 			}
 		}
 	}
+	if target == nil {
+		return cmd.Raw, nil
+	}
+	ss.redirect = target.id
+	out := slices.Clone(args)
+	out[at] = strconv.AppendInt(nil, upstreamID, 10)
+	return resp.AppendCommand(nil, out...), nil
+}
+
+// redirectTarget finds CLIENT TRACKING's REDIRECT argument: its index and
+// the session it names, which has a pin (nil: no REDIRECT), or Redis's
+// error for it.
+func (s *Server) redirectTarget(args [][]byte) (int, *session, []byte) {
 	for i := 2; i+1 < len(args); i++ {
 		if !bytes.EqualFold(args[i], []byte("redirect")) {
 			continue
 		}
 		id, err := strconv.ParseInt(string(args[i+1]), 10, 64)
 		if err != nil {
-			return nil, []byte("-ERR value is not an integer or out of range\r\n")
+			return 0, nil, []byte("-ERR value is not an integer or out of range\r\n")
 		}
-		upstreamID := s.pinnedRedisID(id)
-		if upstreamID == 0 {
-			return nil, []byte("-ERR The client ID you want redirect to does not exist\r\n")
+		target := s.sessionByID(id)
+		if target == nil || target.pinRef.Load() == nil {
+			return 0, nil, []byte("-ERR The client ID you want redirect to does not exist\r\n")
 		}
-		ss.redirect = id
-		out := slices.Clone(args)
-		out[i+1] = strconv.AppendInt(nil, upstreamID, 10)
-		return resp.AppendCommand(nil, out...), nil
+		return i + 1, target, nil
 	}
-	return cmd.Raw, nil
+	return 0, nil, nil
+}
+
+// redirectElsewhere is the error for a REDIRECT to a session that has no
+// connection to a master this session's tracking runs on.
+func redirectElsewhere(id int64) []byte {
+	return resp.AppendError(nil, "ERR rproxy: the client "+strconv.FormatInt(id, 10)+
+		" you want redirect to receives no invalidations from every cluster master this connection uses: on a cluster upstream it must be subscribed to __redis__:invalidate")
+}
+
+// trackingOnBranches returns, for each of the session's branches, the
+// CLIENT TRACKING command args make: with REDIRECT, the target's id on
+// that branch's master. The error is the reply, before anything is sent.
+func (s *Server) trackingOnBranches(ss *session, args [][]byte) ([][]byte, []byte) {
+	if len(ss.branches) == 0 {
+		return nil, nil
+	}
+	cmds := make([][]byte, len(ss.branches))
+	for i, b := range ss.branches {
+		cmd, errReply := s.trackingOnServer(args, b.pool.Address())
+		if errReply != nil {
+			return nil, errReply
+		}
+		cmds[i] = cmd
+	}
+	return cmds, nil
+}
+
+// trackingOnServer returns the CLIENT TRACKING command args make on the
+// server at addr: a REDIRECT names the target's connection there
+// (redirectIDOn).
+func (s *Server) trackingOnServer(args [][]byte, addr string) ([]byte, []byte) {
+	at, target, errReply := s.redirectTarget(args)
+	if errReply != nil {
+		return nil, errReply
+	}
+	if target == nil {
+		return resp.AppendCommand(nil, args...), nil
+	}
+	id := redirectIDOn(target, addr)
+	if id == 0 {
+		return nil, redirectElsewhere(target.id)
+	}
+	out := slices.Clone(args)
+	out[at] = strconv.AppendInt(nil, id, 10)
+	return resp.AppendCommand(nil, out...), nil
 }
 
 // streamClient handles, in stream mode, the CLIENT subcommands that speak in
@@ -547,19 +620,28 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	case bytes.EqualFold(args[1], []byte("unblock")):
 		s.clientUnblock(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("tracking")):
-		if len(ss.branches) > 0 && len(args) > 2 && bytes.EqualFold(args[2], []byte("on")) && trackingOn(args) == nil {
-			ss.replyInMode(resp.AppendError(nil, "ERR rproxy: CLIENT TRACKING ON with REDIRECT after reads of several cluster masters' keys is not supported: Redis redirects invalidations on one node only; reconnect first"))
-			return true
+		// The branches it would make first: Redis's refusal there is the
+		// answer, and nothing has changed.
+		branchCmds, errReply := s.trackingOnBranches(ss, args)
+		if errReply == nil {
+			errReply = s.bcastRedirectReaches(ss, args)
 		}
-		raw, errReply := s.trackingRedirect(ss, cmd)
-		if errReply != nil {
-			ss.replyInMode(errReply) // Redis's error for the arguments
-			return true
+		if errReply == nil {
+			errReply = s.bcastEverywhere(ss, args)
 		}
-		ss.pinTracked = true
-		ss.trackingCmd = trackingOn(args)
-		ss.toBranches(raw)
-		ss.streamCmds = append(ss.streamCmds, raw)
+		if errReply == nil {
+			var raw []byte
+			if raw, errReply = s.trackingRedirect(ss, cmd); errReply == nil {
+				ss.pinTracked = true
+				ss.trackingArgs = trackingOn(args)
+				for i, cmd := range branchCmds { // the branches made before bcastEverywhere's
+					ss.branches[i].send([][]byte{cmd}, []bool{false})
+				}
+				ss.streamCmds = append(ss.streamCmds, raw)
+				return true
+			}
+		}
+		ss.replyInMode(errReply) // Redis's error for the arguments, or rproxy's
 	default:
 		return false
 	}

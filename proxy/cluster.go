@@ -123,6 +123,22 @@ var nodeSettings = map[string]bool{
 	"replica-announce-ip": true, "replica-announce-port": true, "slave-announce-ip": true, "slave-announce-port": true,
 }
 
+// clusterRefusal is why rproxy refuses a command (its fanOutName) on a
+// cluster upstream, "" if it does not: it would need every master's
+// keyspace, or it sets a node's own setting (nodeSettings) on every
+// master.
+func clusterRefusal(name string, args [][]byte) string {
+	switch name {
+	case "scan", "keys", "randomkey":
+		return string(bytes.ToUpper(args[0])) + " is not supported with a cluster upstream: it would need every master's keyspace; run it on each master"
+	case "config|set":
+		if p := nodeSetting(args); p != "" {
+			return "CONFIG SET " + p + " is each cluster node's own setting, and on a cluster upstream CONFIG SET goes to every master; set it on each node"
+		}
+	}
+	return ""
+}
+
 // nodeSetting returns the first of CONFIG SET's parameters that is one of
 // nodeSettings, or "".
 func nodeSetting(args [][]byte) string {
@@ -258,19 +274,12 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		r.scripts.forget() // fanned out, or in a transaction on one master: loaded everywhere no longer
 	}
 	if !pinned {
-		switch info.Name {
-		case "scan", "keys", "randomkey":
-			r.refuse(ss, string(bytes.ToUpper(args[0]))+" is not supported with a cluster upstream: it would need every master's keyspace; run it on each master")
+		if msg := clusterRefusal(name, args); msg != "" {
+			r.refuse(ss, msg)
 			return true
 		}
 		if (info.Name == "eval" || info.Name == "eval_ro") && len(args) > 1 {
 			r.loadEverywhere(ss, args[1])
-		}
-		if name == "config|set" {
-			if p := nodeSetting(args); p != "" {
-				r.refuse(ss, "CONFIG SET "+p+" is each cluster node's own setting, and on a cluster upstream CONFIG SET goes to every master; set it on each node")
-				return true
-			}
 		}
 		if kind, ok := fanOutCommands[name]; ok {
 			shards := ss.pools[ss.proto].Shards()
@@ -532,11 +541,11 @@ var digest0 = [20]byte{0xaa, 0x30, 0x98, 0xf3, 0xaa, 0xe9, 0x4b, 0xaa, 0xc1, 0x4
 // each key's digest (all zeros for no keys), so the masters' digests XOR
 // to the whole data's, with digest0 put back once when an even number of
 // masters hold keys.
-func (m *merge) digest(b *upstream.Batch, first int) []byte {
+func (m *merge) digest(replies [][]byte) []byte {
 	var sum [20]byte
 	holding := 0
 	for i := range m.parts {
-		r := b.Reply(first + i)
+		r := replies[i]
 		var d [20]byte
 		if len(r) != 43 || r[0] != '+' {
 			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(r)))
@@ -585,35 +594,35 @@ func (r *routing) multiSlot(ss *session) int {
 	return upstream.SlotAny
 }
 
-// reply merges the replies of the parts, which start at upstream reply
-// first of b. An error from any part is the reply.
-func (m *merge) reply(b *upstream.Batch, first int) []byte {
+// reply merges the parts' replies, in order. An error from any part is the
+// reply.
+func (m *merge) reply(replies [][]byte) []byte {
 	for i := range m.parts {
-		if r := b.Reply(first + i); len(r) > 0 && (r[0] == '-' || r[0] == '!') {
+		if r := replies[i]; len(r) > 0 && (r[0] == '-' || r[0] == '!') {
 			return r
 		}
 	}
 	switch m.kind {
 	case mergeOK:
-		return b.Reply(first)
+		return replies[0]
 	case mergeUnion, mergePairSum, mergePairMax, mergeAll:
-		return m.joined(b, first)
+		return m.joined(replies)
 	case mergeLatest:
-		return m.latest(b, first)
+		return m.latest(replies)
 	case mergeDigest:
-		return m.digest(b, first)
+		return m.digest(replies)
 	case mergeSlowlog:
-		return m.slowlog(b, first)
+		return m.slowlog(replies)
 	case mergeHistogram:
-		return joinHistograms(m.partReplies(b, first))
+		return joinHistograms(replies)
 	case mergeInfo:
-		return joinInfo(m.partReplies(b, first))
+		return joinInfo(replies)
 	case mergeSum, mergeMin, mergeMax:
 		var sum, least, most int64
 		for i := range m.parts {
-			n, ok := resp.Int(b.Reply(first + i))
+			n, ok := resp.Int(replies[i])
 			if !ok {
-				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(b.Reply(first+i))))
+				return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+strconv.Quote(string(replies[i])))
 			}
 			if sum += n; i == 0 || n < least {
 				least = n
@@ -633,7 +642,7 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 	elems := make([][][]byte, m.parts)
 	for i := range m.parts {
 		var err error
-		if elems[i], err = arrayElements(b.Reply(first + i)); err != nil {
+		if elems[i], err = arrayElements(replies[i]); err != nil {
 			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
 		}
 	}
@@ -652,11 +661,11 @@ func (m *merge) reply(b *upstream.Batch, first int) []byte {
 // seen (mergeUnion); or arrays of as many elements in each part, as the
 // same command asked every master: name and count pairs with the counts
 // added (mergePairSum), or 0 and 1 with 1 where every part has 1 (mergeAll).
-func (m *merge) joined(b *upstream.Batch, first int) []byte {
+func (m *merge) joined(replies [][]byte) []byte {
 	var out [][]byte
 	seen := map[string]bool{}
 	for i := range m.parts {
-		elems, err := arrayElements(b.Reply(first + i))
+		elems, err := arrayElements(replies[i])
 		if err != nil {
 			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
 		}
@@ -716,7 +725,7 @@ func (m *merge) partReplies(b *upstream.Batch, first int) [][]byte {
 // latest merges LATENCY LATEST replies: each event once, as the master
 // that saw its latest spike reports it, with the highest all-time maximum
 // of any master.
-func (m *merge) latest(b *upstream.Batch, first int) []byte {
+func (m *merge) latest(replies [][]byte) []byte {
 	type event struct {
 		fields   [][]byte // name, time, latest, maximum
 		at, most int64
@@ -724,7 +733,7 @@ func (m *merge) latest(b *upstream.Batch, first int) []byte {
 	var order []string
 	events := map[string]*event{}
 	for i := range m.parts {
-		elems, err := arrayElements(b.Reply(first + i))
+		elems, err := arrayElements(replies[i])
 		if err != nil {
 			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
 		}

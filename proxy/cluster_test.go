@@ -1183,40 +1183,6 @@ func TestClusterPassthroughUserWithoutClusterCommands(t *testing.T) {
 	}
 }
 
-// TestClusterStreamModeHidesRedirects: a session in stream mode that does
-// not spread over masters (RESP2: tracking, whose invalidations go to a
-// REDIRECT connection on one node) runs on one master; a key of another
-// master gets an error saying so, never the node's MOVED, which named a
-// node address clients do not see (the facade shows one node) and which
-// they cannot follow. (RESP3 sessions spread:
-// TestClusterTrackingAcrossMasters, TestClusterRESP3PubSubAcrossMasters.)
-func TestClusterStreamModeHidesRedirects(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	p := startClusterProxy(t, cl)
-	for _, mode := range [][]string{{"2", "CLIENT", "TRACKING", "on"}} {
-		c := dialClient(t, p.Addr)
-		c.do("HELLO", mode[0])
-		if r := c.do(mode[1:]...); r != "+OK\r\n" && !strings.HasPrefix(r, ">3") {
-			t.Fatalf("%v: %q", mode[1:], r)
-		}
-		served, refused := 0, 0
-		for i := range 12 {
-			k := "st" + strconv.Itoa(i)
-			switch r := c.do("SET", k, "v"); {
-			case r == "+OK\r\n":
-				served++
-			case strings.HasPrefix(r, "-ERR rproxy: slot "+strconv.Itoa(upstream.Slot([]byte(k)))+" is on another master"):
-				refused++
-			default:
-				t.Fatalf("RESP%s, %v: SET %s: %q", mode[0], mode[1:], k, r)
-			}
-		}
-		if served == 0 || refused == 0 {
-			t.Fatalf("RESP%s, %v: %d keys served and %d refused, want some of each (3 masters)", mode[0], mode[1:], served, refused)
-		}
-	}
-}
-
 // TestClusterPassthroughSplitRefusedWhole: Redis checks a user's ACL for
 // all of a command's keys before it runs any of it, so a DEL or MSET
 // naming a key the user may not use is refused whole, and nothing is

@@ -27,6 +27,8 @@ var unsummedInfoFields = map[string]string{
 	"client_recent_max_input_buffer":  "max",
 	"client_recent_max_output_buffer": "max",
 	"latest_fork_usec":                "max",
+	// A BCAST prefix is registered on every master (bcastEverywhere).
+	"tracking_total_prefixes": "max",
 }
 
 // persistenceInfoFields join the Persistence section as one server's

@@ -11,19 +11,19 @@ import (
 func TestJoinInfo(t *testing.T) {
 	a := "# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:10\r\n\r\n" +
 		"# Clients\r\nmaxclients:10000\r\nclient_recent_max_input_buffer:20\r\nblocked_clients:1\r\n\r\n" +
-		"# Stats\r\ntotal_commands_processed:5\r\ninstantaneous_input_kbps:0.25\r\n\r\n" +
+		"# Stats\r\ntotal_commands_processed:5\r\ninstantaneous_input_kbps:0.25\r\ntracking_total_keys:2\r\ntracking_total_prefixes:1\r\n\r\n" +
 		"# Commandstats\r\ncmdstat_get:calls=3,usec=30,usec_per_call=10.00,rejected_calls=0,failed_calls=1\r\n\r\n" +
 		"# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=1000\r\n"
 	b := "# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:99\r\n\r\n" +
 		"# Clients\r\nmaxclients:4000\r\nclient_recent_max_input_buffer:40\r\nblocked_clients:2\r\n\r\n" +
-		"# Stats\r\ntotal_commands_processed:7\r\ninstantaneous_input_kbps:1.50\r\n\r\n" +
+		"# Stats\r\ntotal_commands_processed:7\r\ninstantaneous_input_kbps:1.50\r\ntracking_total_keys:3\r\ntracking_total_prefixes:1\r\n\r\n" +
 		"# Commandstats\r\ncmdstat_set:calls=2,usec=8,usec_per_call=4.00,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_get:calls=1,usec=2,usec_per_call=2.00,rejected_calls=1,failed_calls=0\r\n\r\n" +
 		"# Keyspace\r\ndb0:keys=4,expires=3,avg_ttl=2000\r\n\r\n" +
 		"# Errorstats\r\nerrorstat_ERR:count=2\r\n"
 	want := "# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:10\r\n\r\n" +
 		"# Clients\r\nmaxclients:10000\r\nclient_recent_max_input_buffer:40\r\nblocked_clients:3\r\n\r\n" +
-		"# Stats\r\ntotal_commands_processed:12\r\ninstantaneous_input_kbps:1.75\r\n\r\n" +
+		"# Stats\r\ntotal_commands_processed:12\r\ninstantaneous_input_kbps:1.75\r\ntracking_total_keys:5\r\ntracking_total_prefixes:1\r\n\r\n" +
 		"# Commandstats\r\ncmdstat_get:calls=4,usec=32,usec_per_call=8.00,rejected_calls=1,failed_calls=1\r\n" +
 		"cmdstat_set:calls=2,usec=8,usec_per_call=4.00,rejected_calls=0,failed_calls=0\r\n\r\n" +
 		"# Keyspace\r\ndb0:keys=6,expires=4,avg_ttl=1750\r\n\r\n" +

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/rproxy/rproxy/resp"
-	"github.com/rproxy/rproxy/upstream"
 )
 
 // slowlogCount is the entries SLOWLOG GET asks for: its count, 10 without
@@ -33,10 +32,10 @@ type slowlogEntry struct {
 // every master's entries, newest first (by time, then by id), cut to the
 // count asked for. Each master numbers its own entries, so two may share
 // an id.
-func (m *merge) slowlog(b *upstream.Batch, first int) []byte {
+func (m *merge) slowlog(replies [][]byte) []byte {
 	var entries []slowlogEntry
 	for i := range m.parts {
-		elems, err := arrayElements(b.Reply(first + i))
+		elems, err := arrayElements(replies[i])
 		if err != nil {
 			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
 		}

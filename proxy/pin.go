@@ -343,7 +343,7 @@ func (s *Server) leaveStream(ss *session) {
 	s.backToShared(ss)
 	s.resetSession(ss)
 	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
-	ss.trackingCmd, ss.lastCaching = nil, nil // a later stream's branches must not track
+	ss.trackingArgs, ss.lastCaching = nil, nil // a later stream's branches must not track
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
 	// Redis's +RESET, held back by the relay: the client reads it once the
@@ -376,7 +376,7 @@ func (s *Server) leaveStreamUnsubscribed(ss *session) {
 // ordinary connection on Redis that rproxy can serve outside it
 // (leaveStreamUnsubscribed).
 func (ss *session) leavesStream() bool {
-	return ss.stream && ss.role == 0 && ss.redirect == -1 && !ss.trackBcast && ss.trackingCmd == nil &&
+	return ss.stream && ss.role == 0 && ss.redirect == -1 && !ss.trackBcast && ss.trackingArgs == nil &&
 		len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) == 0 &&
 		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.watchPool == nil && ss.branchTx == nil &&
 		ss.db == 0 && !ss.dbUnknown

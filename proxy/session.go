@@ -139,18 +139,22 @@ type session struct {
 	// client leaves.
 	pinTracked bool
 	// Tracking across a cluster's masters (streambranch.go): the session's
-	// connections to masters other than the pin's, the CLIENT TRACKING ON
-	// that turns tracking on on a new one (nil: off, or with REDIRECT),
+	// connections to masters other than the pin's, the arguments of the
+	// CLIENT TRACKING ON that turns tracking on on a new one (nil: off),
 	// and the last CLIENT CACHING sent.
-	branches    []*streamBranch
-	branchTx    *upstream.Pool // a transaction sent on this master's branch, until its EXEC
-	streamWatch bool           // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
-	watchPool   *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
-	trackingCmd []byte
-	lastCaching []byte
+	branches []*streamBranch
+	branchTx *upstream.Pool // a transaction sent on this master's branch, until its EXEC
+	// multiDeferred: a MULTI answered and not sent yet; the transaction's
+	// first command decides where it goes (deferStreamMulti).
+	multiDeferred bool
+	streamWatch   bool           // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
+	watchPool     *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
+	trackingArgs  [][]byte
+	lastCaching   []byte
 	// Keyspace notifications from masters other than the pin's
 	// (streamnotify.go).
 	notifyBranches []*notifyBranch
+	notifyRef      atomic.Pointer[[]*notifyBranch] // notifyBranches, for other sessions (TRACKING REDIRECT)
 	// A CLIENT PAUSE or UNPAUSE queued in the open transaction, followed
 	// from its EXEC (pausewatch.go).
 	queuedPause [][]byte
@@ -600,7 +604,7 @@ func (s *Server) flush(ss *session) {
 			continue
 		case fromMerge:
 			m := &ss.route.merges[o.idx]
-			r = m.reply(ss.batch, up)
+			r = m.reply(m.partReplies(ss.batch, up))
 			if len(ss.infoAt) > 0 {
 				r = s.infoAtReply(ss, up, r) // INFO from every master
 			}
@@ -771,7 +775,11 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		// Read-only or server-wide: safe on a shared connection.
 		ss.forward(cmd.Raw)
 	case "tracking":
-		raw, errReply := s.trackingRedirect(ss, cmd)
+		errReply := s.bcastRedirectReaches(ss, args)
+		var raw []byte
+		if errReply == nil {
+			raw, errReply = s.trackingRedirect(ss, cmd)
+		}
 		if errReply != nil {
 			ss.reply(errReply)
 			return
@@ -779,7 +787,11 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		s.startStream(ss, raw)
 		ss.pinTracked = ss.pinTracked || ss.stream
 		if ss.stream {
-			ss.trackingCmd = trackingOn(args)
+			ss.trackingArgs = trackingOn(args)
+			if refused := s.bcastEverywhere(ss, args); refused != nil {
+				// The pin refuses it too, and answers: tracking stays off.
+				ss.trackingArgs, ss.redirect, ss.trackBcast = nil, -1, false
+			}
 		}
 	case "reply", "caching", "no-evict", "no-touch":
 		// Connection state for this client alone: from now on the session

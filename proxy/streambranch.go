@@ -12,6 +12,7 @@ import (
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
+	"go.uber.org/zap"
 )
 
 // Client tracking (and RESP3 pub/sub) across a cluster's masters. A
@@ -46,6 +47,7 @@ type streamBranch struct {
 	// The copy goroutine's own state.
 	relay  *streamRelay
 	frames frames
+	last   *branchReply // the last reply come that the relay shows
 }
 
 // branchReply is a reply that comes on a branch, for the relay to show in
@@ -53,12 +55,50 @@ type streamBranch struct {
 type branchReply struct {
 	done  chan struct{}
 	reply []byte
+
+	// The pushes Redis sent after it on the branch before the relay
+	// showed it, to show after it: Redis sends an invalidation its own
+	// command caused after that command's reply.
+	mu    sync.Mutex
+	shown bool
+	after []byte
 }
 
 // wait returns the reply once it has come.
 func (r *branchReply) wait() []byte {
 	<-r.done
 	return r.reply
+}
+
+// holdPush keeps push to show after the reply, reporting false if the
+// reply has been shown (push then goes as it comes).
+func (r *branchReply) holdPush(push []byte) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.shown {
+		return false
+	}
+	r.after = append(r.after, push...)
+	return true
+}
+
+// show returns the reply and the pushes held after it, now to be written;
+// later pushes go as they come.
+func (r *branchReply) show() []byte {
+	reply, after := r.showApart()
+	if len(after) == 0 {
+		return reply
+	}
+	return append(slices.Clip(reply), after...)
+}
+
+// showApart is show, the reply and the pushes apart.
+func (r *branchReply) showApart() (reply, after []byte) {
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.shown = true
+	return r.reply, r.after
 }
 
 // send writes cmds to the branch; want says, per command, whether its reply
@@ -94,6 +134,9 @@ func (b *streamBranch) send(cmds [][]byte, want []bool) []*branchReply {
 func (b *streamBranch) Write(p []byte) (int, error) {
 	err := b.frames.each(p, func(reply []byte, kind byte) error {
 		if kind == '>' {
+			if b.last != nil && b.last.holdPush(reply) {
+				return nil
+			}
 			return b.relay.writeFrame(reply)
 		}
 		if slot, redirect := upstream.RedirectSlot(reply); redirect {
@@ -111,6 +154,7 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 		if w != nil {
 			w.reply = reply
 			close(w.done)
+			b.last = w
 		}
 		return nil
 	})
@@ -166,27 +210,36 @@ func (b *streamBranch) fail(err error) {
 }
 
 func branchError(err error) []byte {
+	var refusal branchRefusal
+	if errors.As(err, &refusal) {
+		return refusal
+	}
 	return resp.AppendError(nil, "ERR upstream unavailable: "+err.Error())
 }
 
+// branchRefusal is why a branch cannot be made, as the error reply the
+// command that needed it gets.
+type branchRefusal []byte
+
+func (r branchRefusal) Error() string { return string(bytes.TrimSpace(r)) }
+
 // branching reports whether the session's commands may go to branches: a
-// cluster upstream, a session that is not MONITOR or a replica, and either
-// RESP3 (tracking keys without REDIRECT, or not tracking: pub/sub, or
-// tracking turned off) or RESP2 neither tracking nor subscribed (it
-// unsubscribed from everything, or sent an UNSUBSCRIBE first: Redis runs
-// any command there, so rproxy must too). Tracking with REDIRECT sends
-// invalidations to a connection on one node only; in RESP2 a subscribed
-// connection runs no other command. After CLIENT REPLY OFF commands still
-// go where their keys are, their replies dropped (sendOnBranch): on the
-// pin they would not run at all.
+// cluster upstream, a session that is not MONITOR or a replica, not
+// subscribed in RESP2 (a subscribed connection runs no other command;
+// one that unsubscribed from everything, or sent an UNSUBSCRIBE first,
+// runs any: Redis runs them there, so rproxy must too), and not tracking,
+// or tracking as a branch can be told to (trackingArgs: keys with or
+// without REDIRECT, or BCAST). After CLIENT REPLY OFF commands still go
+// where their keys are, their replies dropped (sendOnBranch): on the pin
+// they would not run at all.
 func (s *Server) branching(ss *session) bool {
 	if s.cfg.Cluster == nil || ss.role != 0 || ss.pinPool == nil {
 		return false
 	}
-	if ss.proto == 2 {
-		return ss.redirect == -1 && !ss.resp2Subscribed()
+	if ss.resp2Subscribed() {
+		return false
 	}
-	return ss.redirect == -1 || ss.redirect == 0 && ss.trackingCmd != nil
+	return ss.redirect == -1 || ss.trackingArgs != nil
 }
 
 // commandKeys is what masterOf found of a command's keys.
@@ -199,9 +252,11 @@ const (
 )
 
 // masterOf returns the pool of the master a plain command's keys are on
-// (Handling Forward; INFO is rewritten), when they are all in one slot.
+// (Handling Forward, or a blocking command, which blocks the branch as it
+// would the client's connection; INFO is rewritten), when they are all in
+// one slot.
 func (s *Server) masterOf(ss *session, info *command.Info, args [][]byte) (*upstream.Pool, commandKeys) {
-	if info == nil || info.Handling != command.Forward || info.Name == "info" {
+	if info == nil || info.Handling != command.Forward && info.Handling != command.BlockingCmd || info.Name == "info" {
 		return nil, keysNotPlain
 	}
 	return s.keysMaster(ss, info, args)
@@ -230,31 +285,82 @@ func (s *Server) keysMaster(ss *session, info *command.Info, args [][]byte) (*up
 // one whose transaction ends (EXEC or DISCARD) in the same read, with only
 // plain commands (masterOf), keyless ones or keys of one master other
 // than the pin's (client libraries send a cached read as CLIENT CACHING
-// YES, MULTI, PTTL, GET, EXEC). nil: on the pin, as before.
-func (s *Server) branchTransaction(ss *session) *upstream.Pool {
+// YES, MULTI, PTTL, GET, EXEC). nil: on the pin, as before. open reports
+// that the read ends before the transaction does.
+func (s *Server) branchTransaction(ss *session) (pool *upstream.Pool, open bool) {
 	if ss.streamWatch || ss.watching {
-		return nil // a WATCH holds on the pin's master: the transaction goes there
+		return nil, false // a WATCH holds on the pin's master: the transaction goes there
 	}
 	table := s.table.Load()
-	var pool *upstream.Pool
 	for _, c := range ss.route.rest[ss.route.restAt:] {
 		info := table.Lookup(c.Args[0])
 		if info != nil && (info.Name == "exec" || info.Name == "discard") {
-			return pool
+			return pool, false
 		}
 		p, keys := s.masterOf(ss, info, c.Args)
 		switch {
 		case keys == keysNotPlain:
-			return nil
+			return nil, false
 		case keys == keysNone:
-		case p == ss.pinPool || pool != nil && p != pool:
-			return nil
+		case samePool(p, ss.pinPool) || pool != nil && !samePool(p, pool):
+			return nil, false
 		default:
 			pool = p
 		}
 	}
-	return nil
+	return nil, true
 }
+
+// deferStreamMulti answers, in stream mode, a MULTI whose transaction
+// goes on in a later read (a client that waits for each reply, as
+// redis-cli or Redis's test client) without sending it anywhere yet: its
+// first command decides where it runs (startDeferredStreamMulti), as
+// outside stream mode (deferMulti). Sent to the pin, a first command of
+// another master's key could only fail. It reports whether it deferred.
+func (s *Server) deferStreamMulti(ss *session) bool {
+	if !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		return false // Redis's own handling of the reply, or of the caching flag, is kept
+	}
+	ss.noteTransaction("multi")
+	ss.multiDeferred = true
+	ss.relay.substitute([]byte("+OK\r\n"))
+	ss.streamCmds = append(ss.streamCmds, errorCmd)
+	ss.streamHelpers++
+	return true
+}
+
+// startDeferredStreamMulti sends the MULTI deferStreamMulti answered, its
+// reply hidden, to where c, the transaction's first command, goes: the
+// branch of its keys' master, or else the pin.
+func (s *Server) startDeferredStreamMulti(ss *session, c *call) {
+	ss.multiDeferred = false
+	if s.branching(ss) {
+		if pool, keys := s.masterOf(ss, c.info, c.cmd.Args); keys == keysOneSlot && !samePool(pool, ss.pinPool) {
+			if b, err := s.branch(ss, pool); err == nil {
+				b.send([][]byte{multiCmd}, []bool{false})
+				ss.branchTx = pool
+				return
+			}
+		}
+	}
+	ss.relay.rewriteNext(func([]byte) []byte { return nil })
+	ss.streamCmds = append(ss.streamCmds, errorCmd, multiCmd)
+	ss.streamHelpers++
+}
+
+// streamMulti is the stream chain's first stage: a MULTI deferred
+// (deferStreamMulti) is sent before its first command passes the other
+// stages, which may queue their answers in the transaction.
+type streamMulti struct{ s *Server }
+
+func (st streamMulti) command(ss *session, c *call) bool {
+	if ss.multiDeferred {
+		st.s.startDeferredStreamMulti(ss, c)
+	}
+	return false
+}
+
+func (streamMulti) replies(*session) {}
 
 // onBranch sends c on a branch when it belongs there, reporting true: the
 // rest of a transaction sent on one, a WATCH of another master's keys (and
@@ -293,7 +399,10 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 	case "multi":
 		pool := ss.watchPool // a WATCH holds there: the transaction goes there whole
 		if pool == nil {
-			pool = s.branchTransaction(ss)
+			var open bool
+			if pool, open = s.branchTransaction(ss); open && branching && !ss.streamWatch && !ss.watching {
+				return s.deferStreamMulti(ss)
+			}
 		}
 		if pool == nil || !s.hasBranch(ss, pool) {
 			return false
@@ -305,7 +414,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 	case "watch":
 		pool := ss.watchPool // later WATCHes go where the first went (other masters' keys: an error there)
 		if pool == nil && branching && !ss.streamWatch && !ss.watching {
-			if p, keys := s.keysMaster(ss, info, c.cmd.Args); keys == keysOneSlot && p != ss.pinPool && s.hasBranch(ss, p) {
+			if p, keys := s.keysMaster(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(p, ss.pinPool) && s.hasBranch(ss, p) {
 				pool = p
 			}
 		}
@@ -330,7 +439,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 	// A plain command (not the connection's own business) whose keys are
 	// all in one slot of another master than the pin's: tracked there.
 	// Anything else goes to the pin as before.
-	if pool, keys := s.masterOf(ss, info, c.cmd.Args); keys == keysOneSlot && pool != ss.pinPool {
+	if pool, keys := s.masterOf(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(pool, ss.pinPool) {
 		s.sendOnBranch(ss, c, pool)
 		return true
 	}
@@ -367,20 +476,33 @@ func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
 // connection of the pool (in the session's protocol, as its user), with
 // tracking turned on as the client last turned it on, if it is on.
 func (s *Server) branch(ss *session, pool *upstream.Pool) (*streamBranch, error) {
+	return s.branchTracking(ss, pool, ss.trackingArgs)
+}
+
+// branchTracking is branch, a new branch tracking as the CLIENT TRACKING
+// tracking says (nil: off).
+func (s *Server) branchTracking(ss *session, pool *upstream.Pool, tracking [][]byte) (*streamBranch, error) {
 	if b := ss.branchTo(pool); b != nil {
 		return b, nil
+	}
+	var cmd []byte
+	if tracking != nil {
+		var errReply []byte
+		if cmd, errReply = s.trackingOnServer(tracking, pool.Address()); errReply != nil {
+			return nil, branchRefusal(errReply)
+		}
 	}
 	d, err := pool.Acquire(context.Background())
 	if err != nil {
 		return nil, err
 	}
-	if ss.trackingCmd != nil {
+	if cmd != nil {
 		batch := &upstream.Batch{}
-		batch.Add(ss.trackingCmd)
+		batch.Add(cmd)
 		d.Do(batch, s.cfg.Upstream.Timeout)
 		if r := batch.Reply(0); !bytes.Equal(r, []byte("+OK\r\n")) {
 			pool.Discard(d)
-			return nil, errors.New("tracking refused on another master: " + string(bytes.TrimSpace(r)))
+			return nil, &trackingRefused{reply: bytes.Clone(r)}
 		}
 	}
 	b := &streamBranch{pool: pool, d: d, relay: ss.relay}
@@ -396,10 +518,80 @@ func (s *Server) branch(ss *session, pool *upstream.Pool) (*streamBranch, error)
 	return b, nil
 }
 
+// trackingRefused is Redis's answer, other than +OK, to the CLIENT
+// TRACKING that was to turn tracking on on a new branch.
+type trackingRefused struct{ reply []byte }
+
+func (e *trackingRefused) Error() string {
+	return "tracking refused on another master: " + string(bytes.TrimSpace(e.reply))
+}
+
+// bcastEverywhere gives a session on a cluster that turns tracking on in
+// BCAST mode (args) a branch to every master, made with tracking on as
+// args say: Redis sends BCAST invalidations to the connections tracking on
+// the node whose key changed, and the client is owed those of every key
+// under its prefixes, whether it read any on that node or not. It returns
+// Redis's refusal of args on a new branch (the session's own connection
+// refuses them too, and the client gets that), nil if none. A branch that
+// cannot be made otherwise closes the client, as one that fails does.
+func (s *Server) bcastEverywhere(ss *session, args [][]byte) []byte {
+	if !bcastOn(args) || s.cfg.Cluster == nil || ss.role != 0 || ss.pinPool == nil || ss.resp2Subscribed() {
+		return nil
+	}
+	backend := ss.pools[ss.proto]
+	for _, slot := range backend.Shards() {
+		pool := backend.PinPool(slot)
+		if samePool(pool, ss.pinPool) {
+			continue
+		}
+		_, err := s.branchTracking(ss, pool, args)
+		var refused *trackingRefused
+		switch {
+		case errors.As(err, &refused):
+			return refused.reply
+		case err != nil:
+			s.log.Info("closing a client tracking in BCAST mode: no connection to every master",
+				zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
+			ss.conn.NetConn().Close()
+			return nil
+		}
+	}
+	return nil
+}
+
+// bcastOn reports whether args, a CLIENT TRACKING, turn it on in BCAST
+// mode.
+func bcastOn(args [][]byte) bool {
+	return trackingOn(args) != nil && slices.ContainsFunc(args[3:], func(a []byte) bool { return bytes.EqualFold(a, []byte("bcast")) })
+}
+
+// bcastRedirectReaches checks, before a CLIENT TRACKING ON BCAST with
+// REDIRECT on a cluster runs, that the target can be redirected to on
+// every master (bcastEverywhere): else the error to reply.
+func (s *Server) bcastRedirectReaches(ss *session, args [][]byte) []byte {
+	if s.cfg.Cluster == nil || ss.role != 0 || !bcastOn(args) {
+		return nil
+	}
+	backend := ss.pools[ss.proto]
+	for _, slot := range backend.Shards() {
+		if _, errReply := s.trackingOnServer(args, backend.PinPool(slot).Address()); errReply != nil {
+			return errReply
+		}
+	}
+	return nil
+}
+
+// samePool reports whether a and b make connections to the same server:
+// the pools of either protocol are one master's, and a HELLO that switches
+// the session's protocol switches its pin's and its branches' too.
+func samePool(a, b *upstream.Pool) bool {
+	return a == b || a != nil && b != nil && a.Address() == b.Address()
+}
+
 // branchTo returns the session's branch to pool, nil if it has none.
 func (ss *session) branchTo(pool *upstream.Pool) *streamBranch {
 	for _, b := range ss.branches {
-		if b.pool == pool {
+		if samePool(b.pool, pool) {
 			return b
 		}
 	}
@@ -413,12 +605,21 @@ func (s *Server) hasBranch(ss *session, pool *upstream.Pool) bool {
 	return err == nil
 }
 
-// toBranches sends cmd to every branch, its replies dropped: a CLIENT
-// TRACKING, CACHING or HELLO the client sent, which Redis applies to the
-// client's connection.
+// toBranches sends cmd to every branch and notify branch, its replies
+// dropped: a HELLO the client sent, which switches the protocol of the
+// client's connection, and so of what Redis sends it there (a notify
+// branch left in RESP3 got a RESP2 client's invalidations as RESP3
+// pushes). A notify branch that cannot send closes the client, as in
+// notifyEverywhere.
 func (ss *session) toBranches(cmd []byte) {
 	for _, b := range ss.branches {
 		b.send([][]byte{cmd}, []bool{false})
+	}
+	for _, b := range ss.notifyBranches {
+		if err := b.d.Send([][]byte{cmd}); err != nil {
+			ss.conn.NetConn().Close()
+			return
+		}
 	}
 }
 
@@ -441,14 +642,15 @@ func (ss *session) noteCaching(args [][]byte, raw []byte) {
 	}
 }
 
-// trackingOn returns the command that turns tracking on as args does, for
-// a branch (nil: args turn it off, or redirect).
-func trackingOn(args [][]byte) []byte {
+// trackingOn returns the arguments of a CLIENT TRACKING that turns
+// tracking on, for a branch (nil: args turn it off).
+func trackingOn(args [][]byte) [][]byte {
 	if len(args) < 3 || !bytes.EqualFold(args[2], []byte("on")) {
 		return nil
 	}
-	if slices.ContainsFunc(args[3:], func(a []byte) bool { return bytes.EqualFold(a, []byte("redirect")) }) {
-		return nil
+	out := make([][]byte, len(args))
+	for i, a := range args {
+		out[i] = bytes.Clone(a)
 	}
-	return resp.AppendCommand(nil, args...)
+	return out
 }

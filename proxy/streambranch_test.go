@@ -78,6 +78,404 @@ func readPush(t *testing.T, c *rawClient) []string {
 	return keys
 }
 
+// readInvalidateMessage reads one reply and requires it to be a RESP2
+// message on __redis__:invalidate; it returns the keys it names.
+func readInvalidateMessage(t *testing.T, c *rawClient) []string {
+	t.Helper()
+	raw := c.read()
+	v, err := resp.Parse(raw)
+	if err != nil || v.Kind != '*' || len(v.Elems) != 3 || string(v.Elems[0].Str) != "message" || string(v.Elems[1].Str) != "__redis__:invalidate" {
+		t.Fatalf("want a message on __redis__:invalidate, got %q (%v)", raw, err)
+	}
+	var keys []string
+	for _, e := range v.Elems[2].Elems {
+		keys = append(keys, string(e.Str))
+	}
+	return keys
+}
+
+// TestClusterTrackingRedirectAcrossMasters: a client tracking keys with
+// REDIRECT to a RESP2 client subscribed to __redis__:invalidate (what
+// Redis's own tracking tests set up, and RESP2 client-side caches do)
+// reads keys of every master through rproxy on a cluster, and the target
+// gets each key's invalidation once, as from one Redis, in RESP2 and in
+// RESP3, after turning tracking on again while tracking on several
+// masters, and in BCAST mode, where the tracking client is owed every
+// master's writes under its prefixes, also where it has read nothing.
+// Before, a key of another master than the target's got "-ERR rproxy: slot N is on another master than this
+// connection's" (unit/tracking in cluster mode: its second test, and 50
+// after it). A REDIRECT to a client that is not subscribed to that channel
+// (it has no connection to the other masters) is refused for the other
+// masters' keys, with rproxy's error, never a node's MOVED.
+func TestClusterTrackingRedirectAcrossMasters(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "rd")
+	target := dialClient(t, p.Addr)
+	id := strings.TrimSpace(strings.TrimPrefix(target.do("CLIENT", "ID"), ":"))
+	if r := target.do("SUBSCRIBE", "__redis__:invalidate"); !strings.HasPrefix(r, "*3\r\n$9\r\nsubscribe\r\n") {
+		t.Fatalf("SUBSCRIBE __redis__:invalidate: %q", r)
+	}
+	sortedKeys := slices.Sorted(slices.Values(keys))
+	invalidated := func(what string) {
+		t.Helper()
+		var got []string
+		for len(got) < len(keys) {
+			got = append(got, readInvalidateMessage(t, target)...)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, sortedKeys) {
+			t.Fatalf("%s: invalidations %v, want %v", what, got, sortedKeys)
+		}
+		// Nothing more came for them: the target's next reply is PING's.
+		if r := target.do("PING"); r != "*2\r\n$4\r\npong\r\n$0\r\n\r\n" {
+			t.Fatalf("%s: after the invalidations, PING: %q", what, r)
+		}
+	}
+	for _, proto := range []string{"2", "3"} {
+		c := dialClient(t, p.Addr)
+		c.do("HELLO", proto)
+		if r := c.do("CLIENT", "TRACKING", "on", "REDIRECT", id); r != "+OK\r\n" {
+			t.Fatalf("RESP%s: CLIENT TRACKING on REDIRECT %s: %q", proto, id, r)
+		}
+		read := func() {
+			t.Helper()
+			for _, k := range keys {
+				if r := c.do("GET", k); !strings.HasPrefix(r, "$") {
+					t.Fatalf("RESP%s: GET %s: %q", proto, k, r)
+				}
+			}
+		}
+		read()
+		writesTo(w, keys, "a"+proto)
+		invalidated("RESP" + proto)
+		// Turned on again with connections to every master: each of them
+		// redirects to the target's connection on its own master.
+		if r := c.do("CLIENT", "TRACKING", "on", "REDIRECT", id); r != "+OK\r\n" {
+			t.Fatalf("RESP%s: CLIENT TRACKING on REDIRECT again: %q", proto, r)
+		}
+		read()
+		writesTo(w, keys, "b"+proto)
+		invalidated("RESP" + proto + ", tracking turned on again")
+		if r := c.do("CLIENT", "GETREDIR"); r != ":"+id+"\r\n" {
+			t.Errorf("RESP%s: CLIENT GETREDIR: %q, want :%s", proto, r, id)
+		}
+		c.do("CLIENT", "TRACKING", "off")
+		// BCAST, from a client that has read nothing: every master's
+		// writes under the prefix are announced.
+		b := dialClient(t, p.Addr)
+		b.do("HELLO", proto)
+		if r := b.do("CLIENT", "TRACKING", "on", "BCAST", "REDIRECT", id, "PREFIX", "rd"); r != "+OK\r\n" {
+			t.Fatalf("RESP%s: BCAST REDIRECT: %q", proto, r)
+		}
+		writesTo(w, keys, "c"+proto)
+		invalidated("RESP" + proto + ", BCAST")
+		b.do("CLIENT", "TRACKING", "off")
+	}
+
+	// A target subscribed to another channel only: its connection is on
+	// one master, and the other masters' keys are refused.
+	plain := dialClient(t, p.Addr)
+	plainID := strings.TrimSpace(strings.TrimPrefix(plain.do("CLIENT", "ID"), ":"))
+	plain.do("SUBSCRIBE", "ch")
+	c := dialClient(t, p.Addr)
+	if r := c.do("CLIENT", "TRACKING", "on", "REDIRECT", plainID); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on REDIRECT %s: %q", plainID, r)
+	}
+	served, refused := 0, 0
+	for i := range 12 {
+		k := "st" + strconv.Itoa(i)
+		switch r := c.do("SET", k, "v"); {
+		case r == "+OK\r\n":
+			served++
+		case strings.HasPrefix(r, "-ERR rproxy: the client "+plainID+" you want redirect to receives no invalidations from every cluster master"):
+			refused++
+		default:
+			t.Fatalf("SET %s: %q", k, r)
+		}
+	}
+	if served == 0 || refused == 0 {
+		t.Fatalf("%d keys served and %d refused, want some of each (3 masters)", served, refused)
+	}
+}
+
+// TestClusterHelloKeepsBranches: a tracking client that switches to RESP3
+// with HELLO after reading keys of every master, then tracks them, then
+// switches to BCAST (unit/tracking's "After switching from normal
+// tracking to BCAST mode" on a cluster), gets one invalidation per key
+// written, as from one Redis. Its connections to the other masters came
+// from the RESP2 pools and were switched by the HELLO; rproxy looked for
+// them among the RESP3 pools', made a second connection to each master,
+// and a BCAST write was announced twice.
+func TestClusterHelloKeepsBranches(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "hk")
+	c := dialClient(t, p.Addr)
+	if r := c.do("CLIENT", "TRACKING", "on"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on: %q", r)
+	}
+	for _, k := range keys {
+		c.do("GET", k)
+	}
+	c.do("CLIENT", "TRACKING", "off")
+	if r := c.do("HELLO", "3"); !strings.HasPrefix(r, "%") {
+		t.Fatalf("HELLO 3: %q", r)
+	}
+	c.do("CLIENT", "TRACKING", "on")
+	for _, k := range keys {
+		if r := c.do("GET", k); !strings.HasPrefix(r, "$") {
+			t.Fatalf("GET %s: %q", k, r)
+		}
+	}
+	c.do("CLIENT", "TRACKING", "off")
+	if r := c.do("CLIENT", "TRACKING", "on", "BCAST"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on BCAST: %q", r)
+	}
+	writesInvalidate(t, c, w, keys)
+	if r := c.do("PING"); r != "+PONG\r\n" {
+		t.Fatalf("PING after the invalidations: %q", r)
+	}
+
+	// Redis's refusal of a BCAST set-up is the client's answer, also from
+	// a new client, whose connections to the other masters are made first
+	// (their refusal closed the client: unit/tracking's "BCAST with prefix
+	// collisions throw errors"), and the client goes on.
+	n := dialClient(t, p.Addr)
+	if r := n.do("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "FOOBAR", "PREFIX", "FOO"); !strings.HasPrefix(r, "-ERR Prefix 'FOOBAR'") {
+		t.Fatalf("CLIENT TRACKING ON BCAST with colliding prefixes: %q", r)
+	}
+	for _, k := range keys {
+		if r := n.do("GET", k); !strings.HasPrefix(r, "$") {
+			t.Fatalf("GET %s after the refusal: %q", k, r)
+		}
+	}
+}
+
+// TestClusterOwnInvalidationAfterReply: Redis sends the invalidation a
+// tracking client's own write causes after that write's reply
+// (unit/tracking's "hdel deliver invalidate message after response in the
+// same connection"); through rproxy on a cluster, for a key of another
+// master than the session's own connection's, the push was passed on as
+// it came and the reply, which waits for its place among the session's
+// replies, came after it.
+func TestClusterOwnInvalidationAfterReply(t *testing.T) {
+	p, keys, _ := clusterKeysPerMaster(t, "oi")
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	c.do("CLIENT", "TRACKING", "on")
+	for _, k := range keys {
+		if r := c.do("GET", k); !strings.HasPrefix(r, "$") {
+			t.Fatalf("GET %s: %q", k, r)
+		}
+		if r := c.do("DEL", k); r != ":1\r\n" {
+			t.Fatalf("DEL %s of a key it tracks: %q, want :1 before the invalidation", k, r)
+		}
+		if push := readPush(t, c); !slices.Equal(push, []string{k}) {
+			t.Fatalf("after DEL %s: invalidation %v", k, push)
+		}
+	}
+}
+
+// TestClusterStreamModeInfoIsEveryMasters: INFO from a session in stream
+// mode (tracking, RESP2 and RESP3) is the whole cluster's, as outside it:
+// it went to the session's own connection, one master, and showed that
+// master's keys and blocked clients only (unit/tracking's wait for a
+// client blocked on another master timed out).
+func TestClusterStreamModeInfoIsEveryMasters(t *testing.T) {
+	p, _, w := clusterKeysPerMaster(t, "in")
+	keyspace := func(c *rawClient) string {
+		t.Helper()
+		r := c.do("INFO", "keyspace")
+		i := strings.Index(r, "db0:")
+		if i < 0 {
+			t.Fatalf("INFO keyspace: %q", r)
+		}
+		return r[i : i+strings.Index(r[i:], ",")]
+	}
+	want := keyspace(w)
+	if want != "db0:keys=3" {
+		t.Fatalf("INFO keyspace outside stream mode: %q, want db0:keys=3", want)
+	}
+	for _, proto := range []string{"2", "3"} {
+		c := dialClient(t, p.Addr)
+		c.do("HELLO", proto)
+		c.do("CLIENT", "TRACKING", "on")
+		if got := keyspace(c); got != want {
+			t.Errorf("RESP%s, tracking: INFO keyspace %q, want %q", proto, got, want)
+		}
+	}
+}
+
+// TestClusterStreamModeBlockingOnAnotherMaster: a tracking client's
+// blocking command for another master's key blocks there, as on one Redis
+// (unit/tracking's "Unblocked BLMOVE gets notification after response"):
+// it got "-ERR rproxy: slot N is on another master than this
+// connection's". Once another client's push unblocks it, its reply comes,
+// then the invalidation of the key it moved an element to.
+func TestClusterStreamModeBlockingOnAnotherMaster(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "bl")
+	rd := dialClient(t, p.Addr)
+	rd.do("HELLO", "3")
+	rd.do("CLIENT", "TRACKING", "on")
+	for _, k := range keys {
+		src, dst := "{"+k+"}src", "{"+k+"}dst"
+		w.do("RPUSH", dst, "a")
+		if r := rd.do("LRANGE", dst, "0", "-1"); r != "*1\r\n$1\r\na\r\n" {
+			t.Fatalf("LRANGE %s: %q", dst, r)
+		}
+		rd.send(resp.AppendCommandString(nil, "BLMOVE", src, dst, "LEFT", "LEFT", "0"))
+		waitFor(t, "BLMOVE blocked", func() bool { return strings.Contains(w.do("INFO", "clients"), "blocked_clients:1\r\n") })
+		w.do("RPUSH", src, "foo")
+		if r := string(rd.read()); r != "$3\r\nfoo\r\n" {
+			t.Fatalf("BLMOVE %s %s: %q", src, dst, r)
+		}
+		if push := readPush(t, rd); !slices.Equal(push, []string{dst}) {
+			t.Fatalf("after BLMOVE: invalidation %v, want [%s]", push, dst)
+		}
+	}
+}
+
+// TestClusterStreamModeCommandsOfEveryMaster: a session in stream mode (a
+// RESP3 subscriber) sends FLUSHALL, CONFIG SET, DBSIZE, INFO and the other
+// commands of the whole data to every master, as outside stream mode, and
+// gets the merged reply; KEYS is refused as outside it. They went to the
+// session's own connection: DBSIZE counted one master's keys, FLUSHALL
+// emptied one master, CONFIG SET set one node (unit/tracking's
+// tracking-table-max-keys never reached the master of the keys it tracked,
+// and the test waited for an invalidation that never came).
+func TestClusterStreamModeCommandsOfEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "ev")
+	w := dialClient(t, p.Addr)
+	for _, k := range keys {
+		w.do("SET", k, "v")
+	}
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if r := c.do("SUBSCRIBE", "ch"); !strings.HasPrefix(r, ">3\r\n$9\r\nsubscribe") {
+		t.Fatalf("SUBSCRIBE: %q", r)
+	}
+	if r := c.do("DBSIZE"); r != ":3\r\n" {
+		t.Errorf("DBSIZE in stream mode: %q, want :3", r)
+	}
+	if r := c.do("CONFIG", "SET", "maxmemory-samples", "7"); r != "+OK\r\n" {
+		t.Fatalf("CONFIG SET in stream mode: %q", r)
+	}
+	for _, m := range cl.Masters() {
+		if r := string(m.Do(t, "CONFIG", "GET", "maxmemory-samples")); !strings.HasSuffix(r, "$1\r\n7\r\n") {
+			t.Errorf("master %s: maxmemory-samples %q, want 7", m.Addr, r)
+		}
+	}
+	if r := c.do("CONFIG", "SET", "no-such-setting", "1"); !strings.HasPrefix(r, "-ERR Unknown option or number of arguments for CONFIG SET - 'no-such-setting'") {
+		t.Errorf("CONFIG SET of no setting in stream mode: %q, want Redis's error", r)
+	}
+	if r := c.do("KEYS", "*"); !strings.HasPrefix(r, "-ERR rproxy: KEYS is not supported with a cluster upstream") {
+		t.Errorf("KEYS in stream mode: %q, want rproxy's refusal", r)
+	}
+	if r := c.do("FLUSHALL"); r != "+OK\r\n" {
+		t.Fatalf("FLUSHALL in stream mode: %q", r)
+	}
+	if r := w.do("DBSIZE"); r != ":0\r\n" {
+		t.Errorf("DBSIZE after FLUSHALL in stream mode: %q, want :0", r)
+	}
+	// Still a subscriber, on its own connection.
+	if r := w.do("PUBLISH", "ch", "m"); r != ":1\r\n" {
+		t.Errorf("PUBLISH to its channel: %q, want :1", r)
+	}
+	if r := c.read(); !strings.HasPrefix(string(r), ">3\r\n$7\r\nmessage") {
+		t.Errorf("the subscriber's message: %q", r)
+	}
+}
+
+// TestClusterRedirectTargetSwitchesProtocol: a client subscribed to
+// __redis__:invalidate in RESP3 that goes back to RESP2 with HELLO 2 gets
+// the invalidations redirected to it as RESP2 messages from every master
+// (unit/tracking's "Able to redirect to a RESP3 client", then the eviction
+// test, which waited for a RESP2 message): its connections to the other
+// masters stayed in RESP3 and sent invalidate pushes.
+func TestClusterRedirectTargetSwitchesProtocol(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "sp")
+	target := dialClient(t, p.Addr)
+	id := strings.TrimSpace(strings.TrimPrefix(target.do("CLIENT", "ID"), ":"))
+	target.do("HELLO", "3")
+	if r := target.do("SUBSCRIBE", "__redis__:invalidate"); !strings.HasPrefix(r, ">3\r\n$9\r\nsubscribe\r\n") {
+		t.Fatalf("SUBSCRIBE __redis__:invalidate in RESP3: %q", r)
+	}
+	if r := target.do("HELLO", "2"); !strings.HasPrefix(r, "*") {
+		t.Fatalf("HELLO 2: %q", r)
+	}
+	c := dialClient(t, p.Addr)
+	if r := c.do("CLIENT", "TRACKING", "on", "REDIRECT", id); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on REDIRECT %s: %q", id, r)
+	}
+	for _, k := range keys {
+		c.do("GET", k)
+	}
+	writesTo(w, keys, "x")
+	var got []string
+	for len(got) < len(keys) {
+		got = append(got, readInvalidateMessage(t, target)...)
+	}
+	slices.Sort(got)
+	if want := slices.Sorted(slices.Values(keys)); !slices.Equal(got, want) {
+		t.Fatalf("invalidations %v, want %v", got, want)
+	}
+}
+
+// TestClusterStreamModeInteractiveMulti: a tracking client that sends MULTI
+// and waits for each reply (Redis's test client, redis-cli) runs the
+// transaction on the master of its first command's key, whichever that
+// is, as outside stream mode: MULTI went to the session's own connection,
+// and a first command of another master's key got "slot N is on another
+// master" and left the client in a transaction (unit/tracking: the BCAST
+// prefixes test, and every test after it). An empty transaction, a
+// keyless first command, DISCARD, and a refusal inside (EXECABORT) are
+// answered as by one Redis.
+func TestClusterStreamModeInteractiveMulti(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "im", withPolicy(nil)) // the shipped defaults: KEYS refused
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	c.do("CLIENT", "TRACKING", "on")
+	for i, key := range keys {
+		k := "{" + key + "}n" // on key's master
+		for _, step := range [][2]string{{"MULTI", "+OK\r\n"}, {"INCR " + k, "+QUEUED\r\n"}, {"GET " + k, "+QUEUED\r\n"}} {
+			if r := c.do(strings.Fields(step[0])...); r != step[1] {
+				t.Fatalf("%s (key of master %d): %q, want %q", step[0], i, r, step[1])
+			}
+		}
+		if r := c.do("EXEC"); r != "*2\r\n:1\r\n$1\r\n1\r\n" {
+			t.Fatalf("EXEC of INCR %s, GET %s: %q", k, k, r)
+		}
+		if r := w.do("GET", k); r != "$1\r\n1\r\n" {
+			t.Fatalf("%s after the transaction: %q", k, r)
+		}
+	}
+	for _, tc := range []struct {
+		cmds [][]string
+		want []string
+	}{
+		{[][]string{{"MULTI"}, {"EXEC"}}, []string{"+OK\r\n", "*0\r\n"}},
+		{[][]string{{"MULTI"}, {"DISCARD"}}, []string{"+OK\r\n", "+OK\r\n"}},
+		{[][]string{{"MULTI"}, {"PING"}, {"EXEC"}}, []string{"+OK\r\n", "+QUEUED\r\n", "*1\r\n+PONG\r\n"}},
+		{[][]string{{"MULTI"}, {"SET", keys[1], "x"}, {"KEYS", "*"}, {"EXEC"}},
+			[]string{"+OK\r\n", "+QUEUED\r\n", "-DENIED KEYS", "-EXECABORT"}},
+	} {
+		for i, cmd := range tc.cmds {
+			if r := c.do(cmd...); !strings.HasPrefix(r, tc.want[i]) {
+				t.Fatalf("%v: %v: %q, want %q", tc.cmds, cmd, r, tc.want[i])
+			}
+		}
+	}
+	if r := w.do("GET", keys[1]); r != "$2\r\nv1\r\n" {
+		t.Errorf("%s after the aborted transaction: %q, want v1", keys[1], r)
+	}
+}
+
+// writesTo sets every key to v through c.
+func writesTo(c *rawClient, keys []string, v string) {
+	for _, k := range keys {
+		c.do("SET", k, v)
+	}
+}
+
 // TestClusterTrackingAcrossMasters: a RESP3 client tracking keys through
 // rproxy on a cluster reads keys of every master, in pipelines whose
 // replies keep their order, and gets the invalidations of every master's

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -38,11 +39,11 @@ type notifyBranch struct {
 	frames frames
 }
 
-// Write is the copy goroutine's: keyspace and keyevent messages go to the
-// client, the rest is dropped.
+// Write is the copy goroutine's: keyspace and keyevent messages and
+// invalidations go to the client, the rest is dropped.
 func (b *notifyBranch) Write(p []byte) (int, error) {
 	err := b.frames.each(p, func(frame []byte, _ byte) error {
-		if isKeyspaceMessage(frame) {
+		if isNotification(frame) {
 			return b.relay.writeFrame(frame)
 		}
 		return nil
@@ -53,11 +54,13 @@ func (b *notifyBranch) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// isKeyspaceMessage reports whether frame is a message or pmessage (RESP2
-// array or RESP3 push) on a __keyspace@ or __keyevent@ channel.
-func isKeyspaceMessage(frame []byte) bool {
+// isNotification reports whether frame is one a notify branch passes to
+// the client: a message or pmessage (RESP2 array or RESP3 push) on a
+// __keyspace@, __keyevent@ or __redis__:invalidate channel, or a RESP3
+// invalidate push.
+func isNotification(frame []byte) bool {
 	v, err := resp.Parse(frame)
-	if err != nil || (v.Kind != '*' && v.Kind != '>') || len(v.Elems) < 3 {
+	if err != nil || (v.Kind != '*' && v.Kind != '>') || len(v.Elems) < 2 {
 		return false
 	}
 	channel := -1
@@ -66,9 +69,19 @@ func isKeyspaceMessage(frame []byte) bool {
 		channel = 1
 	case "pmessage":
 		channel = 2
+	case "invalidate":
+		return v.Kind == '>' && len(v.Elems) == 2
 	}
-	return channel > 0 && channel < len(v.Elems) && isKeyspaceChannel(v.Elems[channel].Str)
+	if channel < 0 || channel+1 >= len(v.Elems) {
+		return false
+	}
+	ch := v.Elems[channel].Str
+	return isKeyspaceChannel(ch) || string(ch) == invalidateChannel
 }
+
+// invalidateChannel is the channel on which Redis sends a RESP2 client the
+// invalidations redirected to it.
+const invalidateChannel = "__redis__:invalidate"
 
 func isKeyspaceChannel(ch []byte) bool {
 	return bytes.HasPrefix(ch, []byte("__keyspace@")) || bytes.HasPrefix(ch, []byte("__keyevent@"))
@@ -93,7 +106,7 @@ func mayMatchKeyspace(pattern []byte) bool {
 // notifyArgs returns the (un)subscribe command to send to the notify
 // branches for one the client sent, nil for none: a SUBSCRIBE or
 // PSUBSCRIBE keeps the channels or patterns that may receive keyspace
-// notifications; an UNSUBSCRIBE or PUNSUBSCRIBE goes as sent (what the
+// notifications, and __redis__:invalidate; an UNSUBSCRIBE or PUNSUBSCRIBE goes as sent (what the
 // branches never subscribed they answer for, and that is dropped).
 func notifyArgs(name string, args [][]byte) [][]byte {
 	switch name {
@@ -105,7 +118,7 @@ func notifyArgs(name string, args [][]byte) [][]byte {
 	}
 	keep := [][]byte{args[0]}
 	for _, a := range args[1:] {
-		if name == "subscribe" && isKeyspaceChannel(a) || name == "psubscribe" && mayMatchKeyspace(a) {
+		if name == "subscribe" && (isKeyspaceChannel(a) || string(a) == invalidateChannel) || name == "psubscribe" && mayMatchKeyspace(a) {
 			keep = append(keep, a)
 		}
 	}
@@ -132,7 +145,7 @@ func (s *Server) notifyEverywhere(ss *session, name string, args [][]byte) {
 	backend := ss.pools[ss.proto]
 	for _, slot := range backend.Shards() {
 		pool := backend.PinPool(slot)
-		if pool == ss.pinPool {
+		if samePool(pool, ss.pinPool) {
 			continue
 		}
 		b, err := s.notifyBranch(ss, pool)
@@ -153,7 +166,7 @@ func (s *Server) notifyEverywhere(ss *session, name string, args [][]byte) {
 // notifyBranch returns the session's notify branch to pool, making it.
 func (s *Server) notifyBranch(ss *session, pool *upstream.Pool) (*notifyBranch, error) {
 	for _, b := range ss.notifyBranches {
-		if b.pool == pool {
+		if samePool(b.pool, pool) {
 			return b, nil
 		}
 	}
@@ -163,6 +176,8 @@ func (s *Server) notifyBranch(ss *session, pool *upstream.Pool) (*notifyBranch, 
 	}
 	b := &notifyBranch{pool: pool, d: d, relay: ss.relay}
 	ss.notifyBranches = append(ss.notifyBranches, b)
+	published := slices.Clone(ss.notifyBranches)
+	ss.notifyRef.Store(&published)
 	nc := ss.conn.NetConn()
 	go func() {
 		err := d.StreamTo(b)
@@ -183,4 +198,22 @@ func (ss *session) dropNotifyBranches() {
 		b.pool.Discard(b.d)
 	}
 	ss.notifyBranches = nil
+	ss.notifyRef.Store(nil)
+}
+
+// redirectIDOn returns the Redis client id, on the server at addr, of
+// target's connection there that can receive invalidations: its pin, or
+// one of its notify branches (0: none).
+func redirectIDOn(target *session, addr string) int64 {
+	if pin := target.pinRef.Load(); pin != nil && pin.Address() == addr {
+		return pin.RedisID()
+	}
+	if branches := target.notifyRef.Load(); branches != nil {
+		for _, b := range *branches {
+			if b.pool.Address() == addr {
+				return b.d.RedisID()
+			}
+		}
+	}
+	return 0
 }

@@ -105,6 +105,7 @@ type streamRelay struct {
 	hold    holdMode            // what is done with the current reply
 	held    []byte              // the current reply so far, while held
 	rewrite func([]byte) []byte // non-nil: what the next reply is passed through
+	join    bool                // rewrite is a joinInStream's
 	stash   []byte              // a +RESET held while ending: the RESET's, if the end marker's answer follows
 	ended   bool                // the end marker's answer has come
 	broken  bool                // framing failed: everything is passed on
@@ -119,6 +120,7 @@ type streamRelay struct {
 type relayAnswer struct {
 	reply   []byte              // shown in its place (nil: nothing)
 	rewrite func([]byte) []byte // non-nil: the reply after it is passed through this
+	join    bool                // rewrite sees that reply whatever its length, an error too (joinInStream)
 	later   *branchReply        // non-nil: shown in its place once it has come (streambranch.go)
 }
 
@@ -291,7 +293,7 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 				}
 				r.held = r.held[:0]
 			case r.hold == holdError && len(r.held) > maxHeldError,
-				r.hold == holdRewrite && len(r.held) > maxHeldRewrite,
+				r.hold == holdRewrite && len(r.held) > maxHeldRewrite && !r.join,
 				r.hold == holdProbe && len(r.held) > maxHeldProbe,
 				r.hold == holdStatus && len(r.held) > maxHeldError:
 				if r.hold == holdRewrite {
@@ -337,9 +339,9 @@ func (r *streamRelay) finish() []byte {
 		return nil
 	}
 	if r.hold == holdRewrite {
-		f := r.rewrite
-		r.rewrite = nil
-		if r.held[0] == '-' || r.held[0] == '!' {
+		f, join := r.rewrite, r.join
+		r.rewrite, r.join = nil, false
+		if (r.held[0] == '-' || r.held[0] == '!') && !join {
 			return r.held
 		}
 		return f(r.held)
@@ -364,11 +366,16 @@ func (r *streamRelay) finish() []byte {
 	}
 	if a.later != nil {
 		// Only whole replies have been written: a branch's push may be
-		// written while its reply is waited for.
+		// written while its reply is waited for. Once it has come, the
+		// client's write lock is held from before it is marked shown, so
+		// that a push the branch sends after it cannot come first.
 		r.releaseFrames()
-		return a.later.wait()
+		a.later.wait()
+		r.frames.Lock()
+		r.framesHeld = true
+		return a.later.show()
 	}
-	r.rewrite = a.rewrite
+	r.rewrite, r.join = a.rewrite, a.join
 	return a.reply
 }
 

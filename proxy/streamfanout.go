@@ -1,0 +1,85 @@
+package proxy
+
+// Commands of every master, in stream mode. Outside stream mode a command
+// that acts or reports on the whole data (fanOutCommands: FLUSHALL,
+// CONFIG SET, DBSIZE, INFO, SLOWLOG GET...) goes to every master and the
+// replies are merged (cluster.go). A session in stream mode sent it to its
+// own connection, one master: a tracking client's FLUSHALL emptied one
+// master of the cluster, its CONFIG SET set one node, its DBSIZE and INFO
+// counted one master's. Now it goes to the pin and to the session's
+// branch on every other master (made if need be), in order with the
+// session's other commands there, and the pin's reply is replaced by the
+// merged replies once all have come (joinInStream). KEYS, SCAN and
+// RANDOMKEY, and CONFIG SET of a node's own setting, are refused as
+// outside stream mode (clusterRefusal). Inside a transaction, and for a
+// session that may not branch (RESP2 subscribed, MONITOR, a replica),
+// the command goes to the pin as before.
+
+// streamFanOut sends c to every master when it is one of fanOutCommands,
+// or refuses it (clusterRefusal), reporting whether it took it.
+func (s *Server) streamFanOut(ss *session, c *call) bool {
+	info, args := c.info, c.cmd.Args
+	if s.cfg.Cluster == nil || info == nil || ss.inTransaction() {
+		return false
+	}
+	name := fanOutName(info.Name, args)
+	if msg := clusterRefusal(name, args); msg != "" {
+		s.refuseMsg(ss, msg)
+		return true
+	}
+	kind, ok := fanOutCommands[name]
+	if !ok || !s.branching(ss) || !ss.streamAnswered() {
+		return false
+	}
+	backend := ss.pools[ss.proto]
+	shards := backend.Shards()
+	if len(shards) < 2 {
+		return false
+	}
+	branches := make([]*streamBranch, 0, len(shards)-1)
+	for _, slot := range shards {
+		pool := backend.PinPool(slot)
+		if samePool(pool, ss.pinPool) {
+			continue
+		}
+		b, err := s.branch(ss, pool)
+		if err != nil {
+			r := branchError(err) // sent nowhere
+			ss.answerInStream(r, func() []byte { return scriptError(r) })
+			return true
+		}
+		branches = append(branches, b)
+	}
+	parts := make([]*branchReply, len(branches))
+	for i, b := range branches {
+		parts[i] = b.send([][]byte{c.cmd.Raw}, []bool{true})[0]
+	}
+	m := merge{kind: kind, parts: len(parts) + 1}
+	if kind == mergeSlowlog {
+		m.limit = slowlogCount(args)
+	}
+	withProxy := info.Name == "info" && infoWantsProxy(args)
+	ss.joinInStream(c.cmd.Raw, func(pinReply []byte) []byte {
+		replies := [][]byte{pinReply}
+		var pushes []byte
+		for _, p := range parts {
+			r, after := p.showApart()
+			replies = append(replies, r)
+			pushes = append(pushes, after...)
+		}
+		out := m.reply(replies)
+		if info.Name == "info" {
+			out = s.infoReply(out, nil, withProxy)
+		}
+		return append(out, pushes...)
+	})
+	return true
+}
+
+// joinInStream sends raw, in stream mode, to the pin, whose reply, an
+// error too and however long, the relay replaces by f's (rewriteNext).
+func (ss *session) joinInStream(raw []byte, f func([]byte) []byte) {
+	ss.relay.queue(relayAnswer{rewrite: f, join: true})
+	ss.streamCmds = append(ss.streamCmds, errorCmd, raw)
+	ss.streamHelpers++
+}
