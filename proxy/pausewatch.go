@@ -36,8 +36,13 @@ func (p *pauseWatch) command(ss *session, c *call) bool {
 	switch {
 	case info.Handling == command.Client && len(args) >= 2:
 		if ss.inTransaction() {
-			// Queued: it runs at EXEC, or never after DISCARD.
-			ss.queuedPause = append(ss.queuedPause[:0:0], args...)
+			// Queued: it runs at EXEC, or never after DISCARD. Copied:
+			// args point into the read buffer, which the client's next
+			// read (a client that waits for QUEUED) writes over.
+			ss.queuedPause = make([][]byte, len(args))
+			for i, a := range args {
+				ss.queuedPause[i] = bytes.Clone(a)
+			}
 		} else {
 			p.note(args)
 		}
