@@ -168,6 +168,15 @@ func fanOutName(name string, args [][]byte) string {
 type routeState struct {
 	multiPending bool // MULTI answered, not yet sent: no master chosen yet
 	crossSlotTx  bool // a command of the open transaction is for another master: EXEC gets CROSSSLOT (crossslot.go)
+	// keylessTx: every command of the open transaction so far has been
+	// keyless, so the master it was sent to was chosen by none of them;
+	// keyless holds them (copies, keylessBytes in all) to be queued again
+	// on the master of its first key (moveTransaction). noKeys: route
+	// found no key in the command it routed last.
+	keylessTx    bool
+	keyless      [][]byte
+	keylessBytes int
+	noKeys       bool
 	rest         []resp.Command
 	restAt       int
 	merges       []merge
@@ -235,7 +244,11 @@ func (r *routing) command(ss *session, c *call) bool {
 	if r.route(ss, c.info, c.cmd) {
 		return true
 	}
-	return ss.route.multiPending && !r.startDeferredMulti(ss)
+	if ss.route.multiPending && !r.startDeferredMulti(ss, ss.route.noKeys) {
+		return true
+	}
+	r.noteKeyless(ss, c)
+	return false
 }
 
 func (*routing) replies(*session) {}
@@ -251,6 +264,7 @@ func (*routing) replies(*session) {}
 // Redis's own CROSSSLOT error.
 func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool {
 	ss.slot = upstream.SlotAny
+	ss.route.noKeys = true
 	if info == nil {
 		return false
 	}
@@ -324,6 +338,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		r.salting.noteWrites(ss, keys)
 	}
 	ss.slot = upstream.Slot(keys[0])
+	ss.route.noKeys = false
 	if info.Invalidates != command.InvalidatesNone {
 		ss.route.lastWrite = ss.slot + 1
 	}
@@ -504,10 +519,12 @@ func (r *routing) deferMulti(ss *session, args [][]byte) bool {
 
 // startDeferredMulti pins the session to the master of the command being
 // executed (any master for a keyless one) and sends the deferred MULTI
-// there, its reply dropped (the client has had it). It reports whether
-// the command can go on.
-func (r *routing) startDeferredMulti(ss *session) bool {
+// there, its reply dropped (the client has had it). keyless says the
+// command has no key: the transaction may move (moveTransaction). It
+// reports whether the command can go on.
+func (r *routing) startDeferredMulti(ss *session, keyless bool) bool {
 	ss.route.multiPending = false
+	r.endKeyless(ss)
 	slot := ss.slot &^ upstream.ReplicaRead
 	if !r.pin(ss, slot) {
 		return false
@@ -516,6 +533,9 @@ func (r *routing) startDeferredMulti(ss *session) bool {
 	ss.batch.AddSlot(multiCmd, slot)
 	ss.order = append(ss.order, replySource{from: fromDiscard})
 	ss.track = append(ss.track, track{kind: trackMulti})
+	// In the transaction from here, as the client is: pinning cleared it.
+	ss.multiSent = true
+	ss.route.keylessTx = keyless
 	return true
 }
 

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
@@ -33,7 +35,11 @@ func (r *routing) crossSlotCommand(ss *session) bool {
 	// By address: the pin may be of the other protocol's pool (HELLO
 	// while pinned switches the connection, not the pool it came from).
 	if ss.pinPool.Address() == r.cluster.MasterAddr(ss.slot&(upstream.Slots-1)) {
+		r.endKeyless(ss) // the transaction's first key is here: it stays
 		return false
+	}
+	if ss.multiSent && ss.route.keylessTx && !ss.watching && !ss.blocking && ss.db == 0 && !ss.dbUnknown {
+		return r.moveTransaction(ss)
 	}
 	ss.slot = upstream.SlotAny
 	if ss.multiSent {
@@ -64,5 +70,73 @@ func (r *routing) crossSlotEnd(ss *session, info *command.Info) bool {
 		ss.reply(crossSlotReply)
 		return true
 	}
+	return false
+}
+
+// A transaction typed command by command (redis-cli, Redis's own test
+// client) whose first commands have no key (MULTI, PING, SET k v, EXEC)
+// was sent to any master with the first of them, and the first key, on
+// another master, then made EXEC fail with CROSSSLOT, where one node
+// runs it. While every command queued is keyless, which master runs them
+// makes no difference (each master has the same commands and settings),
+// so the transaction moves: it is discarded where it is and queued again,
+// those commands first, on the first key's master.
+
+// maxKeylessBytes bounds the commands kept for a move; past it a
+// transaction stays where it is (CROSSSLOT at EXEC as before).
+const maxKeylessBytes = 64 << 10
+
+// noteKeyless keeps a copy of c, a keyless command queued in a
+// transaction that may still move (keylessTx), and ends that state with
+// the transaction.
+func (r *routing) noteKeyless(ss *session, c *call) {
+	if !ss.route.keylessTx {
+		return
+	}
+	if !ss.inTransaction() || c.info != nil && (c.info.Name == "exec" || c.info.Name == "discard") {
+		r.endKeyless(ss)
+		return
+	}
+	if !ss.route.noKeys {
+		return
+	}
+	if ss.route.keylessBytes += len(c.cmd.Raw); ss.route.keylessBytes > maxKeylessBytes {
+		r.endKeyless(ss)
+		return
+	}
+	ss.route.keyless = append(ss.route.keyless, bytes.Clone(c.cmd.Raw))
+}
+
+// endKeyless ends keylessTx: the transaction stays on its master.
+func (r *routing) endKeyless(ss *session) {
+	ss.route.keylessTx, ss.route.keyless, ss.route.keylessBytes = false, nil, 0
+}
+
+// moveTransaction moves the open transaction, all of whose commands so
+// far are keyless, to the master of the command being routed (ss.slot):
+// DISCARD where it is, then MULTI and those commands again on a
+// connection to that master, their replies dropped (the client has had
+// the first ones). It reports whether it answered the command itself (no
+// connection to that master: the error).
+func (r *routing) moveTransaction(ss *session) bool {
+	slot, queued := ss.slot, ss.route.keyless
+	r.endKeyless(ss)
+	ss.batch.AddSlot(discardCmd, upstream.SlotAny)
+	ss.order = append(ss.order, replySource{from: fromDiscard})
+	ss.track = append(ss.track, track{kind: trackExec})
+	r.flush(ss) // the pin, holding nothing else (crossSlotCommand), goes back
+	if !r.pin(ss, slot) {
+		return true // its error is the command's reply; EXEC finds no transaction
+	}
+	ss.slot = slot
+	ss.batch.AddSlot(multiCmd, slot)
+	ss.order = append(ss.order, replySource{from: fromDiscard})
+	ss.track = append(ss.track, track{kind: trackMulti})
+	for _, raw := range queued {
+		ss.batch.AddSlot(raw, slot)
+		ss.order = append(ss.order, replySource{from: fromDiscard})
+		ss.track = append(ss.track, track{})
+	}
+	ss.multiSent = true
 	return false
 }

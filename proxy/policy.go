@@ -138,8 +138,11 @@ func (s *Server) abortTransaction(ss *session) {
 	if !ss.inTransaction() || ss.stream {
 		return
 	}
-	if ss.route.multiPending && !s.routing.startDeferredMulti(ss) {
+	if ss.route.multiPending && !s.routing.startDeferredMulti(ss, true) {
 		return // no connection for the transaction: its error is queued
+	}
+	if ss.route.keylessTx {
+		ss.route.keyless = append(ss.route.keyless, poisonCmd) // moved, it stays refused
 	}
 	ss.batch.AddSlot(poisonCmd, upstream.SlotAny)
 	ss.order = append(ss.order, replySource{from: fromDiscard})

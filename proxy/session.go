@@ -396,6 +396,7 @@ func (s *Server) boundReplies(ss *session) {
 // passwords, on the default shared connections.
 func (s *Server) resetSession(ss *session) {
 	ss.route.multiPending = false
+	ss.route.keylessTx, ss.route.keyless, ss.route.keylessBytes = false, nil, 0
 	s.resetClientState(ss)
 	if s.cfg.Users != nil {
 		ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
