@@ -102,6 +102,7 @@ var fanOutCommands = map[string]mergeKind{
 	"debug|replybuffer":                  mergeOK,
 	"debug|aof-flush-sleep":              mergeOK,
 	"debug|log":                          mergeOK,
+	"debug|set-disable-deny-scripts":     mergeOK,
 	// Subscriptions go to the pub/sub master (pubsubSlot's), and those that
 	// may receive keyspace notifications to every other master too
 	// (streamnotify.go): a channel or pattern is counted once, as the

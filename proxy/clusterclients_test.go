@@ -479,6 +479,19 @@ func TestClusterDebugAsOneServer(t *testing.T) {
 		t.Errorf("DBSIZE after reading every expired key = %q, want :0", r)
 	}
 	c.do("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+
+	// Scripts may run DEBUG once it is allowed: on every master, as a
+	// script of any key runs on its key's master.
+	if r := c.do("DEBUG", "SET-DISABLE-DENY-SCRIPTS", "1"); r != "+OK\r\n" {
+		t.Fatalf("DEBUG SET-DISABLE-DENY-SCRIPTS 1 = %q", r)
+	}
+	for _, k := range keys {
+		c.do("SET", k, "v")
+		if r := c.do("EVAL", "return redis.call('DEBUG', 'DIGEST-VALUE', KEYS[1])", "1", k); !strings.HasPrefix(r, "*1\r\n+") {
+			t.Errorf("a script's DEBUG on %s's master after SET-DISABLE-DENY-SCRIPTS 1: %q", k, r)
+		}
+	}
+	c.do("DEBUG", "SET-DISABLE-DENY-SCRIPTS", "0")
 }
 
 // TestClusterSlowlogIsEveryMasters: SLOWLOG GET through rproxy on a
