@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Summarise the logs of scripts/redis-suite.sh: usage redis-suite-summary.sh OUT [MIN_OK]
+# Summarise the logs of scripts/redis-suite.sh: usage redis-suite-summary.sh OUT [MIN_OK [CLUSTER_MIN_OK]]
 # Writes OUT/<mode>/failures.tsv (unit, test, first line of the error) and
 # OUT/summary.md, prints the summary, and exits 1 when the [ok] count through
-# rproxy is below MIN_OK (when MIN_OK > 0 and the rproxy mode was run).
+# rproxy is below MIN_OK (when MIN_OK > 0 and the rproxy mode was run), or
+# in mode cluster below CLUSTER_MIN_OK.
 set -euo pipefail
 
 OUT=$1
 MIN_OK=${2:-0}
+CLUSTER_MIN_OK=${3:-0}
 
 strip() { sed -e 's/\x1b\[[0-9;]*m//g' "$@"; }
 
@@ -136,11 +138,18 @@ S=$OUT/summary.md
 } >"$S"
 cat "$S"
 
-if [ -s "$OUT/rproxy/units.tsv" ] && [ "$MIN_OK" -gt 0 ]; then
-	read -r ok _ < <(counts "$OUT/rproxy")
-	if [ "$ok" -lt "$MIN_OK" ]; then
-		echo "redis-suite: FAIL: $ok [ok] through rproxy, under the threshold $MIN_OK (REDIS_SUITE_MIN_OK)" >&2
-		exit 1
+status=0
+guard() { # MODE THRESHOLD VARIABLE
+	[ -s "$OUT/$1/units.tsv" ] && [ "$2" -gt 0 ] || return 0
+	local ok
+	read -r ok _ < <(counts "$OUT/$1")
+	if [ "$ok" -lt "$2" ]; then
+		echo "redis-suite: FAIL: $ok [ok] in mode $1, under the threshold $2 ($3)" >&2
+		status=1
+		return 0
 	fi
-	echo "redis-suite: $ok [ok] through rproxy, threshold $MIN_OK: pass" >&2
-fi
+	echo "redis-suite: $ok [ok] in mode $1, threshold $2: pass" >&2
+}
+guard rproxy "$MIN_OK" REDIS_SUITE_MIN_OK
+guard cluster "$CLUSTER_MIN_OK" REDIS_SUITE_CLUSTER_MIN_OK
+exit $status

@@ -15,6 +15,10 @@
 #                          needs its own server)
 #   REDIS_SUITE_MIN_OK     fail when [ok] through rproxy is below this
 #                          (0 = never; the Makefile sets the guard)
+#   REDIS_SUITE_CLUSTER_MIN_OK  the same for mode cluster
+#   REDIS_SUITE_JOBS       units run at once (default 1), each with its own
+#                          servers, rproxy and ports: the units mostly wait,
+#                          so 2 nearly halve the time on 2 cores
 #   REDIS_SUITE_STALL      seconds without a test finishing after which
 #                          runtest reports [TIMEOUT] and stops the unit (60)
 #   REDIS_SUITE_UNIT_TIMEOUT  hard limit per unit in seconds (600)
@@ -28,8 +32,8 @@
 # Each unit runs in its own `runtest --single` with --durable, so one unit that
 # hangs or aborts costs only itself; it is reported as hung or aborted.
 # Exit status: 0, or 1 when rproxy's [ok] count is under REDIS_SUITE_MIN_OK
-# (or rproxy/redis could not be started). Failing tests alone never fail it:
-# the threshold is the guard.
+# or cluster's under REDIS_SUITE_CLUSTER_MIN_OK (or rproxy/redis could not
+# be started). Failing tests alone never fail it: the threshold is the guard.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -41,6 +45,8 @@ fi
 
 MODES=${REDIS_SUITE_MODES:-direct rproxy}
 MIN_OK=${REDIS_SUITE_MIN_OK:-0}
+CLUSTER_MIN_OK=${REDIS_SUITE_CLUSTER_MIN_OK:-0}
+JOBS=${REDIS_SUITE_JOBS:-1}
 STALL=${REDIS_SUITE_STALL:-60}
 UNIT_TIMEOUT=${REDIS_SUITE_UNIT_TIMEOUT:-600}
 OUT=${REDIS_SUITE_OUT:-$ROOT/suites/out/redis}
@@ -140,31 +146,38 @@ cleanup() {
 	stop_proc "$REDIS_PID"
 	stop_cluster
 	PROXY_PID= REDIS_PID=
-	rm -rf "$WORK"
+	rm -rf "$WDIR" # a worker's own folder; the script's: all of WORK
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# Each worker (REDIS_SUITE_JOBS) has a folder and port ranges of its own,
+# below the ephemeral range (32768 up): from BASE, redis-server (+0..200),
+# rproxy (+300..500) and runtest's test server (--baseport BASE+700: it
+# listens just below); cluster nodes from 14000 + 1000 x worker (their bus
+# ports 10000 higher).
 RPORT=
 PPORT=
+WDIR=$WORK
+BASE=
 start_redis() {
-	RPORT=$(free_port 21000)
-	rm -rf "$WORK/redis"
-	mkdir -p "$WORK/redis"
+	RPORT=$(free_port "$BASE")
+	rm -rf "$WDIR/redis"
+	mkdir -p "$WDIR/redis"
 	# The configuration the suite gives the servers it starts itself.
 	redis-server "$SRC/tests/assets/default.conf" --port "$RPORT" --bind 127.0.0.1 \
-		--daemonize no --dir "$WORK/redis" --logfile "$WORK/redis/redis.log" \
-		--pidfile "$WORK/redis/redis.pid" &
+		--daemonize no --dir "$WDIR/redis" --logfile "$WDIR/redis/redis.log" \
+		--pidfile "$WDIR/redis/redis.pid" &
 	REDIS_PID=$!
 	if ! wait_ping "$RPORT" "$REDIS_PID"; then
 		log "redis-server on $RPORT did not start; log:"
-		tail -n 20 "$WORK/redis/redis.log" >&2 || true
+		tail -n 20 "$WDIR/redis/redis.log" >&2 || true
 		return 1
 	fi
 }
 start_proxy() { # LOGFILE [CONFIG UPSTREAM_PORT]
-	PPORT=$(free_port 21300)
+	PPORT=$(free_port $((BASE + 300)))
 	"$RPROXY_BIN" -config "${2:-$CONFIG}" -listen "127.0.0.1:$PPORT" -upstream "127.0.0.1:${3:-$RPORT}" \
 		>>"$1" 2>&1 &
 	PROXY_PID=$!
@@ -179,19 +192,30 @@ source scripts/cluster-lib.sh
 CLUSTER_CONFIG=$WORK/cluster.yaml
 { cat "$CONFIG"; printf '\nupstream:\n  mode: cluster\n'; } >"$CLUSTER_CONFIG"
 
-for MODE in $MODES; do
-	MODE_OUT=$OUT/$MODE
-	rm -rf "$MODE_OUT"
-	mkdir -p "$MODE_OUT/units"
-	: >"$MODE_OUT/units.tsv"
-	log "$MODE: $(echo "$UNITS" | wc -w) units (stall limit ${STALL}s, unit limit ${UNIT_TIMEOUT}s)"
-	t0=$(date +%s)
-	for unit in $UNITS; do
-		# Each unit gets a fresh redis-server (and rproxy): a test that fails
-		# in external mode can leave a config behind (unit/type/set leaves
-		# rdb-key-save-delay at 2147483647, which hangs every later SYNC).
+# next_unit prints the next unit of the mode's queue for a worker, and
+# fails when none is left.
+next_unit() { # QUEUE
+	(
+		flock 9
+		n=$(cat "$1.next")
+		u=$(sed -n "$((n + 1))p" "$1")
+		[ -n "$u" ] || exit 1
+		echo $((n + 1)) >"$1.next"
+		echo "$u"
+	) 9>"$1.lock"
+}
+
+# run_worker runs units of MODE from QUEUE until none is left, each with
+# fresh servers: a test that fails in external mode can leave a config
+# behind (unit/type/set leaves rdb-key-save-delay at 2147483647, which
+# hangs every later SYNC).
+run_worker() { # MODE QUEUE WORKER
+	local MODE=$1 queue=$2 w=$3 unit base extra rc secs alive u0 pid
+	local cluster_base=$((14000 + w * 1000))
+	mkdir -p "$WDIR"
+	while unit=$(next_unit "$queue"); do
 		base=$MODE_OUT/units/${unit//\//_}
-		extra=()
+		extra=(--baseport $((BASE + 700)))
 		case $MODE in
 		direct | rproxy)
 			start_redis
@@ -200,12 +224,12 @@ for MODE in $MODES; do
 		direct-cluster)
 			start_redis
 			PORT=$RPORT
-			extra=(--cluster-mode)
+			extra+=(--cluster-mode)
 			;;
 		cluster)
 			# A fresh cluster per unit, as a fresh server in the other modes.
-			start_cluster "$WORK/cluster" 14000 "$SRC/tests/assets/default.conf"
-			extra=(--cluster-mode)
+			start_cluster "$WDIR/cluster" "$cluster_base" "$SRC/tests/assets/default.conf"
+			extra+=(--cluster-mode)
 			;;
 		*)
 			log "unknown mode $MODE"
@@ -243,16 +267,54 @@ for MODE in $MODES; do
 		PROXY_PID= REDIS_PID=
 		if [ "$rc" != 0 ]; then
 			if [ "$MODE" = cluster ]; then
-				for i in 0 1 2; do cp "$WORK/cluster/c$i/redis.log" "$base.redis-c$i.log" 2>/dev/null || true; done
+				for i in 0 1 2; do cp "$WDIR/cluster/c$i/redis.log" "$base.redis-c$i.log" 2>/dev/null || true; done
 			else
-				cp "$WORK/redis/redis.log" "$base.redis.log" 2>/dev/null || true
+				cp "$WDIR/redis/redis.log" "$base.redis.log" 2>/dev/null || true
 			fi
 		fi
 		[ -s "$base.rproxy.log" ] || rm -f "$base.rproxy.log"
-		printf '%s\t%s\t%s\t%s\n' "$unit" "$rc" "$secs" "$alive" >>"$MODE_OUT/units.tsv"
+		printf '%s\t%s\t%s\t%s\n' "$unit" "$rc" "$secs" "$alive" >>"$MODE_OUT/units.done"
 		log "$MODE: $unit rc=$rc ${secs}s $(grep -c '^\[ok\]' "$base.log" || true) ok $(grep -c '^\[err\]' "$base.log" || true) err ($alive)"
 	done
+}
+
+workers=()
+stop_workers() {
+	local pid
+	for pid in "${workers[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${workers[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+
+for MODE in $MODES; do
+	MODE_OUT=$OUT/$MODE
+	rm -rf "$MODE_OUT"
+	mkdir -p "$MODE_OUT/units"
+	: >"$MODE_OUT/units.done"
+	queue=$WORK/$MODE.queue
+	printf '%s\n' $UNITS >"$queue"
+	echo 0 >"$queue.next"
+	log "$MODE: $(echo "$UNITS" | wc -w) units, $JOBS at once (stall limit ${STALL}s, unit limit ${UNIT_TIMEOUT}s)"
+	t0=$(date +%s)
+	workers=()
+	for w in $(seq 0 $((JOBS - 1))); do
+		# A worker is a subshell: its servers, ports and cleanup are its own.
+		(
+			WDIR=$WORK/w$w
+			BASE=$((20000 + w * 1000))
+			trap cleanup EXIT
+			trap 'exit 143' TERM
+			run_worker "$MODE" "$queue" "$w"
+		) &
+		workers+=($!)
+	done
+	trap 'stop_workers; exit 130' INT
+	trap 'stop_workers; exit 143' TERM
+	for pid in "${workers[@]}"; do wait "$pid" || true; done
+	workers=()
+	# units.tsv in the suite's order, whichever worker ran each unit.
+	awk -F'\t' 'NR == FNR { done[$1] = $0; next } $1 in done { print done[$1] }' "$MODE_OUT/units.done" "$queue" >"$MODE_OUT/units.tsv"
+	rm -f "$MODE_OUT/units.done"
 	echo "$(($(date +%s) - t0))" >"$MODE_OUT/seconds"
 done
 
-bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK"
+bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK"
