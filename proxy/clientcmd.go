@@ -813,6 +813,9 @@ func (ss *session) noteSubscriptions(name string, args [][]byte) {
 		return
 	case "monitor":
 		ss.role = 'O'
+		if ss.relay != nil && ss.stream {
+			ss.relay.monitoring.Store(true) // already in stream mode (tracking, pub/sub in RESP3)
+		}
 		return
 	case "subscribe", "unsubscribe":
 		kind = 'c'

@@ -73,6 +73,10 @@ const resetReply = "+RESET\r\n"
 // modules say, is passed on as Redis sent it.
 const maxHeldRewrite = 64 << 10
 
+// maxHeldMonitor bounds the MONITOR line a streamRelay holds back to see
+// whether it is one of rproxy's own PINGs (hideLine), which are short.
+const maxHeldMonitor = 128
+
 // maxHeldProbe bounds the array or bulk string a streamRelay holds back
 // while a modeProbe waits: longer than the probe's answer in either mode.
 const maxHeldProbe = 128
@@ -98,6 +102,11 @@ type streamRelay struct {
 
 	probing atomic.Pointer[modeProbe] // a modeProbe waiting for its answer
 	ending  atomic.Pointer[streamEnd] // an end marker sent after a RESET
+
+	// In MONITOR mode, the lines hideLine reports are not shown: rproxy's
+	// own PINGs (ownMonitorLine). Set before the copy starts.
+	monitoring atomic.Bool
+	hideLine   func(line []byte) bool
 
 	// The copy goroutine's own state.
 	fr      resp.Framer
@@ -133,6 +142,7 @@ const (
 	holdRewrite                 // the reply rewrite is for
 	holdProbe                   // an array or bulk string: a modeProbe's answer?
 	holdStatus                  // a status while ending: the RESET's +RESET?
+	holdMonitor                 // a status in MONITOR mode: one of rproxy's own commands?
 )
 
 // modeProbe asks Redis whether it is in RESP2's subscribed mode: the
@@ -272,6 +282,8 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 				r.hold = holdProbe
 			case kind == '+' && r.ending.Load() != nil:
 				r.hold = holdStatus
+			case kind == '+' && r.hideLine != nil && r.monitoring.Load():
+				r.hold = holdMonitor
 			default:
 				r.hold = holdNone
 			}
@@ -295,7 +307,8 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 			case r.hold == holdError && len(r.held) > maxHeldError,
 				r.hold == holdRewrite && len(r.held) > maxHeldRewrite && !r.join,
 				r.hold == holdProbe && len(r.held) > maxHeldProbe,
-				r.hold == holdStatus && len(r.held) > maxHeldError:
+				r.hold == holdStatus && len(r.held) > maxHeldError,
+				r.hold == holdMonitor && len(r.held) > maxHeldMonitor:
 				if r.hold == holdRewrite {
 					r.rewrite = nil
 				}
@@ -352,6 +365,9 @@ func (r *streamRelay) finish() []byte {
 			return nil
 		}
 		return r.held
+	}
+	if r.hold == holdMonitor && r.hideLine(r.held) {
+		return nil
 	}
 	if e := r.ending.Load(); e != nil && e.answers(r.held) {
 		r.ended = true

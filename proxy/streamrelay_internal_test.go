@@ -279,3 +279,37 @@ func TestStreamRelayAnswersModeProbes(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamRelayHidesOwnMonitorLines: in MONITOR mode the lines hideLine
+// reports are dropped whole, whatever the writes' sizes; others, long ones
+// and errors pass as sent, and outside MONITOR mode nothing is dropped.
+func TestStreamRelayHidesOwnMonitorLines(t *testing.T) {
+	own := "+1.0 [0 127.0.0.1:1] \"PING\"\r\n"
+	other := "+1.1 [0 127.0.0.1:2] \"PING\"\r\n"
+	long := "+1.2 [0 127.0.0.1:1] \"SET\" \"k\" \"" + strings.Repeat("v", 300) + "\"\r\n"
+	stream := own + other + own + long + "-ERR x\r\n" + own
+	hide := func(line []byte) bool { return bytes.Contains(line, []byte("127.0.0.1:1] \"PING\"")) }
+	for _, sizes := range [][]int{{1}, {3, 7}, {len(stream)}} {
+		for _, monitoring := range []bool{true, false} {
+			var out bytes.Buffer
+			r := newStreamRelay(&out, false)
+			r.hideLine = hide
+			r.monitoring.Store(monitoring)
+			p := []byte(stream)
+			for i := 0; len(p) > 0; i++ {
+				n := min(sizes[i%len(sizes)], len(p))
+				if k, err := r.Write(p[:n]); k != n || err != nil {
+					t.Fatalf("Write(%d bytes) = %d, %v", n, k, err)
+				}
+				p = p[n:]
+			}
+			want := stream
+			if monitoring {
+				want = other + long + "-ERR x\r\n"
+			}
+			if out.String() != want {
+				t.Errorf("sizes %v, monitoring %v: %q, want %q", sizes, monitoring, out.String(), want)
+			}
+		}
+	}
+}

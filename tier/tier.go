@@ -405,6 +405,15 @@ func (h *Engine) TrackingUp() bool {
 	return h.tier != nil && h.tier.Serving()
 }
 
+// OwnsConn reports whether addr is the local address of a tracking
+// connection, as Redis lists it (CLIENT LIST, MONITOR).
+func (h *Engine) OwnsConn(addr string) bool {
+	if h.trackCluster != nil {
+		return h.trackCluster.HasConn(addr)
+	}
+	return h.track != nil && h.track.HasConn(addr)
+}
+
 // TrackDo runs a batch on the tracking connection: the one, or on a
 // cluster each command's master's.
 func (h *Engine) TrackDo(b *upstream.Batch) {

@@ -256,6 +256,19 @@ func (c *Cluster) MasterStates() []MasterState {
 	return out
 }
 
+// HasConn reports whether addr is the local address of a shared
+// connection of one of the cluster's pools (Pool.HasConn).
+func (c *Cluster) HasConn(addr string) bool {
+	for _, n := range *c.nodes.Load() {
+		for _, p := range n.pools {
+			if p != nil && p.HasConn(addr) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // MasterAddr returns the address of the master serving slot, or "".
 func (c *Cluster) MasterAddr(slot int) string {
 	if i := c.Owner(slot); i >= 0 {

@@ -581,6 +581,18 @@ func (p *Pool) waitProbe(ctx context.Context) (busy bool, held map[string]bool) 
 
 var pingCmd = resp.AppendCommandString(nil, "PING")
 
+// HasConn reports whether addr is the local address of one of the pool's
+// shared connections: the address Redis lists it by (CLIENT LIST,
+// MONITOR).
+func (p *Pool) HasConn(addr string) bool {
+	for _, c := range p.conns {
+		if c.localAddr() == addr {
+			return true
+		}
+	}
+	return false
+}
+
 // masterChanged moves the pool to a new master (Sentinel): shared
 // connections are closed and redialled at once, idle dedicated ones are
 // dropped, and lent ones are broken, so a pinned session ends as on any
