@@ -440,7 +440,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 		}
 		s.forwardBlocking(ss, info, cmd.Raw)
 	case command.Transaction:
-		if ss.pin == nil && info.Name == "multi" && s.routing != nil && s.routing.deferMulti(ss, args) {
+		if ss.pin == nil && info.Name == "multi" && s.routing != nil && s.routing.deferMulti(ss, cmd) {
 			ss.multiSent = true
 			return true
 		}

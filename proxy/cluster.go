@@ -178,6 +178,7 @@ type routeState struct {
 	keyless      [][]byte
 	keylessBytes int
 	noKeys       bool
+	multiRaw     []byte // the deferred MULTI, as the client sent it
 	rest         []resp.Command
 	restAt       int
 	merges       []merge
@@ -509,11 +510,14 @@ var (
 // read (redis-cli typed by hand) without choosing a master yet: the first
 // command of the transaction decides (startDeferredMulti). It reports
 // whether it did.
-func (r *routing) deferMulti(ss *session, args [][]byte) bool {
-	if len(args) != 1 || r.multiSlot(ss) != upstream.SlotAny {
+func (r *routing) deferMulti(ss *session, cmd resp.Command) bool {
+	if len(cmd.Args) != 1 || r.multiSlot(ss) != upstream.SlotAny {
 		return false
 	}
 	ss.route.multiPending = true
+	// Sent later as the client spelled it (MONITOR and SLOWLOG show it);
+	// the read buffer it is in will be reused by then.
+	ss.route.multiRaw = bytes.Clone(cmd.Raw)
 	ss.reply([]byte("+OK\r\n"))
 	return true
 }
@@ -531,7 +535,7 @@ func (r *routing) startDeferredMulti(ss *session, keyless bool) bool {
 		return false
 	}
 	ss.slot = slot
-	ss.batch.AddSlot(multiCmd, slot)
+	ss.batch.AddSlot(ss.route.multiRaw, slot)
 	ss.order = append(ss.order, replySource{from: fromDiscard})
 	ss.track = append(ss.track, track{kind: trackMulti})
 	// In the transaction from here, as the client is: pinning cleared it.

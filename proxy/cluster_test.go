@@ -1101,6 +1101,26 @@ func TestClusterInteractiveMulti(t *testing.T) {
 	if r := c.do("GET", "im0"); r != "$1\r\n2\r\n" {
 		t.Fatalf("GET after the transactions: %q", r)
 	}
+	// The deferred MULTI reaches Redis as the client spelled it (MONITOR,
+	// SLOWLOG), wherever the transaction moves.
+	for _, first := range []string{"SET sp 1", "PING"} {
+		mon := dialClient(t, cl.MasterForSlot(t, upstream.Slot([]byte("sp"))).Addr)
+		if r := mon.do("MONITOR"); r != "+OK\r\n" {
+			t.Fatalf("MONITOR = %q", r)
+		}
+		for _, cmd := range []string{"multi", first, "SET sp 2", "exec"} {
+			c.do(strings.Fields(cmd)...)
+		}
+		for {
+			l := string(mon.read())
+			if strings.Contains(l, `"MULTI"`) || strings.Contains(l, `"multi"`) {
+				if !strings.Contains(l, `"multi"`) {
+					t.Errorf("first command %s: Redis ran %q, the client sent multi", first, l)
+				}
+				break
+			}
+		}
+	}
 	// Keyless commands first: the transaction runs on the first key's
 	// master, whichever master took the keyless ones (on one node it
 	// runs; it got CROSSSLOT at EXEC for two masters' keys in three).

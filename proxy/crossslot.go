@@ -129,7 +129,7 @@ func (r *routing) moveTransaction(ss *session) bool {
 		return true // its error is the command's reply; EXEC finds no transaction
 	}
 	ss.slot = slot
-	ss.batch.AddSlot(multiCmd, slot)
+	ss.batch.AddSlot(ss.route.multiRaw, slot)
 	ss.order = append(ss.order, replySource{from: fromDiscard})
 	ss.track = append(ss.track, track{kind: trackMulti})
 	for _, raw := range queued {
