@@ -294,6 +294,16 @@ func TestStallDivertWaitsForASpareOnlyWhileItDials(t *testing.T) {
 	p := testPool(t, f.ln.Addr().String(), 3, func(c *Config) {
 		c.Connections, c.StallDivert, c.DialTimeout, c.Timeout = 2, 50*time.Millisecond, 300*time.Millisecond, 30*time.Second
 	})
+	// Ready is one connection up: the other's HELLO, still on its way,
+	// would hang too, and that connection never take its STALL.
+	waitFor(t, "every shared connection up", func() bool {
+		for _, c := range p.conns {
+			if !c.up() {
+				return false
+			}
+		}
+		return true
+	})
 	f.hangHello.Store(true) // the spares dialled from now on never come up
 	var wg sync.WaitGroup
 	defer wg.Wait()
