@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
@@ -937,4 +938,96 @@ func TestClusterKeyspaceNotificationsFromEveryMaster(t *testing.T) {
 	if r := events.do("DBSIZE"); r != ":"+strconv.Itoa(len(keys))+"\r\n" {
 		t.Errorf("DBSIZE after PUNSUBSCRIBE = %q, want every master's keys", r)
 	}
+}
+
+// TestClusterMonitorSeesEveryMaster: MONITOR through rproxy on a cluster
+// shows the commands of every master, as one server's MONITOR shows all of
+// its clients' (Redis's unit/introspection MONITOR tests in cluster mode).
+// Before, it showed its own connection's master only. After RESET the
+// session monitors nowhere.
+func TestClusterMonitorSeesEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "mon")
+	m := dialClient(t, p.Addr)
+	if r := m.do("MONITOR"); r != "+OK\r\n" {
+		t.Fatalf("MONITOR = %q", r)
+	}
+	// The branches' MONITOR is sent after rproxy's answer: wait for each
+	// master to list a monitor.
+	waitFor(t, "a monitor on every master", func() bool {
+		for _, master := range cl.Masters() {
+			if !strings.Contains(string(master.Do(t, "CLIENT", "LIST")), "flags=O") {
+				return false
+			}
+		}
+		return true
+	})
+	c := dialClient(t, p.Addr)
+	for _, k := range keys {
+		c.do("SET", k, "v")
+	}
+	seen := map[string]bool{}
+	for len(seen) < len(keys) {
+		l := string(m.read())
+		for _, k := range keys {
+			if strings.Contains(l, `"SET" "`+k+`" "v"`) {
+				seen[k] = true
+			}
+		}
+	}
+	// rproxy's own slot map reads (CLUSTER SHARDS, every upstream
+	// cluster refresh) are not shown: wait until a master's own MONITOR
+	// has seen one, then for a marker through rproxy's.
+	refreshed := make(chan struct{}, len(cl.Masters()))
+	var directs []*rawClient
+	for _, master := range cl.Masters() {
+		direct := dialClient(t, master.Addr)
+		directs = append(directs, direct)
+		if r := direct.do("MONITOR"); r != "+OK\r\n" {
+			t.Fatalf("MONITOR on %s = %q", master.Addr, r)
+		}
+		go func() {
+			for {
+				direct.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+				l, err := resp.ReadReply(direct.rd, nil)
+				if err != nil {
+					return
+				}
+				if strings.Contains(string(l), `"CLUSTER" "SHARDS"`) {
+					refreshed <- struct{}{}
+					return
+				}
+			}
+		}()
+	}
+	select {
+	case <-refreshed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no CLUSTER SHARDS of rproxy's seen on any master in 10s")
+	}
+	for _, d := range directs {
+		d.nc.Close()
+	}
+	c.do("SET", keys[0], "marker")
+	for {
+		l := string(m.read())
+		if strings.Contains(l, `"CLUSTER"`) {
+			t.Fatalf("MONITOR through rproxy showed rproxy's own %q", l)
+		}
+		if strings.Contains(l, `"marker"`) {
+			break
+		}
+	}
+	if r := m.do("RESET"); r != "+RESET\r\n" {
+		t.Fatalf("RESET = %q", r)
+	}
+	waitFor(t, "no monitor left on any master", func() bool {
+		for _, master := range cl.Masters() {
+			if strings.Contains(string(master.Do(t, "CLIENT", "LIST")), "flags=O") {
+				return false
+			}
+		}
+		return true
+	})
 }

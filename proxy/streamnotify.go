@@ -24,26 +24,34 @@ import (
 // subscription confirmations, and the PUBLISHed messages the pin already
 // delivers, are dropped. Unsubscriptions follow the subscriptions.
 //
+// MONITOR goes to every notify branch too: a node shows the commands it
+// runs, and a client that sees one server is owed every master's; of
+// what the branches send then, the MONITOR lines pass as well (in the
+// order they come, each master's in its own order).
+//
 // A notify branch that fails closes the client: its notifications would be
 // lost without a sign, as when the client's own connection to Redis ends.
 
 // notifyBranch is a session's subscription-only connection to one master
 // other than its pin's.
 type notifyBranch struct {
-	pool    *upstream.Pool
-	d       *upstream.Dedicated
-	dropped atomic.Bool // closed by the session: the client stays
+	pool       *upstream.Pool
+	d          *upstream.Dedicated
+	dropped    atomic.Bool // closed by the session: the client stays
+	monitoring atomic.Bool // MONITOR sent: its lines pass too
 
 	// The copy goroutine's own state.
 	relay  *streamRelay
 	frames frames
 }
 
-// Write is the copy goroutine's: keyspace and keyevent messages and
-// invalidations go to the client, the rest is dropped.
+// Write is the copy goroutine's: keyspace and keyevent messages,
+// invalidations and MONITOR lines (but rproxy's own: streamRelay.hideLine)
+// go to the client, the rest is dropped.
 func (b *notifyBranch) Write(p []byte) (int, error) {
 	err := b.frames.each(p, func(frame []byte, _ byte) error {
-		if isNotification(frame) {
+		if isNotification(frame) || b.monitoring.Load() && isMonitorLine(frame) &&
+			(b.relay.hideLine == nil || !b.relay.hideLine(frame)) {
 			return b.relay.writeFrame(frame)
 		}
 		return nil
@@ -79,6 +87,12 @@ func isNotification(frame []byte) bool {
 	return isKeyspaceChannel(ch) || string(ch) == invalidateChannel
 }
 
+// isMonitorLine reports whether frame is a MONITOR line (+<time> [...]),
+// not the +OK that answers MONITOR.
+func isMonitorLine(frame []byte) bool {
+	return len(frame) > 2 && frame[0] == '+' && frame[1] >= '0' && frame[1] <= '9'
+}
+
 // invalidateChannel is the channel on which Redis sends a RESP2 client the
 // invalidations redirected to it.
 const invalidateChannel = "__redis__:invalidate"
@@ -107,10 +121,11 @@ func mayMatchKeyspace(pattern []byte) bool {
 // branches for one the client sent, nil for none: a SUBSCRIBE or
 // PSUBSCRIBE keeps the channels or patterns that may receive keyspace
 // notifications, and __redis__:invalidate; an UNSUBSCRIBE or PUNSUBSCRIBE goes as sent (what the
-// branches never subscribed they answer for, and that is dropped).
+// branches never subscribed they answer for, and that is dropped), and so
+// does MONITOR.
 func notifyArgs(name string, args [][]byte) [][]byte {
 	switch name {
-	case "unsubscribe", "punsubscribe":
+	case "unsubscribe", "punsubscribe", "monitor":
 		return args
 	case "subscribe", "psubscribe":
 	default:
@@ -154,6 +169,9 @@ func (s *Server) notifyEverywhere(ss *session, name string, args [][]byte) {
 				zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
 			ss.conn.NetConn().Close()
 			return
+		}
+		if name == "monitor" {
+			b.monitoring.Store(true)
 		}
 		if err := b.d.Send([][]byte{cmd}); err != nil {
 			// The copy ends too; the session's end discards the branch.

@@ -456,3 +456,31 @@ func (r *streamRelay) writeFrame(b []byte) error {
 	_, err := r.dst.Write(b)
 	return err
 }
+
+// ownMonitorLine reports whether line, a MONITOR line (+<time> [<db>
+// <addr>] <command>), shows one of rproxy's own housekeeping commands,
+// which no client sent and a MONITOR of Redis without rproxy would not
+// show: the local tier's PINGs on its tracking connections (its lag
+// probe, four a second, and the barrier after a write whose keys rproxy
+// cannot see), and on a cluster the slot map's CLUSTER SHARDS or SLOTS
+// (a client's are answered by rproxy). The tier's fills, reads of what
+// clients asked for, still show.
+func (s *Server) ownMonitorLine(line []byte) bool {
+	open := bytes.IndexByte(line, '[')
+	end := bytes.Index(line, []byte("] "))
+	if open < 0 || end < open || !bytes.HasSuffix(line, []byte("\r\n")) {
+		return false
+	}
+	db, addr, ok := bytes.Cut(line[open+1:end], []byte(" "))
+	if !ok || len(db) == 0 {
+		return false
+	}
+	owns := func(addr string) bool { return s.tiering != nil && s.tiering.engine.OwnsConn(addr) }
+	switch string(line[end+2 : len(line)-2]) {
+	case `"PING"`:
+		return owns(string(addr))
+	case `"CLUSTER" "SHARDS"`, `"CLUSTER" "SLOTS"`:
+		return s.routing != nil && (s.routing.cluster.HasConn(string(addr)) || owns(string(addr)))
+	}
+	return false
+}

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bytes"
-
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/rproxy/rproxy/command"
@@ -244,24 +242,4 @@ func (t *tiering) collapseMiss(ss *session, g *hotkey.MissGate, key, r []byte) [
 	b.AddSlot(resp.AppendCommand(nil, []byte("GET"), key), slot)
 	ss.pools[ss.proto].Do(b)
 	return b.Reply(0)
-}
-
-// ownMonitorLine reports whether line, a MONITOR line (+<time> [<db>
-// <addr>] "PING"), is a PING of the tier's own tracking connection: the
-// lag probe, four a second (hotkeys.max_lag / 4), and the barrier after a
-// write whose keys rproxy cannot see. No client sent them, and a
-// direct MONITOR client would not see them; the tier's fills, which read
-// what clients asked for, still show.
-func (t *tiering) ownMonitorLine(line []byte) bool {
-	const ping = "] \"PING\"\r\n"
-	if !bytes.HasSuffix(line, []byte(ping)) {
-		return false
-	}
-	open := bytes.IndexByte(line, '[')
-	if open < 0 {
-		return false
-	}
-	dbAddr := line[open+1 : len(line)-len(ping)]
-	sp := bytes.IndexByte(dbAddr, ' ')
-	return sp >= 0 && t.engine.OwnsConn(string(dbAddr[sp+1:]))
 }
