@@ -157,16 +157,7 @@ func TestMonitorHidesTierPings(t *testing.T) {
 	c := dialClient(t, p.Addr)
 	c.do("PING")
 	c.do("SET", "mk", "1")
-	var lines []string
-	for len(lines) < 20 {
-		lines = append(lines, string(m.read()))
-		if strings.Contains(lines[len(lines)-1], `"SET" "mk" "1"`) {
-			break
-		}
-	}
-	if !strings.Contains(lines[len(lines)-1], `"SET" "mk" "1"`) {
-		t.Fatalf("MONITOR lines without the SET: %q", lines)
-	}
+	lines := monitorUntil(t, m, `"SET" "mk" "1"`)
 	pings := 0
 	for _, l := range lines {
 		if strings.HasSuffix(l, `] "PING"`+"\r\n") {
@@ -176,6 +167,21 @@ func TestMonitorHidesTierPings(t *testing.T) {
 	if pings != 1 {
 		t.Fatalf("MONITOR through rproxy showed %d PINGs before the SET, want the client's one: %q", pings, lines)
 	}
+}
+
+// monitorUntil reads m's MONITOR lines up to the one containing want (at
+// most 20), and returns them.
+func monitorUntil(t *testing.T, m *rawClient, want string) []string {
+	t.Helper()
+	var lines []string
+	for len(lines) < 20 {
+		lines = append(lines, string(m.read()))
+		if strings.Contains(lines[len(lines)-1], want) {
+			return lines
+		}
+	}
+	t.Fatalf("MONITOR lines without %s: %q", want, lines)
+	return nil
 }
 
 // TestMonitorAndTracking: MONITOR and RESP3 CLIENT TRACKING give the session
@@ -193,16 +199,7 @@ func TestMonitorAndTracking(t *testing.T) {
 	dialClient(t, p.Addr).do("SET", "mk", "1")
 	// MONITOR shows every connection's commands, rproxy's tier fills too
 	// (not its PINGs: TestMonitorHidesTierPings).
-	var lines []string
-	for len(lines) < 20 {
-		lines = append(lines, string(m.read()))
-		if strings.Contains(lines[len(lines)-1], `"SET" "mk" "1"`) {
-			break
-		}
-	}
-	if !strings.Contains(lines[len(lines)-1], `"SET" "mk" "1"`) {
-		t.Fatalf("MONITOR lines without the SET: %q", lines)
-	}
+	monitorUntil(t, m, `"SET" "mk" "1"`)
 
 	c := dialClient(t, p.Addr)
 	c.do("HELLO", "3")

@@ -25,6 +25,13 @@ func relayAll(t *testing.T, stream string, sizes []int, refusals ...string) stri
 	for _, f := range refusals {
 		r.substitute([]byte(f))
 	}
+	writeInPieces(t, r, stream, sizes)
+	return out.String()
+}
+
+// writeInPieces writes stream to r in writes of the given sizes (cycled).
+func writeInPieces(t *testing.T, r *streamRelay, stream string, sizes []int) {
+	t.Helper()
 	p := []byte(stream)
 	for i := 0; len(p) > 0; i++ {
 		n := min(sizes[i%len(sizes)], len(p))
@@ -33,7 +40,6 @@ func relayAll(t *testing.T, stream string, sizes []int, refusals ...string) stri
 		}
 		p = p[n:]
 	}
-	return out.String()
 }
 
 func TestStreamRelayReplacesMarkerReplies(t *testing.T) {
@@ -295,14 +301,7 @@ func TestStreamRelayHidesOwnMonitorLines(t *testing.T) {
 			r := newStreamRelay(&out, false)
 			r.hideLine = hide
 			r.monitoring.Store(monitoring)
-			p := []byte(stream)
-			for i := 0; len(p) > 0; i++ {
-				n := min(sizes[i%len(sizes)], len(p))
-				if k, err := r.Write(p[:n]); k != n || err != nil {
-					t.Fatalf("Write(%d bytes) = %d, %v", n, k, err)
-				}
-				p = p[n:]
-			}
+			writeInPieces(t, r, stream, sizes)
 			want := stream
 			if monitoring {
 				want = other + long + "-ERR x\r\n"
