@@ -544,8 +544,6 @@ func (r *routing) startDeferredMulti(ss *session, keyless bool) bool {
 	return true
 }
 
-var multiCmd = resp.AppendCommandString(nil, "MULTI")
-
 // transactionSlot is the slot a MULTI or WATCH pins the session to: WATCH's
 // key (ss.slot), or on a cluster for MULTI the first key of the
 // transaction's commands that came in the same read (multiSlot).

@@ -317,10 +317,11 @@ func (s *Server) branchTransaction(ss *session) (pool *upstream.Pool, open bool)
 // first command decides where it runs (startDeferredStreamMulti), as
 // outside stream mode (deferMulti). Sent to the pin, a first command of
 // another master's key could only fail. It reports whether it deferred.
-func (s *Server) deferStreamMulti(ss *session) bool {
+func (s *Server) deferStreamMulti(ss *session, raw []byte) bool {
 	if !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
 		return false // Redis's own handling of the reply, or of the caching flag, is kept
 	}
+	ss.route.multiRaw = bytes.Clone(raw) // sent later as the client spelled it (deferMulti)
 	ss.noteTransaction("multi")
 	ss.multiDeferred = true
 	ss.relay.substitute([]byte("+OK\r\n"))
@@ -337,14 +338,14 @@ func (s *Server) startDeferredStreamMulti(ss *session, c *call) {
 	if s.branching(ss) {
 		if pool, keys := s.masterOf(ss, c.info, c.cmd.Args); keys == keysOneSlot && !samePool(pool, ss.pinPool) {
 			if b, err := s.branch(ss, pool); err == nil {
-				b.send([][]byte{multiCmd}, []bool{false})
+				b.send([][]byte{ss.route.multiRaw}, []bool{false})
 				ss.branchTx = pool
 				return
 			}
 		}
 	}
 	ss.relay.rewriteNext(func([]byte) []byte { return nil })
-	ss.streamCmds = append(ss.streamCmds, errorCmd, multiCmd)
+	ss.streamCmds = append(ss.streamCmds, errorCmd, ss.route.multiRaw)
 	ss.streamHelpers++
 }
 
@@ -401,7 +402,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		if pool == nil {
 			var open bool
 			if pool, open = s.branchTransaction(ss); open && branching && !ss.streamWatch && !ss.watching {
-				return s.deferStreamMulti(ss)
+				return s.deferStreamMulti(ss, c.cmd.Raw)
 			}
 		}
 		if pool == nil || !s.hasBranch(ss, pool) {

@@ -11,6 +11,7 @@ import (
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // keyPerMaster returns, for each master of cl, a key prefix+n that it
@@ -53,7 +54,12 @@ func writesInvalidate(t *testing.T, c, w *rawClient, keys []string) {
 // client of rproxy's.
 func clusterKeysPerMaster(t *testing.T, prefix string, opts ...func(*proxy.Config)) (p *proxytest.Proxy, keys []string, w *rawClient) {
 	t.Helper()
-	cl := redistest.StartCluster(t, 3, 0)
+	return keysPerMasterThrough(t, redistest.StartCluster(t, 3, 0), prefix, opts...)
+}
+
+// keysPerMasterThrough is clusterKeysPerMaster on the cluster cl.
+func keysPerMasterThrough(t *testing.T, cl *redistest.Cluster, prefix string, opts ...func(*proxy.Config)) (p *proxytest.Proxy, keys []string, w *rawClient) {
+	t.Helper()
 	p = startClusterProxy(t, cl, opts...)
 	keys, _ = keyPerMaster(t, cl, prefix)
 	w = dialClient(t, p.Addr)
@@ -431,7 +437,8 @@ func TestClusterRedirectTargetSwitchesProtocol(t *testing.T) {
 // keyless first command, DISCARD, and a refusal inside (EXECABORT) are
 // answered as by one Redis.
 func TestClusterStreamModeInteractiveMulti(t *testing.T) {
-	p, keys, w := clusterKeysPerMaster(t, "im", withPolicy(nil)) // the shipped defaults: KEYS refused
+	cl := redistest.StartCluster(t, 3, 0)
+	p, keys, w := keysPerMasterThrough(t, cl, "im", withPolicy(nil)) // the shipped defaults: KEYS refused
 	c := dialClient(t, p.Addr)
 	c.do("HELLO", "3")
 	c.do("CLIENT", "TRACKING", "on")
@@ -447,6 +454,24 @@ func TestClusterStreamModeInteractiveMulti(t *testing.T) {
 		}
 		if r := w.do("GET", k); r != "$1\r\n1\r\n" {
 			t.Fatalf("%s after the transaction: %q", k, r)
+		}
+	}
+	// The deferred MULTI reaches the master as the client spelled it
+	// (MONITOR, SLOWLOG).
+	k := "{" + keys[2] + "}spelled" // never read: no invalidation follows
+	mon := dialClient(t, cl.MasterForSlot(t, upstream.Slot([]byte(k))).Addr)
+	if r := mon.do("MONITOR"); r != "+OK\r\n" {
+		t.Fatalf("MONITOR = %q", r)
+	}
+	for _, cmd := range []string{"multi", "INCR " + k, "exec"} {
+		c.do(strings.Fields(cmd)...)
+	}
+	for {
+		if l := string(mon.read()); strings.Contains(l, `"MULTI"`) || strings.Contains(l, `"multi"`) {
+			if !strings.Contains(l, `"multi"`) {
+				t.Errorf("Redis ran %q, the client sent multi", l)
+			}
+			break
 		}
 	}
 	for _, tc := range []struct {
