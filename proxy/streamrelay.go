@@ -74,7 +74,8 @@ const resetReply = "+RESET\r\n"
 const maxHeldRewrite = 64 << 10
 
 // maxHeldMonitor bounds the MONITOR line a streamRelay holds back to see
-// whether it is one of rproxy's own PINGs (hideLine), which are short.
+// whether it shows one of rproxy's own commands (hideLine), which are
+// short.
 const maxHeldMonitor = 128
 
 // maxHeldProbe bounds the array or bulk string a streamRelay holds back
@@ -104,7 +105,8 @@ type streamRelay struct {
 	ending  atomic.Pointer[streamEnd] // an end marker sent after a RESET
 
 	// In MONITOR mode, the lines hideLine reports are not shown: rproxy's
-	// own PINGs (ownMonitorLine). Set before the copy starts.
+	// own housekeeping (Server.ownMonitorLine). hideLine is set before the
+	// copy starts.
 	monitoring atomic.Bool
 	hideLine   func(line []byte) bool
 
