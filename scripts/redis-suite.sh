@@ -279,6 +279,7 @@ run_worker() { # MODE QUEUE WORKER
 }
 
 workers=()
+worker_failed=0
 stop_workers() {
 	local pid
 	for pid in "${workers[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -309,12 +310,27 @@ for MODE in $MODES; do
 	done
 	trap 'stop_workers; exit 130' INT
 	trap 'stop_workers; exit 143' TERM
-	for pid in "${workers[@]}"; do wait "$pid" || true; done
+	for pid in "${workers[@]}"; do
+		# A worker stops early when its servers or rproxy do not start
+		# (set -e): its unit then has no result, and the run fails.
+		wait "$pid" || { log "$MODE: a worker stopped early (exit $?): see above"; worker_failed=1; }
+	done
 	workers=()
+	missing=$(awk -F'\t' 'FILENAME == ARGV[1] { done[$1] = 1; next } !($1 in done)' "$MODE_OUT/units.done" "$queue" | tr '\n' ' ')
+	if [ -n "$missing" ]; then
+		log "$MODE: no result for: $missing"
+		worker_failed=1
+	fi
 	# units.tsv in the suite's order, whichever worker ran each unit.
-	awk -F'\t' 'NR == FNR { done[$1] = $0; next } $1 in done { print done[$1] }' "$MODE_OUT/units.done" "$queue" >"$MODE_OUT/units.tsv"
+	awk -F'\t' 'FILENAME == ARGV[1] { done[$1] = $0; next } $1 in done { print done[$1] }' "$MODE_OUT/units.done" "$queue" >"$MODE_OUT/units.tsv"
 	rm -f "$MODE_OUT/units.done"
 	echo "$(($(date +%s) - t0))" >"$MODE_OUT/seconds"
 done
 
-bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK"
+status=0
+bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK" || status=$?
+if [ "$worker_failed" = 1 ]; then
+	log "FAIL: units without a result (a server or rproxy did not start); the counts above miss them"
+	status=1
+fi
+exit "$status"
