@@ -346,10 +346,7 @@ func TestAuthPassthroughHelloAsSent(t *testing.T) {
 	if r := dialClient(t, rs.Addr).do("ACL", "SETUSER", "alice", "on", ">alicepw", "~*", "+@all"); r != "+OK\r\n" {
 		t.Fatal(r)
 	}
-	mon := dialClient(t, rs.Addr)
-	if r := mon.do("MONITOR"); r != "+OK\r\n" {
-		t.Fatalf("MONITOR = %q", r)
-	}
+	mon := monitorOn(t, rs.Addr)
 	c := dialClient(t, p.Addr)
 	direct := dialClient(t, rs.Addr)
 	bad := []string{"hello", "2", "AUTH", "not-real", "not-a-password"}

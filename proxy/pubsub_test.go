@@ -139,16 +139,10 @@ func TestGoRedisPubSub(t *testing.T) {
 func TestMonitorHidesTierPings(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
-	m := dialClient(t, p.Addr)
-	if got := m.do("MONITOR"); got != "+OK\r\n" {
-		t.Fatalf("MONITOR = %q", got)
-	}
+	m := monitorOn(t, p.Addr)
 	// Redis's own MONITOR, opened after rproxy's: two of the tier's
 	// PINGs there were sent to rproxy's monitor too.
-	direct := dialClient(t, rs.Addr)
-	if got := direct.do("MONITOR"); got != "+OK\r\n" {
-		t.Fatalf("direct MONITOR = %q", got)
-	}
+	direct := monitorOn(t, rs.Addr)
 	for pings := 0; pings < 2; {
 		if strings.HasSuffix(string(direct.read()), `] "PING"`+"\r\n") {
 			pings++
@@ -166,6 +160,31 @@ func TestMonitorHidesTierPings(t *testing.T) {
 	}
 	if pings != 1 {
 		t.Fatalf("MONITOR through rproxy showed %d PINGs before the SET, want the client's one: %q", pings, lines)
+	}
+}
+
+// monitorOn dials addr (rproxy or a Redis server) and turns MONITOR on.
+func monitorOn(t *testing.T, addr string) *rawClient {
+	t.Helper()
+	m := dialClient(t, addr)
+	if r := m.do("MONITOR"); r != "+OK\r\n" {
+		t.Fatalf("MONITOR on %s = %q", addr, r)
+	}
+	return m
+}
+
+// expectMultiAsSent reads m's MONITOR lines up to a MULTI and fails
+// unless Redis ran it as the client spelled it (multi), not rproxy's own
+// spelling.
+func expectMultiAsSent(t *testing.T, m *rawClient) {
+	t.Helper()
+	for {
+		if l := string(m.read()); strings.Contains(l, `"MULTI"`) || strings.Contains(l, `"multi"`) {
+			if !strings.Contains(l, `"multi"`) {
+				t.Errorf("Redis ran %q, the client sent multi", l)
+			}
+			return
+		}
 	}
 }
 
@@ -192,10 +211,7 @@ func TestMonitorAndTracking(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
 
-	m := dialClient(t, p.Addr)
-	if got := m.do("MONITOR"); got != "+OK\r\n" {
-		t.Fatalf("MONITOR = %q", got)
-	}
+	m := monitorOn(t, p.Addr)
 	dialClient(t, p.Addr).do("SET", "mk", "1")
 	// MONITOR shows every connection's commands, rproxy's tier fills too
 	// (not its PINGs: TestMonitorHidesTierPings).

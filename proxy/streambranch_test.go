@@ -459,21 +459,11 @@ func TestClusterStreamModeInteractiveMulti(t *testing.T) {
 	// The deferred MULTI reaches the master as the client spelled it
 	// (MONITOR, SLOWLOG).
 	k := "{" + keys[2] + "}spelled" // never read: no invalidation follows
-	mon := dialClient(t, cl.MasterForSlot(t, upstream.Slot([]byte(k))).Addr)
-	if r := mon.do("MONITOR"); r != "+OK\r\n" {
-		t.Fatalf("MONITOR = %q", r)
-	}
+	mon := monitorOn(t, cl.MasterForSlot(t, upstream.Slot([]byte(k))).Addr)
 	for _, cmd := range []string{"multi", "INCR " + k, "exec"} {
 		c.do(strings.Fields(cmd)...)
 	}
-	for {
-		if l := string(mon.read()); strings.Contains(l, `"MULTI"`) || strings.Contains(l, `"multi"`) {
-			if !strings.Contains(l, `"multi"`) {
-				t.Errorf("Redis ran %q, the client sent multi", l)
-			}
-			break
-		}
-	}
+	expectMultiAsSent(t, mon)
 	for _, tc := range []struct {
 		cmds [][]string
 		want []string
@@ -974,10 +964,7 @@ func TestClusterMonitorSeesEveryMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
 	keys, _ := keyPerMaster(t, cl, "mon")
-	m := dialClient(t, p.Addr)
-	if r := m.do("MONITOR"); r != "+OK\r\n" {
-		t.Fatalf("MONITOR = %q", r)
-	}
+	m := monitorOn(t, p.Addr)
 	// The branches' MONITOR is sent after rproxy's answer: wait for each
 	// master to list a monitor.
 	waitFor(t, "a monitor on every master", func() bool {
@@ -1007,11 +994,8 @@ func TestClusterMonitorSeesEveryMaster(t *testing.T) {
 	refreshed := make(chan struct{}, len(cl.Masters()))
 	var directs []*rawClient
 	for _, master := range cl.Masters() {
-		direct := dialClient(t, master.Addr)
+		direct := monitorOn(t, master.Addr)
 		directs = append(directs, direct)
-		if r := direct.do("MONITOR"); r != "+OK\r\n" {
-			t.Fatalf("MONITOR on %s = %q", master.Addr, r)
-		}
 		go func() {
 			for {
 				direct.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
