@@ -38,7 +38,7 @@ func (r *routing) crossSlotCommand(ss *session) bool {
 		r.endKeyless(ss) // the transaction's first key is here: it stays
 		return false
 	}
-	if ss.multiSent && ss.route.keylessTx && !ss.watching && !ss.blocking && ss.db == 0 && !ss.dbUnknown {
+	if ss.multiSent && ss.route.keylessTx && ss.pinHoldsAtMostATransaction() {
 		return r.moveTransaction(ss)
 	}
 	ss.slot = upstream.SlotAny

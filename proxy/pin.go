@@ -235,7 +235,14 @@ func (ss *session) inTransaction() bool { return ss.multiSent || ss.route.multiP
 
 // pinNoLongerNeeded reports whether the session holds no connection state.
 func (ss *session) pinNoLongerNeeded() bool {
-	return !ss.inMulti && !ss.watching && ss.db == 0 && !ss.dbUnknown && !ss.blocking
+	return !ss.inMulti && ss.pinHoldsAtMostATransaction()
+}
+
+// pinHoldsAtMostATransaction reports whether the session's pin holds no
+// state but, perhaps, an open transaction: once that ends, the pin goes
+// back (moveTransaction relies on it).
+func (ss *session) pinHoldsAtMostATransaction() bool {
+	return !ss.watching && ss.db == 0 && !ss.dbUnknown && !ss.blocking
 }
 
 // unpin returns the dedicated connection: kept as it is when nothing ran on
