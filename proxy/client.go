@@ -159,17 +159,29 @@ func (s *Server) serveConn(c *clientConn) {
 // readLoop reads the client's bytes, parses each read into a batch of
 // commands, serves the batch and writes its replies in one write. It
 // returns what ended the connection (nil: closed by the proxy).
+//
+// Over TCP the batches are served from inside the socket's read (serveRead
+// as limitedConn.readLazy's step): after a read that drained the socket the
+// next waits for the poller's word that more has come, instead of reading
+// once more to find nothing, as it would from a fresh read (reads.go).
 func (s *Server) readLoop(c *clientConn) error {
-	ss := c.ss
 	lc, _ := c.nc.(*limitedConn)
+	var stepErr error
+	step := func(n int) bool {
+		stepErr = s.serveRead(c, lc, n)
+		return stepErr == nil && !c.parser.Buffered()
+	}
 	for {
 		n := 0
 		if !c.parser.Buffered() {
 			var err error
 			if lc != nil {
-				n, err = lc.readLazy(c.readBuf, c.releaseBuf)
+				n, err = lc.readLazy(c.readBuf, c.releaseBuf, step)
 			} else {
 				n, err = c.nc.Read(c.parser.ReadBuffer())
+			}
+			if stepErr != nil {
+				return loopEnd(stepErr)
 			}
 			if n == 0 {
 				if err == nil {
@@ -186,40 +198,61 @@ func (s *Server) readLoop(c *clientConn) error {
 			// A read that returned bytes and an error: the bytes are
 			// served first; the next read returns the error again.
 		}
-		// The limits in force when the bytes came, as Redis applies a
-		// CONFIG SET of proto-max-bulk-len to connected clients too.
-		lim := s.limits.Load()
-		rl := resp.RequestLimits{MaxBulkLen: lim.MaxBulkLen, MaxQueryBuffer: lim.MaxQueryBuffer,
-			AuthRequired: s.cfg.Users != nil && !ss.authed, ResetDeauths: s.cfg.Users != nil}
-		var perr error
-		c.cmds, perr = c.parser.Parse(n, rl, c.cmds[:0])
-		if len(c.cmds) > 0 {
-			s.handle(c, c.cmds)
-			clear(c.cmds) // no references into the read buffer while idle
-			if cap(c.cmds) > keepCommands {
-				c.cmds = nil // a long pipeline's slice is not kept
-			}
-			if c.closed {
-				return nil
-			}
-			if lc != nil {
-				if err := lc.overLimit(); err != nil {
-					c.release() // its replies are dropped
-					return err
-				}
-			}
-		}
-		if perr != nil {
-			return s.protocolError(c, perr)
-		}
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		c.release()
-		if !c.parser.Buffered() {
-			c.parser.Release()
+		if err := s.serveRead(c, lc, n); err != nil {
+			return loopEnd(err)
 		}
 	}
+}
+
+// errClosedByProxy ends the read loop of a client the proxy closed.
+var errClosedByProxy = errors.New("closed by the proxy")
+
+func loopEnd(err error) error {
+	if err == errClosedByProxy {
+		return nil
+	}
+	return err
+}
+
+// serveRead parses n more bytes (0: those still buffered), serves the
+// commands, writes their replies and gives the buffers back. A non-nil
+// error ends the connection.
+func (s *Server) serveRead(c *clientConn, lc *limitedConn, n int) error {
+	ss := c.ss
+	// The limits in force when the bytes came, as Redis applies a
+	// CONFIG SET of proto-max-bulk-len to connected clients too.
+	lim := s.limits.Load()
+	rl := resp.RequestLimits{MaxBulkLen: lim.MaxBulkLen, MaxQueryBuffer: lim.MaxQueryBuffer,
+		AuthRequired: s.cfg.Users != nil && !ss.authed, ResetDeauths: s.cfg.Users != nil}
+	var perr error
+	c.cmds, perr = c.parser.Parse(n, rl, c.cmds[:0])
+	if len(c.cmds) > 0 {
+		s.handle(c, c.cmds)
+		clear(c.cmds) // no references into the read buffer while idle
+		if cap(c.cmds) > keepCommands {
+			c.cmds = nil // a long pipeline's slice is not kept
+		}
+		if c.closed {
+			return errClosedByProxy
+		}
+		if lc != nil {
+			if err := lc.overLimit(); err != nil {
+				c.release() // its replies are dropped
+				return err
+			}
+		}
+	}
+	if perr != nil {
+		return s.protocolError(c, perr)
+	}
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	c.release()
+	if !c.parser.Buffered() {
+		c.parser.Release()
+	}
+	return nil
 }
 
 // protocolError answers a request the parser refused as Redis does (its

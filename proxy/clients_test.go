@@ -688,3 +688,51 @@ func TestClientKillAndUnblockInStreamMode(t *testing.T) {
 		t.Errorf("the killing session afterwards: PING = %q", r)
 	}
 }
+
+// TestClientKillOfABlockedClient: a client blocked in BLPOP is served from
+// inside its socket's read (rawRead's step), where closing the socket must
+// not wait for that read: CLIENT KILL from another client answers at once,
+// the blocked client sees its connection closed, and Redis no longer holds
+// the BLPOP. The same for a blocked client that kills itself along with
+// others (SKIPME no) from a second connection's view, and for QUIT after a
+// blocking command that returned.
+func TestClientKillOfABlockedClient(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	idOf := func(c *rawClient) string {
+		return strings.TrimSuffix(strings.TrimPrefix(c.do("CLIENT", "ID"), ":"), "\r\n")
+	}
+	killer := dialClient(t, p.Addr)
+	for round := range 3 {
+		blocked := dialClient(t, p.Addr)
+		blockedID := idOf(blocked)
+		blocked.send(resp.AppendCommandString(nil, "BLPOP", "nothing", "0"))
+		waitFor(t, "the BLPOP blocked", func() bool {
+			return strings.Contains(killer.do("CLIENT", "LIST", "ID", blockedID), "flags=b")
+		})
+		start := time.Now()
+		if r := killer.do("CLIENT", "KILL", "ID", blockedID); r != ":1\r\n" {
+			t.Fatalf("round %d: CLIENT KILL ID <blocked> = %q, want :1", round, r)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("round %d: CLIENT KILL of a blocked client took %v", round, took)
+		}
+		if got := blocked.expectClosed(); got != "" {
+			t.Errorf("round %d: the killed client read %q before the close", round, got)
+		}
+		waitFor(t, "Redis to let go of the BLPOP", func() bool {
+			return !strings.Contains(string(rs.Do(t, "CLIENT", "LIST")), "cmd=blpop")
+		})
+	}
+	c := dialClient(t, p.Addr)
+	if r := c.do("RPUSH", "list", "a"); r != ":1\r\n" {
+		t.Fatalf("RPUSH = %q", r)
+	}
+	if r := c.do("BLPOP", "list", "0"); r != "*2\r\n$4\r\nlist\r\n$1\r\na\r\n" {
+		t.Fatalf("BLPOP = %q", r)
+	}
+	c.send(resp.AppendCommandString(nil, "QUIT"))
+	if got := c.expectClosed(); got != "+OK\r\n" {
+		t.Errorf("QUIT after a BLPOP: %q before the close, want +OK", got)
+	}
+}

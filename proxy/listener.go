@@ -75,14 +75,17 @@ type limitedConn struct {
 	net.Conn
 	raw syscall.RawConn // the TCP socket's, nil over TLS
 	// read's state for its RawConn callback (rawRead), set per read.
-	rawFn  func(uintptr) bool
-	rawBuf func() []byte
-	rawPut func()
-	rawN   int
-	rawErr error
-	w      sysio.Writer            // over raw: Write
-	limits *atomic.Pointer[Limits] // the server's, for the idle timeout and the query buffer limit
-	clock  func() time.Time
+	rawFn      func(uintptr) bool
+	rawBuf     func() []byte
+	rawPut     func()
+	rawStep    func(n int) bool
+	rawStepped bool        // rawStep asked to stop: read returns (0, nil)
+	stepping   atomic.Bool // rawStep runs: Close only shuts the socket down
+	rawN       int
+	rawErr     error
+	w          sysio.Writer            // over raw: Write
+	limits     *atomic.Pointer[Limits] // the server's, for the idle timeout and the query buffer limit
+	clock      func() time.Time
 
 	// While the session waits on a blocking command, a watcher reads the
 	// client so that a client that leaves is noticed (Redis unblocks it);
@@ -223,13 +226,27 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 		c.armed = false
 	}
 	c.mu.Unlock()
+	src, err := c.watchSource()
+	if err != nil {
+		// No descriptor to spare: the client is taken as gone, as one
+		// that failed would be, rather than waited on unwatched.
+		c.mu.Lock()
+		c.watchErr = err
+		c.mu.Unlock()
+		gone()
+		return func() {
+			c.mu.Lock()
+			c.watching = false
+			c.mu.Unlock()
+		}
+	}
 	done := make(chan struct{})
 	interrupted := make(chan struct{})
 	go func() {
 		defer close(done)
 		buf := make([]byte, 4096)
 		for {
-			n, err := c.Conn.Read(buf)
+			n, err := src.Read(buf)
 			if n > 0 {
 				c.mu.Lock()
 				c.pending = append(c.pending, buf[:n]...)
@@ -249,6 +266,10 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 					return // stop's deadline, not the client
 				default:
 				}
+				var pe *os.PathError
+				if errors.As(err, &pe) { // the duplicate's, as the socket's would be
+					err = sysio.OpError("read", c, os.NewSyscallError("read", pe.Err))
+				}
 				c.mu.Lock()
 				c.watchErr = err
 				c.mu.Unlock()
@@ -259,13 +280,47 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 	}()
 	return func() {
 		close(interrupted)
-		c.Conn.SetReadDeadline(time.Now())
+		src.SetReadDeadline(time.Now())
 		<-done
-		c.Conn.SetReadDeadline(time.Time{})
+		if src != c.Conn {
+			src.Close()
+		} else {
+			c.Conn.SetReadDeadline(time.Time{})
+		}
 		c.mu.Lock()
 		c.watching = false
 		c.mu.Unlock()
 	}
+}
+
+// readDeadliner is what a watcher reads the client through.
+type readDeadliner interface {
+	io.ReadCloser
+	SetReadDeadline(time.Time) error
+}
+
+// watchSource returns what a watcher reads the client through. Over TCP
+// the read loop may be waiting inside the socket's own read (rawRead's
+// step runs the blocking command), which holds the socket's read lock, so
+// the watcher reads a duplicate of its descriptor: the same socket, with a
+// poller registration of its own. It is closed when the watch stops.
+func (c *limitedConn) watchSource() (readDeadliner, error) {
+	if c.raw == nil {
+		return c.Conn, nil
+	}
+	dup, errno := -1, syscall.Errno(0)
+	if err := c.raw.Control(func(fd uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+		dup, errno = int(r), e
+	}); err != nil {
+		return nil, sysio.OpError("read", c, err)
+	}
+	if errno != 0 {
+		return nil, sysio.OpError("read", c, os.NewSyscallError("fcntl", errno))
+	}
+	// The duplicate shares the socket's non-blocking mode, so os.NewFile
+	// waits for it in the runtime's poller, deadlines included.
+	return os.NewFile(uintptr(dup), "client"), nil
 }
 
 // overLimit returns the limit error that ended a watch, if one did: the
@@ -287,14 +342,19 @@ type limitError struct{ reason string }
 func (e *limitError) Error() string { return "client input limit: " + e.reason }
 
 func (c *limitedConn) Read(p []byte) (int, error) {
-	return c.readLazy(func() []byte { return p }, nil)
+	return c.readLazy(func() []byte { return p }, nil, nil)
 }
 
 // readLazy is Read for a caller whose buffer should not be held while the
 // client is idle: buf is called for the buffer only once bytes are ready,
 // and put (if not nil) when a call of buf brought none. Over TLS it reads
 // into buf() at once.
-func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
+//
+// With a step (and put), over TCP, the bytes of each read are handed to
+// step from inside the socket's read, and the read goes on while step
+// reports true: readLazy then returns (0, nil) once step reports false, or
+// the read's error (rawRead says why).
+func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) bool) (int, error) {
 	c.mu.Lock()
 	if le, ok := c.watchErr.(*limitError); ok {
 		c.mu.Unlock()
@@ -330,7 +390,7 @@ func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
 	c.reading, c.readSince = true, c.clock()
 	c.armIdleLocked(c.limits.Load().IdleTimeout)
 	c.mu.Unlock()
-	n, err := c.read(buf, put)
+	n, err := c.read(buf, put, step)
 	for {
 		c.mu.Lock()
 		timedOut := false
@@ -345,7 +405,7 @@ func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
 		}
 		if action == deadlineRearmed {
 			c.mu.Unlock()
-			n, err = c.read(buf, put) // the client was not idle that long
+			n, err = c.read(buf, put, step) // the client was not idle that long
 			continue
 		}
 		c.reading = false
@@ -364,20 +424,22 @@ func (c *limitedConn) readLazy(buf func() []byte, put func()) (int, error) {
 // read reads the socket once bytes are ready. Over TCP the wait holds no
 // buffer: the runtime's poller waits for readability and buf is called
 // only to read what has come.
-func (c *limitedConn) read(buf func() []byte, put func()) (int, error) {
+func (c *limitedConn) read(buf func() []byte, put func(), step func(n int) bool) (int, error) {
 	if c.raw == nil || put == nil {
 		return c.Conn.Read(buf())
 	}
 	if c.rawFn == nil {
 		c.rawFn = c.rawRead // one closure for the connection, not one per read
 	}
-	c.rawBuf, c.rawPut = buf, put
+	c.rawBuf, c.rawPut, c.rawStep, c.rawStepped = buf, put, step, false
 	err := c.raw.Read(c.rawFn)
-	n, rerr := c.rawN, c.rawErr
-	c.rawBuf, c.rawPut, c.rawErr = nil, nil, nil
+	n, rerr, stepped := c.rawN, c.rawErr, c.rawStepped
+	c.rawBuf, c.rawPut, c.rawStep, c.rawErr = nil, nil, nil, nil
 	switch {
 	case err != nil:
 		return 0, sysio.OpError("read", c, err) // the deadline, or the socket closed
+	case stepped:
+		return 0, nil
 	case rerr != nil:
 		return 0, sysio.OpError("read", c, os.NewSyscallError("read", rerr))
 	case n <= 0:
@@ -388,12 +450,54 @@ func (c *limitedConn) read(buf func() []byte, put func()) (int, error) {
 
 // rawRead is the RawConn.Read callback of read: it reports false, having
 // given the buffer back, while the socket has nothing to read.
+//
+// With a step, it serves each read's bytes itself and goes on. RawConn.Read
+// clears the poller's note that the socket became readable before its
+// first call of rawRead, so a fresh read must read once to see what came
+// meanwhile; but between the calls of one RawConn.Read the note is kept,
+// and the runtime's poller is edge-triggered: after a read that returned
+// less than the buffer held, which left the socket empty, any byte that
+// comes later sets the note. So such a read is followed by the wait (false)
+// instead of a read that would find nothing, one system call less for each
+// batch. A read that filled the buffer is followed by another read.
 func (c *limitedConn) rawRead(fd uintptr) bool {
-	c.rawN, c.rawErr = sysio.Read(fd, c.rawBuf()) // retries EINTR itself
-	if c.rawErr == syscall.EAGAIN {
-		c.rawPut() // nothing yet: wait holding no buffer
+	for {
+		b := c.rawBuf()
+		c.rawN, c.rawErr = sysio.Read(fd, b) // retries EINTR itself
+		if c.rawErr == syscall.EAGAIN {
+			c.rawPut() // nothing yet: wait holding no buffer
+			return false
+		}
+		if c.rawStep == nil || c.rawErr != nil || c.rawN <= 0 {
+			return true
+		}
+		c.mu.Lock()
+		c.reading = false
+		c.mu.Unlock()
+		c.stepping.Store(true)
+		more := c.rawStep(c.rawN)
+		c.stepping.Store(false)
+		if !more || !c.readOn() {
+			c.rawStepped = true
+			return true
+		}
+		if c.rawN < len(b) {
+			return false
+		}
+	}
+}
+
+// readOn is rawRead's check, after a step, that its read may go on:
+// nothing came from a watcher meanwhile and the sweep asked nothing; the
+// next read then counts as idle from now.
+func (c *limitedConn) readOn() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) > 0 || c.watchErr != nil || c.expired || c.parkAsked {
 		return false
 	}
+	c.reading, c.readSince = true, c.clock()
+	c.armIdleLocked(c.limits.Load().IdleTimeout)
 	return true
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -85,5 +86,92 @@ func TestStaleIdleDeadline(t *testing.T) {
 	}
 	if !lc.idleTimedOut.Load() {
 		t.Fatal("the idle timeout was not recorded")
+	}
+}
+
+// lockstepRawConn is a syscall.RawConn over one end of a socket pair whose
+// "poller" is the test: a callback that reports false waits until the test
+// has written (ready), after telling it so (waiting).
+type lockstepRawConn struct {
+	fd      int
+	waiting chan struct{}
+	ready   chan struct{}
+}
+
+func (r *lockstepRawConn) Control(f func(uintptr)) error { f(uintptr(r.fd)); return nil }
+
+func (r *lockstepRawConn) Read(f func(uintptr) bool) error {
+	for !f(uintptr(r.fd)) {
+		r.waiting <- struct{}{}
+		<-r.ready
+	}
+	return nil
+}
+
+func (r *lockstepRawConn) Write(f func(uintptr) bool) error {
+	for !f(uintptr(r.fd)) {
+	}
+	return nil
+}
+
+// TestReadServesBatchesWithoutEmptyReads: with a step, the read loop serves
+// each read's bytes inside the socket's read and, after a read that left
+// the socket empty, waits for the poller instead of reading again (which
+// would find nothing); a read that filled the buffer is followed by another
+// at once, or the rest would wait for the client's next bytes.
+func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	raw := &lockstepRawConn{fd: fds[0], waiting: make(chan struct{}), ready: make(chan struct{})}
+	lc, _, _ := idleConn(t, 0, time.Now)
+	lc.raw = raw
+
+	const batches = 20
+	buf := make([]byte, 8)
+	var bufs, puts int
+	var got []string
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := lc.readLazy(func() []byte { bufs++; return buf }, func() { puts++ },
+			func(n int) bool {
+				got = append(got, string(buf[:n]))
+				return len(got) < batches+3 // the last write comes in three reads
+			})
+		done <- result{n, err}
+	}()
+	for i := range batches + 1 {
+		<-raw.waiting // the read loop waits: the socket is empty
+		msg := []byte("ping")
+		if i == batches {
+			msg = []byte("0123456789abcdef+") // two full buffers and one byte
+		}
+		if _, err := syscall.Write(fds[1], msg); err != nil {
+			t.Fatal(err)
+		}
+		raw.ready <- struct{}{}
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-raw.waiting:
+		t.Fatalf("the read loop waited with bytes unread after %d batches: %q", len(got), got)
+	}
+	if r.n != 0 || r.err != nil {
+		t.Fatalf("readLazy returned (%d, %v) after its step stopped, want (0, nil)", r.n, r.err)
+	}
+	if want := batches + 3; len(got) != want || got[batches] != "01234567" || got[batches+2] != "+" {
+		t.Fatalf("step got %d reads, want %d ending in the three reads of the last write: %q", len(got), want, got)
+	}
+	// One read found the socket empty: the first, before anything came.
+	if puts != 1 || bufs != len(got)+1 {
+		t.Fatalf("%d reads for %d batches, %d of them empty; want %d, 1 empty", bufs, len(got), puts, len(got)+1)
 	}
 }

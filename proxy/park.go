@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"runtime/debug"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -98,10 +99,23 @@ func (c *limitedConn) Ready() {
 
 // Close closes the socket; a parked client's read loop is started again to
 // find it closed and end the session, as a reading one would.
+//
+// Over TCP it shuts the socket down first, which the client sees at once
+// and every read of it (the read loop's, a watcher's duplicate) finds as
+// the end. While the read loop serves a batch from inside the socket's read
+// (rawRead's step), Close does only that: the runtime's close waits for
+// that read to return, which from the step's own goroutine would be never,
+// and the read loop closes the socket when it ends, as it always does.
 func (c *limitedConn) Close() error {
 	c.mu.Lock()
 	wasParked := c.unparkLocked()
 	c.mu.Unlock()
+	if c.raw != nil {
+		c.raw.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+		if c.stepping.Load() {
+			return nil
+		}
+	}
 	// Only after the poller has let go of the descriptor: closed first, its
 	// number could be reused by a connection the poller then confuses.
 	err := c.Conn.Close()
