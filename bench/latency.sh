@@ -3,7 +3,7 @@
 # twemproxy and direct Redis on one redis-server, target order rotated
 # each round. MODE rtt: one client in closed loop for 3 s (the hop each
 # proxy adds to a round trip); MODE open: 50 clients, 40,000 GET/s for 5 s
-# (issue 18's open-loop target). Prints per round: target, ops/s, p50, p99,
+# (issue 18's open-loop target; RATE=n for another rate). Prints per round: target, ops/s, p50, p99,
 # p99.9 (µs) and the target process's CPU µs per op (utime+stime from
 # /proc). Needs redis-server, nutcracker, python3.
 set -euo pipefail
@@ -13,7 +13,7 @@ mode=${3:?usage: bench/latency.sh OLD NEW rtt|open [rounds]}
 rounds=${4:-3}
 case $mode in
 rtt) args="-clients 1 -duration 3s" ;;
-open) args="-clients 50 -rate 40000 -duration 5s" ;;
+open) args="-clients 50 -rate ${RATE:-40000} -duration 5s" ;;
 *) echo "MODE must be rtt or open" >&2; exit 2 ;;
 esac
 dir=$(mktemp -d)
