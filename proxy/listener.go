@@ -79,8 +79,7 @@ type limitedConn struct {
 	rawBuf     func() []byte
 	rawPut     func()
 	rawStep    func(n int) bool
-	rawStepped bool        // rawStep asked to stop: read returns (0, nil)
-	stepping   atomic.Bool // rawStep runs: Close only shuts the socket down
+	rawStepped bool // rawStep asked to stop: read returns (0, nil)
 	rawN       int
 	rawErr     error
 	w          sysio.Writer            // over raw: Write
@@ -100,6 +99,11 @@ type limitedConn struct {
 	armed     bool      // a read deadline for the idle timeout is set, at deadline
 	deadline  time.Time // valid while armed
 	readSince time.Time
+	// stepping: rawRead's step runs, holding the socket's read, and Close
+	// only shuts the socket down. closing: Close has begun; no step starts
+	// after it (Close's wait for the read would wait for the step).
+	stepping bool
+	closing  bool
 	// idleTimedOut: a read ended on the idle deadline (the close callback
 	// tells an idle client from one whose replies could not be written).
 	idleTimedOut atomic.Bool
@@ -473,11 +477,15 @@ func (c *limitedConn) rawRead(fd uintptr) bool {
 		}
 		c.mu.Lock()
 		c.reading = false
+		closing := c.closing
+		c.stepping = !closing
 		c.mu.Unlock()
-		c.stepping.Store(true)
+		if closing {
+			c.rawN = 0 // Close is closing the socket: what came is dropped
+			return true
+		}
 		more := c.rawStep(c.rawN)
-		c.stepping.Store(false)
-		if !more || !c.readOn() {
+		if !c.readOn(more) {
 			c.rawStepped = true
 			return true
 		}
@@ -487,13 +495,14 @@ func (c *limitedConn) rawRead(fd uintptr) bool {
 	}
 }
 
-// readOn is rawRead's check, after a step, that its read may go on:
-// nothing came from a watcher meanwhile and the sweep asked nothing; the
-// next read then counts as idle from now.
-func (c *limitedConn) readOn() bool {
+// readOn ends rawRead's step and reports whether its read may go on: the
+// step asked to (more), nothing came from a watcher meanwhile and the sweep
+// asked nothing; the next read then counts as idle from now.
+func (c *limitedConn) readOn(more bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.pending) > 0 || c.watchErr != nil || c.expired || c.parkAsked {
+	c.stepping = false
+	if !more || len(c.pending) > 0 || c.watchErr != nil || c.expired || c.parkAsked {
 		return false
 	}
 	c.reading, c.readSince = true, c.clock()

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -173,5 +174,45 @@ func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
 	// One read found the socket empty: the first, before anything came.
 	if puts != 1 || bufs != len(got)+1 {
 		t.Fatalf("%d reads for %d batches, %d of them empty; want %d, 1 empty", bufs, len(got), puts, len(got)+1)
+	}
+}
+
+// TestNoStepAfterClose: bytes that come once Close has begun are not
+// served. The runtime's close waits for the socket's read to return, so a
+// step started then would keep a closer waiting, and deadlock one that
+// holds a lock the step needs (the server's, which CLIENT LIST takes).
+func TestNoStepAfterClose(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	raw := &lockstepRawConn{fd: fds[0], waiting: make(chan struct{}), ready: make(chan struct{})}
+	lc, _, _ := idleConn(t, 0, time.Now)
+	lc.raw = raw
+	buf := make([]byte, 64)
+	steps := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := lc.readLazy(func() []byte { return buf }, func() {}, func(int) bool { steps++; return true })
+		done <- err
+	}()
+	<-raw.waiting
+	if _, err := syscall.Write(fds[1], []byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	lc.Close() // before the read loop has seen the bytes
+	raw.ready <- struct{}{}
+	select {
+	case err := <-done:
+		if err != io.EOF {
+			t.Fatalf("the read after Close ended with %v, want io.EOF", err)
+		}
+	case <-raw.waiting:
+		t.Fatal("the read went on waiting after Close")
+	}
+	if steps != 0 {
+		t.Fatalf("%d steps ran after Close", steps)
 	}
 }

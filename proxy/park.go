@@ -105,14 +105,18 @@ func (c *limitedConn) Ready() {
 // the end. While the read loop serves a batch from inside the socket's read
 // (rawRead's step), Close does only that: the runtime's close waits for
 // that read to return, which from the step's own goroutine would be never,
-// and the read loop closes the socket when it ends, as it always does.
+// and from another one holding a lock the step needs (CLIENT LIST's) a
+// deadlock; the read loop closes the socket when it ends, as it always
+// does. No step starts once Close has begun.
 func (c *limitedConn) Close() error {
 	c.mu.Lock()
 	wasParked := c.unparkLocked()
+	inStep := c.stepping
+	c.closing = true
 	c.mu.Unlock()
 	if c.raw != nil {
 		c.raw.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
-		if c.stepping.Load() {
+		if inStep {
 			return nil
 		}
 	}
