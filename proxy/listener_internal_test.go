@@ -99,6 +99,21 @@ type lockstepRawConn struct {
 	ready   chan struct{}
 }
 
+// lockstepConn returns a limitedConn reading one end of a socket pair
+// through a lockstepRawConn, and the other end, for the test to write.
+func lockstepConn(t *testing.T) (*limitedConn, *lockstepRawConn, int) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fds[0]); syscall.Close(fds[1]) })
+	raw := &lockstepRawConn{fd: fds[0], waiting: make(chan struct{}), ready: make(chan struct{})}
+	lc, _, _ := idleConn(t, 0, time.Now)
+	lc.raw = raw
+	return lc, raw, fds[1]
+}
+
 func (r *lockstepRawConn) Control(f func(uintptr)) error { f(uintptr(r.fd)); return nil }
 
 func (r *lockstepRawConn) Read(f func(uintptr) bool) error {
@@ -121,15 +136,7 @@ func (r *lockstepRawConn) Write(f func(uintptr) bool) error {
 // would find nothing); a read that filled the buffer is followed by another
 // at once, or the rest would wait for the client's next bytes.
 func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(fds[0])
-	defer syscall.Close(fds[1])
-	raw := &lockstepRawConn{fd: fds[0], waiting: make(chan struct{}), ready: make(chan struct{})}
-	lc, _, _ := idleConn(t, 0, time.Now)
-	lc.raw = raw
+	lc, raw, peer := lockstepConn(t)
 
 	const batches = 20
 	buf := make([]byte, 8)
@@ -154,7 +161,7 @@ func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
 		if i == batches {
 			msg = []byte("0123456789abcdef+") // two full buffers and one byte
 		}
-		if _, err := syscall.Write(fds[1], msg); err != nil {
+		if _, err := syscall.Write(peer, msg); err != nil {
 			t.Fatal(err)
 		}
 		raw.ready <- struct{}{}
@@ -182,15 +189,7 @@ func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
 // step started then would keep a closer waiting, and deadlock one that
 // holds a lock the step needs (the server's, which CLIENT LIST takes).
 func TestNoStepAfterClose(t *testing.T) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(fds[0])
-	defer syscall.Close(fds[1])
-	raw := &lockstepRawConn{fd: fds[0], waiting: make(chan struct{}), ready: make(chan struct{})}
-	lc, _, _ := idleConn(t, 0, time.Now)
-	lc.raw = raw
+	lc, raw, peer := lockstepConn(t)
 	buf := make([]byte, 64)
 	steps := 0
 	done := make(chan error, 1)
@@ -199,7 +198,7 @@ func TestNoStepAfterClose(t *testing.T) {
 		done <- err
 	}()
 	<-raw.waiting
-	if _, err := syscall.Write(fds[1], []byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+	if _, err := syscall.Write(peer, []byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		t.Fatal(err)
 	}
 	lc.Close() // before the read loop has seen the bytes
