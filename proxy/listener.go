@@ -230,27 +230,40 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 		c.armed = false
 	}
 	c.mu.Unlock()
-	src, err := c.watchSource()
-	if err != nil {
-		// No descriptor to spare: the client is taken as gone, as one
-		// that failed would be, rather than waited on unwatched.
-		c.mu.Lock()
-		c.watchErr = err
-		c.mu.Unlock()
-		gone()
-		return func() {
-			c.mu.Lock()
-			c.watching = false
-			c.mu.Unlock()
-		}
-	}
+	var (
+		mu      sync.Mutex
+		src     readDeadliner // once the watcher has it
+		stopped bool
+	)
 	done := make(chan struct{})
-	interrupted := make(chan struct{})
 	go func() {
 		defer close(done)
+		// Made here, not before the blocking command is sent: its system
+		// calls would delay the command, and another client's command sent
+		// just after it would overtake it more often.
+		s, err := c.watchSource()
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			if err == nil && s != c.Conn {
+				s.Close()
+			}
+			return
+		}
+		src = s
+		mu.Unlock()
+		if err != nil {
+			// No descriptor to spare: the client is taken as gone, as one
+			// that failed would be, rather than waited on unwatched.
+			c.mu.Lock()
+			c.watchErr = err
+			c.mu.Unlock()
+			gone()
+			return
+		}
 		buf := make([]byte, 4096)
 		for {
-			n, err := src.Read(buf)
+			n, err := s.Read(buf)
 			if n > 0 {
 				c.mu.Lock()
 				c.pending = append(c.pending, buf[:n]...)
@@ -265,10 +278,11 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 				}
 			}
 			if err != nil {
-				select {
-				case <-interrupted:
+				mu.Lock()
+				interrupted := stopped
+				mu.Unlock()
+				if interrupted {
 					return // stop's deadline, not the client
-				default:
 				}
 				var pe *os.PathError
 				if errors.As(err, &pe) { // the duplicate's, as the socket's would be
@@ -283,13 +297,19 @@ func (c *limitedConn) watch(gone func()) (stop func()) {
 		}
 	}()
 	return func() {
-		close(interrupted)
-		src.SetReadDeadline(time.Now())
+		mu.Lock()
+		stopped = true
+		s := src
+		mu.Unlock()
+		if s != nil {
+			s.SetReadDeadline(time.Now())
+		}
 		<-done
-		if src != c.Conn {
-			src.Close()
-		} else {
+		switch {
+		case s == c.Conn:
 			c.Conn.SetReadDeadline(time.Time{})
+		case s != nil:
+			s.Close()
 		}
 		c.mu.Lock()
 		c.watching = false
