@@ -163,7 +163,8 @@ func (s *Server) serveConn(c *clientConn) {
 // Over TCP the batches are served from inside the socket's read (serveRead
 // as limitedConn.readLazy's step): after a read that drained the socket the
 // next waits for the poller's word that more has come, instead of reading
-// once more to find nothing, as it would from a fresh read (reads.go).
+// once more to find nothing, as it would from a fresh read (listener.go,
+// rawRead).
 func (s *Server) readLoop(c *clientConn) error {
 	lc, _ := c.nc.(*limitedConn)
 	var stepErr error
@@ -207,6 +208,7 @@ func (s *Server) readLoop(c *clientConn) error {
 // errClosedByProxy ends the read loop of a client the proxy closed.
 var errClosedByProxy = errors.New("closed by the proxy")
 
+// loopEnd is what readLoop returns for serveRead's err.
 func loopEnd(err error) error {
 	if err == errClosedByProxy {
 		return nil
