@@ -377,7 +377,8 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 // With a step (and put), over TCP, the bytes of each read are handed to
 // step from inside the socket's read, and the read goes on while step
 // reports true: readLazy then returns (0, nil) once step reports false, or
-// the read's error (rawRead says why).
+// the read's error (rawRead says why). Bytes a watcher kept are returned
+// as without a step, for the caller to serve.
 func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) bool) (int, error) {
 	c.mu.Lock()
 	if le, ok := c.watchErr.(*limitError); ok {

@@ -100,25 +100,24 @@ func (c *limitedConn) Ready() {
 // Close closes the socket; a parked client's read loop is started again to
 // find it closed and end the session, as a reading one would.
 //
-// Over TCP it shuts the socket down first, which the client sees at once
-// and every read of it (the read loop's, a watcher's duplicate) finds as
-// the end. While the read loop serves a batch from inside the socket's read
-// (rawRead's step), Close does only that: the runtime's close waits for
-// that read to return, which from the step's own goroutine would be never,
-// and from another one holding a lock the step needs (CLIENT LIST's) a
-// deadlock; the read loop closes the socket when it ends, as it always
-// does. No step starts once Close has begun.
+// While the read loop serves a batch from inside the socket's read
+// (rawRead's step), the runtime's close would wait for that read to
+// return: from the step's own goroutine never, and from another one holding
+// a lock the step needs (CLIENT LIST's) a deadlock. So then Close only
+// shuts the socket down, which the client sees at once and every read of it
+// (the read loop's, a watcher's duplicate) finds as the end, and the read
+// loop closes the socket when it ends, as it always does. No step starts
+// once Close has begun, so otherwise the close waits at most for a read
+// that the close itself wakes.
 func (c *limitedConn) Close() error {
 	c.mu.Lock()
 	wasParked := c.unparkLocked()
 	inStep := c.stepping
 	c.closing = true
 	c.mu.Unlock()
-	if c.raw != nil {
+	if inStep {
 		c.raw.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
-		if inStep {
-			return nil
-		}
+		return nil
 	}
 	// Only after the poller has let go of the descriptor: closed first, its
 	// number could be reused by a connection the poller then confuses.
