@@ -12,6 +12,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/sys v0.48.0
 )
 
 require (
@@ -21,6 +22,5 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

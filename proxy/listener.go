@@ -82,6 +82,7 @@ type limitedConn struct {
 	rawStepped bool // rawStep asked to stop: read returns (0, nil)
 	rawN       int
 	rawErr     error
+	inq        sysio.InqReader         // rawRead's reads: whether a next read could find anything
 	w          sysio.Writer            // over raw: Write
 	limits     *atomic.Pointer[Limits] // the server's, for the idle timeout and the query buffer limit
 	clock      func() time.Time
@@ -480,15 +481,18 @@ func (c *limitedConn) read(buf func() []byte, put func(), step func(n int) bool)
 // clears the poller's note that the socket became readable before its
 // first call of rawRead, so a fresh read must read once to see what came
 // meanwhile; but between the calls of one RawConn.Read the note is kept,
-// and the runtime's poller is edge-triggered: after a read that returned
-// less than the buffer held, which left the socket empty, any byte that
+// and the runtime's poller is edge-triggered: after a read that left the
+// socket empty and open (sysio.InqReader: TCP_INQ), any byte or end that
 // comes later sets the note. So such a read is followed by the wait (false)
 // instead of a read that would find nothing, one system call less for each
-// batch. A read that filled the buffer is followed by another read.
+// batch. A read that left bytes, or the client's end, is followed by
+// another read. (A short read cannot tell: a client that sends and hangs
+// up sets the note once, before the read of its last bytes.)
 func (c *limitedConn) rawRead(fd uintptr) bool {
 	for {
 		b := c.rawBuf()
-		c.rawN, c.rawErr = sysio.Read(fd, b) // retries EINTR itself
+		var unread bool
+		c.rawN, unread, c.rawErr = c.inq.Read(fd, b) // retries EINTR itself
 		if c.rawErr == syscall.EAGAIN {
 			c.rawPut() // nothing yet: wait holding no buffer
 			return false
@@ -510,7 +514,7 @@ func (c *limitedConn) rawRead(fd uintptr) bool {
 			c.rawStepped = true
 			return true
 		}
-		if c.rawN < len(b) {
+		if !unread {
 			return false
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // deadlineCounter is a net.Conn that counts SetReadDeadline calls.
@@ -90,28 +92,50 @@ func TestStaleIdleDeadline(t *testing.T) {
 	}
 }
 
-// lockstepRawConn is a syscall.RawConn over one end of a socket pair whose
-// "poller" is the test: a callback that reports false waits until the test
-// has written (ready), after telling it so (waiting).
+// lockstepRawConn is a syscall.RawConn over one end of a TCP connection
+// whose waits for readability are the test's to end: Read signals waiting
+// each time its callback asks to wait, and calls it again once told ready.
 type lockstepRawConn struct {
 	fd      int
 	waiting chan struct{}
 	ready   chan struct{}
 }
 
-// lockstepConn returns a limitedConn reading one end of a socket pair
-// through a lockstepRawConn, and the other end, for the test to write.
+// lockstepConn returns a limitedConn reading one end of a TCP connection on
+// loopback through a lockstepRawConn (with TCP_INQ on, as the server does),
+// and the other end's descriptor, for the test to write.
 func lockstepConn(t *testing.T) (*limitedConn, *lockstepRawConn, int) {
 	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Close(fds[0]); syscall.Close(fds[1]) })
-	raw := &lockstepRawConn{fd: fds[0], waiting: make(chan struct{}), ready: make(chan struct{})}
+	defer ln.Close()
+	dialed, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dialed.Close(); accepted.Close() })
+	fd := func(c net.Conn) int {
+		rc, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fd uintptr
+		rc.Control(func(f uintptr) { fd = f })
+		return int(fd)
+	}
+	raw := &lockstepRawConn{fd: fd(accepted), waiting: make(chan struct{}), ready: make(chan struct{})}
 	lc, _, _ := idleConn(t, 0, time.Now)
 	lc.raw = raw
-	return lc, raw, fds[1]
+	if !lc.inq.Enable(raw) {
+		t.Fatal("TCP_INQ could not be turned on")
+	}
+	return lc, raw, fd(dialed)
 }
 
 func (r *lockstepRawConn) Control(f func(uintptr)) error { f(uintptr(r.fd)); return nil }
@@ -164,6 +188,7 @@ func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
 		if _, err := syscall.Write(peer, msg); err != nil {
 			t.Fatal(err)
 		}
+		waitQueued(t, raw.fd, len(msg))
 		raw.ready <- struct{}{}
 	}
 	var r result
@@ -213,5 +238,25 @@ func TestNoStepAfterClose(t *testing.T) {
 	}
 	if steps != 0 {
 		t.Fatalf("%d steps ran after Close", steps)
+	}
+}
+
+// waitQueued waits until the socket fd holds n unread bytes: a loopback
+// write may reach the other end's queue only after it returns.
+func waitQueued(t *testing.T, fd, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes queued after 5 s, want %d", q, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -194,6 +194,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if tc, ok := c.(*net.TCPConn); ok {
 			if lc.raw, _ = tc.SyscallConn(); lc.raw != nil { // nil on error: reads hold a buffer
 				lc.w.Init(lc.raw)
+				lc.inq.Enable(lc.raw)
 				lc.poller = s.idle
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -488,6 +489,35 @@ func TestQuitRepliesAndCloses(t *testing.T) {
 	c.send(b)
 	if got := c.expectClosed(); got != "+PONG\r\n+OK\r\n" {
 		t.Fatalf("got %q, want PONG and OK then close", got)
+	}
+}
+
+// TestHalfClosedClientSeesTheEnd: a client that sends a command and shuts
+// its side down (nc -N, a script's printf into a socket) gets the reply and
+// then the connection's end at once, as from Redis. Its bytes and its end
+// come before rproxy reads, and set the poller's note once: a read loop
+// that waited after a short read held the connection until the client was
+// parked, and for ever with parking off, as here.
+func TestHalfClosedClientSeesTheEnd(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.IdleParkAfter = -1 })
+	for i := range 20 {
+		nc, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Write(resp.AppendCommandString(nil, "PING")); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(nc)
+		nc.Close()
+		if err != nil || string(got) != "+PONG\r\n" {
+			t.Fatalf("connection %d: read %q, %v; want +PONG and the end within 5 s", i, got, err)
+		}
 	}
 }
 

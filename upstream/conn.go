@@ -43,6 +43,7 @@ type conn struct {
 	unsent      []*Batch // batches whose bytes are in wbuf, not yet taken by the writer
 
 	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
+	shut         atomic.Bool  // nc was shut down (closeLocked): its reader stops
 
 	// isSpare: one of the pool's spare connections (Config.StallDivert),
 	// which neither counts for the pool's first dial nor calls OnState;
@@ -168,6 +169,14 @@ func (c *conn) closeLocked(reason string) {
 	if c.closeReason == "" {
 		c.closeReason = reason
 	}
+	// The reader may be inside its read waiting for c.mu (ReadEach), and
+	// Close waits for the read to return: shut the socket down instead,
+	// which ends the read once what came is read; run closes the socket.
+	if sd, ok := c.nc.(shutdowner); ok {
+		c.shut.Store(true) // before the shutdown, whose note wakes the reader
+		sd.Shutdown()
+		return
+	}
 	c.nc.Close()
 }
 
@@ -263,6 +272,7 @@ func (c *conn) run(ctx context.Context) {
 			break
 		}
 		c.nc, c.closeReason = nc, ""
+		c.shut.Store(false)
 		c.mu.Unlock()
 		if first {
 			first = false
@@ -416,69 +426,111 @@ func roundTrip(nc net.Conn, deadline time.Time, cmd []byte) ([]byte, error) {
 
 var errUnexpectedReply = errors.New("reply with no request waiting")
 
+// errShut ends a read loop whose connection closeLocked shut down.
+var errShut = errors.New("connection shut down by the proxy")
+
+// readEacher is a connection that reads in a loop of its own and hands
+// each read's bytes to a function (sysio.Conn: one system call per time
+// bytes come, where Read's loop makes one more that finds nothing).
+type readEacher interface {
+	ReadEach(buf []byte, each func(p []byte) error) error
+}
+
+// shutdowner is a connection that can be shut down without waiting for a
+// read under way (sysio.Conn).
+type shutdowner interface {
+	Shutdown() error
+}
+
 // readLoop frames replies and hands each to the oldest waiting batch, until
 // the connection fails. Replies are appended to the batch byte for byte.
 func (c *conn) readLoop(nc net.Conn, buf []byte) error {
-	var (
-		fr      resp.Framer
-		cur     *Batch // batch receiving the current reply
-		start   int    // where the current reply starts in cur.replies
-		discard Batch  // receives out-of-band pushes when nothing waits
-	)
-	now := c.pool.cfg.Now
+	r := replyReader{c: c}
+	if re, ok := nc.(readEacher); ok {
+		return re.ReadEach(buf, func(p []byte) error {
+			if err := r.feed(p); err != nil {
+				return err
+			}
+			if c.shut.Load() {
+				// Shut down (closeLocked): its end may never set the
+				// poller's note again once read past (TCP_INQ does not
+				// report a local shutdown), so the loop stops here.
+				return errShut
+			}
+			return nil
+		})
+	}
 	for {
 		n, err := nc.Read(buf)
-		readSeq := c.pool.cfg.SendSeq.Load() // writes numbered after this came after the read
 		if n > 0 {
-			c.lastProgress.Store(now().UnixNano())
-			p := buf[:n]
-			for len(p) > 0 {
-				if cur == nil {
-					// A batch the writer took after this read returned
-					// cannot be answered by it: such bytes are a stray
-					// reply (the connection is then reset), not its answer.
-					if cur = c.front(); cur == nil || !cur.Sent() || cur.SentSeq() > readSeq {
-						cur = &discard
-						discard.replies = discard.replies[:0]
-					}
-					start = len(cur.replies)
-				}
-				k, done, ferr := fr.Next(p)
-				if ferr != nil {
-					return fmt.Errorf("%w: bad reply from upstream: %v", errUnexpectedReply, ferr)
-				}
-				cur.replies = append(cur.replies, p[:k]...)
-				p = p[k:]
-				if !done {
-					continue
-				}
-				if fr.Kind() == '>' {
-					// A push (RESP3 out-of-band data) belongs to no request.
-					if onPush := c.pool.cfg.OnPush; onPush != nil {
-						onPush(cur.replies[start:])
-					}
-					cur.replies = cur.replies[:start]
-					if cur == &discard {
-						cur = nil
-					}
-					continue
-				}
-				if cur == &discard {
-					return fmt.Errorf("%w: %q", errUnexpectedReply, truncate(cur.replies, 64))
-				}
-				cur.replyEnds = append(cur.replyEnds, len(cur.replies))
-				start = len(cur.replies)
-				if cur.complete() {
-					c.popFront()
-					cur.done <- struct{}{}
-					cur = nil
-				}
+			if ferr := r.feed(buf[:n]); ferr != nil {
+				return ferr
 			}
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// replyReader is readLoop's state: the replies framed so far.
+type replyReader struct {
+	c       *conn
+	fr      resp.Framer
+	cur     *Batch // batch receiving the current reply
+	start   int    // where the current reply starts in cur.replies
+	discard Batch  // receives out-of-band pushes when nothing waits
+}
+
+// feed frames the bytes of one read, which has just returned.
+func (r *replyReader) feed(p []byte) error {
+	c := r.c
+	readSeq := c.pool.cfg.SendSeq.Load() // writes numbered after this came after the read
+	c.lastProgress.Store(c.pool.cfg.Now().UnixNano())
+	for len(p) > 0 {
+		if r.cur == nil {
+			// A batch the writer took after this read returned
+			// cannot be answered by it: such bytes are a stray
+			// reply (the connection is then reset), not its answer.
+			if r.cur = c.front(); r.cur == nil || !r.cur.Sent() || r.cur.SentSeq() > readSeq {
+				r.cur = &r.discard
+				r.discard.replies = r.discard.replies[:0]
+			}
+			r.start = len(r.cur.replies)
+		}
+		cur := r.cur
+		k, done, ferr := r.fr.Next(p)
+		if ferr != nil {
+			return fmt.Errorf("%w: bad reply from upstream: %v", errUnexpectedReply, ferr)
+		}
+		cur.replies = append(cur.replies, p[:k]...)
+		p = p[k:]
+		if !done {
+			continue
+		}
+		if r.fr.Kind() == '>' {
+			// A push (RESP3 out-of-band data) belongs to no request.
+			if onPush := c.pool.cfg.OnPush; onPush != nil {
+				onPush(cur.replies[r.start:])
+			}
+			cur.replies = cur.replies[:r.start]
+			if cur == &r.discard {
+				r.cur = nil
+			}
+			continue
+		}
+		if cur == &r.discard {
+			return fmt.Errorf("%w: %q", errUnexpectedReply, truncate(cur.replies, 64))
+		}
+		cur.replyEnds = append(cur.replyEnds, len(cur.replies))
+		r.start = len(cur.replies)
+		if cur.complete() {
+			c.popFront()
+			cur.done <- struct{}{}
+			r.cur = nil
+		}
+	}
+	return nil
 }
 
 func truncate(b []byte, n int) []byte {

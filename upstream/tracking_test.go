@@ -3,8 +3,11 @@ package upstream
 import (
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/resp"
@@ -109,5 +112,104 @@ func TestSetupFailureKeepsPoolDown(t *testing.T) {
 	p.Do(b)
 	if r := string(b.Reply(0)); !strings.Contains(r, "setup") || !strings.Contains(r, "unknown command") {
 		t.Fatalf("reply %q does not say the setup failed", r)
+	}
+}
+
+// TestCloseDoesNotWaitForTheReader: closing a shared connection does not
+// wait for its reader. The reader frames replies inside the socket's read
+// (sysio.Conn.ReadEach), and the runtime's close waits for that read to
+// return: a closer holding the connection's lock (the writer after a failed
+// write, closeWith) deadlocked with a reader about to take it. Here the
+// reader is held in OnPush, inside the read, while the connection closes.
+func TestCloseDoesNotWaitForTheReader(t *testing.T) {
+	rs := redistest.Start(t)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	p := testPool(t, rs.Addr, 3, func(c *Config) {
+		c.Connections = 1
+		c.Setup = [][]byte{resp.AppendCommandString(nil, "CLIENT", "TRACKING", "ON")}
+		c.OnPush = func([]byte) {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	})
+	get := func() string {
+		b := NewBatch()
+		b.Add(resp.AppendCommandString(nil, "GET", "k"))
+		p.Do(b)
+		return string(b.Reply(0))
+	}
+	rs.Do(t, "SET", "k", "v1")
+	if r := get(); r != "$2\r\nv1\r\n" {
+		t.Fatalf("GET = %q", r)
+	}
+	rs.Do(t, "SET", "k", "v2") // the invalidation push holds the reader
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no invalidation push reached OnPush")
+	}
+	// A reply comes while the reader is held: the note it sets and the
+	// shutdown's are one for the reader, which reads the reply past them.
+	held := make(chan string, 1)
+	go func() { held <- get() }()
+	waitUnread(t, p.conns[0])
+	closed := make(chan struct{})
+	go func() {
+		p.conns[0].closeWith("closed by the test")
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		releaseOnce.Do(func() { close(release) })
+		t.Fatal("closing the connection waited for its reader")
+	}
+	releaseOnce.Do(func() { close(release) })
+	if r := <-held; r != "$2\r\nv2\r\n" && !strings.HasPrefix(r, "-") {
+		t.Fatalf("GET sent while the reader was held = %q, want v2 or an error", r)
+	}
+	// The connection is redialled and serves again.
+	deadline := time.Now().Add(5 * time.Second)
+	for r := get(); r != "$2\r\nv2\r\n"; r = get() {
+		if time.Now().After(deadline) {
+			t.Fatalf("GET after the close = %q, want v2 once redialled", r)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitUnread waits until c's socket holds unread bytes.
+func waitUnread(t *testing.T, c *conn) {
+	t.Helper()
+	c.mu.Lock()
+	sc, ok := c.nc.(syscall.Conn)
+	c.mu.Unlock()
+	if !ok {
+		t.Fatal("the connection has no socket")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		var ierr error
+		rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+		if ierr != nil {
+			t.Fatal(ierr)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reply came to the socket")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

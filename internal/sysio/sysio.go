@@ -12,6 +12,7 @@
 package sysio
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -75,6 +76,7 @@ type Conn struct {
 	rBuf []byte
 	rN   int
 	rErr error
+	inq  InqReader // ReadEach's reads
 }
 
 // Wrap returns nc as a *Conn when it is a TCP connection, else nc itself.
@@ -88,6 +90,7 @@ func Wrap(nc net.Conn) net.Conn {
 		return nc
 	}
 	c := &Conn{Conn: nc, rc: rc}
+	c.inq.Enable(rc)
 	c.w.Init(rc)
 	c.rFn = c.read
 	return c
@@ -126,6 +129,71 @@ func (c *Conn) read(fd uintptr) bool {
 	}
 	c.rN, c.rErr = n, err
 	return true
+}
+
+// ReadEach reads the socket into buf, over and over, and hands each read's
+// bytes to each, until each or a read fails; it returns that error (io.EOF
+// once the peer has closed). The bytes are each's to use until it returns.
+//
+// It reads once per time bytes come: RawConn.Read clears the poller's note
+// that the socket became readable only before its first callback, and the
+// runtime's poller is edge-triggered, so after a read that left the socket
+// empty and open (InqReader) any byte or end that comes later sets the
+// note, and ReadEach waits for it instead of reading again to find nothing.
+// Read cannot do that: each Read is a new RawConn.Read, which must read
+// once to see what came meanwhile.
+//
+// Close waits for ReadEach to return, and so for each: a goroutine that
+// each may wait for should end the reading with Shutdown instead.
+func (c *Conn) ReadEach(buf []byte, each func(p []byte) error) error {
+	if len(buf) == 0 {
+		return errors.New("sysio: ReadEach with an empty buffer")
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	var err error
+	rerr := c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, unread, e := c.inq.Read(fd, buf)
+			switch {
+			case e == syscall.EAGAIN:
+				return false
+			case e != nil:
+				err = OpError("read", c, os.NewSyscallError("read", e))
+				return true
+			case n == 0:
+				err = io.EOF
+				return true
+			}
+			if err = each(buf[:n]); err != nil {
+				return true
+			}
+			if !unread {
+				return false
+			}
+		}
+	})
+	if rerr != nil {
+		return OpError("read", c, rerr)
+	}
+	return err
+}
+
+// Shutdown shuts the socket down both ways without closing it: the peer
+// sees the connection end, and a read waiting in the poller wakes and
+// finds what was left to read, then io.EOF. Unlike Close it does not wait
+// for a read under way to return.
+func (c *Conn) Shutdown() error {
+	var err error
+	if cerr := c.rc.Control(func(fd uintptr) {
+		err = syscall.Shutdown(int(fd), syscall.SHUT_RDWR)
+	}); cerr != nil {
+		return OpError("shutdown", c, cerr)
+	}
+	if err != nil {
+		return OpError("shutdown", c, os.NewSyscallError("shutdown", err))
+	}
+	return nil
 }
 
 // Write writes all of p, waiting while the socket has no room.

@@ -171,3 +171,41 @@ func TestConnConcurrentWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownDoesNotWaitForReadEach: Shutdown returns while each runs
+// (Close would wait for it) and ReadEach then ends with io.EOF; the peer
+// sees the connection end.
+func TestShutdownDoesNotWaitForReadEach(t *testing.T) {
+	c, srv := pair(t)
+	inEach, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.ReadEach(make([]byte, 64), func([]byte) error {
+			close(inEach)
+			<-release
+			return nil
+		})
+	}()
+	if _, err := srv.Write([]byte("+OK\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	<-inEach
+	shut := make(chan error, 1)
+	go func() { shut <- c.Shutdown() }()
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("Shutdown waited for each to return")
+	}
+	close(release)
+	if err := <-done; err != io.EOF {
+		t.Fatalf("ReadEach after Shutdown = %v, want io.EOF", err)
+	}
+	if n, err := srv.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("the peer read %d, %v after Shutdown; want 0, io.EOF", n, err)
+	}
+}
