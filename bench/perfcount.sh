@@ -2,8 +2,8 @@
 # bench/perfcount.sh RPROXY_BIN [PIPELINE] [RPROXY ARGS...]
 # Counts per GET that reached Redis, for one rproxy under redis-benchmark
 # (-c 50 -r 100000 -t get, PIPELINE default 1) over 3 s: CPU µs (utime+stime
-# from /proc), system calls, reads that failed (EAGAIN: found nothing),
-# context switches and migrations (perf stat).
+# from /proc), system calls, reads (read or recvmsg) that failed (EAGAIN:
+# found nothing), context switches and migrations (perf stat).
 # Starts its own redis-server on a free-ish port and stops everything it
 # started. Needs redis-server, redis-benchmark, redis-cli, perf, bc.
 set -u
@@ -19,9 +19,10 @@ sleep 1
 redis-cli -p $RP config resetstat >/dev/null
 t0=$(awk '{print $14+$15}' /proc/$XPID/stat)
 perf stat -e context-switches,cpu-migrations,raw_syscalls:sys_enter \
-  -e syscalls:sys_exit_read --filter 'ret < 0' -p $XPID -o "$D/perf" -- sleep 3 2>/dev/null
+  -e syscalls:sys_exit_read --filter 'ret < 0' -e syscalls:sys_exit_recvmsg --filter 'ret < 0' \
+  -p $XPID -o "$D/perf" -- sleep 3 2>/dev/null
 t1=$(awk '{print $14+$15}' /proc/$XPID/stat)
 g=$(redis-cli -p $RP info commandstats | grep cmdstat_get | sed "s/^cmdstat_get:calls=\([0-9]*\),.*/\1/")
 echo "-P $P: $g GETs in 3 s; CPU µs/GET $(echo "($t1-$t0)*1000000/$(getconf CLK_TCK)/$g" | bc -l | cut -c1-6)"
-grep -E "context|migr|sys_enter|sys_exit_read" "$D/perf" | sed 's/syscalls:sys_exit_read/reads_that_failed(EAGAIN)/' |
+grep -E "context|migr|sys_enter|sys_exit_re" "$D/perf" | sed 's/syscalls:sys_exit_\(re[a-z]*\)/failed_\1(EAGAIN)/' |
   awk -v g="$g" '{gsub(",","",$1); printf "  %-28s %12s  per GET %.4f\n", $2, $1, $1/g}'
