@@ -144,7 +144,8 @@ func (c *Conn) read(fd uintptr) bool {
 // once to see what came meanwhile.
 //
 // Close waits for ReadEach to return, and so for each: a goroutine that
-// each may wait for should end the reading with Shutdown instead.
+// each may wait for should end the reading with Shutdown instead, and each
+// should then stop the loop itself (see Shutdown).
 func (c *Conn) ReadEach(buf []byte, each func(p []byte) error) error {
 	if len(buf) == 0 {
 		return errors.New("sysio: ReadEach with an empty buffer")
@@ -180,9 +181,11 @@ func (c *Conn) ReadEach(buf []byte, each func(p []byte) error) error {
 }
 
 // Shutdown shuts the socket down both ways without closing it: the peer
-// sees the connection end, and a read waiting in the poller wakes and
-// finds what was left to read, then io.EOF. Unlike Close it does not wait
-// for a read under way to return.
+// sees the connection end, and a read waiting in the poller wakes. Unlike
+// Close it does not wait for a read under way to return. A ReadEach that
+// then reads bytes which were still queued may wait again for ever (the
+// shutdown's note came before that read, and TCP_INQ does not report this
+// side's shutdown): its each should stop the loop once Shutdown is called.
 func (c *Conn) Shutdown() error {
 	var err error
 	if cerr := c.rc.Control(func(fd uintptr) {
