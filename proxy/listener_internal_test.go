@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/rproxy/rproxy/internal/socktest"
 )
 
 // deadlineCounter is a net.Conn that counts SetReadDeadline calls.
@@ -92,66 +92,19 @@ func TestStaleIdleDeadline(t *testing.T) {
 	}
 }
 
-// lockstepRawConn is a syscall.RawConn over one end of a TCP connection
-// whose waits for readability are the test's to end: Read signals waiting
-// each time its callback asks to wait, and calls it again once told ready.
-type lockstepRawConn struct {
-	fd      int
-	waiting chan struct{}
-	ready   chan struct{}
-}
-
 // lockstepConn returns a limitedConn reading one end of a TCP connection on
-// loopback through a lockstepRawConn (with TCP_INQ on, as the server does),
-// and the other end's descriptor, for the test to write.
-func lockstepConn(t *testing.T) (*limitedConn, *lockstepRawConn, int) {
+// loopback through a socktest.Lockstep (with TCP_INQ on, as the server
+// does), and the other end's descriptor, for the test to write.
+func lockstepConn(t *testing.T) (*limitedConn, *socktest.Lockstep, int) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dialed, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dialed.Close(); accepted.Close() })
-	fd := func(c net.Conn) int {
-		rc, err := c.(*net.TCPConn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var fd uintptr
-		rc.Control(func(f uintptr) { fd = f })
-		return int(fd)
-	}
-	raw := &lockstepRawConn{fd: fd(accepted), waiting: make(chan struct{}), ready: make(chan struct{})}
+	dialed, accepted := socktest.TCPPair(t)
+	raw := socktest.NewLockstep(socktest.FD(t, accepted))
 	lc, _, _ := idleConn(t, 0, time.Now)
 	lc.raw = raw
 	if !lc.inq.Enable(raw) {
 		t.Fatal("TCP_INQ could not be turned on")
 	}
-	return lc, raw, fd(dialed)
-}
-
-func (r *lockstepRawConn) Control(f func(uintptr)) error { f(uintptr(r.fd)); return nil }
-
-func (r *lockstepRawConn) Read(f func(uintptr) bool) error {
-	for !f(uintptr(r.fd)) {
-		r.waiting <- struct{}{}
-		<-r.ready
-	}
-	return nil
-}
-
-func (r *lockstepRawConn) Write(f func(uintptr) bool) error {
-	for !f(uintptr(r.fd)) {
-	}
-	return nil
+	return lc, raw, socktest.FD(t, dialed)
 }
 
 // TestReadServesBatchesWithoutEmptyReads: with a step, the read loop serves
@@ -180,7 +133,7 @@ func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
 		done <- result{n, err}
 	}()
 	for i := range batches + 1 {
-		<-raw.waiting // the read loop waits: the socket is empty
+		<-raw.Waiting // the read loop waits: the socket is empty
 		msg := []byte("ping")
 		if i == batches {
 			msg = []byte("0123456789abcdef+") // two full buffers and one byte
@@ -188,13 +141,13 @@ func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
 		if _, err := syscall.Write(peer, msg); err != nil {
 			t.Fatal(err)
 		}
-		waitQueued(t, raw.fd, len(msg))
-		raw.ready <- struct{}{}
+		socktest.WaitQueued(t, raw.FD, len(msg))
+		raw.Ready <- struct{}{}
 	}
 	var r result
 	select {
 	case r = <-done:
-	case <-raw.waiting:
+	case <-raw.Waiting:
 		t.Fatalf("the read loop waited with bytes unread after %d batches: %q", len(got), got)
 	}
 	if r.n != 0 || r.err != nil {
@@ -222,41 +175,21 @@ func TestNoStepAfterClose(t *testing.T) {
 		_, err := lc.readLazy(func() []byte { return buf }, func() {}, func(int) bool { steps++; return true })
 		done <- err
 	}()
-	<-raw.waiting
+	<-raw.Waiting
 	if _, err := syscall.Write(peer, []byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		t.Fatal(err)
 	}
 	lc.Close() // before the read loop has seen the bytes
-	raw.ready <- struct{}{}
+	raw.Ready <- struct{}{}
 	select {
 	case err := <-done:
 		if err != io.EOF {
 			t.Fatalf("the read after Close ended with %v, want io.EOF", err)
 		}
-	case <-raw.waiting:
+	case <-raw.Waiting:
 		t.Fatal("the read went on waiting after Close")
 	}
 	if steps != 0 {
 		t.Fatalf("%d steps ran after Close", steps)
-	}
-}
-
-// waitQueued waits until the socket fd holds n unread bytes: a loopback
-// write may reach the other end's queue only after it returns.
-func waitQueued(t *testing.T, fd, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		q, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if q >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes queued after 5 s, want %d", q, n)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

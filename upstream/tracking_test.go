@@ -3,11 +3,11 @@ package upstream
 import (
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/rproxy/rproxy/internal/socktest"
+	"github.com/rproxy/rproxy/internal/sysio"
 
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/resp"
@@ -20,9 +20,7 @@ func TestSetupPushAndState(t *testing.T) {
 	var mu sync.Mutex
 	var pushes []string
 	var states []bool
-	p := testPool(t, rs.Addr, 3, func(c *Config) {
-		c.Connections = 1
-		c.Setup = [][]byte{resp.AppendCommandString(nil, "CLIENT", "TRACKING", "ON")}
+	_, get := trackingPool(t, rs.Addr, func(c *Config) {
 		c.OnPush = func(b []byte) {
 			mu.Lock()
 			pushes = append(pushes, string(b))
@@ -34,12 +32,6 @@ func TestSetupPushAndState(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	get := func() string {
-		b := NewBatch()
-		b.Add(resp.AppendCommandString(nil, "GET", "k"))
-		p.Do(b)
-		return string(b.Reply(0))
-	}
 	rs.Do(t, "SET", "k", "v1")
 	if r := get(); r != "$2\r\nv1\r\n" {
 		t.Fatalf("GET = %q", r)
@@ -126,9 +118,7 @@ func TestCloseDoesNotWaitForTheReader(t *testing.T) {
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	p := testPool(t, rs.Addr, 3, func(c *Config) {
-		c.Connections = 1
-		c.Setup = [][]byte{resp.AppendCommandString(nil, "CLIENT", "TRACKING", "ON")}
+	p, get := trackingPool(t, rs.Addr, func(c *Config) {
 		c.OnPush = func([]byte) {
 			select {
 			case entered <- struct{}{}:
@@ -137,12 +127,6 @@ func TestCloseDoesNotWaitForTheReader(t *testing.T) {
 			<-release
 		}
 	})
-	get := func() string {
-		b := NewBatch()
-		b.Add(resp.AppendCommandString(nil, "GET", "k"))
-		p.Do(b)
-		return string(b.Reply(0))
-	}
 	rs.Do(t, "SET", "k", "v1")
 	if r := get(); r != "$2\r\nv1\r\n" {
 		t.Fatalf("GET = %q", r)
@@ -187,29 +171,28 @@ func TestCloseDoesNotWaitForTheReader(t *testing.T) {
 func waitUnread(t *testing.T, c *conn) {
 	t.Helper()
 	c.mu.Lock()
-	sc, ok := c.nc.(syscall.Conn)
+	nc := c.nc
 	c.mu.Unlock()
+	sc, ok := nc.(*sysio.Conn)
 	if !ok {
-		t.Fatal("the connection has no socket")
+		t.Fatalf("the connection is a %T, not a *sysio.Conn", nc)
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var n int
-		var ierr error
-		rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
-		if ierr != nil {
-			t.Fatal(ierr)
-		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no reply came to the socket")
-		}
-		time.Sleep(time.Millisecond)
+	socktest.WaitQueued(t, socktest.FD(t, sc.Conn), 1)
+}
+
+// trackingPool is a RESP3 pool of one connection with client tracking on,
+// pushes going to onPush, and get, a GET of "k" through it.
+func trackingPool(t *testing.T, addr string, edit func(*Config)) (p *Pool, get func() string) {
+	t.Helper()
+	p = testPool(t, addr, 3, func(c *Config) {
+		c.Connections = 1
+		c.Setup = [][]byte{resp.AppendCommandString(nil, "CLIENT", "TRACKING", "ON")}
+		edit(c)
+	})
+	return p, func() string {
+		b := NewBatch()
+		b.Add(resp.AppendCommandString(nil, "GET", "k"))
+		p.Do(b)
+		return string(b.Reply(0))
 	}
 }

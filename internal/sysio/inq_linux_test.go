@@ -11,32 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rproxy/rproxy/internal/socktest"
 )
-
-// lockstepRawConn is a syscall.RawConn over one end of a socket pair whose
-// waits for readability are the test's to end: Read signals waiting each
-// time its callback asks to wait, and calls it again once told ready.
-type lockstepRawConn struct {
-	fd      int
-	waiting chan struct{}
-	ready   chan struct{}
-}
-
-func (r *lockstepRawConn) Control(f func(uintptr)) error { f(uintptr(r.fd)); return nil }
-
-func (r *lockstepRawConn) Read(f func(uintptr) bool) error {
-	for !f(uintptr(r.fd)) {
-		r.waiting <- struct{}{}
-		<-r.ready
-	}
-	return nil
-}
-
-func (r *lockstepRawConn) Write(f func(uintptr) bool) error {
-	for !f(uintptr(r.fd)) {
-	}
-	return nil
-}
 
 // TestReadEachWaitsOnceEmpty: after a read that left the socket empty and
 // open, ReadEach waits for the poller instead of reading again (the
@@ -46,9 +23,7 @@ func (r *lockstepRawConn) Write(f func(uintptr) bool) error {
 // once.
 func TestReadEachWaitsOnceEmpty(t *testing.T) {
 	tc, srv := pair(t) // TCP: TCP_INQ
-	var fd uintptr
-	tc.rc.Control(func(f uintptr) { fd = f })
-	raw := &lockstepRawConn{fd: int(fd), waiting: make(chan struct{}), ready: make(chan struct{})}
+	raw := socktest.NewLockstep(socktest.FD(t, tc.Conn))
 	c := &Conn{Conn: tc.Conn, rc: raw}
 	if !c.inq.Enable(raw) {
 		t.Fatal("TCP_INQ could not be turned on")
@@ -76,23 +51,23 @@ func TestReadEachWaitsOnceEmpty(t *testing.T) {
 			return nil
 		})
 	}()
-	<-raw.waiting // nothing came yet
+	<-raw.Waiting // nothing came yet
 	if _, err := srv.Write([]byte(msgs[0])); err != nil {
 		t.Fatal(err)
 	}
 	want := [][]string{{"one"}, {"one", "two"}, {"one", "two", "01234567", "89abcdef", "+"}}
 	for i := 0; ; i++ {
 		if i < len(msgs) {
-			waitQueued(t, raw.fd, len(msgs[i]))
+			socktest.WaitQueued(t, raw.FD, len(msgs[i]))
 		}
-		raw.ready <- struct{}{}
+		raw.Ready <- struct{}{}
 		select {
 		case err := <-done:
 			if err != errStop || len(got) != 6 || i != len(want) {
 				t.Fatalf("ReadEach = %v after reads %q and %d waits, want each's error after 6 reads and %d waits", err, got, i+1, len(want)+1)
 			}
 			return
-		case <-raw.waiting:
+		case <-raw.Waiting:
 		}
 		if i >= len(want) || strings.Join(got, ",") != strings.Join(want[i], ",") {
 			t.Fatalf("ReadEach waited after reads %q, with message %d written; want a wait after each message", got, sent)
@@ -112,10 +87,9 @@ func TestReadEachSeesTheEndAfterData(t *testing.T) {
 	srv.Close()
 	// Wait until the end has come (the socket is in CLOSE_WAIT), so that
 	// the bytes and the end are both there before ReadEach's first read.
-	var fd uintptr
-	c.rc.Control(func(f uintptr) { fd = f })
+	fd := socktest.FD(t, c.Conn)
 	for {
-		info, err := unix.GetsockoptTCPInfo(int(fd), unix.SOL_TCP, unix.TCP_INFO)
+		info, err := unix.GetsockoptTCPInfo(fd, unix.SOL_TCP, unix.TCP_INFO)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,25 +114,5 @@ func TestReadEachSeesTheEndAfterData(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		c.Close()
 		t.Fatalf("ReadEach still waits 5 s after the peer's end (read %q)", got)
-	}
-}
-
-// waitQueued waits until the socket fd holds n unread bytes: a loopback
-// write may reach the other end's queue only after it returns.
-func waitQueued(t *testing.T, fd, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		q, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if q >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes queued after 5 s, want %d", q, n)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

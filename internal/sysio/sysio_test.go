@@ -8,39 +8,19 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/rproxy/rproxy/internal/socktest"
 )
 
 // pair returns a wrapped client end and the server end of a TCP
 // connection on loopback.
-func pair(t *testing.T) (*Conn, net.Conn) {
+func pair(t testing.TB) (*Conn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, ok := <-accepted
-	if !ok {
-		t.Fatal("accept failed")
-	}
+	nc, srv := socktest.TCPPair(t)
 	c, ok := Wrap(nc).(*Conn)
 	if !ok {
 		t.Fatalf("Wrap(%T) did not wrap", nc)
 	}
-	t.Cleanup(func() { c.Close(); srv.Close() })
 	return c, srv
 }
 
