@@ -582,10 +582,10 @@ func (p *Pool) waitProbe(ctx context.Context) (busy bool, held map[string]bool) 
 var pingCmd = resp.AppendCommandString(nil, "PING")
 
 // HasConn reports whether addr is the local address of one of the pool's
-// shared connections: the address Redis lists it by (CLIENT LIST,
-// MONITOR).
+// shared connections or spares: the address Redis lists it by (CLIENT
+// LIST, MONITOR).
 func (p *Pool) HasConn(addr string) bool {
-	for _, c := range p.conns {
+	for _, c := range p.all {
 		if c.localAddr() == addr {
 			return true
 		}

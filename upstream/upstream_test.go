@@ -501,3 +501,32 @@ func TestStreamEndKeepsOnlyAConnectionWithNothingUnread(t *testing.T) {
 		}
 	}
 }
+
+// HasConn knows the spares' connections too: MONITOR's hiding of rproxy's
+// own commands (the tier's PINGs, the slot map's CLUSTER SHARDS) asks it
+// of lines that come from any of the pool's connections.
+func TestHasConnKnowsTheSpares(t *testing.T) {
+	release := make(chan struct{})
+	f := startFake(t, func(args [][]byte) string {
+		if string(args[0]) == "STALL" {
+			<-release
+		}
+		return "+OK\r\n"
+	})
+	p := testPool(t, f.ln.Addr().String(), 3, func(c *Config) {
+		c.Connections, c.StallDivert, c.Timeout = 1, 50*time.Millisecond, 30*time.Second
+	})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	wg.Add(1)
+	go func() { defer wg.Done(); do(p, []string{"STALL"}) }()
+	waitFor(t, "the spare up", func() bool { return p.spares[0].c.up() })
+	shared, spare := p.conns[0].localAddr(), p.spares[0].c.localAddr()
+	if !p.HasConn(shared) || !p.HasConn(spare) {
+		t.Fatalf("HasConn(shared %s) = %v, HasConn(spare %s) = %v; want both true", shared, p.HasConn(shared), spare, p.HasConn(spare))
+	}
+	if p.HasConn("127.0.0.1:1") {
+		t.Fatal("HasConn of an address no connection has = true")
+	}
+}
