@@ -109,9 +109,11 @@ func lockstepConn(t *testing.T) (*limitedConn, *socktest.Lockstep, int) {
 
 // TestReadServesBatchesWithoutEmptyReads: with a step, the read loop serves
 // each read's bytes inside the socket's read and, after a read that left
-// the socket empty, waits for the poller instead of reading again (which
-// would find nothing); a read that filled the buffer is followed by another
-// at once, or the rest would wait for the client's next bytes.
+// the socket empty (TCP_INQ says so), waits for the poller instead of
+// reading again (which would find nothing); a read that left bytes is
+// followed by another at once, or the rest would wait for the client's
+// next bytes. (The client's end after its bytes:
+// TestHalfClosedClientSeesTheEnd.)
 func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
 	lc, raw, peer := lockstepConn(t)
 
