@@ -79,8 +79,25 @@ func TestReadEachWaitsOnceEmpty(t *testing.T) {
 // together, before the read, end ReadEach with io.EOF once the bytes are
 // handed over. The end sets the poller's note only once, before the read
 // of the bytes: a ReadEach that waited after a short read waited for ever.
+//
+// Both with TCP_INQ and without it (another kernel or socket type), where
+// ReadEach reads until a read finds nothing.
 func TestReadEachSeesTheEndAfterData(t *testing.T) {
+	for _, inq := range []bool{true, false} {
+		t.Run(map[bool]string{true: "TCP_INQ", false: "without"}[inq], func(t *testing.T) {
+			readEachSeesTheEndAfterData(t, inq)
+		})
+	}
+}
+
+func readEachSeesTheEndAfterData(t *testing.T, inq bool) {
 	c, srv := pair(t)
+	switch {
+	case inq && !c.inq.on:
+		t.Fatal("TCP_INQ is not on for a TCP connection")
+	case !inq:
+		c.inq = InqReader{} // off: ReadEach reads until a read finds nothing
+	}
 	if _, err := srv.Write([]byte("+OK\r\n")); err != nil {
 		t.Fatal(err)
 	}
