@@ -521,13 +521,15 @@ func (c *limitedConn) rawRead(fd uintptr) bool {
 }
 
 // readOn ends rawRead's step and reports whether its read may go on: the
-// step asked to (more), nothing came from a watcher meanwhile and the sweep
+// step asked to (more), Close did not begin meanwhile (its shutdown's note
+// may have come before a read of bytes still queued, and no note would
+// follow that read), nothing came from a watcher meanwhile and the sweep
 // asked nothing; the next read then counts as idle from now.
 func (c *limitedConn) readOn(more bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stepping = false
-	if !more || len(c.pending) > 0 || c.watchErr != nil || c.expired || c.parkAsked {
+	if !more || c.closing || len(c.pending) > 0 || c.watchErr != nil || c.expired || c.parkAsked {
 		return false
 	}
 	c.reading, c.readSince = true, c.clock()

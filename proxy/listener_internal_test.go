@@ -195,3 +195,47 @@ func TestNoStepAfterClose(t *testing.T) {
 		t.Fatalf("%d steps ran after Close", steps)
 	}
 }
+
+// TestNoWaitAfterCloseInAStep: a Close during a step (another client's
+// CLIENT KILL, the server's shutdown) only shuts the socket down, and the
+// read loop then stops instead of waiting for the poller: the shutdown's
+// note may have come before a read of bytes the client had sent, and no
+// note follows such a read.
+func TestNoWaitAfterCloseInAStep(t *testing.T) {
+	lc, raw, peer := lockstepConn(t)
+	buf := make([]byte, 64)
+	steps := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := lc.readLazy(func() []byte { return buf }, func() {}, func(int) bool {
+			steps++
+			closed := make(chan struct{})
+			go func() { lc.Close(); close(closed) }() // another goroutine's
+			<-closed
+			if _, err := syscall.Write(peer, []byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+				t.Error(err)
+			}
+			return true
+		})
+		done <- err
+	}()
+	<-raw.Waiting
+	msg := []byte("*1\r\n$4\r\nPING\r\n")
+	if _, err := syscall.Write(peer, msg); err != nil {
+		t.Fatal(err)
+	}
+	socktest.WaitQueued(t, raw.FD, len(msg))
+	raw.Ready <- struct{}{}
+	select {
+	case err := <-done:
+		if err != nil && err != io.EOF {
+			t.Fatalf("the read ended with %v, want (0, nil) or io.EOF", err)
+		}
+	case <-raw.Waiting:
+		raw.Ready <- struct{}{} // let it end
+		t.Fatal("the read waited for the poller after a Close during its step")
+	}
+	if steps != 1 {
+		t.Fatalf("%d steps, want 1", steps)
+	}
+}

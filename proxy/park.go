@@ -3,10 +3,11 @@ package proxy
 import (
 	"errors"
 	"runtime/debug"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/internal/sysio"
 )
 
 // Parking idle clients. A client's read loop runs on a goroutine of its
@@ -116,7 +117,7 @@ func (c *limitedConn) Close() error {
 	c.closing = true
 	c.mu.Unlock()
 	if inStep {
-		c.raw.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+		sysio.Shutdown(c.raw)
 		return nil
 	}
 	// Only after the poller has let go of the descriptor: closed first, its

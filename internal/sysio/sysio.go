@@ -187,14 +187,23 @@ func (c *Conn) ReadEach(buf []byte, each func(p []byte) error) error {
 // shutdown's note came before that read, and TCP_INQ does not report this
 // side's shutdown): its each should stop the loop once Shutdown is called.
 func (c *Conn) Shutdown() error {
+	if err := Shutdown(c.rc); err != nil {
+		return OpError("shutdown", c, err)
+	}
+	return nil
+}
+
+// Shutdown is shutdown(2) of rc's socket, both ways (Conn.Shutdown; the
+// proxy's client connections, which read their own way, use it directly).
+func Shutdown(rc syscall.RawConn) error {
 	var err error
-	if cerr := c.rc.Control(func(fd uintptr) {
+	if cerr := rc.Control(func(fd uintptr) {
 		err = syscall.Shutdown(int(fd), syscall.SHUT_RDWR)
 	}); cerr != nil {
-		return OpError("shutdown", c, cerr)
+		return cerr
 	}
 	if err != nil {
-		return OpError("shutdown", c, os.NewSyscallError("shutdown", err))
+		return os.NewSyscallError("shutdown", err)
 	}
 	return nil
 }
