@@ -16,20 +16,21 @@ import (
 type mergeKind uint8
 
 const (
-	mergeSum       mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
-	mergeOK                         // no part failed: the first part's reply (MSET, FLUSHALL, CONFIG SET)
-	mergeArray                      // elements put back in key order: MGET
-	mergeAll                        // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
-	mergeUnion                      // arrays joined, each element once: PUBSUB CHANNELS
-	mergePairSum                    // arrays of name, count pairs, counts added: PUBSUB SHARDNUMSUB
-	mergeMin                        // the least integer: LASTSAVE
-	mergeMax                        // the greatest integer: PUBSUB NUMPAT
-	mergePairMax                    // arrays of name, count pairs, the greatest count of each: PUBSUB NUMSUB
-	mergeInfo                       // INFO texts joined, counters added (joinInfo)
-	mergeLatest                     // LATENCY LATEST: each event once, its latest spike and its highest
-	mergeSlowlog                    // SLOWLOG GET: every master's entries, newest first, as many as asked
-	mergeHistogram                  // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
-	mergeDigest                     // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
+	mergeSum        mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
+	mergeOK                          // no part failed: the first part's reply (MSET, FLUSHALL, CONFIG SET)
+	mergeArray                       // elements put back in key order: MGET
+	mergeAll                         // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
+	mergeUnion                       // arrays joined, each element once: PUBSUB CHANNELS
+	mergePairSum                     // arrays of name, count pairs, counts added: PUBSUB SHARDNUMSUB
+	mergeMin                         // the least integer: LASTSAVE
+	mergeMax                         // the greatest integer: PUBSUB NUMPAT
+	mergePairMax                     // arrays of name, count pairs, the greatest count of each: PUBSUB NUMSUB
+	mergeInfo                        // INFO texts joined, counters added (joinInfo)
+	mergeLatest                      // LATENCY LATEST: each event once, its latest spike and its highest
+	mergeSlowlog                     // SLOWLOG GET: every master's entries, newest first, as many as asked
+	mergeSlowlogLen                  // SLOWLOG LEN: the entries of every master's SLOWLOG GET -1, joined as mergeSlowlog joins them
+	mergeHistogram                   // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
+	mergeDigest                      // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -71,8 +72,8 @@ var fanOutCommands = map[string]mergeKind{
 	"acl|load":          mergeOK,
 	"acl|save":          mergeOK,
 	"slowlog|reset":     mergeOK,
-	"slowlog|len":       mergeSum,
-	"slowlog|get":       mergeSlowlog, // every master's entries, newest first
+	"slowlog|len":       mergeSlowlogLen, // a command sent to every master counts once
+	"slowlog|get":       mergeSlowlog,    // every master's entries, newest first
 	"latency|reset":     mergeSum,
 	"latency|latest":    mergeLatest,
 	"latency|histogram": mergeHistogram,
@@ -193,6 +194,9 @@ type merge struct {
 	kind  mergeKind
 	parts int
 	limit int // mergeSlowlog: the entries asked for (negative: all)
+	// own, for mergeSlowlog, tells rproxy's own housekeeping commands
+	// (Server.ownCommand), which are left out.
+	own func(addr string, args [][]byte) bool
 	// For mergeArray: for each of the client's keys, its part and its
 	// index among that part's elements.
 	part, index []int32
@@ -229,6 +233,7 @@ type routing struct {
 	pin             func(ss *session, slot int) bool
 	flush           func(ss *session)
 	refuse          func(ss *session, msg string)
+	ownCommand      func(addr string, args [][]byte) bool // rproxy's own housekeeping, left out of SLOWLOG GET
 }
 
 func (r *routing) command(ss *session, c *call) bool {
@@ -301,16 +306,22 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 			shards := ss.pools[ss.proto].Shards()
 			if len(shards) > 1 {
 				ss.noteWrite(info) // FLUSHALL, FLUSHDB: as dispatch notes what it forwards
-				first := ss.batch.Len()
+				first, raw := ss.batch.Len(), cmd.Raw
+				switch {
+				case kind == mergeSlowlogLen && len(args) == 2:
+					raw = slowlogGetAll // each master's entries: a command sent to every master counts once
+				case kind == mergeSlowlogLen:
+					kind = mergeSum // other arguments: each master's refusal
+				}
 				for _, slot := range shards {
-					ss.batch.AddSlot(cmd.Raw, slot)
+					ss.batch.AddSlot(raw, slot)
 				}
 				if kind == mergeInfo {
 					ss.infoAt = append(ss.infoAt, infoAt{up: first, withProxy: infoWantsProxy(args)})
 				}
 				m := merge{kind: kind, parts: ss.batch.Len() - first}
-				if kind == mergeSlowlog {
-					m.limit = slowlogCount(args)
+				if kind == mergeSlowlog || kind == mergeSlowlogLen {
+					m.limit, m.own = slowlogCount(args), r.ownCommand
 				}
 				ss.queueMerge(m)
 				return true
@@ -636,6 +647,8 @@ func (m *merge) reply(replies [][]byte) []byte {
 		return m.digest(replies)
 	case mergeSlowlog:
 		return m.slowlog(replies)
+	case mergeSlowlogLen:
+		return m.slowlogLen(replies)
 	case mergeHistogram:
 		return joinHistograms(replies)
 	case mergeInfo:

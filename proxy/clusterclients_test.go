@@ -515,7 +515,12 @@ func TestClusterSlowlogIsEveryMasters(t *testing.T) {
 	}
 	var sets []string
 	last := int64(1 << 62)
-	for _, e := range v.Elems {
+	for i, e := range v.Elems {
+		// The RESET, sent to every master, is logged by each: one entry,
+		// the oldest.
+		if args := e.Elems[3].Elems; strings.EqualFold(string(args[0].Str), "slowlog") && strings.EqualFold(string(args[1].Str), "reset") && i != len(v.Elems)-1 {
+			t.Errorf("SLOWLOG GET -1: SLOWLOG RESET at %d of %d entries, want it once, the oldest", i, len(v.Elems))
+		}
 		if at := e.Elems[1].Int; at > last {
 			t.Errorf("SLOWLOG GET -1: an entry at %d after one at %d, want newest first", at, last)
 		} else {
@@ -534,6 +539,12 @@ func TestClusterSlowlogIsEveryMasters(t *testing.T) {
 		if want, _ := strconv.Atoi(n); err != nil || len(v.Elems) != want {
 			t.Errorf("SLOWLOG GET %s: %d entries (%v), want %d", n, len(v.Elems), err, want)
 		}
+	}
+	// LEN counts the joined log, as GET -1 lists it (which also shows
+	// the LEN, logged by every master, once).
+	n, ok := resp.Int([]byte(c.do("SLOWLOG", "LEN")))
+	if v, err := resp.Parse([]byte(c.do("SLOWLOG", "GET", "-1"))); !ok || err != nil || int64(len(v.Elems)) != n+1 {
+		t.Errorf("SLOWLOG LEN %d, then SLOWLOG GET -1 %d entries (%v), want one more (the LEN)", n, len(v.Elems), err)
 	}
 	c.do("CONFIG", "SET", "slowlog-log-slower-than", "10000")
 }

@@ -477,12 +477,33 @@ func (s *Server) ownMonitorLine(line []byte) bool {
 	if !ok || len(db) == 0 {
 		return false
 	}
-	owns := func(addr string) bool { return s.tiering != nil && s.tiering.engine.OwnsConn(addr) }
 	switch string(line[end+2 : len(line)-2]) {
 	case `"PING"`:
-		return owns(string(addr))
-	case `"CLUSTER" "SHARDS"`, `"CLUSTER" "SLOTS"`:
-		return s.routing != nil && (s.routing.cluster.HasConn(string(addr)) || owns(string(addr)))
+		return s.ownCommand(string(addr), pingArgs)
+	case `"CLUSTER" "SHARDS"`:
+		return s.ownCommand(string(addr), clusterShardsArgs)
+	case `"CLUSTER" "SLOTS"`:
+		return s.ownCommand(string(addr), clusterSlotsArgs)
+	}
+	return false
+}
+
+var (
+	pingArgs          = [][]byte{[]byte("PING")}
+	clusterShardsArgs = [][]byte{[]byte("CLUSTER"), []byte("SHARDS")}
+	clusterSlotsArgs  = [][]byte{[]byte("CLUSTER"), []byte("SLOTS")}
+)
+
+// ownCommand reports whether args, which a master logged (MONITOR,
+// SLOWLOG) as sent from addr, is one of rproxy's own housekeeping commands
+// (ownMonitorLine says which), spelled as rproxy sends them.
+func (s *Server) ownCommand(addr string, args [][]byte) bool {
+	owns := func(addr string) bool { return s.tiering != nil && s.tiering.engine.OwnsConn(addr) }
+	switch {
+	case len(args) == 1 && string(args[0]) == "PING":
+		return owns(addr)
+	case len(args) == 2 && string(args[0]) == "CLUSTER" && (string(args[1]) == "SHARDS" || string(args[1]) == "SLOTS"):
+		return s.routing != nil && (s.routing.cluster.HasConn(addr) || owns(addr))
 	}
 	return false
 }
