@@ -30,6 +30,7 @@ const (
 	mergeSlowlog                     // SLOWLOG GET: every master's entries, newest first, as many as asked
 	mergeSlowlogLen                  // SLOWLOG LEN: the entries of every master's SLOWLOG GET -1, joined as mergeSlowlog joins them
 	mergeHistogram                   // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
+	mergeScan                        // SCAN: one master's reply, its cursor made the client's (clusterscan.go)
 	mergeDigest                      // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
 )
 
@@ -131,7 +132,7 @@ var nodeSettings = map[string]bool{
 // master.
 func clusterRefusal(name string, args [][]byte) string {
 	switch name {
-	case "scan", "keys", "randomkey":
+	case "keys", "randomkey":
 		return string(bytes.ToUpper(args[0])) + " is not supported with a cluster upstream: it would need every master's keyspace; run it on each master"
 	case "config|set":
 		if p := nodeSetting(args); p != "" {
@@ -150,6 +151,20 @@ func nodeSetting(args [][]byte) string {
 		}
 	}
 	return ""
+}
+
+// fanOutSent is what a command of fanOutCommands sends every master, and
+// how the replies merge: raw and kind, but for SLOWLOG LEN, which sends
+// SLOWLOG GET -1 so that a command sent to every master counts once (with
+// other arguments: raw, each master's refusal summed).
+func fanOutSent(kind mergeKind, args [][]byte, raw []byte) (mergeKind, []byte) {
+	switch {
+	case kind == mergeSlowlogLen && len(args) == 2:
+		return kind, slowlogGetAll
+	case kind == mergeSlowlogLen:
+		return mergeSum, raw
+	}
+	return kind, raw
 }
 
 // fanOutName is the fanOutCommands key of a command: its name, or
@@ -194,6 +209,11 @@ type merge struct {
 	kind  mergeKind
 	parts int
 	limit int // mergeSlowlog: the entries asked for (negative: all)
+	// For mergeScan: the slot the cursor names, the lowest slot of the
+	// master after the one scanned (-1: none), and whether salted copies
+	// are left out.
+	scanSlot, scanNext int
+	hideCopies         bool
 	// own, for mergeSlowlog, tells rproxy's own housekeeping commands
 	// (Server.ownCommand), which are left out.
 	own func(addr string, args [][]byte) bool
@@ -299,6 +319,10 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 			r.refuse(ss, msg)
 			return true
 		}
+		if info.Name == "scan" && len(args) > 1 {
+			r.scan(ss, args)
+			return true
+		}
 		if (info.Name == "eval" || info.Name == "eval_ro") && len(args) > 1 {
 			r.loadEverywhere(ss, args[1])
 		}
@@ -306,13 +330,8 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 			shards := ss.pools[ss.proto].Shards()
 			if len(shards) > 1 {
 				ss.noteWrite(info) // FLUSHALL, FLUSHDB: as dispatch notes what it forwards
-				first, raw := ss.batch.Len(), cmd.Raw
-				switch {
-				case kind == mergeSlowlogLen && len(args) == 2:
-					raw = slowlogGetAll // each master's entries: a command sent to every master counts once
-				case kind == mergeSlowlogLen:
-					kind = mergeSum // other arguments: each master's refusal
-				}
+				first := ss.batch.Len()
+				kind, raw := fanOutSent(kind, args, cmd.Raw)
 				for _, slot := range shards {
 					ss.batch.AddSlot(raw, slot)
 				}
@@ -649,6 +668,8 @@ func (m *merge) reply(replies [][]byte) []byte {
 		return m.slowlog(replies)
 	case mergeSlowlogLen:
 		return m.slowlogLen(replies)
+	case mergeScan:
+		return m.scanReply(replies[0])
 	case mergeHistogram:
 		return joinHistograms(replies)
 	case mergeInfo:

@@ -377,6 +377,16 @@ func TestClusterStreamModeCommandsOfEveryMaster(t *testing.T) {
 	if r := c.do("KEYS", "*"); !strings.HasPrefix(r, "-ERR rproxy: KEYS is not supported with a cluster upstream") {
 		t.Errorf("KEYS in stream mode: %q, want rproxy's refusal", r)
 	}
+	if r := c.do("SCAN", "0"); !strings.HasPrefix(r, "-ERR rproxy: SCAN is not supported in stream mode") {
+		t.Errorf("SCAN in stream mode: %q, want rproxy's refusal", r)
+	}
+	// SLOWLOG LEN counts the RESET, logged by every master, once.
+	c.do("CONFIG", "SET", "slowlog-log-slower-than", "0")
+	c.do("SLOWLOG", "RESET")
+	if r := c.do("SLOWLOG", "LEN"); r != ":1\r\n" {
+		t.Errorf("SLOWLOG LEN in stream mode after a RESET: %q, want :1", r)
+	}
+	c.do("CONFIG", "SET", "slowlog-log-slower-than", "10000")
 	if r := c.do("FLUSHALL"); r != "+OK\r\n" {
 		t.Fatalf("FLUSHALL in stream mode: %q", r)
 	}

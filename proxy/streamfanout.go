@@ -9,9 +9,10 @@ package proxy
 // counted one master's. Now it goes to the pin and to the session's
 // branch on every other master (made if need be), in order with the
 // session's other commands there, and the pin's reply is replaced by the
-// merged replies once all have come (joinInStream). KEYS, SCAN and
-// RANDOMKEY, and CONFIG SET of a node's own setting, are refused as
-// outside stream mode (clusterRefusal). Inside a transaction, and for a
+// merged replies once all have come (joinInStream). KEYS and RANDOMKEY,
+// and CONFIG SET of a node's own setting, are refused as outside stream
+// mode (clusterRefusal); SCAN, which outside stream mode walks the masters
+// one by one, is refused. Inside a transaction, and for a
 // session that may not branch (RESP2 subscribed, MONITOR, a replica),
 // the command goes to the pin as before.
 
@@ -23,6 +24,12 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 		return false
 	}
 	name := fanOutName(info.Name, args)
+	if info.Name == "scan" {
+		// Its cursor names a master (clusterscan.go), which may be neither
+		// the pin nor a branch yet.
+		s.refuseMsg(ss, "SCAN is not supported in stream mode (client tracking, RESP3 subscriptions) with a cluster upstream; scan from a connection without them")
+		return true
+	}
 	if msg := clusterRefusal(name, args); msg != "" {
 		s.refuseMsg(ss, msg)
 		return true
@@ -50,16 +57,17 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 		}
 		branches = append(branches, b)
 	}
+	kind, raw := fanOutSent(kind, args, c.cmd.Raw)
 	parts := make([]*branchReply, len(branches))
 	for i, b := range branches {
-		parts[i] = b.send([][]byte{c.cmd.Raw}, []bool{true})[0]
+		parts[i] = b.send([][]byte{raw}, []bool{true})[0]
 	}
 	m := merge{kind: kind, parts: len(parts) + 1}
-	if kind == mergeSlowlog {
-		m.limit = slowlogCount(args)
+	if kind == mergeSlowlog || kind == mergeSlowlogLen {
+		m.limit, m.own = slowlogCount(args), s.ownCommand
 	}
 	withProxy := info.Name == "info" && infoWantsProxy(args)
-	ss.joinInStream(c.cmd.Raw, func(pinReply []byte) []byte {
+	ss.joinInStream(raw, func(pinReply []byte) []byte {
 		replies := [][]byte{pinReply}
 		var pushes []byte
 		for _, p := range parts {

@@ -53,6 +53,10 @@ const maxSaltedKeys = 4096
 // holds no brace, so it never makes or breaks a hash tag.
 const saltMarker = "#rproxy-copy-"
 
+// IsCopyName reports whether key is the name of a salted copy, which no
+// client wrote (SCAN through rproxy leaves them out).
+func IsCopyName(key []byte) bool { return bytes.Contains(key, []byte(saltMarker)) }
+
 // Engine keeps, for each salted key, the names of its copies: one per
 // master other than the origin's, chosen from the live slot map.
 //

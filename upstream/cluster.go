@@ -521,7 +521,6 @@ func (c *Cluster) install(shards []shard, from string, counted int32) error {
 				inMap[ri] = true
 			}
 		}
-		firsts = append(firsts, sh.ranges[0][0])
 		for _, r := range sh.ranges {
 			for s := r[0]; s <= r[1]; s++ {
 				if owner[s] < 0 {
@@ -529,6 +528,15 @@ func (c *Cluster) install(shards []shard, from string, counted int32) error {
 				}
 				owner[s] = idx
 			}
+		}
+	}
+	// One slot of each master, its lowest, in slot order: the masters'
+	// order for SCAN's cursor (proxy/clusterscan.go).
+	seen := map[int32]bool{}
+	for s, idx := range owner {
+		if idx >= 0 && !seen[idx] {
+			seen[idx] = true
+			firsts = append(firsts, s)
 		}
 	}
 	if len(firsts) == 0 {

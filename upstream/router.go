@@ -382,7 +382,7 @@ func (r *Router) PinPool(slot int) *Pool {
 }
 
 // Shards returns one slot of each master, for commands that every master
-// must run (DBSIZE, FLUSHALL).
+// must run (DBSIZE, FLUSHALL): each master's lowest slot, in slot order.
 func (r *Router) Shards() []int {
 	return append([]int(nil), *r.c.shards.Load()...)
 }

@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/salt"
+	"github.com/rproxy/rproxy/upstream"
+)
+
+// SCAN on a cluster upstream walks the masters one after the other, in
+// the order of their lowest slots (Router.Shards). The cursor a client
+// gets carries, in its top scanSlotBits bits, the lowest slot of the
+// master being walked when the cursor was made, and in the rest that
+// master's own cursor. A cursor names its master by a slot rather than by
+// a position, so a failover (the same slots under a new master) keeps it
+// valid; a master that gets lower slots while a SCAN is on may be walked
+// again, which SCAN allows (an element may be returned more than once).
+const (
+	scanSlotBits = 14 // upstream.Slots is 1 << 14
+	scanNodeBits = 64 - scanSlotBits
+	scanNodeMask = 1<<scanNodeBits - 1
+)
+
+// scan queues a SCAN for the master its cursor names, with that master's
+// own cursor, and the merge that makes the client's cursor from the reply.
+func (r *routing) scan(ss *session, args [][]byte) {
+	shards := ss.pools[ss.proto].Shards()
+	cursor, err := strconv.ParseUint(string(args[1]), 10, 64)
+	slot := int(cursor >> scanNodeBits)
+	if err != nil || len(shards) == 0 || slot >= upstream.Slots {
+		ss.reply(resp.AppendError(nil, "ERR invalid cursor")) // Redis's words for a cursor it cannot parse
+		return
+	}
+	if cursor == 0 {
+		slot = shards[0]
+	}
+	// The master after this one: the next lowest slot above the cursor's.
+	next := -1
+	if i, _ := slices.BinarySearch(shards, slot+1); i < len(shards) {
+		next = shards[i]
+	}
+	node := make([][]byte, len(args))
+	copy(node, args)
+	node[1] = strconv.AppendUint(nil, cursor&scanNodeMask, 10)
+	ss.batch.AddSlot(resp.AppendCommand(nil, node...), slot)
+	ss.queueMerge(merge{kind: mergeScan, parts: 1, scanSlot: slot, scanNext: next, hideCopies: r.salting != nil})
+}
+
+// scanReply is the client's SCAN reply made from the master's: its cursor
+// made as scan describes (0 once the last master is done), and its keys,
+// without the salted copies rproxy keeps of hot keys (hideCopies).
+func (m *merge) scanReply(reply []byte) []byte {
+	elems, err := arrayElements(reply)
+	if err != nil || len(elems) != 2 {
+		return resp.AppendError(nil, "ERR rproxy: unexpected SCAN reply from a cluster node: "+strconv.Quote(string(reply)))
+	}
+	v, err := resp.Parse(elems[0])
+	node, perr := strconv.ParseUint(string(v.Str), 10, 64)
+	if err != nil || perr != nil || node > scanNodeMask {
+		return resp.AppendError(nil, "ERR rproxy: a cluster node's SCAN cursor cannot be carried: "+strconv.Quote(string(elems[0])))
+	}
+	var cursor uint64
+	switch {
+	case node != 0:
+		cursor = uint64(m.scanSlot)<<scanNodeBits | node
+	case m.scanNext >= 0:
+		cursor = uint64(m.scanNext) << scanNodeBits
+	}
+	keys := elems[1]
+	if m.hideCopies {
+		if keys, err = withoutCopies(keys); err != nil {
+			return resp.AppendError(nil, "ERR rproxy: unexpected SCAN reply from a cluster node: "+err.Error())
+		}
+	}
+	out := appendAggregate(nil, '*', 2)
+	out = resp.AppendBulk(out, strconv.AppendUint(nil, cursor, 10))
+	return append(out, keys...)
+}
+
+// withoutCopies is the SCAN reply's array of keys without salted copies.
+func withoutCopies(keys []byte) ([]byte, error) {
+	elems, err := arrayElements(keys)
+	if err != nil {
+		return nil, err
+	}
+	kept := elems[:0]
+	for _, e := range elems {
+		k, err := resp.Parse(e)
+		if err != nil {
+			return nil, err
+		}
+		if !salt.IsCopyName(k.Str) {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == len(elems) {
+		return keys, nil
+	}
+	out := appendAggregate(nil, keys[0], len(kept))
+	for _, e := range kept {
+		out = append(out, e...)
+	}
+	return out, nil
+}
