@@ -31,6 +31,8 @@ const (
 	mergeSlowlogLen                  // SLOWLOG LEN: the entries of every master's SLOWLOG GET -1, joined as mergeSlowlog joins them
 	mergeHistogram                   // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
 	mergeScan                        // SCAN: one master's reply, its cursor made the client's (clusterscan.go)
+	mergeKeys                        // KEYS: every master's keys (clusterscan.go)
+	mergeRandomKey                   // RANDOMKEY: one of the masters' random keys, at random (clusterscan.go)
 	mergeDigest                      // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
 )
 
@@ -87,6 +89,8 @@ var fanOutCommands = map[string]mergeKind{
 	"bgrewriteaof":      mergeOK,
 	"lastsave":          mergeMin,  // when all of it was last saved
 	"info":              mergeInfo, // the keyspace, counters and command counts of the whole data
+	"keys":              mergeKeys, // when the policy lets it through: every master's matches, as one server's
+	"randomkey":         mergeRandomKey,
 	// DEBUG's server-wide subcommands act on every master, as on the one
 	// server a client sees: a reload or a pause of active expiry on one
 	// master of three changed a third of the data. DEBUG DIGEST is the
@@ -132,8 +136,6 @@ var nodeSettings = map[string]bool{
 // master.
 func clusterRefusal(name string, args [][]byte) string {
 	switch name {
-	case "keys", "randomkey":
-		return string(bytes.ToUpper(args[0])) + " is not supported with a cluster upstream: it would need every master's keyspace; run it on each master"
 	case "config|set":
 		if p := nodeSetting(args); p != "" {
 			return "CONFIG SET " + p + " is each cluster node's own setting, and on a cluster upstream CONFIG SET goes to every master; set it on each node"
@@ -151,6 +153,19 @@ func nodeSetting(args [][]byte) string {
 		}
 	}
 	return ""
+}
+
+// fanOutMerge is the merge of the parts of a command of fanOutCommands,
+// sent to every master.
+func (r *routing) fanOutMerge(kind mergeKind, parts int, args [][]byte, proto int) merge {
+	m := merge{kind: kind, parts: parts, proto: proto}
+	switch kind {
+	case mergeSlowlog, mergeSlowlogLen:
+		m.limit, m.own = slowlogCount(args), r.ownCommand
+	case mergeKeys, mergeRandomKey:
+		m.hideCopies, m.randN = r.salting != nil, r.randN
+	}
+	return m
 }
 
 // fanOutSent is what a command of fanOutCommands sends every master, and
@@ -214,6 +229,10 @@ type merge struct {
 	// are left out.
 	scanSlot, scanNext int
 	hideCopies         bool
+	// For mergeRandomKey: picks one of n keys, and the session's
+	// protocol (its nil reply).
+	randN func(n int) int
+	proto int
 	// own, for mergeSlowlog, tells rproxy's own housekeeping commands
 	// (Server.ownCommand), which are left out.
 	own func(addr string, args [][]byte) bool
@@ -254,6 +273,7 @@ type routing struct {
 	flush           func(ss *session)
 	refuse          func(ss *session, msg string)
 	ownCommand      func(addr string, args [][]byte) bool // rproxy's own housekeeping, left out of SLOWLOG GET
+	randN           func(n int) int                       // RANDOMKEY's pick among the masters' keys
 }
 
 func (r *routing) command(ss *session, c *call) bool {
@@ -338,11 +358,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 				if kind == mergeInfo {
 					ss.infoAt = append(ss.infoAt, infoAt{up: first, withProxy: infoWantsProxy(args)})
 				}
-				m := merge{kind: kind, parts: ss.batch.Len() - first}
-				if kind == mergeSlowlog || kind == mergeSlowlogLen {
-					m.limit, m.own = slowlogCount(args), r.ownCommand
-				}
-				ss.queueMerge(m)
+				ss.queueMerge(r.fanOutMerge(kind, ss.batch.Len()-first, args, ss.proto))
 				return true
 			}
 			return false
@@ -670,6 +686,10 @@ func (m *merge) reply(replies [][]byte) []byte {
 		return m.slowlogLen(replies)
 	case mergeScan:
 		return m.scanReply(replies[0])
+	case mergeKeys:
+		return m.keys(replies)
+	case mergeRandomKey:
+		return m.randomKey(replies)
 	case mergeHistogram:
 		return joinHistograms(replies)
 	case mergeInfo:

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"slices"
 	"strconv"
 
@@ -87,11 +88,7 @@ func withoutCopies(keys []byte) ([]byte, error) {
 	}
 	kept := elems[:0]
 	for _, e := range elems {
-		k, err := resp.Parse(e)
-		if err != nil {
-			return nil, err
-		}
-		if !salt.IsCopyName(k.Str) {
+		if !isCopyElement(e) {
 			kept = append(kept, e)
 		}
 	}
@@ -103,4 +100,53 @@ func withoutCopies(keys []byte) ([]byte, error) {
 		out = append(out, e...)
 	}
 	return out, nil
+}
+
+// keys joins the masters' KEYS replies: every master's keys, without
+// salted copies (hideCopies). Each master holds its own slots' keys, so
+// none comes twice.
+func (m *merge) keys(replies [][]byte) []byte {
+	var all [][]byte
+	for i := range m.parts {
+		elems, err := arrayElements(replies[i])
+		if err != nil {
+			return resp.AppendError(nil, "ERR rproxy: unexpected KEYS reply from a cluster node: "+err.Error())
+		}
+		for _, e := range elems {
+			if m.hideCopies && isCopyElement(e) {
+				continue
+			}
+			all = append(all, e)
+		}
+	}
+	out := appendAggregate(nil, '*', len(all))
+	for _, e := range all {
+		out = append(out, e...)
+	}
+	return out
+}
+
+// randomKey picks, with randN, one of the masters' RANDOMKEY replies
+// that is a key (not nil, not a salted copy when hideCopies); nil when none
+// is. Not uniform over the keys as one server's is: each master's key is
+// as likely, whatever the master holds.
+func (m *merge) randomKey(replies [][]byte) []byte {
+	var keys [][]byte
+	for i := range m.parts {
+		r := replies[i]
+		if len(r) == 0 || r[0] != '$' || bytes.HasPrefix(r, []byte("$-1")) || m.hideCopies && isCopyElement(r) {
+			continue
+		}
+		keys = append(keys, r)
+	}
+	if len(keys) == 0 {
+		return resp.AppendNullBulk(nil, m.proto)
+	}
+	return keys[m.randN(len(keys))]
+}
+
+// isCopyElement reports whether e, a bulk string, names a salted copy.
+func isCopyElement(e []byte) bool {
+	v, err := resp.Parse(e)
+	return err == nil && salt.IsCopyName(v.Str)
 }

@@ -105,6 +105,7 @@ func TestClusterScanHidesSaltedCopies(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl, func(c *proxy.Config) {
 		c.Salt = &salt.Config{Copies: 3, TTL: time.Minute, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+		c.Policy = nil // KEYS
 	})
 	c := dialClient(t, p.Addr)
 	c.do("SET", "hot:k", "v")
@@ -121,5 +122,73 @@ func TestClusterScanHidesSaltedCopies(t *testing.T) {
 	}
 	if got := scanAll(t, c, "COUNT", "1"); !slices.Equal(got, []string{"hot:k", "plain"}) {
 		t.Errorf("SCAN: %q, want the client's keys [hot:k plain] without the %d copies", got, copies)
+	}
+	if got := keysOf(t, c.do("KEYS", "*")); !slices.Equal(got, []string{"hot:k", "plain"}) {
+		t.Errorf("KEYS *: %q, want the client's keys [hot:k plain] without the %d copies", got, copies)
+	}
+	for range 30 {
+		if r := c.do("RANDOMKEY"); r != "$5\r\nhot:k\r\n" && r != "$5\r\nplain\r\n" {
+			t.Fatalf("RANDOMKEY: %q, want one of the client's keys", r)
+		}
+	}
+}
+
+// keysOf is the sorted keys of a KEYS reply.
+func keysOf(t *testing.T, r string) []string {
+	t.Helper()
+	v, err := resp.Parse([]byte(r))
+	if err != nil || v.Kind != '*' {
+		t.Fatalf("KEYS: %q (%v)", r, err)
+	}
+	var out []string
+	for _, k := range v.Elems {
+		out = append(out, string(k.Str))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestClusterKeysAndRandomKeyOfEveryMaster: with a policy that lets them
+// through, KEYS lists every master's keys and RANDOMKEY gives one of
+// them, or nil with no key anywhere, as one server; they were refused on a
+// cluster (Redis's Tcl suite in cluster mode: unit/keyspace 9 tests,
+// unit/other, unit/expire).
+func TestClusterKeysAndRandomKeyOfEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Policy = nil })
+	direct := redistest.Start(t)
+	for _, proto := range []string{"2", "3"} {
+		c, d := dialClient(t, p.Addr), dialClient(t, direct.Addr)
+		c.do("HELLO", proto)
+		d.do("HELLO", proto)
+		if got, want := c.do("RANDOMKEY"), d.do("RANDOMKEY"); got != want {
+			t.Errorf("RESP%s RANDOMKEY of no key: %q, want %q as from Redis", proto, got, want)
+		}
+		if got, want := c.do("KEYS", "*"), d.do("KEYS", "*"); got != want {
+			t.Errorf("RESP%s KEYS * of no key: %q, want %q as from Redis", proto, got, want)
+		}
+	}
+	keys, _ := keyPerMaster(t, cl, "kk")
+	c := dialClient(t, p.Addr)
+	for _, k := range keys {
+		c.do("SET", k, "v")
+	}
+	c.do("SET", "other", "v")
+	want := slices.Sorted(slices.Values(keys))
+	if got := keysOf(t, c.do("KEYS", "kk*")); !slices.Equal(got, want) {
+		t.Errorf("KEYS kk*: %q, want every master's %q", got, want)
+	}
+	seen := map[string]bool{}
+	for range 200 {
+		v, err := resp.Parse([]byte(c.do("RANDOMKEY")))
+		if err != nil || v.Kind != '$' || v.Null {
+			t.Fatalf("RANDOMKEY: %v %v", v, err)
+		}
+		seen[string(v.Str)] = true
+	}
+	for _, k := range keys {
+		if !seen[k] {
+			t.Errorf("RANDOMKEY never gave %s (a master's own) in 200 calls: %v", k, seen)
+		}
 	}
 }

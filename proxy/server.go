@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -172,7 +173,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	}
 	if s.cluster != nil {
 		s.routing = &routing{cluster: s.cluster, table: &s.table, replicaPrefixes: cfg.ReplicaReadPrefixes,
-			passthrough: cfg.AuthPassthrough, salting: s.salting, scripts: newLoadedScripts(s.clock), facade: s.clusterCommand, pin: s.pinSession, flush: s.flush, refuse: s.refuseMsg, ownCommand: s.ownCommand}
+			passthrough: cfg.AuthPassthrough, salting: s.salting, scripts: newLoadedScripts(s.clock), facade: s.clusterCommand, pin: s.pinSession, flush: s.flush, refuse: s.refuseMsg, ownCommand: s.ownCommand, randN: rand.IntN}
 	}
 	s.chain = s.newChain()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -9,10 +9,10 @@ package proxy
 // counted one master's. Now it goes to the pin and to the session's
 // branch on every other master (made if need be), in order with the
 // session's other commands there, and the pin's reply is replaced by the
-// merged replies once all have come (joinInStream). KEYS and RANDOMKEY,
-// and CONFIG SET of a node's own setting, are refused as outside stream
-// mode (clusterRefusal); SCAN, which outside stream mode walks the masters
-// one by one, is refused. Inside a transaction, and for a
+// merged replies once all have come (joinInStream). CONFIG SET of a
+// node's own setting is refused as outside stream mode (clusterRefusal);
+// SCAN, which outside stream mode walks the masters one by one, is
+// refused. Inside a transaction, and for a
 // session that may not branch (RESP2 subscribed, MONITOR, a replica),
 // the command goes to the pin as before.
 
@@ -62,10 +62,7 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 	for i, b := range branches {
 		parts[i] = b.send([][]byte{raw}, []bool{true})[0]
 	}
-	m := merge{kind: kind, parts: len(parts) + 1}
-	if kind == mergeSlowlog || kind == mergeSlowlogLen {
-		m.limit, m.own = slowlogCount(args), s.ownCommand
-	}
+	m := s.routing.fanOutMerge(kind, len(parts)+1, args, ss.proto)
 	withProxy := info.Name == "info" && infoWantsProxy(args)
 	ss.joinInStream(raw, func(pinReply []byte) []byte {
 		replies := [][]byte{pinReply}
