@@ -34,10 +34,77 @@ type loadedScripts struct {
 	version uint64
 	since   time.Time // when bodies was last emptied
 	bodies  map[uint64]struct{}
+	// shown: the bodies of the SCRIPT LOADs rproxy sent lately, as MONITOR
+	// shows them (monitorRepr), and until when a MONITOR line of one is
+	// rproxy's own (ownMonitorLine).
+	shown map[string]time.Time
 }
 
+// scriptLoadShownFor is how long after rproxy sends a SCRIPT LOAD its
+// MONITOR lines are taken for its own: the time for them to come back.
+const scriptLoadShownFor = 5 * time.Second
+
 func newLoadedScripts(now func() time.Time) *loadedScripts {
-	return &loadedScripts{seed: maphash.MakeSeed(), now: now, since: now(), bodies: map[uint64]struct{}{}}
+	return &loadedScripts{seed: maphash.MakeSeed(), now: now, since: now(), bodies: map[uint64]struct{}{}, shown: map[string]time.Time{}}
+}
+
+// noteShown notes that rproxy is sending SCRIPT LOAD of body, whose
+// MONITOR lines are its own, not a client's.
+func (l *loadedScripts) noteShown(body []byte) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.shown) >= maxLoadedScripts {
+		for k, until := range l.shown {
+			if now.After(until) {
+				delete(l.shown, k)
+			}
+		}
+		if len(l.shown) >= maxLoadedScripts {
+			clear(l.shown)
+		}
+	}
+	l.shown[string(monitorRepr(nil, body))] = now.Add(scriptLoadShownFor)
+}
+
+// sentLately reports whether repr, a script body as MONITOR shows it, was
+// sent by rproxy in SCRIPT LOAD lately (noteShown).
+func (l *loadedScripts) sentLately(repr []byte) bool {
+	l.mu.Lock()
+	until, ok := l.shown[string(repr)]
+	l.mu.Unlock()
+	return ok && !l.now().After(until)
+}
+
+// monitorRepr appends s as MONITOR shows an argument: quoted, with
+// backslash escapes for quotes, backslashes and control characters
+// (Redis's sdscatrepr).
+func monitorRepr(dst, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for _, c := range s {
+		switch c {
+		case '\\', '"':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\a':
+			dst = append(dst, '\\', 'a')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		default:
+			if c >= 0x20 && c < 0x7f {
+				dst = append(dst, c)
+			} else {
+				dst = append(dst, '\\', 'x', hex[c>>4], hex[c&0xf])
+			}
+		}
+	}
+	return append(dst, '"')
 }
 
 // first reports whether body is not yet loaded everywhere under slot map
@@ -72,6 +139,7 @@ func (r *routing) loadEverywhere(ss *session, body []byte) {
 		return
 	}
 	load := resp.AppendCommand(nil, []byte("SCRIPT"), []byte("LOAD"), body)
+	r.scripts.noteShown(body) // MONITOR leaves it out: no client sent it
 	for _, slot := range shards {
 		ss.batch.AddSlot(load, slot)
 		ss.order = append(ss.order, replySource{from: fromDiscard})

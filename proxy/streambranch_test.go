@@ -965,6 +965,55 @@ func TestClusterKeyspaceNotificationsFromEveryMaster(t *testing.T) {
 	}
 }
 
+// monitorEveryMaster starts MONITOR through rproxy at addr and waits
+// until every master of cl lists a monitor: the branches' MONITOR is sent
+// after rproxy's answer.
+func monitorEveryMaster(t *testing.T, cl *redistest.Cluster, addr string) *rawClient {
+	t.Helper()
+	m := monitorOn(t, addr)
+	waitFor(t, "a monitor on every master", func() bool {
+		for _, master := range cl.Masters() {
+			if !strings.Contains(string(master.Do(t, "CLIENT", "LIST")), "flags=O") {
+				return false
+			}
+		}
+		return true
+	})
+	return m
+}
+
+// TestClusterMonitorHidesScriptLoads: before a script's first EVAL on a
+// cluster, rproxy loads it on every master (SCRIPT LOAD), which no client
+// sent: MONITOR through rproxy does not show it, as MONITOR of one Redis
+// would not, whatever the script's text (quotes, newlines, bytes MONITOR
+// escapes); a client's own SCRIPT LOAD shows (Redis's Tcl suite in
+// cluster mode: unit/introspection's MONITOR of scripts).
+func TestClusterMonitorHidesScriptLoads(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	m := monitorEveryMaster(t, cl, p.Addr)
+	c := dialClient(t, p.Addr)
+	body := "redis.call('set', KEYS[1], ARGV[1] .. '\"\\\\\t\x01\xff')\n-- the end"
+	if r := c.do("EVAL", body, "1", "k", "v"); r != "$-1\r\n" {
+		t.Fatalf("EVAL: %q", r)
+	}
+	c.do("SCRIPT", "LOAD", "return 'mine'")
+	var eval bool
+	for {
+		l := string(m.read())
+		if strings.Contains(l, `"SCRIPT" "LOAD" "return 'mine'"`) {
+			break
+		}
+		if strings.Contains(l, `"SCRIPT" "LOAD"`) {
+			t.Fatalf("MONITOR through rproxy showed rproxy's own %q", l)
+		}
+		eval = eval || strings.Contains(l, `"EVAL"`)
+	}
+	if !eval {
+		t.Error("MONITOR through rproxy did not show the EVAL before the client's SCRIPT LOAD")
+	}
+}
+
 // TestClusterMonitorSeesEveryMaster: MONITOR through rproxy on a cluster
 // shows the commands of every master, as one server's MONITOR shows all of
 // its clients' (Redis's unit/introspection MONITOR tests in cluster mode).
@@ -974,17 +1023,7 @@ func TestClusterMonitorSeesEveryMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
 	keys, _ := keyPerMaster(t, cl, "mon")
-	m := monitorOn(t, p.Addr)
-	// The branches' MONITOR is sent after rproxy's answer: wait for each
-	// master to list a monitor.
-	waitFor(t, "a monitor on every master", func() bool {
-		for _, master := range cl.Masters() {
-			if !strings.Contains(string(master.Do(t, "CLIENT", "LIST")), "flags=O") {
-				return false
-			}
-		}
-		return true
-	})
+	m := monitorEveryMaster(t, cl, p.Addr)
 	c := dialClient(t, p.Addr)
 	for _, k := range keys {
 		c.do("SET", k, "v")

@@ -465,7 +465,8 @@ func (r *streamRelay) writeFrame(b []byte) error {
 // show: the local tier's PINGs on its tracking connections (its lag
 // probe, four a second, and the barrier after a write whose keys rproxy
 // cannot see), and on a cluster the slot map's CLUSTER SHARDS or SLOTS
-// (a client's are answered by rproxy). The tier's fills, reads of what
+// (a client's are answered by rproxy), and the SCRIPT LOAD it sends every
+// master before a script's first EVAL. The tier's fills, reads of what
 // clients asked for, still show.
 func (s *Server) ownMonitorLine(line []byte) bool {
 	open := bytes.IndexByte(line, '[')
@@ -477,7 +478,13 @@ func (s *Server) ownMonitorLine(line []byte) bool {
 	if !ok || len(db) == 0 {
 		return false
 	}
-	switch string(line[end+2 : len(line)-2]) {
+	cmd := line[end+2 : len(line)-2]
+	if body, ok := bytes.CutPrefix(cmd, []byte(`"SCRIPT" "LOAD" `)); ok {
+		// The SCRIPT LOAD rproxy sends every master before a script's
+		// first EVAL (loadEverywhere).
+		return s.routing != nil && s.routing.cluster.HasConn(string(addr)) && s.routing.scripts.sentLately(body)
+	}
+	switch string(cmd) {
 	case `"PING"`:
 		return s.ownCommand(string(addr), pingArgs)
 	case `"CLUSTER" "SHARDS"`:
