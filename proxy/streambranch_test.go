@@ -986,8 +986,9 @@ func monitorEveryMaster(t *testing.T, cl *redistest.Cluster, addr string) *rawCl
 // cluster, rproxy loads it on every master (SCRIPT LOAD), which no client
 // sent: MONITOR through rproxy does not show it, as MONITOR of one Redis
 // would not, whatever the script's text (quotes, newlines, bytes MONITOR
-// escapes); a client's own SCRIPT LOAD shows (Redis's Tcl suite in
-// cluster mode: unit/introspection's MONITOR of scripts).
+// escapes); a client's own SCRIPT LOAD shows, once, as does any command
+// rproxy sends to every master (Redis's Tcl suite in cluster mode:
+// unit/introspection's MONITOR of scripts).
 func TestClusterMonitorHidesScriptLoads(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
@@ -1011,6 +1012,33 @@ func TestClusterMonitorHidesScriptLoads(t *testing.T) {
 	}
 	if !eval {
 		t.Error("MONITOR through rproxy did not show the EVAL before the client's SCRIPT LOAD")
+	}
+	// A command rproxy sends to every master is shown once, as one Redis
+	// shows it: the masters' other lines of it are left out. Each master's
+	// lines come in order, so once every master's marker is in, so is
+	// every line of the commands before it.
+	c.do("DBSIZE")
+	keys, _ := keyPerMaster(t, cl, "mark")
+	for _, k := range keys {
+		c.do("SET", k, "marker")
+	}
+	counts := map[string]int{}
+	for markers := 0; markers < len(keys); {
+		l := string(m.read())
+		for _, what := range []string{`"SCRIPT" "LOAD" "return 'mine'"`, `"DBSIZE"`} {
+			if strings.Contains(l, what) {
+				counts[what]++
+			}
+		}
+		if strings.Contains(l, `"marker"`) {
+			markers++
+		}
+	}
+	if n := counts[`"DBSIZE"`]; n != 1 {
+		t.Errorf("MONITOR through rproxy showed DBSIZE, sent to every master, %d times, want once", n)
+	}
+	if n := counts[`"SCRIPT" "LOAD" "return 'mine'"`]; n != 0 {
+		t.Errorf("MONITOR through rproxy showed the client's SCRIPT LOAD, sent to every master, %d more times, want once in all", n)
 	}
 }
 
