@@ -855,7 +855,9 @@ func arrayElements(r []byte) ([][]byte, error) {
 	if !ok {
 		return nil, errUnexpectedReply(r)
 	}
-	out := make([][]byte, 0, n)
+	// The count is the reply's word: room for what its bytes can hold
+	// (3 bytes an element at least), not for what it says.
+	out := make([][]byte, 0, min(n, len(rest)/3))
 	var f resp.Framer
 	for range n {
 		f.Reset()

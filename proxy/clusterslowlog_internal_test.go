@@ -130,3 +130,38 @@ func TestClusterSlowlogJoin(t *testing.T) {
 		})
 	}
 }
+
+// FuzzClusterSlowlogJoin: whatever two masters answer SLOWLOG GET with,
+// the join returns one reply (an array or rproxy's error), never a panic,
+// and never more entries than the masters gave.
+func FuzzClusterSlowlogJoin(f *testing.F) {
+	f.Add(slowlogReply("9 100 a:1 geoadd k 1 2 m", "8 100 a:1 slowlog reset"), slowlogReply("30 100 b:1 slowlog reset"))
+	f.Add(slowlogReply("2 400 a:1 config set a 1", "1 400 a:1 config set b 1"), slowlogReply("2 400 b:1 config set b 1", "1 400 b:1 config set a 1"))
+	f.Add([]byte("*1\r\n*4\r\n:1\r\n:2\r\n:3\r\n*0\r\n"), []byte("*0\r\n"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		m := merge{kind: mergeSlowlog, parts: 2, limit: -1}
+		out := m.slowlog([][]byte{a, b})
+		v, err := resp.Parse(out)
+		if err != nil {
+			t.Fatalf("join of %q and %q: %q does not parse: %v", a, b, out, err)
+		}
+		if v.Kind == '-' {
+			return
+		}
+		ea, _ := arrayElements(a)
+		eb, _ := arrayElements(b)
+		if v.Kind != '*' || len(v.Elems) > len(ea)+len(eb) {
+			t.Fatalf("join of %q and %q: %q", a, b, out)
+		}
+	})
+}
+
+// FuzzMonitorFanOutLine: any MONITOR command text is read without a panic.
+func FuzzMonitorFanOutLine(f *testing.F) {
+	for _, s := range []string{`"DBSIZE"`, `"CONFIG" "SET" "a" "b"`, `"SCRIPT" "LOAD" "x\"y"`, `"`, `"\`, `"a" "`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, cmd []byte) {
+		fanOutLine(cmd)
+	})
+}
