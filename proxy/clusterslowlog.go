@@ -37,6 +37,7 @@ type slowlogEntry struct {
 type slowlogGroup struct {
 	at      int64 // the first copy's time (matching is within slowlogGroupSpan of it)
 	members int   // copies in the masters' logs
+	atFront int   // copies at the front of their logs, while they are joined
 	emitted bool  // in the joined log
 }
 
@@ -169,20 +170,33 @@ func groupSlowlogCopies(logs [][]slowlogEntry) {
 // front of its log (what a master logged after it comes first), and then
 // goes once. If every front entry is such a copy still waiting (masters
 // that ran two such commands in different orders), the newest goes anyway.
+// Each step looks at every log's front once: the cost is the entries
+// joined times the masters.
 func joinSlowlogs(logs [][]slowlogEntry, limit int) [][]byte {
 	var out [][]byte
 	front := make([]int, len(logs))
+	// settle moves a log's front past copies already joined and counts
+	// the copy it stops at as at the front.
+	settle := func(master int) {
+		log := logs[master]
+		for front[master] < len(log) && log[front[master]].group != nil && log[front[master]].group.emitted {
+			front[master]++
+		}
+		if front[master] < len(log) && log[front[master]].group != nil {
+			log[front[master]].group.atFront++
+		}
+	}
+	for master := range logs {
+		settle(master)
+	}
 	for limit < 0 || len(out) < limit {
 		best, bestReady := -1, false
 		for master, log := range logs {
-			for front[master] < len(log) && log[front[master]].group != nil && log[front[master]].group.emitted {
-				front[master]++ // a copy of one already in the joined log
-			}
 			if front[master] == len(log) {
 				continue
 			}
 			e := &log[front[master]]
-			ready := e.group == nil || e.group.members == frontCopies(logs, front, e.group)
+			ready := e.group == nil || e.group.atFront == e.group.members
 			if best < 0 || ready && !bestReady || ready == bestReady && newerSlowlogEntry(e, &logs[best][front[best]]) {
 				best, bestReady = master, ready
 			}
@@ -192,23 +206,19 @@ func joinSlowlogs(logs [][]slowlogEntry, limit int) [][]byte {
 		}
 		e := &logs[best][front[best]]
 		out = append(out, e.raw)
-		if e.group != nil {
-			e.group.emitted = true
-		}
 		front[best]++
+		if g := e.group; g != nil {
+			g.emitted = true
+			for master, log := range logs { // its other copies at the front go too
+				if master != best && front[master] < len(log) && log[front[master]].group == g {
+					front[master]++
+					settle(master)
+				}
+			}
+		}
+		settle(best)
 	}
 	return out
-}
-
-// frontCopies counts the copies of g at the front of their logs.
-func frontCopies(logs [][]slowlogEntry, front []int, g *slowlogGroup) int {
-	n := 0
-	for master, log := range logs {
-		if front[master] < len(log) && log[front[master]].group == g {
-			n++
-		}
-	}
-	return n
 }
 
 // newerSlowlogEntry orders entries of different masters: by time, then by

@@ -165,3 +165,26 @@ func FuzzMonitorFanOutLine(f *testing.F) {
 		fanOutLine(cmd)
 	})
 }
+
+// BenchmarkClusterSlowlogJoin: 16 masters' full logs of 1024 entries, half
+// of them copies of commands sent to every master.
+func BenchmarkClusterSlowlogJoin(b *testing.B) {
+	var replies [][]byte
+	for m := range 16 {
+		var log []string
+		for i := range 1024 {
+			at := 100000 - i/8
+			if i%2 == 0 {
+				log = append(log, fmt.Sprintf("%d %d a:%d config set x %d", 5000-i, at, m, i))
+			} else {
+				log = append(log, fmt.Sprintf("%d %d a:%d get k%d-%d", 5000-i, at, m, m, i))
+			}
+		}
+		replies = append(replies, slowlogReply(log...))
+	}
+	m := merge{kind: mergeSlowlog, parts: len(replies), limit: -1}
+	b.ResetTimer()
+	for range b.N {
+		m.slowlog(replies)
+	}
+}
