@@ -27,12 +27,24 @@ const (
 // scan queues a SCAN for the master its cursor names, with that master's
 // own cursor, and the merge that makes the client's cursor from the reply.
 func (r *routing) scan(ss *session, args [][]byte) {
-	shards := ss.pools[ss.proto].Shards()
-	cursor, err := strconv.ParseUint(string(args[1]), 10, 64)
-	slot := int(cursor >> scanNodeBits)
-	if err != nil || len(shards) == 0 || slot >= upstream.Slots {
+	slot, raw, m, ok := r.scanPart(ss.pools[ss.proto].Shards(), args)
+	if !ok {
 		ss.reply(resp.AppendError(nil, "ERR invalid cursor")) // Redis's words for a cursor it cannot parse
 		return
+	}
+	ss.batch.AddSlot(raw, slot)
+	ss.queueMerge(m)
+}
+
+// scanPart reads a SCAN's cursor (args[1]) for a cluster whose masters'
+// lowest slots are shards: the slot that names the master to send raw to
+// (the SCAN with that master's own cursor), and the merge of its reply.
+// ok is false for a cursor Redis would call invalid.
+func (r *routing) scanPart(shards []int, args [][]byte) (slot int, raw []byte, m merge, ok bool) {
+	cursor, err := strconv.ParseUint(string(args[1]), 10, 64)
+	slot = int(cursor >> scanNodeBits)
+	if err != nil || len(shards) == 0 || slot >= upstream.Slots {
+		return 0, nil, merge{}, false
 	}
 	if cursor == 0 {
 		slot = shards[0]
@@ -45,8 +57,8 @@ func (r *routing) scan(ss *session, args [][]byte) {
 	node := make([][]byte, len(args))
 	copy(node, args)
 	node[1] = strconv.AppendUint(nil, cursor&scanNodeMask, 10)
-	ss.batch.AddSlot(resp.AppendCommand(nil, node...), slot)
-	ss.queueMerge(merge{kind: mergeScan, parts: 1, scanSlot: slot, scanNext: next, hideCopies: r.salting != nil})
+	m = merge{kind: mergeScan, parts: 1, scanSlot: slot, scanNext: next, hideCopies: r.salting != nil}
+	return slot, resp.AppendCommand(nil, node...), m, true
 }
 
 // scanReply is the client's SCAN reply made from the master's: its cursor

@@ -342,7 +342,7 @@ func TestClusterStreamModeBlockingOnAnotherMaster(t *testing.T) {
 // TestClusterStreamModeCommandsOfEveryMaster: a session in stream mode (a
 // RESP3 subscriber) sends FLUSHALL, CONFIG SET, DBSIZE, INFO and the other
 // commands of the whole data to every master, as outside stream mode, and
-// gets the merged reply; SCAN is refused. They went to the
+// gets the merged reply; SCAN walks every master. They went to the
 // session's own connection: DBSIZE counted one master's keys, FLUSHALL
 // emptied one master, CONFIG SET set one node (unit/tracking's
 // tracking-table-max-keys never reached the master of the keys it tracked,
@@ -377,8 +377,11 @@ func TestClusterStreamModeCommandsOfEveryMaster(t *testing.T) {
 	if r := c.do("KEYS", "ev*"); strings.Count(r, "\r\n$") != 3 || !strings.HasPrefix(r, "*3\r\n") {
 		t.Errorf("KEYS in stream mode: %q, want every master's key", r)
 	}
-	if r := c.do("SCAN", "0"); !strings.HasPrefix(r, "-ERR rproxy: SCAN is not supported in stream mode") {
-		t.Errorf("SCAN in stream mode: %q, want rproxy's refusal", r)
+	if got, want := scanAll(t, c, "MATCH", "ev*", "COUNT", "1"), slices.Sorted(slices.Values(keys)); !slices.Equal(got, want) {
+		t.Errorf("SCAN in stream mode: %q, want every master's keys %q", got, want)
+	}
+	if r := c.do("SCAN", "x"); r != "-ERR invalid cursor\r\n" {
+		t.Errorf("SCAN x in stream mode: %q, want Redis's error", r)
 	}
 	// SLOWLOG LEN counts the RESET, logged by every master, once.
 	c.do("CONFIG", "SET", "slowlog-log-slower-than", "0")

@@ -1,5 +1,7 @@
 package proxy
 
+import "github.com/rproxy/rproxy/resp"
+
 // Commands of every master, in stream mode. Outside stream mode a command
 // that acts or reports on the whole data (fanOutCommands: FLUSHALL,
 // CONFIG SET, DBSIZE, INFO, SLOWLOG GET...) goes to every master and the
@@ -10,9 +12,8 @@ package proxy
 // branch on every other master (made if need be), in order with the
 // session's other commands there, and the pin's reply is replaced by the
 // merged replies once all have come (joinInStream). CONFIG SET of a
-// node's own setting is refused as outside stream mode (clusterRefusal);
-// SCAN, which outside stream mode walks the masters one by one, is
-// refused. Inside a transaction, and for a
+// node's own setting is refused as outside stream mode (clusterRefusal).
+// SCAN walks the masters as outside stream mode (streamScan). Inside a transaction, and for a
 // session that may not branch (RESP2 subscribed, MONITOR, a replica),
 // the command goes to the pin as before.
 
@@ -24,11 +25,8 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 		return false
 	}
 	name := fanOutName(info.Name, args)
-	if info.Name == "scan" {
-		// Its cursor names a master (clusterscan.go), which may be neither
-		// the pin nor a branch yet.
-		s.refuseMsg(ss, "SCAN is not supported in stream mode (client tracking, RESP3 subscriptions) with a cluster upstream; scan from a connection without them")
-		return true
+	if info.Name == "scan" && len(args) > 1 {
+		return s.streamScan(ss, c)
 	}
 	if msg := clusterRefusal(name, args); msg != "" {
 		s.refuseMsg(ss, msg)
@@ -87,4 +85,40 @@ func (ss *session) joinInStream(raw []byte, f func([]byte) []byte) {
 	ss.relay.queue(relayAnswer{rewrite: f, join: true})
 	ss.streamCmds = append(ss.streamCmds, errorCmd, raw)
 	ss.streamHelpers++
+}
+
+// streamScan sends a SCAN, in stream mode, to the master its cursor names
+// (clusterscan.go): the pin, or the session's branch there, made if need
+// be. On a branch the pin runs it too (read-only; its reply is dropped) so
+// that the reply keeps its place among the pin's. A session that may not
+// branch is refused.
+func (s *Server) streamScan(ss *session, c *call) bool {
+	backend := ss.pools[ss.proto]
+	slot, raw, m, ok := s.routing.scanPart(backend.Shards(), c.cmd.Args)
+	if !ok {
+		r := resp.AppendError(nil, "ERR invalid cursor")
+		ss.answerInStream(r, func() []byte { return scriptError(r) })
+		return true
+	}
+	pool := backend.PinPool(slot)
+	if samePool(pool, ss.pinPool) {
+		ss.joinInStream(raw, func(pinReply []byte) []byte { return m.reply([][]byte{pinReply}) })
+		return true
+	}
+	if !s.branching(ss) || !ss.streamAnswered() {
+		s.refuseMsg(ss, "SCAN of another master than this connection's is not supported here (pub/sub in RESP2, MONITOR, CLIENT REPLY OFF); scan from a connection without them")
+		return true
+	}
+	b, err := s.branch(ss, pool)
+	if err != nil {
+		r := branchError(err) // sent nowhere
+		ss.answerInStream(r, func() []byte { return scriptError(r) })
+		return true
+	}
+	part := b.send([][]byte{raw}, []bool{true})[0]
+	ss.joinInStream(raw, func([]byte) []byte {
+		r, after := part.showApart()
+		return append(m.reply([][]byte{r}), after...)
+	})
+	return true
 }
