@@ -15,9 +15,11 @@ import (
 // gets carries, in its top scanSlotBits bits, the lowest slot of the
 // master being walked when the cursor was made, and in the rest that
 // master's own cursor. A cursor names its master by a slot rather than by
-// a position, so a failover (the same slots under a new master) keeps it
-// valid; a master that gets lower slots while a SCAN is on may be walked
-// again, which SCAN allows (an element may be returned more than once).
+// a position, so after a failover it goes on with the master that now
+// holds those slots; that master orders its table by its own hash seed,
+// so the walk of it may miss or repeat keys, as a cluster client's walk
+// of each node would. A master that gets lower slots while a SCAN is on
+// may be walked again, which SCAN allows (an element may come twice).
 const (
 	scanSlotBits = 14 // upstream.Slots is 1 << 14
 	scanNodeBits = 64 - scanSlotBits
