@@ -131,9 +131,8 @@ var nodeSettings = map[string]bool{
 }
 
 // clusterRefusal is why rproxy refuses a command (its fanOutName) on a
-// cluster upstream, "" if it does not: it would need every master's
-// keyspace, or it sets a node's own setting (nodeSettings) on every
-// master.
+// cluster upstream, "" if it does not: it sets a node's own setting
+// (nodeSettings) on every master.
 func clusterRefusal(name string, args [][]byte) string {
 	switch name {
 	case "config|set":
@@ -303,10 +302,12 @@ func (*routing) replies(*session) {}
 // route prepares a command for a cluster upstream: it sets the
 // session's slot to the slot of the command's first key (or of the
 // argument a keyless one is routed by: argumentSlot), refuses what would
-// need every master's keyspace or would set one node's own setting on all
-// (nodeSetting), queues SCRIPT LOAD of an EVAL's script for every master
-// the first time (loadEverywhere), and itself queues (reporting true) the
-// commands it splits or fans out. A command whose keys span slots and
+// set one node's own setting on all (nodeSetting), queues SCRIPT LOAD of
+// an EVAL's script for every master the first time (loadEverywhere), and
+// itself queues (reporting true) the commands it splits or fans out and
+// SCAN, which it sends to the master its cursor names (clusterscan.go).
+// Inside a transaction (pinned) commands stay whole on the transaction's
+// master: SCAN, KEYS and RANDOMKEY there answer for that master alone. A command whose keys span slots and
 // that cannot be split goes to its first key's master, which answers with
 // Redis's own CROSSSLOT error.
 func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool {
