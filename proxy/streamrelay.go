@@ -74,9 +74,11 @@ const resetReply = "+RESET\r\n"
 const maxHeldRewrite = 64 << 10
 
 // maxHeldMonitor bounds the MONITOR line a streamRelay holds back to see
-// whether it shows one of rproxy's own commands (hideLine), which are
-// short.
-const maxHeldMonitor = 128
+// whether it is not to be shown (hideLine): rproxy's own commands, of which
+// the SCRIPT LOAD before a script's first EVAL carries the script's text,
+// and the copies of a command sent to every master. A longer line is
+// passed on as it comes.
+const maxHeldMonitor = 64 << 10
 
 // maxHeldProbe bounds the array or bulk string a streamRelay holds back
 // while a modeProbe waits: longer than the probe's answer in either mode.

@@ -287,14 +287,20 @@ func TestStreamRelayAnswersModeProbes(t *testing.T) {
 }
 
 // TestStreamRelayHidesOwnMonitorLines: in MONITOR mode the lines hideLine
-// reports are dropped whole, whatever the writes' sizes; others, long ones
-// and errors pass as sent, and outside MONITOR mode nothing is dropped.
+// reports are dropped whole, whatever the writes' sizes, long ones too (a
+// SCRIPT LOAD of rproxy's carries a script: it leaked when it came in
+// pieces, past 128 bytes); others, long ones and errors pass as sent, and
+// outside MONITOR mode nothing is dropped.
 func TestStreamRelayHidesOwnMonitorLines(t *testing.T) {
 	own := "+1.0 [0 127.0.0.1:1] \"PING\"\r\n"
 	other := "+1.1 [0 127.0.0.1:2] \"PING\"\r\n"
 	long := "+1.2 [0 127.0.0.1:1] \"SET\" \"k\" \"" + strings.Repeat("v", 300) + "\"\r\n"
-	stream := own + other + own + long + "-ERR x\r\n" + own
-	hide := func(line []byte) bool { return bytes.Contains(line, []byte("127.0.0.1:1] \"PING\"")) }
+	// rproxy's SCRIPT LOAD carries a script's text: long, and own.
+	ownLong := "+1.3 [0 127.0.0.1:1] \"SCRIPT\" \"LOAD\" \"" + strings.Repeat("x", 3000) + "\"\r\n"
+	stream := own + other + own + long + ownLong + "-ERR x\r\n" + own
+	hide := func(line []byte) bool {
+		return bytes.Contains(line, []byte("127.0.0.1:1] \"PING\"")) || bytes.Contains(line, []byte("127.0.0.1:1] \"SCRIPT\" \"LOAD\""))
+	}
 	for _, sizes := range [][]int{{1}, {3, 7}, {len(stream)}} {
 		for _, monitoring := range []bool{true, false} {
 			var out bytes.Buffer
