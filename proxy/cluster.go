@@ -784,11 +784,7 @@ func (m *merge) joined(replies [][]byte) []byte {
 			out[j] = resp.AppendInt(nil, a+n)
 		}
 	}
-	r := []byte("*" + strconv.Itoa(len(out)) + "\r\n")
-	for _, e := range out {
-		r = append(r, e...)
-	}
-	return r
+	return appendArray(nil, '*', out)
 }
 
 // partReplies returns the parts' replies, in order.

@@ -139,3 +139,13 @@ func appendAggregate(dst []byte, kind byte, n int) []byte {
 	dst = strconv.AppendInt(dst, int64(n), 10)
 	return append(dst, '\r', '\n')
 }
+
+// appendArray appends an aggregate of kind ('*' for an array) made of
+// elems, each a whole reply.
+func appendArray(dst []byte, kind byte, elems [][]byte) []byte {
+	dst = appendAggregate(dst, kind, len(elems))
+	for _, e := range elems {
+		dst = append(dst, e...)
+	}
+	return dst
+}

@@ -100,20 +100,11 @@ func withoutCopies(keys []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	kept := elems[:0]
-	for _, e := range elems {
-		if !isCopyElement(e) {
-			kept = append(kept, e)
-		}
-	}
+	kept := appendKeys(nil, elems, true)
 	if len(kept) == len(elems) {
 		return keys, nil
 	}
-	out := appendAggregate(nil, keys[0], len(kept))
-	for _, e := range kept {
-		out = append(out, e...)
-	}
-	return out, nil
+	return appendArray(nil, keys[0], kept), nil
 }
 
 // keys joins the masters' KEYS replies: every master's keys, without
@@ -126,18 +117,20 @@ func (m *merge) keys(replies [][]byte) []byte {
 		if err != nil {
 			return resp.AppendError(nil, "ERR rproxy: unexpected KEYS reply from a cluster node: "+err.Error())
 		}
-		for _, e := range elems {
-			if m.hideCopies && isCopyElement(e) {
-				continue
-			}
-			all = append(all, e)
+		all = appendKeys(all, elems, m.hideCopies)
+	}
+	return appendArray(nil, '*', all)
+}
+
+// appendKeys appends the keys of elems (bulk strings) to dst, without the
+// salted copies' names when hideCopies.
+func appendKeys(dst, elems [][]byte, hideCopies bool) [][]byte {
+	for _, e := range elems {
+		if !hideCopies || !isCopyElement(e) {
+			dst = append(dst, e)
 		}
 	}
-	out := appendAggregate(nil, '*', len(all))
-	for _, e := range all {
-		out = append(out, e...)
-	}
-	return out
+	return dst
 }
 
 // randomKey picks, with randN, one of the masters' RANDOMKEY replies

@@ -54,11 +54,7 @@ func (m *merge) slowlog(replies [][]byte) []byte {
 	if errReply != nil {
 		return errReply
 	}
-	out := appendAggregate(nil, '*', len(entries))
-	for _, e := range entries {
-		out = append(out, e...)
-	}
-	return out
+	return appendArray(nil, '*', entries)
 }
 
 // slowlogLen is SLOWLOG LEN of the joined log: how many entries the

@@ -37,17 +37,16 @@ func newMonitorLines(s *Server) *monitorLines {
 
 // hide reports whether line, a MONITOR line, is not shown.
 func (m *monitorLines) hide(line []byte) bool {
-	if m.s.ownMonitorLine(line) {
+	addr, cmd, ok := monitorLineParts(line)
+	if !ok {
+		return false
+	}
+	if m.s.ownMonitorCommand(addr, cmd) {
 		return true
 	}
 	if m.s.routing == nil {
 		return false
 	}
-	end := bytes.Index(line, []byte("] "))
-	if end < 0 || !bytes.HasSuffix(line, []byte("\r\n")) {
-		return false
-	}
-	cmd := line[end+2 : len(line)-2]
 	masters := m.s.routing.cluster.Masters()
 	if masters < 2 || !fanOutLine(cmd) {
 		return false

@@ -46,7 +46,7 @@ type notifyBranch struct {
 }
 
 // Write is the copy goroutine's: keyspace and keyevent messages,
-// invalidations and MONITOR lines (but rproxy's own: streamRelay.hideLine)
+// invalidations and MONITOR lines (but those streamRelay.hideLine hides)
 // go to the client, the rest is dropped.
 func (b *notifyBranch) Write(p []byte) (int, error) {
 	err := b.frames.each(p, func(frame []byte, _ byte) error {

@@ -107,8 +107,9 @@ type streamRelay struct {
 	ending  atomic.Pointer[streamEnd] // an end marker sent after a RESET
 
 	// In MONITOR mode, the lines hideLine reports are not shown: rproxy's
-	// own housekeeping (Server.ownMonitorLine). hideLine is set before the
-	// copy starts.
+	// own housekeeping and, on a cluster, the other masters' copies of a
+	// command sent to every master (monitorLines). hideLine is set before
+	// the copy starts.
 	monitoring atomic.Bool
 	hideLine   func(line []byte) bool
 
@@ -471,16 +472,27 @@ func (r *streamRelay) writeFrame(b []byte) error {
 // master before a script's first EVAL. The tier's fills, reads of what
 // clients asked for, still show.
 func (s *Server) ownMonitorLine(line []byte) bool {
+	addr, cmd, ok := monitorLineParts(line)
+	return ok && s.ownMonitorCommand(addr, cmd)
+}
+
+// monitorLineParts splits a MONITOR line (+<time> [<db> <addr>] <command>)
+// into the client's address and the command as MONITOR quotes it.
+func monitorLineParts(line []byte) (addr, cmd []byte, ok bool) {
 	open := bytes.IndexByte(line, '[')
 	end := bytes.Index(line, []byte("] "))
 	if open < 0 || end < open || !bytes.HasSuffix(line, []byte("\r\n")) {
-		return false
+		return nil, nil, false
 	}
 	db, addr, ok := bytes.Cut(line[open+1:end], []byte(" "))
 	if !ok || len(db) == 0 {
-		return false
+		return nil, nil, false
 	}
-	cmd := line[end+2 : len(line)-2]
+	return addr, line[end+2 : len(line)-2], true
+}
+
+// ownMonitorCommand is ownMonitorLine for a line's address and command.
+func (s *Server) ownMonitorCommand(addr, cmd []byte) bool {
 	if body, ok := bytes.CutPrefix(cmd, []byte(`"SCRIPT" "LOAD" `)); ok {
 		// The SCRIPT LOAD rproxy sends every master before a script's
 		// first EVAL (loadEverywhere).
