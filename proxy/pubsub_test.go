@@ -131,14 +131,18 @@ func TestGoRedisPubSub(t *testing.T) {
 }
 
 // TestMonitorHidesTierPings: the local tier checks its tracking connection
-// with a PING four times a second (and after writes whose keys rproxy
-// cannot see). MONITOR through rproxy showed them between the client's
+// with a PING four times a second while it holds something (and after
+// writes whose keys rproxy cannot see). MONITOR through rproxy showed them between the client's
 // commands, where a MONITOR of Redis without rproxy has none (Redis's
 // unit/introspection MONITOR tests read their lines one by one and lost to
 // them). They are hidden; a client's own PING still shows.
 func TestMonitorHidesTierPings(t *testing.T) {
 	rs := redistest.Start(t)
-	p := proxytest.Start(t, rs.Addr)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	// The tier probes only while it holds something.
+	waitServing(t, p)
+	rs.Do(t, "SET", "c:k", "v")
+	cached(t, p, dialClient(t, p.Addr), "c:k")
 	m := monitorOn(t, p.Addr)
 	// Redis's own MONITOR, opened after rproxy's: two of the tier's
 	// PINGs there were sent to rproxy's monitor too.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -271,6 +272,58 @@ func TestTierStopsWithoutTracking(t *testing.T) {
 	}
 	waitServing(t, p)
 	cached(t, p, c, "c:k")
+}
+
+// The tracking connection's lag probe (a PING every quarter of max_lag)
+// runs only while the tier holds or fills something: an idle rproxy's
+// PINGs would be Redis's to count and log (INFO commandstats, SLOWLOG) on
+// every master from every node, caching or not.
+func TestTierProbesOnlyWhileHolding(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll, func(c *proxy.Config) { c.HotKey.MaxLag = 8 * time.Millisecond })
+	waitServing(t, p)
+	probes := func() uint64 {
+		return histogramCount(t, p, "rproxy_hotkey_tracking_probe_seconds", nil)
+	}
+	pings := func() int {
+		m := regexp.MustCompile(`cmdstat_ping:calls=(\d+)`).FindStringSubmatch(string(rs.Do(t, "INFO", "commandstats")))
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	// There is no event to wait for when nothing happens: the window is
+	// 50 probe intervals (2ms each), and one probe may be under way.
+	idleWindow := func(when string) {
+		t.Helper()
+		p0, r0 := probes(), pings()
+		time.Sleep(100 * time.Millisecond)
+		if n := probes() - p0; n > 1 {
+			t.Errorf("%s: %d lag probes in 100ms with max_lag 8ms, want none", when, n)
+		}
+		if n := pings() - r0; n > 1 {
+			t.Errorf("%s: Redis counted %d PINGs in 100ms, want none", when, n)
+		}
+	}
+	idleWindow("empty tier")
+
+	rs.Do(t, "SET", "c:k", "v")
+	c := dialClient(t, p.Addr)
+	cached(t, p, c, "c:k")
+	p0 := probes()
+	waitFor(t, "lag probes while the tier holds a key", func() bool { return probes() >= p0+5 })
+
+	// A write through rproxy invalidates the key: the tier is empty again.
+	c.do("SET", "c:k", "w")
+	waitFor(t, "the tier emptied", func() bool {
+		st, _ := p.Server.TierStats()
+		return st.Entries == 0
+	})
+	idleWindow("emptied tier")
+	if r := cached(t, p, c, "c:k"); r != "$1\r\nw\r\n" {
+		t.Fatalf("GET after the probe loop waited = %q", r)
+	}
 }
 
 // A cached entry never outlives the key's TTL on Redis.

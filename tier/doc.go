@@ -12,8 +12,10 @@
 // it; writes whose keys are not known (scripts, EXEC, modules) and lock
 // acquisitions (LockAcquire) wait for Barrier: a PING on the tracking
 // connection, whose reply follows every invalidation the write caused.
-// While the tracking connection is down, or its probe comes back later
-// than Config.MaxLag, the tier is emptied and does not serve.
+// While the tracking connection is down, or its probe (or a fill) comes
+// back later than Config.MaxLag, the tier is emptied and does not serve.
+// The probe runs only while the tier holds or fills something, or does
+// not serve: an idle rproxy sends Redis no PINGs (probeLoop).
 //
 // Besides GET, the tier holds the replies of the read-only single-key
 // commands that Cacheable accepts. Keys invalidated too often are not

@@ -81,11 +81,14 @@ type Engine struct {
 	enabled  atomic.Bool
 	prefixes atomic.Pointer[[][]byte]
 	// gate collapses misses (MissWait); missOn: MissWait > 0.
-	gate    *hotkey.MissGate
-	missOn  atomic.Bool
-	churn   *hotkey.Churn
-	maxLag  atomic.Int64           // nanoseconds
-	lagSet  chan struct{}          // wakes the probe loop when maxLag changes
+	gate   *hotkey.MissGate
+	missOn atomic.Bool
+	churn  *hotkey.Churn
+	maxLag atomic.Int64  // nanoseconds
+	lagSet chan struct{} // wakes the probe loop when maxLag changes
+	// wake wakes a probe loop that waits while nothing is cached
+	// (probeLoop): a fill was queued, or the tier turned on.
+	wake    chan struct{}
 	cfg     atomic.Pointer[Config] // the settings in force
 	now     func() time.Time
 	log     *zap.Logger
@@ -188,7 +191,7 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		cancel()
 		return nil, err
 	}
-	h := &Engine{det: det, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel, lagSet: make(chan struct{}, 1), resp2: d.RESP2}
+	h := &Engine{det: det, now: now, log: log, metrics: newTierMetrics(reg), cancel: cancel, lagSet: make(chan struct{}, 1), wake: make(chan struct{}, 1), resp2: d.RESP2}
 	if h.gate, err = hotkey.NewMissGate(missGateConfig(cfg.MissWait), now, reg); err != nil {
 		cancel()
 		return nil, err
@@ -345,6 +348,9 @@ func (h *Engine) setEnabled(on bool) {
 		h.log.Info("local tier turned off by configuration: emptied, detection goes on")
 	}
 	h.applyLocked() // off: not counted as a stop
+	if on {
+		h.wakeProbe()
+	}
 }
 
 func (h *Engine) Close() {
@@ -523,6 +529,16 @@ func (h *Engine) enqueueFill(r fillReq) {
 	case h.queue <- q:
 		h.pending[pk] = struct{}{}
 	default: // full: a later read asks again
+		return
+	}
+	h.wakeProbe()
+}
+
+// wakeProbe wakes a probe loop waiting while the tier is idle.
+func (h *Engine) wakeProbe() {
+	select {
+	case h.wake <- struct{}{}:
+	default: // a wake-up is waiting already
 	}
 }
 
@@ -703,6 +719,7 @@ func (h *Engine) fillLoop(ctx context.Context) {
 		}
 		sent := h.now()
 		h.TrackDo(b)
+		h.noteFillRoundTrip(h.now().Sub(sent))
 		for i, r := range reqs {
 			if !r.trackOnly && r.variant != nil && r.variant[0] == 2 {
 				slot := upstream.SlotAny
@@ -863,6 +880,16 @@ func (h *Engine) applyLocked() {
 // MaxLag: invalidations queue on that connection ahead of the probe, so a
 // late probe means invalidations may be late too.
 // MaxLag is read at each probe; a change wakes the loop.
+//
+// While the tier is off by configuration, or serves but holds nothing and
+// fills nothing, no late invalidation can make anything stale, and the
+// loop waits for the next fill instead of probing: each probe is a PING
+// that Redis counts, logs and shows (INFO commandstats, SLOWLOG, MONITOR),
+// four a second per master from every rproxy, caching or not. The fill
+// that wakes the loop may be stored before the woken probe returns; it
+// read through the same connection, so its own round trip stands in for
+// that probe (noteFillRoundTrip). A tier that does not serve is probed on:
+// only a probe turns it back on.
 func (h *Engine) probeLoop(ctx context.Context) {
 	done := make(chan bool, 1)
 	for {
@@ -886,12 +913,47 @@ func (h *Engine) probeLoop(ctx context.Context) {
 		timer.Stop()
 		h.metrics.probeSeconds.Observe(time.Since(start).Seconds())
 		h.setLag(ok && !late)
+		var wait <-chan time.Time
+		if !h.idle() {
+			wait = time.After(interval)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-wait:
 		case <-h.lagSet:
+		case <-h.wake:
 		}
+	}
+}
+
+// idle reports whether the tier is off by configuration, or serves,
+// holds nothing and has no fill queued or under way. A wake-up left from fills the loop did not wait
+// for is dropped first, so that one queued after this call is kept: a
+// fill is pending (under mu) from its queueing until it is stored.
+func (h *Engine) idle() bool {
+	select {
+	case <-h.wake:
+	default:
+	}
+	if !h.enabled.Load() {
+		return true
+	}
+	if !h.tier.Serving() {
+		return false
+	}
+	h.mu.Lock()
+	n := len(h.pending)
+	h.mu.Unlock()
+	return n == 0 && h.tier.Stats().Entries == 0
+}
+
+// noteFillRoundTrip counts a fill's round trip on the tracking connection
+// as a probe that came back late when it took longer than MaxLag: the
+// fill that woke an idle probe loop is stored without waiting for it.
+func (h *Engine) noteFillRoundTrip(rtt time.Duration) {
+	if rtt > time.Duration(h.maxLag.Load()) {
+		h.setLag(false)
 	}
 }
 
