@@ -391,7 +391,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 	if info.Invalidates != command.InvalidatesNone {
 		ss.route.lastWrite = ss.slot + 1
 	}
-	if len(r.replicaPrefixes) > 0 && !pinned && info.Has(command.ReadOnly) && underPrefixes(keys, r.replicaPrefixes) {
+	if len(r.replicaPrefixes) > 0 && !pinned && replicaReadable(info) && underPrefixes(keys, r.replicaPrefixes) {
 		ss.slot |= upstream.ReplicaRead
 	}
 	if ss.pin != nil && r.crossSlotCommand(ss) {

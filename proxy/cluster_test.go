@@ -994,6 +994,9 @@ func TestClusterReplicaReads(t *testing.T) {
 	if onReplicas != 60 || onMasters != 60 {
 		t.Errorf("GETs on replicas %d (want the 60 of ro: keys), on masters %d (want the 60 of rw: keys)", onReplicas, onMasters)
 	}
+	for i, k := range keys {
+		expectScriptsCachedAsOnOneServer(t, c, k, fmt.Sprintf("$%d\r\nv%d\r\n", len("v"+strconv.Itoa(i)), i))
+	}
 }
 
 // TestClusterTier: the local tier on a cluster, with a tracking connection

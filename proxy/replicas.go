@@ -29,7 +29,7 @@ type replicaReads struct {
 func (st replicaReads) command(ss *session, c *call) bool {
 	info, args := c.info, c.cmd.Args
 	ss.slot = upstream.SlotAny
-	if info == nil || ss.pin != nil || ss.inTransaction() || !info.Has(command.ReadOnly) || info.Handling != command.Forward {
+	if info == nil || ss.pin != nil || ss.inTransaction() || !replicaReadable(info) || info.Handling != command.Forward {
 		return false
 	}
 	keys, _ := command.Keys(keyInfo(st.table.Load(), info, args), args, ss.route.keys[:0])
@@ -42,6 +42,16 @@ func (st replicaReads) command(ss *session, c *call) bool {
 }
 
 func (replicaReads) replies(*session) {}
+
+// replicaReadable reports whether a command may be read from a replica:
+// read-only, and not EVAL_RO or EVALSHA_RO. Redis does not replicate its
+// script cache (SCRIPT LOAD, EVAL's caching), so on a replica an
+// EVALSHA_RO after a SCRIPT LOAD gets NOSCRIPT, and an EVAL_RO caches its
+// script there alone, where one Redis would have it for a later EVALSHA.
+// FCALL_RO may: functions are replicated.
+func replicaReadable(info *command.Info) bool {
+	return info.Has(command.ReadOnly) && info.Name != "eval_ro" && info.Name != "evalsha_ro"
+}
 
 // underPrefixes reports whether every key starts with one of prefixes.
 func underPrefixes(keys [][]byte, prefixes []string) bool {

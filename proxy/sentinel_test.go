@@ -2,7 +2,9 @@ package proxy_test
 
 import (
 	"bufio"
+	"crypto/sha1"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -290,5 +292,31 @@ func TestSentinelReplicaReads(t *testing.T) {
 	}
 	if d := serverGetCalls(t, g.Master) - master; d != 2 {
 		t.Errorf("the master served %d GETs after the transaction, want 2", d)
+	}
+	expectScriptsCachedAsOnOneServer(t, c, "ro:k", "$1\r\nv\r\n")
+}
+
+// expectScriptsCachedAsOnOneServer: with reads of key going to replicas,
+// a script is found cached as on one Redis (which a replica's cache, not
+// replicated, would not do): EVALSHA_RO after SCRIPT LOAD, and EVALSHA
+// after EVAL_RO. want is GET key's reply.
+func expectScriptsCachedAsOnOneServer(t *testing.T, c *rawClient, key, want string) {
+	t.Helper()
+	const loaded, evaluated = "return redis.call('GET', KEYS[1])", "return redis.call('GET', KEYS[1]) or 'none'"
+	sha := func(script string) string { return fmt.Sprintf("%x", sha1.Sum([]byte(script))) }
+	if r, w := c.do("SCRIPT", "LOAD", loaded), "$40\r\n"+sha(loaded)+"\r\n"; r != w {
+		t.Fatalf("SCRIPT LOAD = %q, want %q", r, w)
+	}
+	if r := c.do("EVALSHA_RO", sha(loaded), "1", key); r != want {
+		t.Errorf("EVALSHA_RO after SCRIPT LOAD = %q, want %q", r, want)
+	}
+	if r := c.do("EVAL_RO", evaluated, "1", key); r != want {
+		t.Errorf("EVAL_RO = %q, want %q", r, want)
+	}
+	if r := c.do("EVALSHA", sha(evaluated), "1", key); r != want {
+		t.Errorf("EVALSHA after EVAL_RO = %q, want %q", r, want)
+	}
+	if r := c.do("EVALSHA_RO", sha(evaluated), "1", key); r != want {
+		t.Errorf("EVALSHA_RO after EVAL_RO = %q, want %q", r, want)
 	}
 }
