@@ -466,10 +466,10 @@ func (r *streamRelay) writeFrame(b []byte) error {
 // <addr>] <command>), shows one of rproxy's own housekeeping commands,
 // which no client sent and a MONITOR of Redis without rproxy would not
 // show: the local tier's PINGs on its tracking connections (its lag
-// probe, four a second, and the barrier after a write whose keys rproxy
-// cannot see), and on a cluster the slot map's CLUSTER SHARDS or SLOTS
-// (a client's are answered by rproxy), and the SCRIPT LOAD it sends every
-// master before a script's first EVAL. The tier's fills, reads of what
+// probe, four a second while the tier holds something, and the barrier
+// after a write whose keys rproxy cannot see), and on a cluster the slot
+// map's CLUSTER SHARDS or SLOTS (a client's are answered by rproxy), and
+// the SCRIPT LOAD it sends every master before a script's first EVAL. The tier's fills, reads of what
 // clients asked for, still show.
 func (s *Server) ownMonitorLine(line []byte) bool {
 	addr, cmd, ok := monitorLineParts(line)
