@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"strconv"
 
@@ -43,9 +44,9 @@ func (r *routing) scan(ss *session, args [][]byte) {
 // (the SCAN with that master's own cursor), and the merge of its reply.
 // ok is false for a cursor Redis would call invalid.
 func (r *routing) scanPart(shards []int, args [][]byte) (slot int, raw []byte, m merge, ok bool) {
-	cursor, err := strconv.ParseUint(string(args[1]), 10, 64)
+	cursor, valid := parseScanCursor(args[1])
 	slot = int(cursor >> scanNodeBits)
-	if err != nil || len(shards) == 0 || slot >= upstream.Slots {
+	if !valid || len(shards) == 0 || slot >= upstream.Slots {
 		return 0, nil, merge{}, false
 	}
 	if cursor == 0 {
@@ -61,6 +62,34 @@ func (r *routing) scanPart(shards []int, args [][]byte) (slot int, raw []byte, m
 	node[1] = strconv.AppendUint(nil, cursor&scanNodeMask, 10)
 	m = merge{kind: mergeScan, parts: 1, scanSlot: slot, scanNext: next, hideCopies: r.salting != nil}
 	return slot, resp.AppendCommand(nil, node...), m, true
+}
+
+// parseScanCursor reads a SCAN cursor as Redis 7.0 does (strtoul, then
+// its checks): an optional sign and decimal digits, nothing else; no
+// digits at all is 0, and a '-' negates in unsigned arithmetic. A leading
+// space, a sign alone, another byte or an overflow is invalid.
+func parseScanCursor(b []byte) (cursor uint64, valid bool) {
+	neg := false
+	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
+		neg = b[0] == '-'
+		b = b[1:]
+		if len(b) == 0 {
+			return 0, false // strtoul parsed nothing: the sign is left over
+		}
+	}
+	for _, d := range b {
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		if cursor > (math.MaxUint64-uint64(d-'0'))/10 {
+			return 0, false // ERANGE
+		}
+		cursor = cursor*10 + uint64(d-'0')
+	}
+	if neg {
+		cursor = -cursor
+	}
+	return cursor, true
 }
 
 // scanReply is the client's SCAN reply made from the master's: its cursor

@@ -88,7 +88,15 @@ func TestClusterScanWalksEveryMaster(t *testing.T) {
 		t.Errorf("SCAN TYPE hash: %q, want [h]", got)
 	}
 	node := cl.Masters()[0]
-	for _, cursor := range []string{"abc", "-"} {
+	// Redis reads a cursor with strtoul: a sign and no digits are
+	// allowed; a space, a sign alone or an overflow are not.
+	first := c.do("SCAN", "0")
+	for _, cursor := range []string{"+0", "-0", "", "000"} {
+		if got := c.do("SCAN", cursor); got != first {
+			t.Errorf("SCAN %q: %q, want SCAN 0's %q", cursor, got, first)
+		}
+	}
+	for _, cursor := range []string{"abc", "-", "+", " 1", "1 ", "0x1", "18446744073709551616", "-18446744073709551616"} {
 		if got, direct := c.do("SCAN", cursor), string(node.Do(t, "SCAN", cursor)); got != direct {
 			t.Errorf("SCAN %s: %q, want %q as from Redis", cursor, got, direct)
 		}
