@@ -41,9 +41,10 @@ import (
 // parses the client's bytes (resp.RequestParser) and hands the read's
 // commands to handle (session.go), which calls exec for each. exec looks
 // the command up (the session's last lookup, when the name repeats) and
-// runs the stages below in order: bookkeeping counts it; transactionGuard,
-// authenticating, policing, tierWrites (a GET writes no key), scriptKill and
-// replicaReads pass it on; routing gives it its master's slot;
+// runs the stages below in order: bookkeeping counts it; arityCheck,
+// transactionGuard, authenticating, policing, tierWrites (a GET writes no
+// key), scriptKill and replicaReads pass it on; routing gives it its
+// master's slot;
 // tierReads answers it from the local tier if the key is hot and cached
 // (else asks for a fill); salting may send it to a salted copy;
 // coalescing may join it to an identical GET in flight; dispatch queues it
@@ -70,6 +71,7 @@ func (s *Server) newChain() chain {
 	rr := replicaReads{prefixes: s.cfg.ReplicaReadPrefixes, table: &s.table}
 
 	add(&c.commands, true, bk)                               // command counts, CLIENT LIST's cmd, slow-log names
+	add(&c.commands, true, arityCheck{s})                    // Redis's wrong-number-of-arguments error, first as on Redis
 	add(&c.commands, true, transactionGuard{s})              // no proxy-answered command inside MULTI
 	add(&c.commands, true, s.authing)                        // AUTH, and NOAUTH before it
 	add(&c.commands, true, s.policing)                       // refusals, big-key probes, TTL jitter (reloadable)
@@ -90,6 +92,7 @@ func (s *Server) newChain() chain {
 	add(&c.replies, s.tiering != nil, tw)
 	add(&c.replies, s.coalescing != nil, s.coalescing)
 
+	add(&c.stream, true, arityCheck{s})
 	add(&c.stream, s.routing != nil, streamMulti{s}) // a MULTI deferred to its first command's master
 	add(&c.stream, true, s.policing)
 	add(&c.stream, s.tiering != nil, tw)

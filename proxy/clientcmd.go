@@ -237,8 +237,8 @@ func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) 
 			i++
 		case bytes.EqualFold(args[i], []byte("id")) && i+1 < len(args) && typ == nil:
 			for _, a := range args[i+1:] {
-				id, err := strconv.ParseInt(string(a), 10, 64)
-				if err != nil || id <= 0 {
+				id, ok := resp.ParseInt(a)
+				if !ok || id <= 0 {
 					return nil, resp.AppendError(nil, "ERR Invalid client ID")
 				}
 				ids = append(ids, id)
@@ -305,8 +305,8 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 		v := args[i+1]
 		switch string(bytes.ToLower(args[i])) {
 		case "id":
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || n <= 0 {
+			n, ok := resp.ParseInt(v)
+			if !ok || n <= 0 {
 				ss.replyInMode([]byte("-ERR client-id should be greater than 0\r\n"))
 				return
 			}
@@ -420,8 +420,8 @@ func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 		ss.forwardInMode(cmd.Raw) // Redis's arity error
 		return
 	}
-	id, err := strconv.ParseInt(string(args[2]), 10, 64)
-	if err != nil {
+	id, ok := resp.ParseInt(args[2])
+	if !ok {
 		ss.replyInMode([]byte("-ERR value is not an integer or out of range\r\n"))
 		return
 	}
@@ -516,8 +516,8 @@ func (s *Server) redirectTarget(args [][]byte) (int, *session, []byte) {
 		if !bytes.EqualFold(args[i], []byte("redirect")) {
 			continue
 		}
-		id, err := strconv.ParseInt(string(args[i+1]), 10, 64)
-		if err != nil {
+		id, ok := resp.ParseInt(args[i+1])
+		if !ok {
 			return 0, nil, []byte("-ERR value is not an integer or out of range\r\n")
 		}
 		target := s.sessionByID(id)

@@ -14,11 +14,11 @@ func slowlogCount(args [][]byte) int {
 	if len(args) < 3 {
 		return 10
 	}
-	n, err := strconv.Atoi(string(args[2]))
-	if err != nil {
+	n, ok := resp.ParseInt(args[2])
+	if !ok || n != int64(int(n)) {
 		return 10
 	}
-	return n
+	return int(n)
 }
 
 // slowlogEntry is one master's SLOWLOG GET entry.

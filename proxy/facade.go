@@ -31,8 +31,8 @@ func (s *Server) clusterFacade(ss *session, cmd resp.Command) bool {
 	if len(args) < 3 || !bytes.EqualFold(args[1], []byte("countkeysinslot")) && !bytes.EqualFold(args[1], []byte("getkeysinslot")) {
 		return false
 	}
-	if n, err := strconv.Atoi(string(args[2])); err == nil && n >= 0 && n < upstream.Slots {
-		ss.slot = n // the slot's master answers; a bad slot gets any master's error
+	if n, ok := resp.ParseInt(args[2]); ok && n >= 0 && n < upstream.Slots {
+		ss.slot = int(n) // the slot's master answers; a bad slot gets any master's error
 	}
 	ss.forward(cmd.Raw)
 	return true

@@ -2,11 +2,11 @@ package proxy
 
 import (
 	"bytes"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // pauseWatch follows the CLIENT PAUSE and CLIENT UNPAUSE that clients send
@@ -76,8 +76,8 @@ func (p *pauseWatch) note(args [][]byte) {
 	case bytes.EqualFold(args[1], []byte("unpause")):
 		p.until.Store(0)
 	case bytes.EqualFold(args[1], []byte("pause")) && len(args) >= 3:
-		ms, err := strconv.ParseInt(string(args[2]), 10, 64)
-		if err != nil || ms < 0 {
+		ms, ok := resp.ParseInt(args[2])
+		if !ok || ms < 0 {
 			return
 		}
 		p.all.Store(len(args) < 4 || !bytes.EqualFold(args[3], []byte("write")))

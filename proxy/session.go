@@ -707,12 +707,12 @@ func (s *Server) write(ss *session, r []byte) {
 // SELECT Redis itself rejects; switching to another db is refused for now.
 func (s *Server) selectDB(ss *session, cmd resp.Command) {
 	if len(cmd.Args) == 2 {
-		n, err := strconv.Atoi(string(cmd.Args[1]))
-		if err == nil && (ss.pin != nil || string(cmd.Args[1]) != "0") {
+		n, ok := resp.ParseInt(cmd.Args[1])
+		if ok && n == int64(int32(n)) && (ss.pin != nil || n != 0) {
 			if ss.pin == nil && !s.pinSession(ss, upstream.SlotAny) {
 				return
 			}
-			ss.forwardTracked(cmd.Raw, track{kind: trackSelect, db: n})
+			ss.forwardTracked(cmd.Raw, track{kind: trackSelect, db: int(n)})
 			return
 		}
 	}
@@ -897,11 +897,11 @@ func parseHello(args [][]byte, proto int) (helloArgs, bool) {
 	if len(args) < 2 {
 		return h, true
 	}
-	v, err := strconv.Atoi(string(args[1]))
-	if err != nil || (v != 2 && v != 3) {
+	v, ok := resp.ParseInt(args[1])
+	if !ok || (v != 2 && v != 3) {
 		return h, false
 	}
-	h.proto = v
+	h.proto = int(v)
 	for i := 2; i < len(args); i++ {
 		switch string(bytes.ToLower(args[i])) {
 		case "auth":

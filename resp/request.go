@@ -443,7 +443,7 @@ func (p *RequestParser) checkHeader(maxInline, maxQuery int64, waiting bool) err
 // Redis does (string2ll; the byte after the \r is skipped unchecked).
 func (p *RequestParser) header(cr int, lim RequestLimits) error {
 	if p.state == rsCount {
-		ll, ok := string2ll(p.buf[p.pos+1 : cr])
+		ll, ok := ParseInt(p.buf[p.pos+1 : cr])
 		switch {
 		case !ok || ll > maxMultibulkCount:
 			return p.fail("-ERR Protocol error: invalid multibulk length\r\n", "invalid multibulk count")
@@ -464,7 +464,7 @@ func (p *RequestParser) header(cr int, lim RequestLimits) error {
 	if c := p.buf[p.pos]; c != '$' {
 		return p.fail(expectedDollar(c), "expected '$'")
 	}
-	ll, ok := string2ll(p.buf[p.pos+1 : cr])
+	ll, ok := ParseInt(p.buf[p.pos+1 : cr])
 	switch {
 	case !ok || ll < 0 || ll > lim.maxBulkLen():
 		return p.fail("-ERR Protocol error: invalid bulk length\r\n", "invalid bulk length (or above proto-max-bulk-len "+strconv.FormatInt(lim.maxBulkLen(), 10)+")")
@@ -522,9 +522,12 @@ func isReset(name []byte) bool {
 	return len(name) == 5 && bytes.EqualFold(name, []byte("reset"))
 }
 
-// string2ll is Redis's string2ll (util.c): a decimal int64 with an
-// optional '-', no '+', no leading zeros (but "0"), at most 20 bytes.
-func string2ll(s []byte) (int64, bool) {
+// ParseInt reads an integer argument as Redis does (string2ll in util.c,
+// behind getLongLongFromObject): a decimal int64 with an optional '-', no
+// '+', no space, no leading zeros (but "0"), at most 20 bytes. What
+// strconv accepts and Redis refuses ("+5", "05") must be refused where
+// rproxy answers for Redis.
+func ParseInt(s []byte) (int64, bool) {
 	if len(s) == 0 || len(s) >= 21 {
 		return 0, false
 	}

@@ -413,9 +413,9 @@ func TestString2ll(t *testing.T) {
 		{"-", 0, false}, {"01", 0, false}, {"-0", 0, false}, {"+1", 0, false}, {"1 ", 0, false},
 		{"00000000000000000001", 0, false},
 	} {
-		n, ok := string2ll([]byte(tc.in))
+		n, ok := ParseInt([]byte(tc.in))
 		if n != tc.n || ok != tc.ok {
-			t.Errorf("string2ll(%q) = %d, %v; want %d, %v", tc.in, n, ok, tc.n, tc.ok)
+			t.Errorf("ParseInt(%q) = %d, %v; want %d, %v", tc.in, n, ok, tc.n, tc.ok)
 		}
 	}
 }

@@ -1,0 +1,34 @@
+package proxy_test
+
+import (
+	"testing"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+)
+
+// Commands rproxy answers or acts on itself get Redis's answer when Redis
+// would refuse their arguments: a wrong argument count (checked first, as
+// Redis does, so RESET x did reset the session and CLIENT KILL got the
+// policy's refusal) and integers Redis reads strictly ("+5" and "05" are
+// not integers to Redis: HELLO 03 switched protocols, CLIENT KILL ID 05
+// answered 0). Bytes compared with Redis's own, outside and inside MULTI
+// and in stream mode.
+func TestArgumentsRefusedAsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	refused := [][]string{
+		{"RESET", "x"}, {"HELLO", "03"}, {"HELLO", "+3"}, {"CLIENT", "KILL", "ID", "+5"},
+		{"CLIENT", "KILL", "ID", "05"}, {"CLIENT", "UNBLOCK", "+1"}, {"CLIENT", "LIST", "ID", "+1"},
+		{"CLIENT", "TRACKING", "ON", "REDIRECT", "+99"}, {"CLIENT", "KILL"}, {"CLIENT", "SETNAME"},
+		{"SELECT", "+1"}, {"PING", "a", "b"}, {"EXEC", "x"}, {"GET"}, {"MULTI", "x"}, {"KEYS"},
+	}
+	directAndThrough(t, rs, p, nil, nil, append(refused, []string{"CLIENT", "GETNAME"}, []string{"SET", "k", "v"}))
+	directAndThrough(t, rs, p, func() { rs.Do(t, "DEL", "k") }, nil, [][]string{
+		{"MULTI"}, {"SET", "k", "1"}, {"RESET", "x"}, {"CLIENT", "KILL"}, {"EXEC"}, {"GET", "k"},
+	})
+	directAndThrough(t, rs, p, nil, [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "ON"}},
+		[][]string{{"RESET", "x"}, {"CLIENT", "KILL", "ID", "+5"}, {"HELLO", "03"}, {"CLIENT", "KILL"}, {"PING"}})
+	directAndThrough(t, rs, p, nil, [][]string{{"SUBSCRIBE", "ch"}},
+		[][]string{{"RESET", "x"}, {"CLIENT", "KILL"}, {"PING"}})
+}
