@@ -8,7 +8,7 @@ import (
 )
 
 // Commands rproxy answers or acts on itself get Redis's answer when Redis
-// would refuse their arguments: a wrong argument count (checked first, as
+// would refuse their arguments (and accept what Redis accepts): a wrong argument count (checked first, as
 // Redis does, so RESET x did reset the session and CLIENT KILL got the
 // policy's refusal) and integers Redis reads strictly ("+5" and "05" are
 // not integers to Redis: HELLO 03 switched protocols, CLIENT KILL ID 05
@@ -22,6 +22,7 @@ func TestArgumentsRefusedAsRedis(t *testing.T) {
 		{"CLIENT", "KILL", "ID", "05"}, {"CLIENT", "UNBLOCK", "+1"}, {"CLIENT", "LIST", "ID", "+1"},
 		{"CLIENT", "TRACKING", "ON", "REDIRECT", "+99"}, {"CLIENT", "KILL"}, {"CLIENT", "SETNAME"},
 		{"SELECT", "+1"}, {"PING", "a", "b"}, {"EXEC", "x"}, {"GET"}, {"MULTI", "x"}, {"KEYS"},
+		{"CLIENT", "LIST", "ID", "0"}, {"CLIENT", "LIST", "ID", "-1"}, // integers to Redis: no one listed
 	}
 	directAndThrough(t, rs, p, nil, nil, append(refused, []string{"CLIENT", "GETNAME"}, []string{"SET", "k", "v"}))
 	directAndThrough(t, rs, p, func() { rs.Do(t, "DEL", "k") }, nil, [][]string{

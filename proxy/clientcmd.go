@@ -238,9 +238,10 @@ func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) 
 		case bytes.EqualFold(args[i], []byte("id")) && i+1 < len(args) && typ == nil:
 			for _, a := range args[i+1:] {
 				id, ok := resp.ParseInt(a)
-				if !ok || id <= 0 {
+				if !ok {
 					return nil, resp.AppendError(nil, "ERR Invalid client ID")
 				}
+				// 0 or a negative id is an integer to Redis, which lists no one for it.
 				ids = append(ids, id)
 			}
 			i = len(args)
