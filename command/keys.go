@@ -2,7 +2,8 @@ package command
 
 import (
 	"bytes"
-	"strconv"
+
+	"github.com/rproxy/rproxy/resp"
 )
 
 // Keys appends to dst the key arguments of args (args[0] is the command
@@ -85,11 +86,11 @@ func numKeys(args [][]byte, at int, dst [][]byte) ([][]byte, bool) {
 	if at >= len(args) {
 		return dst, false
 	}
-	n, err := strconv.Atoi(string(args[at]))
-	if err != nil || n < 0 || at+1+n > len(args) {
+	n, ok := resp.ParseInt(args[at]) // as Redis reads it: "+1" and "01" are no count
+	if !ok || n < 0 || n > int64(len(args)-at-1) {
 		return dst, false
 	}
-	return append(dst, args[at+1:at+1+n]...), true
+	return append(dst, args[at+1:at+1+int(n)]...), true
 }
 
 func eqFold(b []byte, s string) bool { return bytes.EqualFold(b, []byte(s)) }

@@ -62,7 +62,7 @@ func TestKeysMatchGetKeys(t *testing.T) {
 
 func TestKeysIncomplete(t *testing.T) {
 	tb := Builtin()
-	for _, c := range []string{"eval x", "eval x 3 a", "eval x -1", "zunionstore d", "migrate h p k 0 0", "get"} {
+	for _, c := range []string{"eval x", "eval x 3 a", "eval x -1", "eval x +1 k", "eval x 01 k", "fcall f +1 k", "zunionstore d", "migrate h p k 0 0", "get"} {
 		args := strings.Fields(c)
 		bargs := make([][]byte, len(args))
 		for i, a := range args {
