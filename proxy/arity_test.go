@@ -33,3 +33,28 @@ func TestArgumentsRefusedAsRedis(t *testing.T) {
 	directAndThrough(t, rs, p, nil, [][]string{{"SUBSCRIBE", "ch"}},
 		[][]string{{"RESET", "x"}, {"CLIENT", "KILL"}, {"PING"}})
 }
+
+// A CLIENT TRACKING that Redis refuses changes nothing rproxy follows of
+// the session's tracking: CLIENT GETREDIR (answered by rproxy in stream
+// mode) says what Redis would, and tracking Redis kept on is still on
+// (rproxy took a refused OFF for an OFF). Bytes compared with Redis's own.
+func TestTrackingRefusedChangesNothing(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	getredir := []string{"CLIENT", "GETREDIR"}
+	directAndThrough(t, rs, p, nil, nil, [][]string{
+		{"CLIENT", "TRACKING", "on", "BCAST", "OPTIN"}, getredir,
+		{"CLIENT", "TRACKING", "on", "REDIRECT"}, getredir,
+		{"CLIENT", "TRACKING", "on", "PREFIX", "a"}, getredir,
+		{"CLIENT", "TRACKING", "on", "OPTIN", "OPTOUT"}, getredir,
+		{"CLIENT", "TRACKING", "maybe"}, getredir,
+	})
+	directAndThrough(t, rs, p, nil, [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "on", "OPTIN"}}, [][]string{
+		{"CLIENT", "TRACKING", "off", "x"}, getredir,
+		{"CLIENT", "TRACKING", "on", "BCAST"}, getredir,
+		{"CLIENT", "TRACKING", "on", "OPTOUT"}, getredir,
+		{"CLIENT", "TRACKING", "on", "REDIRECT", "99998", "REDIRECT", "99999"}, getredir,
+		{"CLIENT", "TRACKING", "on", "NOLOOP"}, getredir,
+		{"CLIENT", "TRACKING", "off"}, getredir,
+	})
+}

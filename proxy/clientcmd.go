@@ -468,9 +468,10 @@ func slotOfServer(b backend, addr string) int {
 // Redis knows, on the server the command runs on, for a connection of that
 // session's that receives invalidations there (redirectIDOn: its pin, or
 // on a cluster a notify branch), and notes the redirection for CLIENT
-// GETREDIR. A session with no pin yet takes one on the target's pin's
+// GETREDIR unless Redis refuses the command (refused: trackingRefused,
+// asked before). A session with no pin yet takes one on the target's pin's
 // master. It returns the command to send, or the error to reply.
-func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte) {
+func (s *Server) trackingRedirect(ss *session, cmd resp.Command, refused bool) ([]byte, []byte) {
 	args := cmd.Args
 	at, target, errReply := s.redirectTarget(args)
 	if errReply != nil {
@@ -489,7 +490,7 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte
 			return nil, redirectElsewhere(target.id)
 		}
 	}
-	if len(args) > 2 {
+	if len(args) > 2 && !refused {
 		switch {
 		case bytes.EqualFold(args[2], []byte("off")):
 			ss.redirect, ss.trackBcast = -1, false
@@ -503,10 +504,80 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command) ([]byte, []byte
 	if target == nil {
 		return cmd.Raw, nil
 	}
-	ss.redirect = target.id
+	if !refused {
+		ss.redirect = target.id
+	}
 	out := slices.Clone(args)
 	out[at] = strconv.AppendInt(nil, upstreamID, 10)
 	return resp.AppendCommand(nil, out...), nil
+}
+
+// trackingRefused reports whether Redis refuses CLIENT TRACKING args (its
+// reply an error, its tracking state unchanged), as Redis 7.0's
+// clientCommand decides from the arguments and from what the session's
+// tracking is now (ss.redirect, ss.trackBcast, ss.trackingArgs): a syntax
+// error, PREFIX without BCAST, BCAST with OPTIN or OPTOUT, both OPTIN and
+// OPTOUT, two REDIRECTs, or a switch of BCAST or of OPTIN/OPTOUT while
+// tracking is on. REDIRECT's target is checked apart (redirectTarget),
+// and overlapping prefixes are not (Redis keeps a session's prefixes,
+// rproxy does not): such a command counts as accepted. rproxy follows a
+// session's tracking only through commands Redis accepts.
+func (ss *session) trackingRefused(args [][]byte) bool {
+	if len(args) < 3 {
+		return true
+	}
+	var bcast, optin, optout, redirect bool
+	prefixes := 0
+	for j := 3; j < len(args); j++ {
+		more := j+1 < len(args)
+		switch strings.ToLower(string(args[j])) {
+		case "redirect":
+			if !more || redirect {
+				return true
+			}
+			redirect = true
+			j++
+			if _, ok := resp.ParseInt(args[j]); !ok {
+				return true
+			}
+		case "bcast":
+			bcast = true
+		case "optin":
+			optin = true
+		case "optout":
+			optout = true
+		case "noloop":
+		case "prefix":
+			if !more {
+				return true
+			}
+			prefixes++
+			j++
+		default:
+			return true
+		}
+	}
+	switch strings.ToLower(string(args[2])) {
+	case "off":
+		return false
+	case "on":
+	default:
+		return true
+	}
+	if prefixes > 0 && !bcast || bcast && (optin || optout) || optin && optout {
+		return true
+	}
+	if ss.redirect != -1 { // tracking is on: its mode may not switch
+		var wasIn, wasOut bool
+		for _, a := range ss.trackingArgs {
+			wasIn = wasIn || bytes.EqualFold(a, []byte("optin"))
+			wasOut = wasOut || bytes.EqualFold(a, []byte("optout"))
+		}
+		if bcast != ss.trackBcast || optin && wasOut || optout && wasIn {
+			return true
+		}
+	}
+	return false
 }
 
 // redirectTarget finds CLIENT TRACKING's REDIRECT argument: its index and
@@ -632,9 +703,12 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		}
 		if errReply == nil {
 			var raw []byte
-			if raw, errReply = s.trackingRedirect(ss, cmd); errReply == nil {
+			refused := ss.trackingRefused(args)
+			if raw, errReply = s.trackingRedirect(ss, cmd, refused); errReply == nil {
 				ss.pinTracked = true
-				ss.trackingArgs = trackingOn(args)
+				if !refused {
+					ss.trackingArgs = trackingOn(args)
+				}
 				for i, cmd := range branchCmds { // the branches made before bcastEverywhere's
 					ss.branches[i].send([][]byte{cmd}, []bool{false})
 				}

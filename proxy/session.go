@@ -778,8 +778,9 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 	case "tracking":
 		errReply := s.bcastRedirectReaches(ss, args)
 		var raw []byte
+		refused := ss.trackingRefused(args)
 		if errReply == nil {
-			raw, errReply = s.trackingRedirect(ss, cmd)
+			raw, errReply = s.trackingRedirect(ss, cmd, refused)
 		}
 		if errReply != nil {
 			ss.reply(errReply)
@@ -787,7 +788,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		}
 		s.startStream(ss, raw)
 		ss.pinTracked = ss.pinTracked || ss.stream
-		if ss.stream {
+		if ss.stream && !refused {
 			ss.trackingArgs = trackingOn(args)
 			if refused := s.bcastEverywhere(ss, args); refused != nil {
 				// The pin refuses it too, and answers: tracking stays off.
