@@ -157,10 +157,20 @@ func (t *Table) LookupArgs(args [][]byte) *Info {
 	if info == nil || info.Subcommands == nil || len(args) < 2 {
 		return info
 	}
-	if sub := lookupIn(info.Subcommands, args[1]); sub != nil {
+	if sub := info.Subcommand(args[1]); sub != nil {
 		return sub
 	}
 	return info
+}
+
+// Subcommand finds i's subcommand of that name, case-insensitively and
+// without allocating; nil when i has none of that name (or no
+// subcommands).
+func (i *Info) Subcommand(name []byte) *Info {
+	if i.Subcommands == nil {
+		return nil
+	}
+	return lookupIn(i.Subcommands, name)
 }
 
 // lookupIn lower-cases name into a stack buffer; the map lookup with

@@ -21,7 +21,7 @@ func (st arityCheck) command(ss *session, c *call) bool {
 		if info == nil || info.Subcommands == nil || len(args) < 2 {
 			return false
 		}
-		if info = c.table.LookupArgs(args); info == c.info || arityAllows(info.Arity, len(args)) {
+		if info = info.Subcommand(args[1]); info == nil || arityAllows(info.Arity, len(args)) {
 			return false // an unknown subcommand: Redis's error, as sent
 		}
 	}

@@ -30,6 +30,9 @@ func TestArgumentsRefusedAsRedis(t *testing.T) {
 	})
 	directAndThrough(t, rs, p, nil, [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "ON"}},
 		[][]string{{"RESET", "x"}, {"CLIENT", "KILL", "ID", "+5"}, {"HELLO", "03"}, {"CLIENT", "KILL"}, {"PING"}})
+	directAndThrough(t, rs, p, func() { rs.Do(t, "DEL", "k") }, [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "ON"}}, [][]string{
+		{"MULTI"}, {"SET", "k", "1"}, {"RESET", "x"}, {"CLIENT", "KILL"}, {"EXEC"}, {"GET", "k"},
+	})
 	directAndThrough(t, rs, p, nil, [][]string{{"SUBSCRIBE", "ch"}},
 		[][]string{{"RESET", "x"}, {"CLIENT", "KILL"}, {"PING"}})
 }
