@@ -56,10 +56,15 @@ func TestRunJSONAndText(t *testing.T) {
 	if code := run(append(common, "-rate", "1000"), &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"open loop", "INTENDED send time", "kept up", "p99.9"} {
+	for _, want := range []string{"open loop", "INTENDED send time", "achieved", "p99.9"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The verdict on the rate, either way: on a loaded machine 200 ms at
+	// 1000 ops/s can fall short of 99% (make test once got 98.4%).
+	if !strings.Contains(out.String(), ": kept up") && !strings.Contains(out.String(), ": DID NOT keep up") {
+		t.Errorf("text output has no verdict on the rate:\n%s", out.String())
 	}
 	if code := run([]string{"-addr", "127.0.0.1:1", "-duration", "100ms"}, io.Discard, io.Discard); code != 1 {
 		t.Errorf("unreachable server: exit %d, want 1", code)
