@@ -790,7 +790,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		ss.pinTracked = ss.pinTracked || ss.stream
 		if ss.stream && !refused {
 			ss.trackingArgs = trackingOn(args)
-			if refused := s.bcastEverywhere(ss, args); refused != nil {
+			if refusal := s.bcastEverywhere(ss, args); refusal != nil {
 				// The pin refuses it too, and answers: tracking stays off.
 				ss.trackingArgs, ss.redirect, ss.trackBcast = nil, -1, false
 			}

@@ -14,8 +14,10 @@
 // connection, whose reply follows every invalidation the write caused.
 // While the tracking connection is down, or its probe (or a fill) comes
 // back later than Config.MaxLag, the tier is emptied and does not serve.
-// The probe runs only while the tier holds or fills something, or does
-// not serve: an idle rproxy sends Redis no PINGs (probeLoop).
+// The probe runs only while the tier is on and holds or fills something,
+// and after the tier stopped until it serves again: an idle rproxy, or
+// one whose tier is off by configuration, sends Redis no PINGs
+// (probeLoop).
 //
 // Besides GET, the tier holds the replies of the read-only single-key
 // commands that Cacheable accepts. Keys invalidated too often are not
