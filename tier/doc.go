@@ -15,9 +15,10 @@
 // While the tracking connection is down, or its probe (or a fill) comes
 // back later than Config.MaxLag, the tier is emptied and does not serve.
 // The probe runs only while the tier is on and holds or fills something,
-// and after the tier stopped until it serves again: an idle rproxy, or
-// one whose tier is off by configuration, sends Redis no PINGs
-// (probeLoop).
+// and after a stop of a tier that did, until it serves again (a tier
+// that stops while empty serves again with its connection, and its
+// first fill counts as a probe): an idle rproxy, or one whose tier is
+// off by configuration, sends Redis no PINGs (probeLoop).
 //
 // Besides GET, the tier holds the replies of the read-only single-key
 // commands that Cacheable accepts. Keys invalidated too often are not
