@@ -280,7 +280,7 @@ func TestTierStopsWithoutTracking(t *testing.T) {
 // every master from every node, caching or not.
 func TestTierProbesOnlyWhileHolding(t *testing.T) {
 	rs := redistest.Start(t)
-	p := proxytest.Start(t, rs.Addr, cacheAll, func(c *proxy.Config) { c.HotKey.MaxLag = 8 * time.Millisecond })
+	p := proxytest.Start(t, rs.Addr, cacheAll, func(c *proxy.Config) { c.HotKey.MaxLag = 20 * time.Millisecond })
 	waitServing(t, p)
 	probes := func() uint64 {
 		return histogramCount(t, p, "rproxy_hotkey_tracking_probe_seconds", nil)
@@ -293,18 +293,24 @@ func TestTierProbesOnlyWhileHolding(t *testing.T) {
 		n, _ := strconv.Atoi(m[1])
 		return n
 	}
-	// There is no event to wait for when nothing happens: the window is
-	// 50 probe intervals (2ms each), and one probe may be under way.
+	// There is no event to wait for when nothing happens: a window is 40
+	// probe intervals (5ms each), and one probe may be under way. On a
+	// loaded machine a probe may come back later than max_lag and stop the
+	// tier, which is then probed until it serves again; so one quiet window
+	// out of a few passes (before the loop waited, each had about 40).
 	idleWindow := func(when string) {
 		t.Helper()
-		p0, r0 := probes(), pings()
-		time.Sleep(100 * time.Millisecond)
-		if n := probes() - p0; n > 1 {
-			t.Errorf("%s: %d lag probes in 100ms with max_lag 8ms, want none", when, n)
+		var n uint64
+		var r int
+		for try := 0; try < 5; try++ {
+			p0, r0 := probes(), pings()
+			time.Sleep(200 * time.Millisecond)
+			n, r = probes()-p0, pings()-r0
+			if n <= 1 && r <= 1 {
+				return
+			}
 		}
-		if n := pings() - r0; n > 1 {
-			t.Errorf("%s: Redis counted %d PINGs in 100ms, want none", when, n)
-		}
+		t.Errorf("%s: %d lag probes and %d Redis PINGs in the last of 5 windows of 200ms with max_lag 20ms, want none", when, n, r)
 	}
 	idleWindow("empty tier")
 
@@ -312,7 +318,12 @@ func TestTierProbesOnlyWhileHolding(t *testing.T) {
 	c := dialClient(t, p.Addr)
 	cached(t, p, c, "c:k")
 	p0 := probes()
-	waitFor(t, "lag probes while the tier holds a key", func() bool { return probes() >= p0+5 })
+	waitFor(t, "lag probes while the tier holds a key", func() bool {
+		if st, _ := p.Server.TierStats(); st.Entries == 0 {
+			c.do("GET", "c:k") // a late probe emptied it: fill it again
+		}
+		return probes() >= p0+5
+	})
 
 	// A write through rproxy invalidates the key: the tier is empty again.
 	c.do("SET", "c:k", "w")
