@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/rproxy/rproxy/internal/proxytest"
@@ -60,4 +61,83 @@ func TestTrackingRefusedChangesNothing(t *testing.T) {
 		{"CLIENT", "TRACKING", "on", "NOLOOP"}, getredir,
 		{"CLIENT", "TRACKING", "off"}, getredir,
 	})
+}
+
+// A CLIENT TRACKING in BCAST mode whose prefixes overlap those Redis holds
+// for the session (or, for the first, one given after it) is refused by
+// Redis and changes nothing rproxy follows: GETREDIR and TRACKINGINFO's
+// redirect (answered and rewritten by rproxy) said 0 after such a refusal,
+// Redis the target's id. Prefixes accumulate across commands, so the
+// overlap may be with any earlier one, or with BCAST's "" when none was
+// given. Bytes compared with Redis's own, the target's id written <id>.
+func TestTrackingPrefixOverlapRefusedAsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	run := func(addr string, script func(id string) [][]string) string {
+		target := dialClient(t, addr)
+		id := strings.TrimSpace(strings.TrimPrefix(target.do("CLIENT", "ID"), ":"))
+		target.do("SUBSCRIBE", "__redis__:invalidate")
+		c := dialClient(t, addr)
+		return strings.ReplaceAll(c.pipeline(script(id)...), ":"+id+"\r\n", ":<id>\r\n")
+	}
+	getredir, info := []string{"CLIENT", "GETREDIR"}, []string{"CLIENT", "TRACKINGINFO"}
+	for _, script := range []func(id string) [][]string{
+		func(id string) [][]string {
+			return [][]string{
+				{"CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", "a"}, getredir,
+				{"CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "ab"}, getredir, info,
+				{"CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "c", "PREFIX", ""}, getredir,
+				{"CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "b", "PREFIX", "bx"}, getredir,
+				{"CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", "c"}, getredir, info,
+				{"CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "d", "PREFIX", "c"}, getredir, info,
+				{"CLIENT", "TRACKING", "off"}, getredir,
+				{"CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", "ab"}, getredir, info,
+			}
+		},
+		func(id string) [][]string {
+			return [][]string{
+				{"CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST"}, getredir,
+				{"CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "x"}, getredir, info,
+				{"CLIENT", "TRACKING", "on", "BCAST"}, getredir,
+			}
+		},
+	} {
+		direct, through := run(rs.Addr, script), run(p.Addr, script)
+		if direct != through {
+			t.Fatalf("replies differ\n  direct: %q\n  rproxy: %q", direct, through)
+		}
+		if !strings.Contains(direct, "overlaps with an existing prefix") {
+			t.Fatalf("no overlap refused: %q", direct)
+		}
+	}
+}
+
+// Redis 7.0 answers a CLIENT TRACKING on BCAST whose prefixes after the
+// first overlap one another with its error and then +OK, two replies to
+// one command (redis/redis#15073), and tracks them. rproxy answers the
+// error alone, as later Redis does, and tracking stays as it was: the
+// client's replies stay in step, pipelined, before and in stream mode.
+func TestTrackingPrefixOverlapAnsweredOnce(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	overlapErr := "-ERR Prefix 'pb' overlaps with another provided prefix 'pbx'. Prefixes for a single client must not overlap.\r\n"
+	trackingOff := "*6\r\n$5\r\nflags\r\n*1\r\n$3\r\noff\r\n$8\r\nredirect\r\n:-1\r\n$8\r\nprefixes\r\n*0\r\n"
+	trackingA := "*6\r\n$5\r\nflags\r\n*2\r\n$2\r\non\r\n$5\r\nbcast\r\n$8\r\nredirect\r\n:0\r\n$8\r\nprefixes\r\n*1\r\n$1\r\na\r\n"
+	for _, tc := range []struct {
+		setup [][]string
+		info  string
+	}{
+		{nil, trackingOff},
+		{[][]string{{"CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "a"}}, trackingA},
+	} {
+		c := dialClient(t, p.Addr)
+		for _, cmd := range tc.setup {
+			c.do(cmd...)
+		}
+		got := c.pipeline([]string{"PING"}, []string{"CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "zz", "PREFIX", "pb", "PREFIX", "pbx"},
+			[]string{"PING", "after"}, []string{"CLIENT", "TRACKINGINFO"})
+		if want := "+PONG\r\n" + overlapErr + "$5\r\nafter\r\n" + tc.info; got != want {
+			t.Fatalf("after %q:\n got  %q\n want %q", tc.setup, got, want)
+		}
+	}
 }

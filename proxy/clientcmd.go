@@ -493,11 +493,24 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command, refused bool) (
 	if len(args) > 2 && !refused {
 		switch {
 		case bytes.EqualFold(args[2], []byte("off")):
-			ss.redirect, ss.trackBcast = -1, false
+			ss.redirect, ss.trackBcast, ss.trackPrefixes = -1, false, nil
 		case bytes.EqualFold(args[2], []byte("on")):
 			ss.redirect, ss.trackBcast = 0, false
 			for _, a := range args[3:] {
 				ss.trackBcast = ss.trackBcast || bytes.EqualFold(a, []byte("bcast"))
+			}
+			if !ss.trackBcast {
+				ss.trackPrefixes = nil
+				break
+			}
+			prefixes := trackingPrefixes(args)
+			if len(prefixes) == 0 {
+				prefixes = [][]byte{{}} // Redis's prefix for BCAST alone
+			}
+			for _, p := range prefixes {
+				if !slices.ContainsFunc(ss.trackPrefixes, func(q []byte) bool { return bytes.Equal(p, q) }) {
+					ss.trackPrefixes = append(ss.trackPrefixes, bytes.Clone(p))
+				}
 			}
 		}
 	}
@@ -515,13 +528,13 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command, refused bool) (
 // trackingRefused reports whether Redis refuses CLIENT TRACKING args (its
 // reply an error, its tracking state unchanged), as Redis 7.0's
 // clientCommand decides from the arguments and from what the session's
-// tracking is now (ss.redirect, ss.trackBcast, ss.trackingArgs): a syntax
-// error, PREFIX without BCAST, BCAST with OPTIN or OPTOUT, both OPTIN and
-// OPTOUT, two REDIRECTs, or a switch of BCAST or of OPTIN/OPTOUT while
-// tracking is on. REDIRECT's target is checked apart (redirectTarget),
-// and overlapping prefixes are not (Redis keeps a session's prefixes,
-// rproxy does not): such a command counts as accepted. rproxy follows a
-// session's tracking only through commands Redis accepts.
+// tracking is now (ss.redirect, ss.trackBcast, ss.trackingArgs,
+// ss.trackPrefixes): a syntax error, PREFIX without BCAST, BCAST with
+// OPTIN or OPTOUT, both OPTIN and OPTOUT, two REDIRECTs, a switch of BCAST
+// or of OPTIN/OPTOUT while tracking is on, or a prefix that overlaps one
+// Redis holds (either starts the other) or, for the first prefix given,
+// one given after it. REDIRECT's target is checked apart (redirectTarget).
+// rproxy follows a session's tracking only through commands Redis accepts.
 func (ss *session) trackingRefused(args [][]byte) bool {
 	if len(args) < 3 {
 		return true
@@ -577,7 +590,81 @@ func (ss *session) trackingRefused(args [][]byte) bool {
 			return true
 		}
 	}
+	if bcast {
+		return prefixesCollide(ss.trackPrefixes, trackingPrefixes(args))
+	}
 	return false
+}
+
+// prefixesCollide reports whether Redis 7.0 refuses BCAST tracking of
+// prefixes given held (checkPrefixCollisionsOrReply): a prefix overlaps
+// one held, or the first overlaps one given after it. Redis 7.0 answers an
+// overlap among the prefixes after the first with its error and +OK both,
+// tracking on: rproxy answers that command itself (trackingOverlapReply).
+func prefixesCollide(held, prefixes [][]byte) bool {
+	for i, p := range prefixes {
+		if slices.ContainsFunc(held, func(h []byte) bool { return prefixesOverlap(h, p) }) {
+			return true
+		}
+		if slices.ContainsFunc(prefixes[i+1:], func(q []byte) bool { return prefixesOverlap(p, q) }) {
+			return i == 0
+		}
+	}
+	return false
+}
+
+// prefixesOverlap reports whether one of a and b starts the other: a key
+// under both would be announced twice.
+func prefixesOverlap(a, b []byte) bool {
+	n := min(len(a), len(b))
+	return bytes.Equal(a[:n], b[:n])
+}
+
+// trackingOverlapReply is rproxy's answer to a CLIENT TRACKING on BCAST
+// that Redis accepts (refused: trackingRefused's verdict) but for two of
+// its prefixes after the first that overlap: Redis 7.0 replies its error
+// and then +OK, two replies to one command that put a client's replies out
+// of step, and turns tracking on with them; later Redis refuses it
+// (redis/redis#15073). rproxy answers Redis's error alone and sends
+// nothing. nil: the command goes to Redis.
+func (s *Server) trackingOverlapReply(args [][]byte, refused bool) []byte {
+	if refused || !bcastOn(args) {
+		return nil
+	}
+	if _, _, errReply := s.redirectTarget(args); errReply != nil {
+		return nil // Redis checks the target first
+	}
+	cString := func(b []byte) string { // as Redis's %s prints it
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			b = b[:i]
+		}
+		return string(b)
+	}
+	prefixes := trackingPrefixes(args)
+	for i, p := range prefixes {
+		for _, q := range prefixes[i+1:] {
+			if prefixesOverlap(p, q) {
+				return resp.AppendError(nil, "ERR Prefix '"+cString(p)+"' overlaps with another provided prefix '"+
+					cString(q)+"'. Prefixes for a single client must not overlap.")
+			}
+		}
+	}
+	return nil
+}
+
+// trackingPrefixes returns the prefixes CLIENT TRACKING args give.
+func trackingPrefixes(args [][]byte) [][]byte {
+	var prefixes [][]byte
+	for j := 3; j+1 < len(args); j++ {
+		switch {
+		case bytes.EqualFold(args[j], []byte("prefix")):
+			prefixes = append(prefixes, args[j+1])
+			j++
+		case bytes.EqualFold(args[j], []byte("redirect")):
+			j++
+		}
+	}
+	return prefixes
 }
 
 // redirectTarget finds CLIENT TRACKING's REDIRECT argument: its index and
@@ -694,7 +781,12 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	case bytes.EqualFold(args[1], []byte("tracking")):
 		// The branches it would make first: Redis's refusal there is the
 		// answer, and nothing has changed.
-		branchCmds, errReply := s.trackingOnBranches(ss, args)
+		refused := ss.trackingRefused(args)
+		errReply := s.trackingOverlapReply(args, refused)
+		var branchCmds [][]byte
+		if errReply == nil {
+			branchCmds, errReply = s.trackingOnBranches(ss, args)
+		}
 		if errReply == nil {
 			errReply = s.bcastRedirectReaches(ss, args)
 		}
@@ -703,11 +795,10 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		}
 		if errReply == nil {
 			var raw []byte
-			refused := ss.trackingRefused(args)
 			if raw, errReply = s.trackingRedirect(ss, cmd, refused); errReply == nil {
 				ss.pinTracked = true
 				if !refused {
-					ss.trackingArgs = trackingOn(args)
+					ss.trackingArgs = ss.branchTrackingArgs(args)
 				}
 				for i, cmd := range branchCmds { // the branches made before bcastEverywhere's
 					ss.branches[i].send([][]byte{cmd}, []bool{false})

@@ -353,7 +353,7 @@ func (s *Server) leaveStream(ss *session) {
 	// the session instead (session.pinTracked).
 	s.backToShared(ss)
 	s.resetSession(ss)
-	ss.redirect, ss.trackBcast, ss.role = -1, false, 0
+	ss.redirect, ss.trackBcast, ss.trackPrefixes, ss.role = -1, false, nil, 0
 	ss.trackingArgs, ss.lastCaching = nil, nil // a later stream's branches must not track
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)

@@ -94,6 +94,9 @@ type session struct {
 	pinDirty   bool                               // a command other than a blocking one ran on pin: it is reset when released
 	redirect   int64                              // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
 	trackBcast bool                               // CLIENT TRACKING on in BCAST mode
+	// trackPrefixes: in BCAST mode, the prefixes Redis holds for the
+	// session ("" for none given); each CLIENT TRACKING on adds to them.
+	trackPrefixes [][]byte
 	// The channels, patterns and shard channels subscribed, by kind
 	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
 	subscribed map[byte]map[string]struct{}
@@ -776,9 +779,12 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		// Read-only or server-wide: safe on a shared connection.
 		ss.forward(cmd.Raw)
 	case "tracking":
-		errReply := s.bcastRedirectReaches(ss, args)
-		var raw []byte
 		refused := ss.trackingRefused(args)
+		errReply := s.trackingOverlapReply(args, refused)
+		if errReply == nil {
+			errReply = s.bcastRedirectReaches(ss, args)
+		}
+		var raw []byte
 		if errReply == nil {
 			raw, errReply = s.trackingRedirect(ss, cmd, refused)
 		}
@@ -789,10 +795,10 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		s.startStream(ss, raw)
 		ss.pinTracked = ss.pinTracked || ss.stream
 		if ss.stream && !refused {
-			ss.trackingArgs = trackingOn(args)
+			ss.trackingArgs = ss.branchTrackingArgs(args)
 			if refusal := s.bcastEverywhere(ss, args); refusal != nil {
 				// The pin refuses it too, and answers: tracking stays off.
-				ss.trackingArgs, ss.redirect, ss.trackBcast = nil, -1, false
+				ss.trackingArgs, ss.redirect, ss.trackBcast, ss.trackPrefixes = nil, -1, false, nil
 			}
 		}
 	case "reply", "caching", "no-evict", "no-touch":

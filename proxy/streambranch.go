@@ -643,6 +643,35 @@ func (ss *session) noteCaching(args [][]byte, raw []byte) {
 	}
 }
 
+// branchTrackingArgs returns the arguments of a CLIENT TRACKING that turns
+// tracking on as args leave it, for a new branch (nil: args turn it off):
+// in BCAST mode with every prefix Redis holds for the session
+// (ss.trackPrefixes, updated from args before), not only args' own.
+func (ss *session) branchTrackingArgs(args [][]byte) [][]byte {
+	out := trackingOn(args)
+	if out == nil || !ss.trackBcast {
+		return out
+	}
+	kept := append(make([][]byte, 0, len(out)+2*len(ss.trackPrefixes)), out[:3]...)
+	for j := 3; j < len(out); j++ {
+		switch {
+		case bytes.EqualFold(out[j], []byte("prefix")) && j+1 < len(out):
+			j++
+		case bytes.EqualFold(out[j], []byte("redirect")) && j+1 < len(out):
+			kept = append(kept, out[j], out[j+1])
+			j++
+		default:
+			kept = append(kept, out[j])
+		}
+	}
+	for _, p := range ss.trackPrefixes {
+		if len(p) > 0 {
+			kept = append(kept, []byte("PREFIX"), bytes.Clone(p))
+		}
+	}
+	return kept
+}
+
 // trackingOn returns the arguments of a CLIENT TRACKING that turns
 // tracking on, for a branch (nil: args turn it off).
 func trackingOn(args [][]byte) [][]byte {

@@ -1120,3 +1120,35 @@ func TestClusterMonitorSeesEveryMaster(t *testing.T) {
 		return true
 	})
 }
+
+// TestClusterBcastPrefixesAccumulate: on a cluster, prefixes given in
+// several CLIENT TRACKING on BCAST commands all hold on every master, and
+// one that overlaps an earlier one, or prefixes that overlap one another,
+// get a single refusal and change nothing: writes under each accepted prefix, on every master,
+// reach the client once.
+func TestClusterBcastPrefixesAccumulate(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p, aKeys, w := keysPerMasterThrough(t, cl, "pa")
+	bKeys, _ := keyPerMaster(t, cl, "pb")
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	for _, step := range []struct{ prefixes, want string }{
+		{"pa", "+OK\r\n"},
+		{"pab", "-ERR Prefix 'pab' overlaps with an existing prefix 'pa'. Prefixes for a single client must not overlap.\r\n"},
+		// Redis 7.0 answers this one twice, error and +OK; rproxy once.
+		{"zz pc pcx", "-ERR Prefix 'pc' overlaps with another provided prefix 'pcx'. Prefixes for a single client must not overlap.\r\n"},
+		{"pb", "+OK\r\n"},
+	} {
+		cmd := []string{"CLIENT", "TRACKING", "on", "BCAST"}
+		for _, prefix := range strings.Fields(step.prefixes) {
+			cmd = append(cmd, "PREFIX", prefix)
+		}
+		if r := c.do(cmd...); r != step.want {
+			t.Fatalf("%q = %q, want %q", cmd, r, step.want)
+		}
+	}
+	if r := c.do("PING"); r != "+PONG\r\n" {
+		t.Fatalf("PING after the refusal: %q", r)
+	}
+	writesInvalidate(t, c, w, append(aKeys, bKeys...))
+}
