@@ -20,7 +20,7 @@ func TestArgumentsRefusedAsRedis(t *testing.T) {
 	p := proxytest.Start(t, rs.Addr)
 	refused := [][]string{
 		{"RESET", "x"}, {"HELLO", "03"}, {"HELLO", "+3"}, {"CLIENT", "KILL", "ID", "+5"},
-		{"CLIENT", "KILL", "ID", "05"}, {"CLIENT", "UNBLOCK", "+1"}, {"CLIENT", "LIST", "ID", "+1"},
+		{"CLIENT", "KILL", "ID", "05"}, {"CLIENT", "UNBLOCK", "+1"}, {"CLIENT", "UNBLOCK", "k", "v"}, {"CLIENT", "LIST", "ID", "+1"},
 		{"CLIENT", "TRACKING", "ON", "REDIRECT", "+99"}, {"CLIENT", "KILL"}, {"CLIENT", "SETNAME"},
 		{"SELECT", "+1"}, {"PING", "a", "b"}, {"EXEC", "x"}, {"GET"}, {"MULTI", "x"}, {"KEYS"},
 		{"CLIENT", "LIST", "ID", "0"}, {"CLIENT", "LIST", "ID", "-1"}, // integers to Redis: no one listed

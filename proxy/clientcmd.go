@@ -421,13 +421,14 @@ func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 		ss.forwardInMode(cmd.Raw) // Redis's arity error
 		return
 	}
+	// Redis reads the reason before the id.
+	if len(args) == 4 && !bytes.EqualFold(args[3], []byte("timeout")) && !bytes.EqualFold(args[3], []byte("error")) {
+		ss.replyInMode([]byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
+		return
+	}
 	id, ok := resp.ParseInt(args[2])
 	if !ok {
 		ss.replyInMode([]byte("-ERR value is not an integer or out of range\r\n"))
-		return
-	}
-	if len(args) == 4 && !bytes.EqualFold(args[3], []byte("timeout")) && !bytes.EqualFold(args[3], []byte("error")) {
-		ss.replyInMode([]byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
 		return
 	}
 	var upstreamID int64
