@@ -259,13 +259,19 @@ func queuedAsOnRedis(info *command.Info, args [][]byte) bool {
 // have refused them (an ACL without the channel), and then Redis would run
 // what rproxy would have answered (CLIENT KILL on every connection, AUTH).
 // A modeProbe asks (redisSubscribed), once until the next unsubscribe;
-// outside the mode the command goes on through the chain. The policy's
+// outside the mode the command goes on through the chain. On a cluster, a
+// command whose keys are on another master than the pin's gets that
+// refusal from rproxy once the mode is confirmed (keysElsewhere). The policy's
 // refusals come first. AUTH and HELLO's AUTH go without their credentials
 // all the same (withoutCredentials).
 type subscribedContext struct{ s *Server }
 
 func (st subscribedContext) command(ss *session, c *call) bool {
-	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) || !actedOnInStream(c, st.s.routing != nil) {
+	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) {
+		return false // Redis runs it
+	}
+	elsewhere := st.keysElsewhere(ss, c)
+	if !elsewhere && !actedOnInStream(c, st.s.routing != nil) {
 		return false // sent as it came either way: Redis runs or refuses it
 	}
 	if ss.inTransaction() || !ss.streamAnswered() {
@@ -291,8 +297,32 @@ func (st subscribedContext) command(ss *session, c *call) bool {
 		}
 		ss.subscribedSure = true
 	}
+	if elsewhere {
+		ss.substituteInStream(notInSubscribedContext(st.s.table.Load().LookupArgs(c.cmd.Args)))
+		return true
+	}
 	ss.streamCmds = append(ss.streamCmds, withoutCredentials(c.cmd))
 	return true
+}
+
+// keysElsewhere reports whether, on a cluster upstream, c's keys are in
+// one slot of another master than the pin's: Redis would answer MOVED
+// before it refuses the command in the mode, where the one node the
+// facade shows would refuse it. Keys in several slots get CROSSSLOT there
+// too, first, as on a cluster node.
+func (st subscribedContext) keysElsewhere(ss *session, c *call) bool {
+	if st.s.routing == nil || c.info == nil || ss.pinPool == nil {
+		return false
+	}
+	pool, keys := st.s.keysMaster(ss, c.info, c.cmd.Args)
+	return keys == keysOneSlot && !samePool(pool, ss.pinPool)
+}
+
+// notInSubscribedContext is Redis's refusal of a command in RESP2's
+// subscribed mode; info is the command's or its subcommand's, whose name
+// Redis gives in full ("object|encoding").
+func notInSubscribedContext(info *command.Info) []byte {
+	return resp.AppendError(nil, "ERR Can't execute '"+info.Name+"': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
 }
 
 // isClientReply reports whether c is CLIENT REPLY.

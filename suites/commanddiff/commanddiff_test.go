@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // seed is the data every case starts from: one key of each type, no
@@ -61,99 +63,146 @@ var notCompared = map[string]string{
 // design: the policy's refusals (docs/policy.md), and inside MULTI the
 // commands rproxy answers itself (AUTH, CLIENT's, the SUBSCRIBE family),
 // which it refuses there, aborting the transaction (docs/commands.md).
-func allowed(through string) bool {
+func allowed(_ [][]string, through string) bool {
 	return strings.Contains(through, "-DENIED ") || strings.Contains(through, " inside MULTI is not supported through rproxy ")
+}
+
+// startProxy starts rproxy in front of upstream with the shipped policy,
+// whose refusals are allowed, and the tier off: the cases write to Redis
+// directly before reading through rproxy, and the tier is coherent with
+// such writes only once the invalidation arrives (docs/hotkeys.md).
+func startProxy(t *testing.T, upstream string, opts ...func(*proxy.Config)) *proxytest.Proxy {
+	return proxytest.Start(t, upstream, append([]func(*proxy.Config){func(c *proxy.Config) {
+		c.HotKey.Tier = false
+		shipped := policy.DefaultConfig()
+		c.Policy = &shipped
+	}}, opts...)...)
 }
 
 func TestEveryCommandAsRedis(t *testing.T) {
 	rs := redistest.Start(t)
-	// The shipped policy, whose refusals are allowed; the tier off: the cases write to Redis directly before reading
-	// through rproxy, and the tier is coherent with such writes only after
-	// the invalidation arrives (docs/hotkeys.md).
-	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
-		c.HotKey.Tier = false
-		shipped := policy.DefaultConfig()
-		c.Policy = &shipped
-	})
-	admin := dial(t, rs.Addr)
-	reset := func() {
-		if _, err := admin.run(seed); err != nil {
+	p := startProxy(t, rs.Addr)
+	reset := resetter(t, []string{rs.Addr}, rs.Addr)
+	compareEveryCommand(t, rs.Addr, p.Addr, reset, reset, allNames(t, rs.Addr), allowed, allVariants)
+}
+
+// resetter returns what puts the servers at addrs back to the seed data
+// (written through via) before a case.
+func resetter(t *testing.T, addrs []string, via string) func() {
+	admins := make([]*conn, len(addrs))
+	for i, a := range addrs {
+		admins[i] = dial(t, a)
+	}
+	writer := dial(t, via)
+	return func() {
+		for _, admin := range admins {
+			if _, err := admin.run(seed[:3]); err != nil {
+				t.Fatalf("flushing: %v", err)
+			}
+		}
+		if _, err := writer.run(seed[3 : len(seed)-1]); err != nil {
 			t.Fatalf("seeding: %v", err)
 		}
-		// A subscriber of an earlier case may not have left yet: Redis
-		// drops a connection's subscriptions once it reads its close.
-		for deadline := time.Now().Add(2 * time.Second); ; {
-			r, err := admin.run([][]string{{"PUBSUB", "CHANNELS"}, {"PUBSUB", "NUMPAT"}, {"PUBSUB", "SHARDCHANNELS"}})
-			if err != nil {
-				t.Fatalf("PUBSUB: %v", err)
+		for _, admin := range admins {
+			if _, err := admin.run(seed[len(seed)-1:]); err != nil {
+				t.Fatalf("deleting users: %v", err)
 			}
-			if string(bytes.Join(r, nil)) == "*0\r\n:0\r\n*0\r\n" {
-				break
+			// A subscriber of an earlier case may not have left yet: Redis
+			// drops a connection's subscriptions once it reads its close.
+			for deadline := time.Now().Add(2 * time.Second); ; {
+				r, err := admin.run([][]string{{"PUBSUB", "CHANNELS"}, {"PUBSUB", "NUMPAT"}, {"PUBSUB", "SHARDCHANNELS"}})
+				if err != nil {
+					t.Fatalf("PUBSUB: %v", err)
+				}
+				if string(bytes.Join(r, nil)) == "*0\r\n:0\r\n*0\r\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("subscriptions of an earlier case still held: %q", r)
+				}
+				time.Sleep(time.Millisecond)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("subscriptions of an earlier case still held: %q", r)
-			}
-			time.Sleep(time.Millisecond)
 		}
 	}
-	list, err := admin.run([][]string{{"COMMAND", "LIST"}})
+}
+
+// allNames returns the names in Redis's command table, subcommands as
+// "container|sub", but those notCompared.
+func allNames(t *testing.T, addr string) []string {
+	list, err := dial(t, addr).run([][]string{{"COMMAND", "LIST"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	names, err := resp.Parse(list[0])
-	if err != nil || len(names.Elems) < 200 {
-		t.Fatalf("COMMAND LIST: %d names (%v)", len(names.Elems), err)
+	v, err := resp.Parse(list[0])
+	if err != nil || len(v.Elems) < 200 {
+		t.Fatalf("COMMAND LIST: %d names (%v)", len(v.Elems), err)
 	}
-	compared, failures, byDesign := 0, 0, 0
-	for _, n := range names.Elems {
+	var names []string
+	for _, n := range v.Elems {
 		name := string(n.Str)
-		if _, skip := notCompared[name]; skip {
-			continue
+		_, skip := notCompared[name]
+		_, skipAll := notCompared[strings.Split(name, "|")[0]]
+		if !skip && !skipAll {
+			names = append(names, name)
 		}
-		if _, skip := notCompared[strings.Split(name, "|")[0]]; skip {
-			continue
-		}
+	}
+	return names
+}
+
+// variant is one way to send a command: in RESP3 (after HELLO 3) or not,
+// and the command lines around it.
+type variant struct {
+	resp3  bool
+	script [][]string
+}
+
+// allVariants sends cmd, the i-th of its argument lists, in RESP2 and in
+// RESP3; inside MULTI and from a script in each in turn; in stream mode
+// (tracking on); in RESP2's subscribed mode.
+func allVariants(cmd []string, i int) []variant {
+	return []variant{
+		{false, [][]string{cmd, {"PING", "next"}}}, {true, [][]string{cmd, {"PING", "next"}}},
+		{i%2 == 1, [][]string{{"MULTI"}, cmd, {"EXEC"}, {"PING", "next"}}},
+		{i%2 == 0, [][]string{append([]string{"EVAL", "return redis.pcall(unpack(ARGV))", "0"}, cmd...), {"PING", "next"}}},
+		{true, [][]string{{"CLIENT", "TRACKING", "on"}, cmd, {"PING", "next"}}},
+		{false, [][]string{{"SUBSCRIBE", "ch"}, cmd, {"PING", "next"}}},
+	}
+}
+
+// compareEveryCommand sends each command of names with each argument
+// list, in each of variants' ways, to direct and to through, each after
+// its reset, and fails on replies that differ but where allowed says so.
+func compareEveryCommand(t *testing.T, direct, through string, resetDirect, resetThrough func(), names []string,
+	allowed func(script [][]string, through string) bool, variants func([]string, int) []variant) {
+	compared, failures, byDesign := 0, 0, 0
+	for _, name := range names {
 		for i, args := range argLists {
 			cmd := append(strings.Split(name, "|"), args...)
-			// In RESP2 and in RESP3; inside MULTI and from a script in
-			// each in turn; in stream mode (tracking on); in RESP2's
-			// subscribed mode.
-			multi := [][]string{{"MULTI"}, cmd, {"EXEC"}, {"PING", "next"}}
-			script := [][]string{append([]string{"EVAL", "return redis.pcall(unpack(ARGV))", "0"}, cmd...), {"PING", "next"}}
-			variants := []struct {
-				resp3  bool
-				script [][]string
-			}{
-				{false, [][]string{cmd, {"PING", "next"}}}, {true, [][]string{cmd, {"PING", "next"}}},
-				{i%2 == 1, multi}, {i%2 == 0, script},
-				{true, [][]string{{"CLIENT", "TRACKING", "on"}, cmd, {"PING", "next"}}},
-				{false, [][]string{{"SUBSCRIBE", "ch"}, cmd, {"PING", "next"}}},
-			}
-			for _, v := range variants {
+			for _, v := range variants(cmd, i) {
 				script := v.script
 				if v.resp3 {
 					script = append([][]string{{"HELLO", "3"}}, script...)
 				}
-				reset()
-				direct := replies(t, rs.Addr, script, v.resp3)
-				reset()
-				through := replies(t, p.Addr, script, v.resp3)
+				resetDirect()
+				want := replies(t, direct, script, v.resp3)
+				resetThrough()
+				got := replies(t, through, script, v.resp3)
 				compared++
-				if direct == through {
+				if want == got {
 					continue
 				}
-				if allowed(through) {
+				if allowed(script, got) {
 					byDesign++
 					continue
 				}
 				failures++
 				if failures <= 20 {
-					t.Errorf("%q:\n  direct: %.300q\n  rproxy: %.300q", script, direct, through)
+					t.Errorf("%q:\n  direct: %.300q\n  rproxy: %.300q", script, want, got)
 				}
 			}
 		}
 	}
-	t.Logf("%d command lines compared: %d differ by design (refused), %d otherwise", compared, byDesign, failures)
+	t.Logf("%d command lines compared: %d differ by design, %d otherwise", compared, byDesign, failures)
 	if compared < 10000 {
 		t.Fatalf("only %d command lines compared", compared)
 	}
@@ -222,3 +271,60 @@ var errTimeout = &timeoutError{}
 type timeoutError struct{}
 
 func (*timeoutError) Error() string { return "no reply within a second" }
+
+// notComparedOnCluster are the commands left out on a cluster upstream, and
+// why, besides notCompared.
+var notComparedOnCluster = map[string]string{
+	"cluster":  "rproxy's one-node facade (docs/cluster.md)",
+	"readonly": "a cluster command: one Redis refuses it", "readwrite": "as readonly", "asking": "as readonly",
+	"scan":    "walks the masters one after the other: another order",
+	"command": "the table of other servers than the one direct, in another order",
+	"dbsize":  "inside MULTI, the transaction's master's count (docs/cluster.md); outside, summed (proxy/cluster_test.go)",
+}
+
+// allowedOnCluster: what allowed says, a cluster's own answers
+// (docs/cluster.md): keys in several slots, and commands a cluster
+// refuses; and what is not done yet: a shard channel of another master in a
+// session subscribed or tracking, which runs on one master.
+func allowedOnCluster(script [][]string, through string) bool {
+	sharded := slices.ContainsFunc(script, func(cmd []string) bool { return cmd[0] == "ssubscribe" || cmd[0] == "sunsubscribe" })
+	return allowed(script, through) || strings.Contains(through, "-CROSSSLOT Keys in request don't hash to the same slot") ||
+		strings.Contains(through, " is not allowed in cluster mode") ||
+		sharded && strings.Contains(through, " is on another master than this connection's: in pub/sub, tracking or MONITOR mode")
+}
+
+// clusterVariants is allVariants but scripts, which on a cluster reach only
+// their master's keys (a keyless one runs on any master), and plain RESP3,
+// the same path as plain RESP2 there (the time goes to the other cases).
+func clusterVariants(cmd []string, i int) []variant {
+	var out []variant
+	for _, v := range allVariants(cmd, i) {
+		if v.script[0][0] != "EVAL" && (!v.resp3 || len(v.script) > 2) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// On a 3-master cluster rproxy shows one node: every command gets the
+// bytes one Redis sends, but where a cluster answers otherwise.
+func TestEveryCommandOnClusterAsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	cl := redistest.StartCluster(t, 3, 0)
+	seeds := cl.Seeds()
+	p := startProxy(t, seeds[0], func(c *proxy.Config) {
+		c.Cluster = &upstream.ClusterConfig{Seeds: seeds, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
+	})
+	var masters []string
+	for _, m := range cl.Masters() {
+		masters = append(masters, m.Addr)
+	}
+	var names []string
+	for _, name := range allNames(t, rs.Addr) {
+		if _, skip := notComparedOnCluster[strings.Split(name, "|")[0]]; !skip {
+			names = append(names, name)
+		}
+	}
+	compareEveryCommand(t, rs.Addr, p.Addr, resetter(t, []string{rs.Addr}, rs.Addr), resetter(t, masters, p.Addr),
+		names, allowedOnCluster, clusterVariants)
+}
