@@ -103,8 +103,8 @@ func (a *authenticating) auth(ss *session, cmd resp.Command) {
 		user, pass = []byte("default"), args[1]
 	case 3:
 		user, pass = args[1], args[2]
-	default:
-		ss.replyInMode([]byte("-ERR wrong number of arguments for 'auth' command\r\n"))
+	default: // more: fewer fail the arity check first
+		ss.replyInMode([]byte("-ERR syntax error\r\n"))
 		return
 	}
 	if a.passthrough {

@@ -258,14 +258,15 @@ func TestAuthFailuresCountedAndRateLimited(t *testing.T) {
 	}
 }
 
-// Passthrough AUTH as Redis: the one-argument form is judged as sent, AUTH
+// Passthrough AUTH as Redis: the one-argument form is judged as sent, more
+// than two arguments are a syntax error (rproxy said wrong number), AUTH
 // works on a session in another database, a deleted user's sessions are
 // closed (Redis closes its own), and the user re-created logs in again.
 func TestAuthPassthroughAsRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.AuthPassthrough = true })
 	direct, proxied := dialClient(t, rs.Addr), dialClient(t, p.Addr)
-	for _, st := range [][]string{{"AUTH", "pw"}, {"AUTH", "default", "pw"}} {
+	for _, st := range [][]string{{"AUTH", "pw"}, {"AUTH", "default", "pw"}, {"AUTH", "a", "b", "c"}} {
 		if d, pr := direct.do(st...), proxied.do(st...); d != pr {
 			t.Errorf("%q: direct %q, rproxy %q", st, d, pr)
 		}
