@@ -1,8 +1,9 @@
 // Package commanddiff_test sends every command of Redis's own command table,
 // with a fixed set of argument lists, to Redis directly and through rproxy,
-// and compares the bytes: plain in RESP2 and RESP3, and inside MULTI. Each
-// case starts from the same data and ends with a PING, so a reply out of
-// step shows too. It is the systematic half of the transparency checks
+// and compares the bytes: in RESP2 and RESP3, inside MULTI, from a script,
+// in stream mode and in RESP2's subscribed mode; on one Redis, on a cluster
+// and in auth.mode passthrough. Each case starts from the same data and
+// ends with a PING, so a reply out of step shows too. It is the systematic half of the transparency checks
 // (docs/suites.md): Redis's Tcl suite and the client suites run what their
 // authors thought of; this runs what nobody did, wrong arguments included.
 package commanddiff_test
@@ -10,6 +11,7 @@ package commanddiff_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"net"
 	"slices"
 	"strings"
@@ -24,16 +26,19 @@ import (
 	"github.com/rproxy/rproxy/upstream"
 )
 
-// seed is the data every case starts from: one key of each type, no
-// scripts, functions or users.
-var seed = [][]string{
-	{"FLUSHALL"}, {"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"},
-	{"SET", "k", "v"}, {"RPUSH", "l", "a", "b", "c"}, {"HSET", "h", "f", "1", "g", "2"},
-	{"ZADD", "z", "1", "a", "2", "b"}, {"SADD", "s", "a", "b"}, {"XADD", "x", "1-1", "f", "v"},
-	{"SET", "n", "10"}, {"PFADD", "hl", "a"}, {"GEOADD", "g", "13.36", "38.11", "p"},
-	// The users an ACL SETUSER of an earlier case may have made.
-	{"ACL", "DELUSER", "k", "l", "h", "z", "x", "1", "+1", "abc", "s", "n", "g", "hl"},
-}
+// Every case starts from the same state: no keys, scripts or functions
+// (flush, on each server), one key of each type (data, which on a cluster
+// goes through rproxy to its master), and no user an ACL SETUSER of an
+// earlier case made (users, on each server).
+var (
+	flush = [][]string{{"FLUSHALL"}, {"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}}
+	data  = [][]string{
+		{"SET", "k", "v"}, {"RPUSH", "l", "a", "b", "c"}, {"HSET", "h", "f", "1", "g", "2"},
+		{"ZADD", "z", "1", "a", "2", "b"}, {"SADD", "s", "a", "b"}, {"XADD", "x", "1-1", "f", "v"},
+		{"SET", "n", "10"}, {"PFADD", "hl", "a"}, {"GEOADD", "g", "13.36", "38.11", "p"},
+	}
+	users = [][]string{{"ACL", "DELUSER", "k", "l", "h", "z", "x", "1", "+1", "abc", "s", "n", "g", "hl"}}
+)
 
 // argLists are the arguments each command is tried with: none, keys of
 // each type, integers Redis reads strictly, too many.
@@ -56,7 +61,9 @@ var notCompared = map[string]string{
 	"hello":       "ids",
 	"acl|genpass": "random", "acl|log": "entries from other cases", "config|set": "changes Redis",
 	"memory": "allocator figures", "latency": "timings", "slowlog": "timings", "object|idletime": "the clock",
-	"object|freq": "the clock", "scan": "its order once past the first keys depends on how far Redis's incremental rehash has gone, which its cron advances with time", "script|debug": "Redis refuses it when more commands are in its buffer, which depends on how they arrive",
+	"object|freq":  "the clock",
+	"scan":         "its order past the first keys follows how far Redis's incremental rehash has gone, which its cron advances with time",
+	"script|debug": "Redis refuses it when more commands are in its buffer, which depends on how they arrive",
 }
 
 // allowed reports whether rproxy's replies may differ from Redis's by
@@ -96,15 +103,15 @@ func resetter(t *testing.T, addrs []string, via string) func() {
 	writer := dial(t, via)
 	return func() {
 		for _, admin := range admins {
-			if _, err := admin.run(seed[:3]); err != nil {
+			if _, err := admin.run(flush); err != nil {
 				t.Fatalf("flushing: %v", err)
 			}
 		}
-		if _, err := writer.run(seed[3 : len(seed)-1]); err != nil {
+		if _, err := writer.run(data); err != nil {
 			t.Fatalf("seeding: %v", err)
 		}
 		for _, admin := range admins {
-			if _, err := admin.run(seed[len(seed)-1:]); err != nil {
+			if _, err := admin.run(users); err != nil {
 				t.Fatalf("deleting users: %v", err)
 			}
 			// A subscriber of an earlier case may not have left yet: Redis
@@ -184,9 +191,9 @@ func compareEveryCommand(t *testing.T, direct, through string, resetDirect, rese
 					script = append([][]string{{"HELLO", "3"}}, script...)
 				}
 				resetDirect()
-				want := replies(t, direct, script, v.resp3)
+				want := replies(t, direct, script)
 				resetThrough()
-				got := replies(t, through, script, v.resp3)
+				got := replies(t, through, script)
 				compared++
 				if want == got {
 					continue
@@ -209,15 +216,17 @@ func compareEveryCommand(t *testing.T, direct, through string, resetDirect, rese
 }
 
 // replies sends script on a new connection to addr, pipelined, and returns
-// its replies, or where they stopped and why; without the first, HELLO's
-// (its connection id differs), where hello is set or the script starts
-// with its own HELLO.
-func replies(t *testing.T, addr string, script [][]string, hello bool) string {
+// its replies, or where they stopped and why; without a first HELLO's,
+// whose connection id differs.
+func replies(t *testing.T, addr string, script [][]string) string {
 	t.Helper()
-	c := dial(t, addr)
-	defer c.conn.Close()
-	out, err := c.run(script)
-	if (hello || script[0][0] == "HELLO") && len(out) > 0 {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close() // not on t.Cleanup: tens of thousands would pile up until the end
+	out, err := (&conn{conn: nc, r: bufio.NewReader(nc)}).run(script)
+	if script[0][0] == "HELLO" && len(out) > 0 {
 		out = out[1:]
 	}
 	s := string(bytes.Join(out, nil))
@@ -256,22 +265,16 @@ func (c *conn) run(cmds [][]string) ([][]byte, error) {
 	for range cmds {
 		c.conn.SetReadDeadline(time.Now().Add(time.Second))
 		r, err := resp.ReadReply(c.r, nil)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return got, errors.New("no reply within a second")
+		}
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				return got, errTimeout
-			}
 			return got, err
 		}
 		got = append(got, r)
 	}
 	return got, nil
 }
-
-var errTimeout = &timeoutError{}
-
-type timeoutError struct{}
-
-func (*timeoutError) Error() string { return "no reply within a second" }
 
 // notComparedOnCluster are the commands left out on a cluster upstream, and
 // why, besides notCompared.

@@ -1,6 +1,7 @@
 package commanddiff_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,7 +27,7 @@ func TestEveryCommandPassthroughAsRedis(t *testing.T) {
 		c.Upstream.Username, c.Upstream.Password = "app", "apppw"
 	})
 	reset := func() {
-		if _, err := admin.run(append(seed, app)); err != nil {
+		if _, err := admin.run(slices.Concat(flush, data, users, [][]string{app})); err != nil {
 			t.Fatalf("seeding: %v", err)
 		}
 	}
