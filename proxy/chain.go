@@ -267,11 +267,18 @@ func queuedAsOnRedis(info *command.Info, args [][]byte) bool {
 type subscribedContext struct{ s *Server }
 
 func (st subscribedContext) command(ss *session, c *call) bool {
-	if !ss.resp2Subscribed() || c.info != nil && runsWhileSubscribed(c.info.Name) {
-		return false // Redis runs it
+	if !ss.resp2Subscribed() {
+		return false
 	}
+	if c.info != nil && runsWhileSubscribed(c.info.Name) {
+		return st.s.subscribedPing(ss, c) // else Redis runs it
+	}
+	// away: the mode may hold on the branches' shard channels alone, where
+	// the pin would run the command (streamshard.go).
+	away := ss.shardsElsewhere() && c.info != nil
 	elsewhere := st.keysElsewhere(ss, c)
-	if !elsewhere && !actedOnInStream(c, st.s.routing != nil) {
+	acted := actedOnInStream(c, st.s.routing != nil)
+	if !elsewhere && !acted && !away {
 		return false // sent as it came either way: Redis runs or refuses it
 	}
 	if ss.inTransaction() || !ss.streamAnswered() {
@@ -287,19 +294,23 @@ func (st subscribedContext) command(ss *session, c *call) bool {
 		return false
 	}
 	if !ss.subscribedSure {
-		subscribed, ok := st.s.redisSubscribed(ss)
-		if !ok {
+		where, ok := st.s.modeElsewhere(ss)
+		switch {
+		case !ok:
 			return true // the session is closed
-		}
-		if !subscribed {
+		case where == subscribedNowhere:
 			ss.forgetSubscriptions()
 			return false
+		case where == subscribedOnBranches:
+			elsewhere = true // refused here, as Redis would
 		}
-		ss.subscribedSure = true
 	}
 	if elsewhere {
 		ss.substituteInStream(notInSubscribedContext(st.s.table.Load().LookupArgs(c.cmd.Args)))
 		return true
+	}
+	if !acted {
+		return false // the pin is in the mode: it refuses it
 	}
 	ss.streamCmds = append(ss.streamCmds, withoutCredentials(c.cmd))
 	return true
@@ -485,6 +496,9 @@ func (st dispatch) command(ss *session, c *call) bool {
 	case command.Subscribe:
 		ss.noteSubscriptions(info.Name, args)
 		s.startStream(ss, cmd.Raw)
+		if ss.relay != nil && s.cfg.Cluster != nil && (info.Name == "ssubscribe" || info.Name == "sunsubscribe") {
+			ss.relay.shards.start() // confirmations counted from the first (streamshard.go)
+		}
 		s.notifyEverywhere(ss, info.Name, args)
 		if ss.stream && strings.Contains(info.Name, "unsubscribe") && ss.leavesStream() {
 			s.leaveStreamUnsubscribed(ss) // an UNSUBSCRIBE of nothing: Redis answers, and that is all
@@ -601,6 +615,13 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		return true
 	}
 	if info != nil && info.Handling == command.Subscribe {
+		if s.shardOnBranch(ss, c) {
+			// Another master's shard channels (streamshard.go).
+			if info.Name == "sunsubscribe" && ss.leavesStream() {
+				s.leaveStreamUnsubscribed(ss)
+			}
+			return true
+		}
 		ss.noteSubscriptions(info.Name, cmd.Args)
 		s.notifyEverywhere(ss, info.Name, cmd.Args)
 		if strings.Contains(info.Name, "unsubscribe") && ss.leavesStream() {

@@ -304,6 +304,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 		relay.hideLine = newMonitorLines(s).hide
 	}
 	relay.monitoring.Store(ss.role == 'O')
+	relay.shards.pinAddr = pin.Address()
 	ss.relay, ss.streamEnded = relay, ended
 	go func() {
 		err := pin.StreamTo(relay)

@@ -103,15 +103,17 @@ type session struct {
 	// subscribedSure: a modeProbe found Redis in RESP2's subscribed mode,
 	// and no unsubscribe went since, so no other probe is needed.
 	subscribedSure bool
-	killed         atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
-	blockedNow     atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
-	inMulti        bool        // Redis answered MULTI; set from replies, after the batch
-	multiSent      bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
-	watching       bool
-	db             int  // database selected on the pin
-	dbUnknown      bool // a SELECT ran inside a transaction: keep the pin
-	blocking       bool // batch holds a blocking command: no timeout, watch the client
-	track          []track
+	// shardBranched: an SSUBSCRIBE went to a branch (streamshard.go).
+	shardBranched bool
+	killed        atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
+	blockedNow    atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
+	inMulti       bool        // Redis answered MULTI; set from replies, after the batch
+	multiSent     bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
+	watching      bool
+	db            int  // database selected on the pin
+	dbUnknown     bool // a SELECT ran inside a transaction: keep the pin
+	blocking      bool // batch holds a blocking command: no timeout, watch the client
+	track         []track
 	// stream: after a (un)subscribe, MONITOR, tracking or a replication
 	// handshake the session is in stream mode until it leaves or sends
 	// RESET: commands go to the pin as they come, and a goroutine copies

@@ -56,6 +56,15 @@ type branchReply struct {
 	done  chan struct{}
 	reply []byte
 
+	// shard: for an SSUBSCRIBE or SUNSUBSCRIBE (streamshard.go), the
+	// branch's master, whose confirmations make the reply: shardLeft more
+	// of them, or with shardAll every one until the branch's count is 0.
+	// unshown: not shown to the client (CLIENT REPLY OFF).
+	shard     string
+	shardLeft int
+	shardAll  bool
+	unshown   bool
+
 	// The pushes Redis sent after it on the branch before the relay
 	// showed it, to show after it: Redis sends an invalidation its own
 	// command caused after that command's reply.
@@ -129,15 +138,90 @@ func (b *streamBranch) send(cmds [][]byte, want []bool) []*branchReply {
 	return replies
 }
 
+// sendShard writes raw, an SSUBSCRIBE or SUNSUBSCRIBE, to the branch:
+// its reply is its frames confirmations (0: every one until the branch's
+// count is 0), or Redis's error; shown says whether the relay shows it.
+func (b *streamBranch) sendShard(raw []byte, frames int, shown bool) *branchReply {
+	w := &branchReply{done: make(chan struct{}), shard: b.pool.Address(), shardLeft: frames, shardAll: frames == 0, unshown: !shown}
+	b.mu.Lock()
+	if b.err != nil {
+		b.mu.Unlock()
+		w.reply = branchError(b.err)
+		close(w.done)
+		return w
+	}
+	b.waiting = append(b.waiting, w)
+	b.mu.Unlock()
+	if err := b.d.Send([][]byte{raw}); err != nil {
+		b.fail(err)
+	}
+	return w
+}
+
+// push passes frame, which no command waits for, to the client: after the
+// last reply taken if the relay has not shown it yet.
+func (b *streamBranch) push(frame []byte) error {
+	if b.last != nil && b.last.holdPush(frame) {
+		return nil
+	}
+	return b.relay.writeFrame(frame)
+}
+
+// shardFrame takes frame, a shard channel's confirmation or an smessage
+// (streamshard.go), reporting whether it did: a confirmation goes to the
+// SSUBSCRIBE or SUNSUBSCRIBE waited for, or, when none is (Redis
+// unsubscribes a channel whose slot moved), to the client with the
+// session's count; an smessage, which comes only while no other reply is
+// waited for, to the client.
+func (b *streamBranch) shardFrame(frame []byte, kind byte) (bool, error) {
+	if kind != '*' && kind != '>' {
+		return false, nil
+	}
+	_, n, confirmation := shardConfirmation(frame)
+	b.mu.Lock()
+	waiting := len(b.waiting) > 0
+	var w *branchReply
+	if waiting {
+		w = b.waiting[0]
+	}
+	shardWaits := w != nil && w.shard != ""
+	if confirmation && shardWaits {
+		// Taken off the queue under the lock, as fail takes the queue.
+		w.reply = append(w.reply, frame...)
+		w.shardLeft--
+		done := w.shardAll && n == 0 || !w.shardAll && w.shardLeft == 0
+		if done {
+			b.waiting[0] = nil
+			b.waiting = b.waiting[1:]
+		}
+		b.mu.Unlock()
+		if done {
+			close(w.done)
+			if !w.unshown {
+				b.last = w
+			}
+		}
+		return true, nil
+	}
+	b.mu.Unlock()
+	switch {
+	case confirmation && (!waiting || kind == '>'):
+		return true, b.push(b.relay.shards.rewrite(b.pool.Address(), frame))
+	case kind == '*' && isShardMessage(frame) && (!waiting || shardWaits):
+		return true, b.push(frame)
+	}
+	return false, nil
+}
+
 // Write is the copy goroutine's: pushes go to the client as they come,
 // replies to their waiters, in order.
 func (b *streamBranch) Write(p []byte) (int, error) {
 	err := b.frames.each(p, func(reply []byte, kind byte) error {
+		if took, err := b.shardFrame(reply, kind); took || err != nil {
+			return err
+		}
 		if kind == '>' {
-			if b.last != nil && b.last.holdPush(reply) {
-				return nil
-			}
-			return b.relay.writeFrame(reply)
+			return b.push(reply)
 		}
 		if slot, redirect := upstream.RedirectSlot(reply); redirect {
 			reply = streamRedirectError(slot) // moved since the branch was chosen
@@ -154,7 +238,9 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 		if w != nil {
 			w.reply = reply
 			close(w.done)
-			b.last = w
+			if !w.unshown {
+				b.last = w
+			}
 		}
 		return nil
 	})
@@ -633,6 +719,7 @@ func (ss *session) dropBranches() {
 		b.pool.Discard(b.d)
 	}
 	ss.branches, ss.branchTx, ss.watchPool = nil, nil, nil
+	ss.shardBranched = false
 }
 
 // noteCaching remembers a CLIENT CACHING the client sent, for the branch

@@ -103,6 +103,10 @@ type streamRelay struct {
 	mu      sync.Mutex
 	pending []relayAnswer // answers to errorCmds sent whose replies have not come yet
 
+	// shards counts the session's shard channels on each master, to show
+	// them in every confirmation (streamshard.go).
+	shards shardCounts
+
 	probing atomic.Pointer[modeProbe] // a modeProbe waiting for its answer
 	ending  atomic.Pointer[streamEnd] // an end marker sent after a RESET
 
@@ -148,6 +152,7 @@ const (
 	holdProbe                   // an array or bulk string: a modeProbe's answer?
 	holdStatus                  // a status while ending: the RESET's +RESET?
 	holdMonitor                 // a status in MONITOR mode: one of rproxy's own commands?
+	holdShard                   // an array or push: a shard channel's confirmation, to count?
 )
 
 // modeProbe asks Redis whether it is in RESP2's subscribed mode: the
@@ -289,6 +294,8 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 				r.hold = holdStatus
 			case kind == '+' && r.hideLine != nil && r.monitoring.Load():
 				r.hold = holdMonitor
+			case (kind == '*' || kind == '>') && r.shards.on.Load() && mayBeShardConfirmation(p[i:i+k]):
+				r.hold = holdShard
 			default:
 				r.hold = holdNone
 			}
@@ -309,11 +316,14 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 					err = r.write(stash, reply)
 				}
 				r.held = r.held[:0]
+			case r.hold == holdProbe && len(r.held) > maxHeldProbe && r.shards.on.Load() && mayBeShardConfirmation(r.held):
+				r.hold = holdShard // longer than the probe's answer, and may be a confirmation to count
 			case r.hold == holdError && len(r.held) > maxHeldError,
 				r.hold == holdRewrite && len(r.held) > maxHeldRewrite && !r.join,
 				r.hold == holdProbe && len(r.held) > maxHeldProbe,
 				r.hold == holdStatus && len(r.held) > maxHeldError,
-				r.hold == holdMonitor && len(r.held) > maxHeldMonitor:
+				r.hold == holdMonitor && len(r.held) > maxHeldMonitor,
+				r.hold == holdShard && (len(r.held) > maxHeldRewrite || !mayBeShardConfirmation(r.held)):
 				if r.hold == holdRewrite {
 					r.rewrite = nil
 				}
@@ -350,7 +360,7 @@ func (r *streamRelay) finish() []byte {
 		}
 		subscribed := bytes.Equal(r.held, p.subscribed)
 		if !subscribed && !bytes.Equal(r.held, p.unsubscribed) {
-			return r.held
+			return r.shardCount(r.held)
 		}
 		r.probing.Store(nil)
 		p.result <- subscribed
@@ -374,6 +384,9 @@ func (r *streamRelay) finish() []byte {
 	if r.hold == holdMonitor && r.hideLine(r.held) {
 		return nil
 	}
+	if r.hold == holdShard {
+		return r.shardCount(r.held)
+	}
 	if e := r.ending.Load(); e != nil && e.answers(r.held) {
 		r.ended = true
 		return nil
@@ -394,6 +407,10 @@ func (r *streamRelay) finish() []byte {
 		a.later.wait()
 		r.frames.Lock()
 		r.framesHeld = true
+		if a.later.shard != "" {
+			reply, after := a.later.showApart()
+			return append(r.shards.rewrite(a.later.shard, reply), after...)
+		}
 		return a.later.show()
 	}
 	r.rewrite, r.join = a.rewrite, a.join
@@ -425,6 +442,15 @@ func (r *streamRelay) answerTo(reply []byte) (relayAnswer, bool) {
 	r.pending[0] = relayAnswer{}
 	r.pending = r.pending[1:]
 	return a, true
+}
+
+// shardCount returns frame, a whole reply of the pin's, with the
+// session's shard channel count if it is a confirmation (streamshard.go).
+func (r *streamRelay) shardCount(frame []byte) []byte {
+	if !r.shards.on.Load() {
+		return frame
+	}
+	return r.shards.rewriteOne(r.shards.pinAddr, frame)
 }
 
 // write passes on bufs, skipping empty ones. It takes the client's write

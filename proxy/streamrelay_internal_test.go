@@ -318,3 +318,51 @@ func TestStreamRelayHidesOwnMonitorLines(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamRelayCountsShardChannels: once shard channels are counted, the
+// pin's ssubscribe and sunsubscribe confirmations (RESP2 arrays, RESP3
+// pushes, long channels, while a mode probe waits too) show the session's
+// count, the pin's own plus the other masters' (2 here), in writes of any
+// size; messages, other arrays and the probe's answer pass as sent, and
+// nothing is rewritten before counting starts.
+func TestStreamRelayCountsShardChannels(t *testing.T) {
+	long := strings.Repeat("c", 300)
+	conf := func(kind, name, ch string, n int) string {
+		return kind + "3\r\n$" + strconv.Itoa(len(name)) + "\r\n" + name + "\r\n$" + strconv.Itoa(len(ch)) + "\r\n" + ch + "\r\n:" + strconv.Itoa(n) + "\r\n"
+	}
+	msg := "*3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n*2\r\n$10\r\nssubscribe\r\n$1\r\nx\r\n"
+	in := conf("*", "ssubscribe", "a", 1) + msg + conf(">", "ssubscribe", long, 2) +
+		conf("*", "sunsubscribe", long, 1) + conf(">", "sunsubscribe", "a", 0) + "$5\r\nmark1\r\n"
+	want := conf("*", "ssubscribe", "a", 3) + msg + conf(">", "ssubscribe", long, 4) +
+		conf("*", "sunsubscribe", long, 3) + conf(">", "sunsubscribe", "a", 2)
+	for _, size := range []int{1, 2, 5, 64, 129, len(in)} {
+		for _, probing := range []bool{false, true} {
+			var out bytes.Buffer
+			r := newStreamRelay(&out, true)
+			r.shards.pinAddr = "pin:1"
+			r.shards.start()
+			r.shards.rewriteOne("other:2", []byte(conf(">", "ssubscribe", "b", 2)))
+			p := newModeProbe([]byte("mark1"))
+			if probing {
+				r.probe(p)
+			}
+			writeInPieces(t, r, in, []int{size})
+			w := want
+			if !probing {
+				w += "$5\r\nmark1\r\n"
+			}
+			if got := out.String(); got != w {
+				t.Fatalf("writes of %d, probing %v:\n got %q\nwant %q", size, probing, got, w)
+			}
+			if got := r.shards.others("other:2"); got != 0 {
+				t.Fatalf("writes of %d: the pin holds %d after its last confirmation, want 0", size, got)
+			}
+		}
+	}
+	var out bytes.Buffer
+	r := newStreamRelay(&out, true)
+	writeInPieces(t, r, conf("*", "ssubscribe", "a", 1), []int{3})
+	if got, want := out.String(), conf("*", "ssubscribe", "a", 1); got != want {
+		t.Fatalf("before counting: got %q, want %q", got, want)
+	}
+}

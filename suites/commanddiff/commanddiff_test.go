@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"errors"
 	"net"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -285,15 +284,12 @@ var notComparedOnCluster = map[string]string{
 	"dbsize":  "inside MULTI, the transaction's master's count (docs/cluster.md); outside, summed (proxy/cluster_test.go)",
 }
 
-// allowedOnCluster: what allowed says, a cluster's own answers
+// allowedOnCluster: what allowed says, and a cluster's own answers
 // (docs/cluster.md): keys in several slots, and commands a cluster
-// refuses; and what is not done yet: a shard channel of another master in a
-// session subscribed or tracking, which runs on one master.
+// refuses.
 func allowedOnCluster(script [][]string, through string) bool {
-	sharded := slices.ContainsFunc(script, func(cmd []string) bool { return cmd[0] == "ssubscribe" || cmd[0] == "sunsubscribe" })
 	return allowed(script, through) || strings.Contains(through, "-CROSSSLOT Keys in request don't hash to the same slot") ||
-		strings.Contains(through, " is not allowed in cluster mode") ||
-		sharded && strings.Contains(through, " is on another master than this connection's: in pub/sub, tracking or MONITOR mode")
+		strings.Contains(through, " is not allowed in cluster mode")
 }
 
 // clusterVariants is allVariants but scripts, which on a cluster reach only

@@ -192,6 +192,67 @@ var scenarios = []scenario{
 		out["evalsha_in_multi"] = map[string]interface{}{"replies": cmds(cs), "err": val(nil, err)}
 		return out, nil
 	}},
+	{"spubsub_many_channels", func(ctx context.Context) (interface{}, error) {
+		// Shard channels of many slots on one connection (on a cluster
+		// through rproxy: of every master), subscribed one by one.
+		r := client(nil)
+		sub := client(nil)
+		defer r.Close()
+		defer sub.Close()
+		var chans []string
+		for _, s := range []string{"a", "b", "c", "d", "e", "f"} {
+			chans = append(chans, key("sps", s))
+		}
+		ps := sub.SSubscribe(ctx)
+		defer ps.Close()
+		var confirmations []string
+		receive := func() error {
+			m, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+			switch m := m.(type) {
+			case *redis.Subscription:
+				confirmations = append(confirmations, fmt.Sprintf("%s %s %d", m.Kind, m.Channel, m.Count))
+			default:
+				confirmations = append(confirmations, fmt.Sprint(m))
+			}
+			return err
+		}
+		for _, ch := range chans {
+			if err := ps.SSubscribe(ctx, ch); err != nil {
+				return nil, err
+			}
+			if err := receive(); err != nil {
+				return nil, err
+			}
+		}
+		var receivers []interface{}
+		for _, ch := range chans {
+			receivers = append(receivers, val(r.SPublish(ctx, ch, "m1").Result()))
+		}
+		var got []string
+		for len(got) < len(chans) {
+			m, err := ps.ReceiveTimeout(ctx, time.Second)
+			if err != nil {
+				break
+			}
+			if msg, ok := m.(*redis.Message); ok {
+				got = append(got, msg.Channel+" "+msg.Payload)
+			}
+		}
+		if err := ps.SUnsubscribe(ctx, chans[1]); err != nil {
+			return nil, err
+		}
+		if err := receive(); err != nil {
+			return nil, err
+		}
+		if err := ps.Ping(ctx, "p"); err != nil {
+			return nil, err
+		}
+		if err := receive(); err != nil {
+			return nil, err
+		}
+		sort.Strings(got)
+		return map[string]interface{}{"confirmations": confirmations, "spublish_receivers": receivers, "messages": got}, nil
+	}},
 	{"pubsub_subscribe_then_publish", func(ctx context.Context) (interface{}, error) {
 		r := client(nil)
 		sub := client(nil)

@@ -88,6 +88,27 @@ run({
     await sub.punsubscribe(pat);
     return { subscribe: subscribed, psubscribe: psubscribed, publish_receivers: receivers, messages: got.sort() };
   },
+  async spubsub_many_channels() {
+    // Shard channels of many slots on one connection (on a cluster through
+    // rproxy: of every master), subscribed one by one.
+    const r = client();
+    const sub = client();
+    const chans = ['a', 'b', 'c', 'd', 'e', 'f'].map((s) => k('sps', s));
+    const got = [];
+    sub.on('smessage', (c, m) => got.push(`${c} ${m}`));
+    const counts = [];
+    for (const ch of chans) counts.push(await sub.ssubscribe(ch));
+    const receivers = [];
+    for (const ch of chans) receivers.push(await r.spublish(ch, 'm1'));
+    const end = Date.now() + 5000;
+    while (got.length < chans.length && Date.now() < end) await new Promise((res) => setTimeout(res, 10));
+    counts.push(await sub.sunsubscribe(chans[0], chans[0]));
+    counts.push(await sub.sunsubscribe(chans[2]));
+    for (const ch of chans) receivers.push(await r.spublish(ch, 'm2'));
+    while (got.length < 2 * chans.length - 2 && Date.now() < end) await new Promise((res) => setTimeout(res, 10));
+    counts.push(await settle(sub.sunsubscribe()));
+    return { counts, spublish_receivers: receivers, messages: got.sort() };
+  },
   async stream_group_block() {
     const r = client();
     const c = client();

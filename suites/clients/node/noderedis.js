@@ -95,6 +95,28 @@ run({
     await sub.pUnsubscribe(pat);
     return { publish_receivers: receivers, messages: got.sort() };
   },
+  async spubsub_many_channels() {
+    // Shard channels of many slots on one connection (on a cluster through
+    // rproxy: of every master), subscribed one by one.
+    const r = await client();
+    const sub = r.duplicate();
+    sub.on('error', () => {});
+    await sub.connect();
+    const chans = ['a', 'b', 'c', 'd', 'e', 'f'].map((s) => k('sps', s));
+    const got = [];
+    for (const ch of chans) await sub.sSubscribe(ch, (m, c) => got.push(`${c} ${m}`));
+    const receivers = [];
+    for (const ch of chans) receivers.push(await r.sPublish(ch, 'm1'));
+    const end = Date.now() + 5000;
+    while (got.length < chans.length && Date.now() < end) await new Promise((res) => setTimeout(res, 10));
+    await sub.sUnsubscribe(chans.slice(0, 1));
+    await sub.sUnsubscribe(chans.slice(2, 3));
+    for (const ch of chans) receivers.push(await r.sPublish(ch, 'm2'));
+    while (got.length < 2 * chans.length - 2 && Date.now() < end) await new Promise((res) => setTimeout(res, 10));
+    const ping = await settle(sub.ping());
+    await sub.sUnsubscribe();
+    return { spublish_receivers: receivers, messages: got.sort(), ping };
+  },
   async stream_group_block() {
     const r = await client();
     const c = await client();

@@ -1,0 +1,236 @@
+package proxy_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/resp"
+)
+
+// shardStep is one step of a sharded pub/sub script: the subscriber sends
+// cmds in one write (or, with publish, another client publishes first),
+// then reads frames replies. anyOrder: the frames of an SUNSUBSCRIBE of
+// every channel, whose order is Redis's dictionary order, compared as a
+// set of channels and a list of counts.
+type shardStep struct {
+	cmds     [][]string
+	publish  []string
+	frames   int
+	anyOrder bool
+	skip     bool // sent and read, not compared (HELLO 3: the server's own details)
+}
+
+// runShardScript runs steps as subscriber on addr, with a second
+// connection to addr for the publishes and the keys' values, and returns
+// what each step read.
+func runShardScript(t *testing.T, addr string, keys []string, steps []shardStep) []string {
+	t.Helper()
+	c, w := dialClient(t, addr), dialClient(t, addr)
+	for i, k := range keys {
+		w.do("SET", k, "v"+strconv.Itoa(i))
+	}
+	out := make([]string, len(steps))
+	for i, st := range steps {
+		if st.publish != nil {
+			if r := w.do(st.publish...); !strings.HasPrefix(r, ":1") {
+				t.Fatalf("step %d: %v: %q, want 1 receiver", i, st.publish, r)
+			}
+		}
+		var batch []byte
+		for _, cmd := range st.cmds {
+			batch = resp.AppendCommandString(batch, cmd...)
+		}
+		if len(batch) > 0 {
+			c.send(batch)
+		}
+		frames := make([]string, st.frames)
+		for j := range frames {
+			frames[j] = string(c.read())
+		}
+		switch {
+		case st.skip:
+		case st.anyOrder:
+			out[i] = unorderedConfirmations(t, frames)
+		default:
+			out[i] = strings.Join(frames, "")
+		}
+	}
+	return out
+}
+
+// unorderedConfirmations is the channels of frames' confirmations,
+// sorted, their counts in order, and the other frames in order.
+func unorderedConfirmations(t *testing.T, frames []string) string {
+	t.Helper()
+	var channels, counts, rest []string
+	for _, f := range frames {
+		v, err := resp.Parse([]byte(f))
+		if err != nil {
+			t.Fatalf("%q: %v", f, err)
+		}
+		if len(v.Elems) != 3 || !strings.HasSuffix(string(v.Elems[0].Str), "subscribe") {
+			rest = append(rest, f)
+			continue
+		}
+		channels = append(channels, string(v.Elems[0].Str)+" "+string(v.Elems[1].Str))
+		counts = append(counts, strconv.FormatInt(v.Elems[2].Int, 10))
+	}
+	slices.Sort(channels)
+	return strings.Join(channels, ",") + " counts " + strings.Join(counts, ",") + " then " + strings.Join(rest, "")
+}
+
+// TestClusterShardChannelsOfEveryMaster: a client that subscribes to shard
+// channels of every master on one connection (SSUBSCRIBE one by one, as
+// redis-py's and node-redis's cluster clients do on the one node the facade
+// shows, and any client of one Redis) gets, through rproxy on a 3-master
+// cluster, the bytes one Redis sends: each confirmation counting the
+// session's shard channels on every master, the messages SPUBLISHed to
+// each, PING's and the refusals of RESP2's subscribed mode while its only
+// subscriptions are another master's, and SUNSUBSCRIBE of everything, in
+// RESP2 and RESP3. Before, a channel of another master than the
+// connection's first got "slot N is on another master than this
+// connection's".
+func TestClusterShardChannelsOfEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, addrs := keyPerMaster(t, cl, "sch")
+	direct := redistest.Start(t)
+	k0, k1, k2 := keys[0], keys[1], keys[2]
+	// long: a channel of k0's master whose confirmation is longer than
+	// what the relay holds while a mode probe waits.
+	long := ""
+	for n := 0; long == ""; n++ {
+		if ch := strings.Repeat("L", 200) + strconv.Itoa(n); cl.MasterForSlot(t, cl.Slot(ch)).Addr == addrs[0] {
+			long = ch
+		}
+	}
+
+	resp2 := []shardStep{
+		{cmds: [][]string{{"SSUBSCRIBE", k0}}, frames: 1},
+		{cmds: [][]string{{"SSUBSCRIBE", k1}, {"SSUBSCRIBE", k2, k2}}, frames: 3},
+		{publish: []string{"SPUBLISH", k1, "m1"}, frames: 1},
+		{publish: []string{"SPUBLISH", k0, "m0"}, frames: 1},
+		{publish: []string{"SPUBLISH", k2, "m2"}, frames: 1},
+		{cmds: [][]string{{"PING"}, {"PING", "x"}, {"GET", k1}}, frames: 3},
+		{cmds: [][]string{{"SUNSUBSCRIBE", k0}}, frames: 1},
+		// Only other masters' channels now: the connection's own master
+		// holds none, and rproxy answers as the subscribed mode does.
+		{cmds: [][]string{{"PING"}, {"PING", "y"}, {"GET", k0}, {"GET", k2}, {"CLIENT", "ID", "x"}}, frames: 5},
+		{publish: []string{"SPUBLISH", k2, "m2b"}, frames: 1},
+		{cmds: [][]string{{"SSUBSCRIBE", long}, {"PING"}, {"SUNSUBSCRIBE", long}, {"GET", k0}}, frames: 4},
+		{cmds: [][]string{{"SSUBSCRIBE", k0}, {"SUNSUBSCRIBE", k1}, {"SUNSUBSCRIBE", "nope"}}, frames: 3},
+		{cmds: [][]string{{"SUNSUBSCRIBE"}}, frames: 2, anyOrder: true},
+		{cmds: [][]string{{"GET", k0}, {"GET", k2}, {"PING"}}, frames: 3},
+		{cmds: [][]string{{"SUNSUBSCRIBE"}}, frames: 1},
+		{cmds: [][]string{{"SSUBSCRIBE", k2}, {"SUNSUBSCRIBE", k2}, {"GET", k1}}, frames: 3},
+		// Every master's channel in the write that starts the subscription.
+		{cmds: [][]string{{"SSUBSCRIBE", k1}, {"SSUBSCRIBE", k0}, {"SSUBSCRIBE", k2}}, frames: 3},
+		{publish: []string{"SPUBLISH", k0, "m0"}, frames: 1},
+		{cmds: [][]string{{"SUNSUBSCRIBE"}, {"PING"}}, frames: 4, anyOrder: true},
+	}
+	resp3 := []shardStep{
+		{cmds: [][]string{{"HELLO", "3"}}, frames: 1, skip: true},
+		{cmds: [][]string{{"SSUBSCRIBE", k0}}, frames: 1},
+		{cmds: [][]string{{"SSUBSCRIBE", k1}, {"GET", k2}, {"SSUBSCRIBE", k2, k2}}, frames: 4},
+		{publish: []string{"SPUBLISH", k2, "m2"}, frames: 1},
+		{publish: []string{"SPUBLISH", k1, "m1"}, frames: 1},
+		{cmds: [][]string{{"SUNSUBSCRIBE", k0}, {"PING"}, {"GET", k0}, {"GET", k1}}, frames: 4},
+		{publish: []string{"SPUBLISH", k1, "m1b"}, frames: 1},
+		{cmds: [][]string{{"SUNSUBSCRIBE"}}, frames: 2, anyOrder: true},
+		{cmds: [][]string{{"GET", k2}}, frames: 1},
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []shardStep
+	}{{"RESP2", resp2}, {"RESP3", resp3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := runShardScript(t, direct.Addr, keys, tc.steps)
+			got := runShardScript(t, p.Addr, keys, tc.steps)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Errorf("step %d %v %v:\n got %q\nwant %q", i, tc.steps[i].cmds, tc.steps[i].publish, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestClusterShardChannelsGoRedis: go-redis's PubSub, subscribed to a
+// shard channel of each master in turn on its one connection to rproxy,
+// receives what each master's channel is sent.
+func TestClusterShardChannelsGoRedis(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "gsch")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	defer rdb.Close()
+	ps := rdb.SSubscribe(ctx)
+	defer ps.Close()
+	for i, k := range keys {
+		if err := ps.SSubscribe(ctx, k); err != nil {
+			t.Fatalf("SSubscribe %s: %v", k, err)
+		}
+		m, err := ps.Receive(ctx)
+		if err != nil {
+			t.Fatalf("confirmation of %s: %v", k, err)
+		}
+		if s, ok := m.(*redis.Subscription); !ok || s.Kind != "ssubscribe" || s.Channel != k || s.Count != i+1 {
+			t.Fatalf("confirmation of %s: %#v, want ssubscribe %s %d", k, m, k, i+1)
+		}
+	}
+	for i := len(keys) - 1; i >= 0; i-- {
+		if n, err := rdb.SPublish(ctx, keys[i], "hi"+strconv.Itoa(i)).Result(); err != nil || n != 1 {
+			t.Fatalf("SPublish %s: %d %v", keys[i], n, err)
+		}
+		m, err := ps.ReceiveMessage(ctx)
+		if err != nil || m.Channel != keys[i] || m.Payload != "hi"+strconv.Itoa(i) {
+			t.Fatalf("message on %s: %#v %v", keys[i], m, err)
+		}
+	}
+	if err := ps.SUnsubscribe(ctx, keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ps.Receive(ctx); err != nil || m.(*redis.Subscription).Kind != "sunsubscribe" || m.(*redis.Subscription).Count != 2 {
+		t.Fatalf("SUNSUBSCRIBE %s: %#v %v, want sunsubscribe with count 2", keys[1], m, err)
+	}
+	if err := ps.Ping(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ps.Receive(ctx); err != nil || m.(*redis.Pong).Payload != "ok" {
+		t.Fatalf("PING while subscribed: %#v %v", m, err)
+	}
+}
+
+// TestClusterShardChannelMovedAway: when the slot of a shard channel a
+// session holds on a branch moves to another master, the node unsubscribes
+// it (as Redis Cluster does: the client is told with an sunsubscribe);
+// the client gets that confirmation with the session's count, and the
+// session goes on: the channels it still holds keep their messages.
+func TestClusterShardChannelMovedAway(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "mch")
+	c, w := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	c.pipeline([]string{"SSUBSCRIBE", keys[0]}, []string{"SSUBSCRIBE", keys[1]}, []string{"SSUBSCRIBE", keys[2]})
+	cl.MigrateSlot(t, cl.Slot(keys[1]), cl.MasterForSlot(t, cl.Slot(keys[2])))
+	if got, want := string(c.read()), "*3\r\n$12\r\nsunsubscribe\r\n$4\r\n"+keys[1]+"\r\n:2\r\n"; got != want {
+		t.Fatalf("after the slot moved: %q, want %q", got, want)
+	}
+	for _, k := range []string{keys[2], keys[0]} {
+		w.do("SPUBLISH", k, "after")
+		if got, want := string(c.read()), "*3\r\n$8\r\nsmessage\r\n$4\r\n"+k+"\r\n$5\r\nafter\r\n"; got != want {
+			t.Fatalf("message on %s: %q, want %q", k, got, want)
+		}
+	}
+	if got, want := c.do("PING"), "*2\r\n$4\r\npong\r\n$0\r\n\r\n"; got != want {
+		t.Fatalf("PING: %q, want %q", got, want)
+	}
+}
