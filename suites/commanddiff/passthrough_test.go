@@ -15,7 +15,7 @@ import (
 // (HELLO 3 AUTH, then tracking on).
 func TestEveryCommandPassthroughAsRedis(t *testing.T) {
 	rs := redistest.Start(t)
-	names := allNames(t, rs.Addr)
+	names, fromDocs := allNames(t, rs.Addr), docLists(t, rs.Addr)
 	app := []string{"ACL", "SETUSER", "app", "on", ">apppw", "~*", "&*", "+@all"}
 	rs.Do(t, "CONFIG", "SET", "requirepass", "adminpw")
 	admin := dial(t, rs.Addr)
@@ -44,7 +44,7 @@ func TestEveryCommandPassthroughAsRedis(t *testing.T) {
 			{false, [][]string{{"HELLO", "3", "AUTH", "app", "apppw"}, {"CLIENT", "TRACKING", "on"}, cmd, {"PING", "next"}}},
 		}
 	}
-	compareEveryCommand(t, rs.Addr, p.Addr, reset, reset, compared, allowedPassthrough, variants)
+	compareEveryCommand(t, rs.Addr, p.Addr, reset, reset, compared, fromDocs, allowedPassthrough, variants)
 }
 
 // notComparedPassthrough are the commands left out in passthrough mode,
