@@ -1,0 +1,138 @@
+package proxy_test
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/resp"
+)
+
+// TestClusterShardChannelsRandomSequences: random sequences of shard and
+// plain subscriptions, unsubscriptions (of some channels, of all), PING
+// and GET, pipelined in random batches, in RESP2 and RESP3, give through
+// rproxy on a 3-master cluster the replies one Redis gives (the channels of
+// an SUNSUBSCRIBE of all compared as a set: their order is Redis's
+// dictionary's, or the masters' through rproxy).
+func TestClusterShardChannelsRandomSequences(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	direct := redistest.Start(t)
+	// Two channels of one slot on each master, and a key per master.
+	var chans []string
+	for _, m := range cl.Masters() {
+		for n := 0; ; n++ {
+			tag := "{rs" + strconv.Itoa(n) + "}"
+			if cl.MasterForSlot(t, cl.Slot(tag)).Addr == m.Addr && !slices.ContainsFunc(chans, func(c string) bool { return strings.HasPrefix(c, tag) }) {
+				chans = append(chans, tag+"a", tag+"b")
+				break
+			}
+		}
+	}
+	keys, _ := keyPerMaster(t, cl, "rsk")
+	for _, addr := range []string{p.Addr, direct.Addr} {
+		w := dialClient(t, addr)
+		for i, k := range keys {
+			w.do("SET", k, "v"+strconv.Itoa(i))
+		}
+	}
+	rng := rand.New(rand.NewPCG(23, 24))
+	pick := func(list []string) string { return list[rng.IntN(len(list))] }
+	command := func() []string {
+		switch rng.IntN(10) {
+		case 0, 1, 2:
+			c := pick(chans)
+			if rng.IntN(3) == 0 { // both channels of its slot
+				return []string{"SSUBSCRIBE", c[:len(c)-1] + "a", c[:len(c)-1] + "b"}
+			}
+			return []string{"SSUBSCRIBE", c}
+		case 3, 4:
+			return []string{"SUNSUBSCRIBE", pick(chans)}
+		case 5:
+			return []string{"SUNSUBSCRIBE"}
+		case 6:
+			return []string{pick([]string{"SUBSCRIBE", "UNSUBSCRIBE"}), "rsch"}
+		case 7:
+			return []string{"PING", "x"}
+		case 8:
+			return []string{"PING"}
+		}
+		return []string{"GET", pick(keys)}
+	}
+	for seq := range 200 {
+		resp3 := seq%2 == 1
+		var script [][][]string
+		for range 1 + rng.IntN(12) {
+			var batch [][]string
+			for range 1 + rng.IntN(3) {
+				batch = append(batch, command())
+			}
+			script = append(script, batch)
+		}
+		var got [2]string
+		for i, addr := range []string{p.Addr, direct.Addr} {
+			c := dialClient(t, addr)
+			if resp3 {
+				c.do("HELLO", "3")
+			}
+			var out strings.Builder
+			for b, batch := range script {
+				// Each batch ends with a PING of a marker; its replies are
+				// read up to the marker's.
+				marker := "end" + strconv.Itoa(b)
+				var raw []byte
+				for _, cmd := range append(slices.Clone(batch), []string{"PING", marker}) {
+					raw = resp.AppendCommandString(raw, cmd...)
+				}
+				c.send(raw)
+				var frames []string
+				for {
+					f := string(c.read())
+					if strings.Contains(f, "\r\n"+marker+"\r\n") {
+						break
+					}
+					frames = append(frames, f)
+				}
+				out.WriteString(strings.Join(unorderedRuns(t, frames), ""))
+				out.WriteString("|")
+			}
+			got[i] = out.String()
+		}
+		if got[0] != got[1] {
+			t.Fatalf("sequence %d (RESP3 %v) %q:\nrproxy %q\ndirect %q", seq, resp3, script, got[0], got[1])
+		}
+	}
+}
+
+// unorderedRuns returns frames with each run of sunsubscribe confirmations
+// of a channel (an SUNSUBSCRIBE of all's) in channel order, their counts
+// kept in place.
+func unorderedRuns(t *testing.T, frames []string) []string {
+	t.Helper()
+	out := slices.Clone(frames)
+	for i := 0; i < len(out); {
+		j := i
+		var chans, counts []string
+		for ; j < len(out); j++ {
+			v, err := resp.Parse([]byte(out[j]))
+			if err != nil || len(v.Elems) != 3 || string(v.Elems[0].Str) != "sunsubscribe" || v.Elems[1].Kind != '$' {
+				break
+			}
+			chans = append(chans, string(v.Elems[1].Str))
+			counts = append(counts, strconv.FormatInt(v.Elems[2].Int, 10))
+		}
+		if j == i {
+			i++
+			continue
+		}
+		slices.Sort(chans)
+		for n := range chans {
+			out[i+n] = "sunsubscribe " + chans[n] + " " + counts[n] + ";"
+		}
+		i = j
+	}
+	return out
+}
