@@ -32,6 +32,10 @@ import (
 // A branch that fails closes the client: the invalidations of the keys
 // read through it would be lost, and a client's cache is only dropped when
 // its connection is (as when its own connection to Redis ends).
+//
+// A session's SSUBSCRIBE or SUNSUBSCRIBE of another master's shard
+// channels goes to its branch there too, in RESP2's subscribed mode as
+// well (streamshard.go).
 
 // streamBranch is a session's connection to one master other than its
 // pin's, in stream mode.
@@ -178,6 +182,10 @@ func (b *streamBranch) shardFrame(frame []byte, kind byte) (bool, error) {
 		return false, nil
 	}
 	_, n, confirmation := shardConfirmation(frame)
+	message := kind == '*' && isShardMessage(frame)
+	if !confirmation && !message {
+		return false, nil // a reply, or another push
+	}
 	b.mu.Lock()
 	waiting := len(b.waiting) > 0
 	var w *branchReply
@@ -207,7 +215,7 @@ func (b *streamBranch) shardFrame(frame []byte, kind byte) (bool, error) {
 	switch {
 	case confirmation && (!waiting || kind == '>'):
 		return true, b.push(b.relay.shards.rewrite(b.pool.Address(), frame))
-	case kind == '*' && isShardMessage(frame) && (!waiting || shardWaits):
+	case message && (!waiting || shardWaits):
 		return true, b.push(frame)
 	}
 	return false, nil

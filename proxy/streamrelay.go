@@ -92,7 +92,9 @@ const maxHeldProbe = 128
 // redirect, in rproxy's ids).
 // It drops the answer to a modeProbe, ends the copy at the answer to the
 // end marker sent after a RESET, and on a cluster upstream (hideRedirects)
-// replaces a MOVED or ASK with an error saying why. It frames the stream's
+// replaces a MOVED or ASK with an error saying why, and, once the session
+// has sent an SSUBSCRIBE, shows shard channel confirmations with the
+// session's count over every master (shards, streamshard.go). It frames the stream's
 // top-level replies to find them; if the stream cannot be framed, it stops
 // looking and passes everything on (the client then sees Redis's own
 // replies).
