@@ -867,6 +867,11 @@ func (ss *session) answerInStream(r []byte, script func() []byte) {
 	ss.substituteInStream(r)
 }
 
+// errorInStream is answerInStream for r, an error reply made here.
+func (ss *session) errorInStream(r []byte) {
+	ss.answerInStream(r, func() []byte { return scriptError(r) })
+}
+
 // scriptReplying is a command that makes Redis reply r, an integer, a status
 // or an error.
 func scriptReplying(r []byte) []byte {

@@ -548,8 +548,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
 	b, err := s.branch(ss, pool)
 	if err != nil {
-		r := branchError(err)
-		ss.answerInStream(r, func() []byte { return scriptError(r) })
+		ss.errorInStream(branchError(err))
 		return
 	}
 	// After CLIENT REPLY OFF or SKIP the client gets no reply: the

@@ -49,8 +49,7 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 		}
 		b, err := s.branch(ss, pool)
 		if err != nil {
-			r := branchError(err) // sent nowhere
-			ss.answerInStream(r, func() []byte { return scriptError(r) })
+			ss.errorInStream(branchError(err)) // sent nowhere
 			return true
 		}
 		branches = append(branches, b)
@@ -96,8 +95,7 @@ func (s *Server) streamScan(ss *session, c *call) bool {
 	backend := ss.pools[ss.proto]
 	slot, raw, m, ok := s.routing.scanPart(backend.Shards(), c.cmd.Args)
 	if !ok {
-		r := resp.AppendError(nil, "ERR invalid cursor")
-		ss.answerInStream(r, func() []byte { return scriptError(r) })
+		ss.errorInStream(resp.AppendError(nil, "ERR invalid cursor"))
 		return true
 	}
 	pool := backend.PinPool(slot)
@@ -111,8 +109,7 @@ func (s *Server) streamScan(ss *session, c *call) bool {
 	}
 	b, err := s.branch(ss, pool)
 	if err != nil {
-		r := branchError(err) // sent nowhere
-		ss.answerInStream(r, func() []byte { return scriptError(r) })
+		ss.errorInStream(branchError(err)) // sent nowhere
 		return true
 	}
 	part := b.send([][]byte{raw}, []bool{true})[0]

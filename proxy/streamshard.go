@@ -190,8 +190,7 @@ func (s *Server) shardOnBranch(ss *session, c *call) bool {
 	}
 	b, err := s.branch(ss, pool)
 	if err != nil {
-		r := branchError(err)
-		ss.answerInStream(r, func() []byte { return scriptError(r) })
+		ss.errorInStream(branchError(err))
 		return true
 	}
 	ss.noteSubscriptions(info.Name, args)
@@ -242,8 +241,7 @@ func (s *Server) shardUnsubscribeAll(ss *session, c *call) bool {
 	for _, pool := range pools {
 		b, err := s.branch(ss, pool)
 		if err != nil {
-			r := branchError(err)
-			ss.answerInStream(r, func() []byte { return scriptError(r) })
+			ss.errorInStream(branchError(err))
 			continue
 		}
 		s.shardSend(ss, b, c.cmd.Raw, 0)

@@ -87,7 +87,7 @@ func unorderedConfirmations(t *testing.T, frames []string) string {
 
 // TestClusterShardChannelsOfEveryMaster: a client that subscribes to shard
 // channels of every master on one connection (SSUBSCRIBE one by one, as
-// redis-py's and node-redis's cluster clients do on the one node the facade
+// node-redis's and ioredis's cluster clients do on the one node the facade
 // shows, and any client of one Redis) gets, through rproxy on a 3-master
 // cluster, the bytes one Redis sends: each confirmation counting the
 // session's shard channels on every master, the messages SPUBLISHed to
