@@ -609,6 +609,10 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		}
 		ss.noteClientReply(cmd.Args) // Redis applies it to the pinned connection
 		ss.noteCaching(cmd.Args, cmd.Raw)
+		ss.noteHeldState(cmd.Args)
+	}
+	if info != nil && info.Handling == command.Select {
+		ss.streamHeld = true // the pin's database is no longer known to be 0
 	}
 	if info != nil && info.Handling == command.Hello {
 		s.streamHello(ss, cmd)
@@ -643,6 +647,28 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 }
 
 func (streamDispatch) replies(*session) {}
+
+// noteHeldState notes a CLIENT NO-EVICT or NO-TOUCH sent to the pin in
+// stream mode: Redis keeps it on the connection, which a return to the
+// shared connections (an UNSUBSCRIBE of nothing) would reset. NO-EVICT ON
+// or OFF also sets CLIENT LIST's e flag, which RESET leaves, as on Redis.
+func (ss *session) noteHeldState(args [][]byte) {
+	if len(args) < 2 || !bytes.EqualFold(args[1], []byte("no-evict")) && !bytes.EqualFold(args[1], []byte("no-touch")) {
+		return
+	}
+	ss.streamHeld = true
+	if ss.inTransaction() || ss.proto == 2 && len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0 {
+		return // queued, or refused in RESP2's subscribed mode
+	}
+	if len(args) == 3 && bytes.EqualFold(args[1], []byte("no-evict")) {
+		switch {
+		case bytes.EqualFold(args[2], []byte("on")):
+			ss.noEvict = true
+		case bytes.EqualFold(args[2], []byte("off")):
+			ss.noEvict = false
+		}
+	}
+}
 
 // noteTransaction follows the client's view of its transaction (MULTI,
 // EXEC, DISCARD sent): inside it the policy leaves TTLs alone (no jitter),

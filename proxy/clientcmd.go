@@ -105,7 +105,7 @@ func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, n
 	if cmdName == "" {
 		cmdName = "NULL"
 	}
-	// In Redis's order: S or O, P, x, b, t.
+	// In Redis's order: S or O, P, x, b, t, B, e.
 	flags, multi := "", -1
 	if st.role != 0 {
 		flags += string(st.role)
@@ -124,6 +124,9 @@ func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, n
 	}
 	if st.tracking && st.bcast {
 		flags += "B"
+	}
+	if st.noEvict {
+		flags += "e"
 	}
 	if flags == "" {
 		flags = "N"

@@ -43,6 +43,7 @@ type clientState struct {
 	tracking           bool
 	redirect           int64 // CLIENT LIST's redir: -1 off, 0 on without REDIRECT, else rproxy's id
 	bcast              bool  // tracking in BCAST mode (B flag)
+	noEvict            bool  // CLIENT NO-EVICT ON (e flag)
 }
 
 // liveState is the session's clientState now; only its own goroutine may
@@ -51,7 +52,7 @@ func (ss *session) liveState() clientState {
 	return clientState{name: ss.name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: ss.pin != nil || ss.stream,
 		multi: ss.inTransaction(), stream: ss.stream, role: ss.role, proto: ss.proto,
 		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.redirect >= 0,
-		redirect: ss.redirect, bcast: ss.trackBcast}
+		redirect: ss.redirect, bcast: ss.trackBcast, noEvict: ss.noEvict}
 }
 
 // publishView publishes the session's state after a batch. It allocates

@@ -294,6 +294,10 @@ func (s *Server) startStream(ss *session, raw []byte) {
 		return
 	}
 	ss.stream, ss.cachingSent = true, false
+	// A WATCH the pin holds from before is stream mode's to follow now
+	// (noteTransaction): an UNSUBSCRIBE of nothing must not leave the mode
+	// and reset the connection under it (TestStreamModeKeepsAWatchFromBefore).
+	ss.streamWatch, ss.watching = ss.streamWatch || ss.watching, false
 	pin, nc, id, addr := ss.pin, ss.conn.NetConn(), ss.id, ss.conn.RemoteAddr()
 	if lc, ok := nc.(*limitedConn); ok {
 		lc.exemptIdle() // Redis never closes an idle subscriber
@@ -391,7 +395,7 @@ func (ss *session) leavesStream() bool {
 	return ss.stream && ss.role == 0 && ss.redirect == -1 && !ss.trackBcast && ss.trackingArgs == nil &&
 		len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) == 0 &&
 		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.watchPool == nil && ss.branchTx == nil &&
-		ss.db == 0 && !ss.dbUnknown
+		ss.db == 0 && !ss.dbUnknown && !ss.streamHeld
 }
 
 // endCopy sends an end marker (streamEnd) after the stream-mode batch so
@@ -409,7 +413,7 @@ func (s *Server) endCopy(ss *session) (end *streamEnd, ended bool) {
 	case <-timer.C:
 	}
 	ss.dropBranches()
-	ss.streamWatch = false
+	ss.streamWatch, ss.streamHeld = false, false
 	return end, ended
 }
 

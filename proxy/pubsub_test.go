@@ -890,7 +890,7 @@ func streamModeAsRedis(t *testing.T, cacheAll bool) {
 			afterFill = hits()
 		}
 	}
-	compareStreamSequences(t, clients, nil, fill, rand.New(rand.NewPCG(1, 2)), 300)
+	compareStreamSequences(t, clients, nil, fill, sequenceSource(t, 1, 2), 300)
 	if served += hits() - afterFill; cacheAll && served == 0 {
 		t.Fatal("the tier served no read in the sequences: the variant tests nothing of it")
 	} else if cacheAll {
@@ -1007,7 +1007,7 @@ func TestStreamModeAsRedisRandomSequencesPassthrough(t *testing.T) {
 	clients := [2]*rawClient{dialClient(t, servers[0].Addr), dialClient(t, p.Addr)}
 	outside := [][]string{{"AUTH", "alice", "alicepw"}, {"AUTH", "bob", "bobpw"}, {"AUTH", "bob", "wrong"},
 		{"HELLO", "3", "AUTH", "alice", "alicepw"}, {"ACL", "WHOAMI"}}
-	compareStreamSequences(t, clients, outside, nil, rand.New(rand.NewPCG(11, 12)), 300)
+	compareStreamSequences(t, clients, outside, nil, sequenceSource(t, 11, 12), 300)
 }
 
 // helloIDField is the id field of a HELLO reply.
@@ -1068,6 +1068,87 @@ func TestStreamModeKeepsCachingFlag(t *testing.T) {
 		}
 		if got[1] != got[0] {
 			t.Errorf("%v: through rproxy %q, want %q as from Redis", between, got[1], got[0])
+		}
+	}
+}
+
+// TestStreamModeKeepsAWatchFromBefore: a session that watched a key and
+// then sent an (P|S)UNSUBSCRIBE of nothing (stream mode, which it left at
+// once) lost its WATCH: rproxy reset the pinned connection, so an EXEC
+// after the watched key changed ran (*0) where Redis aborts it (*-1).
+// Found by TestStreamModeAsRedisLongSessions with RPROXY_SEQUENCE_SEED=2.
+func TestStreamModeKeepsAWatchFromBefore(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	for _, unsub := range []string{"UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE"} {
+		for _, changed := range []bool{false, true} {
+			var got [2]string
+			for i, addr := range []string{rs.Addr, p.Addr} {
+				c := dialClient(t, addr)
+				steps := [][]string{{"WATCH", "wk"}, {unsub}}
+				if changed {
+					steps = append(steps, []string{"SET", "wk", "v"})
+				}
+				got[i] = c.pipeline(append(steps, []string{"MULTI"}, []string{"PING"}, []string{"EXEC"})...)
+				c.nc.Close()
+			}
+			if want := map[bool]string{false: "*1\r\n+PONG\r\n", true: "*-1\r\n"}[changed]; !strings.HasSuffix(got[0], want) {
+				t.Fatalf("%s, key changed %v: Redis directly %q, want it to end %q", unsub, changed, got[0], want)
+			}
+			if got[1] != got[0] {
+				t.Errorf("%s, key changed %v: through rproxy %q, Redis %q", unsub, changed, got[1], got[0])
+			}
+		}
+	}
+}
+
+// TestStreamModeKeepsStateItDoesNotFollow: a SELECT sent in stream mode
+// (RESP3, subscribed) was lost when an UNSUBSCRIBE then left the mode,
+// so the next SET went to database 0 through rproxy (found by
+// TestStreamModeAsRedisLongSessions with RPROXY_SEQUENCE_SEED=2); CLIENT
+// NO-EVICT ON was lost the same way, and CLIENT INFO never showed its e
+// flag, which RESET leaves on Redis.
+func TestStreamModeKeepsStateItDoesNotFollow(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	var got [2]string
+	for i, addr := range []string{rs.Addr, p.Addr} {
+		c := dialClient(t, addr)
+		c.do("HELLO", "3")
+		c.pipeline([]string{"SUBSCRIBE", "ch"}, []string{"SELECT", "1"})
+		got[i] = c.pipeline([]string{"UNSUBSCRIBE", "ch"}, []string{"SET", "sk", "v"}, []string{"GET", "sk"})
+		c.nc.Close()
+	}
+	if got[1] != got[0] {
+		t.Errorf("through rproxy %q, Redis %q", got[1], got[0])
+	}
+	// The SETs are in database 1, the direct one's too (the same server).
+	if r := rs.Do(t, "SELECT", "1"); string(r) != "+OK\r\n" {
+		t.Fatal(string(r))
+	}
+	if n := dialClient(t, rs.Addr).pipeline([]string{"SELECT", "1"}, []string{"DBSIZE"}); n != "+OK\r\n:1\r\n" {
+		t.Errorf("database 1 after both SETs: %q, want one key (the SET through rproxy went elsewhere?)", n)
+	}
+	if n := dialClient(t, rs.Addr).do("DBSIZE"); n != ":0\r\n" {
+		t.Errorf("database 0: %q, want no key", n)
+	}
+
+	flags := regexp.MustCompile(`flags=[A-Za-z]+`)
+	for _, steps := range [][][]string{
+		{{"CLIENT", "NO-EVICT", "on"}, {"UNSUBSCRIBE"}},
+		{{"CLIENT", "NO-EVICT", "on"}, {"RESET"}},
+		{{"CLIENT", "NO-EVICT", "on"}, {"CLIENT", "NO-EVICT", "off"}, {"UNSUBSCRIBE"}},
+		{{"CLIENT", "NO-EVICT", "maybe"}},
+	} {
+		var got [2]string
+		for i, addr := range []string{rs.Addr, p.Addr} {
+			c := dialClient(t, addr)
+			c.pipeline(steps...)
+			got[i] = flags.FindString(c.do("CLIENT", "INFO"))
+			c.nc.Close()
+		}
+		if got[1] != got[0] || got[0] == "" {
+			t.Errorf("%q then CLIENT INFO: through rproxy %q, Redis %q", steps, got[1], got[0])
 		}
 	}
 }

@@ -156,6 +156,11 @@ type session struct {
 	watchPool     *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
 	trackingArgs  [][]byte
 	lastCaching   []byte
+	// streamHeld: the pin holds state the session does not follow (a
+	// SELECT sent in stream mode, CLIENT NO-EVICT or NO-TOUCH), so stream
+	// mode lasts until RESET (leavesStream).
+	streamHeld bool
+	noEvict    bool // CLIENT NO-EVICT ON sent (CLIENT LIST's e flag)
 	// Keyspace notifications from masters other than the pin's
 	// (streamnotify.go).
 	notifyBranches []*notifyBranch
@@ -810,6 +815,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		ss.noteCaching(args, cmd.Raw)
 		if ss.stream {
 			ss.noteClientReply(args)
+			ss.noteHeldState(args)
 		}
 	default:
 		ss.forward(cmd.Raw) // Redis's "unknown subcommand"

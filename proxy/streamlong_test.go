@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -41,7 +40,7 @@ func TestStreamModeAsRedisLongSessions(t *testing.T) {
 		{dialClient(t, p.Addr), dialClient(t, p.Addr)},
 	}
 	pool := append(slices.Clip(streamPlainCommands), streamActedCommands...)
-	rng := rand.New(rand.NewPCG(5, 6))
+	rng := sequenceSource(t, 5, 6)
 	var names []string
 	defer func() {
 		if t.Failed() {

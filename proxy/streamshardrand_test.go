@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +38,7 @@ func TestClusterShardChannelsRandomSequences(t *testing.T) {
 			w.do("SET", k, "v"+strconv.Itoa(i))
 		}
 	}
-	rng := rand.New(rand.NewPCG(23, 24))
+	rng := sequenceSource(t, 23, 24)
 	pick := func(list []string) string { return list[rng.IntN(len(list))] }
 	command := func() []string {
 		switch rng.IntN(10) {

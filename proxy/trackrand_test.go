@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,7 +30,7 @@ func TestClusterTrackingAsStandaloneRandomSequences(t *testing.T) {
 		keys = append(keys, "{rt"+strconv.Itoa(i)+"}k")
 	}
 	syncKeys, _ := keyPerMaster(t, cl, "rtsync")
-	rng := rand.New(rand.NewPCG(21, 22))
+	rng := sequenceSource(t, 21, 22)
 	type side struct{ c, w *rawClient }
 	for seq := range 150 {
 		optin := rng.IntN(2) == 0
