@@ -34,6 +34,7 @@ const (
 	mergeKeys                        // KEYS: every master's keys (clusterscan.go)
 	mergeRandomKey                   // RANDOMKEY: one of the masters' random keys, at random (clusterscan.go)
 	mergeDigest                      // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
+	mergeAfterPin                    // the pin's reply, made whole by the other masters' after it (clustertx.go)
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -213,6 +214,10 @@ type routeState struct {
 	restAt       int
 	merges       []merge
 	keys         [][]byte
+	// txQueued counts the commands the open transaction queued, and
+	// txFanOut holds those of fanOutCommands among them (clustertx.go).
+	txQueued int
+	txFanOut []pinnedFanOut
 	// lastWrite is the slot of the session's last write, plus one (0:
 	// none): a WAIT goes to its master.
 	lastWrite int
@@ -238,6 +243,8 @@ type merge struct {
 	// For mergeArray: for each of the client's keys, its part and its
 	// index among that part's elements.
 	part, index []int32
+	// For mergeAfterPin: the reply, from the pin's (clustertx.go).
+	afterPin func(pinReply []byte) []byte
 }
 
 // slotOf is key's hash slot on a cluster upstream; SlotAny otherwise.
@@ -307,7 +314,8 @@ func (*routing) replies(*session) {}
 // itself queues (reporting true) the commands it splits or fans out and
 // SCAN, which it sends to the master its cursor names (clusterscan.go).
 // Inside a transaction (pinned) commands stay whole on the transaction's
-// master: SCAN, KEYS and RANDOMKEY there answer for that master alone. A command whose keys span slots and
+// master (SCAN there answers for that master alone), and those of
+// fanOutCommands run on the other masters after it (clustertx.go). A command whose keys span slots and
 // that cannot be split goes to its first key's master, which answers with
 // Redis's own CROSSSLOT error.
 func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool {
@@ -317,6 +325,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		return false
 	}
 	args := cmd.Args
+	r.countQueued(ss, info.Name)
 	if ss.pin != nil && !ss.stream && !ss.inTransaction() && (!ss.watching || ss.blocking || watchMayEnd(ss)) {
 		// Pinned for a blocking command earlier in the batch, or with a
 		// WATCH, UNWATCH, EXEC or DISCARD whose reply is not in: the pin
@@ -327,19 +336,26 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		// watch that holds, and crossSlotCommand).
 		r.flush(ss)
 	}
-	if ss.pin != nil && r.crossSlotEnd(ss, info) {
-		return true
+	if info.Name == "exec" || info.Name == "discard" {
+		if ss.pin != nil && r.crossSlotEnd(ss, info) || info.Name == "exec" && r.execFanOut(ss, cmd.Raw) {
+			return true
+		}
+		ss.route.txQueued, ss.route.txFanOut = 0, nil
 	}
 	pinned := ss.pin != nil || ss.route.multiPending // commands stay whole: they go to one master
 	name := fanOutName(info.Name, args)
 	if name == "script|flush" {
 		r.scripts.forget() // fanned out, or in a transaction on one master: loaded everywhere no longer
 	}
+	if msg := clusterRefusal(name, args); msg != "" {
+		r.refuse(ss, msg)
+		return true
+	}
+	if kind, ok := fanOutCommands[name]; ok && pinned && !ss.stream && r.pinnedFanOut(ss, kind, cmd.Raw, args) {
+		ss.noteWrite(info) // FLUSHALL, FLUSHDB: as dispatch notes what it forwards
+		return true
+	}
 	if !pinned {
-		if msg := clusterRefusal(name, args); msg != "" {
-			r.refuse(ss, msg)
-			return true
-		}
 		if info.Name == "scan" && len(args) > 1 {
 			r.scan(ss, args)
 			return true
@@ -687,6 +703,8 @@ func (m *merge) reply(replies [][]byte) []byte {
 		return m.slowlogLen(replies)
 	case mergeScan:
 		return m.scanReply(replies[0])
+	case mergeAfterPin:
+		return m.afterPin(replies[0])
 	case mergeKeys:
 		return m.keys(replies)
 	case mergeRandomKey:

@@ -322,8 +322,13 @@ func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy, direct *redi
 		{"CLIENT", "SETNAME", "n1"}, {"CLIENT", "GETNAME"}, {"RESET"}, {"FLUSHDB"}, {"FLUSHALL"},
 	}
 	acted = append(acted, moreActed...)
+	// Server-wide commands inside a transaction and while watching run on
+	// every master (clustertx.go).
+	serverWide := [][]string{{"DBSIZE"}, {"FLUSHDB"}}
 	inMulti := append(slices.Clip(tagged), []string{"EXEC"}, []string{"DISCARD"}, []string{"PING"})
-	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted, inMulti: inMulti, watching: tagged, closeMulti: true},
+	inMulti = append(inMulti, serverWide...)
+	watching := append(slices.Clip(tagged), serverWide...)
+	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted, inMulti: inMulti, watching: watching, closeMulti: true},
 		sequenceSource(t, 7, 8), 300)
 }
 

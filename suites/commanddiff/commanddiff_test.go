@@ -285,7 +285,6 @@ var notComparedOnCluster = map[string]string{
 	"cluster":  "rproxy's one-node facade (docs/cluster.md)",
 	"readonly": "a cluster command: one Redis refuses it", "readwrite": "as readonly", "asking": "as readonly",
 	"command": "the table of other servers than the one direct, in another order",
-	"dbsize":  "inside MULTI, the transaction's master's count (docs/cluster.md); outside, summed (proxy/cluster_test.go)",
 }
 
 // allowedOnCluster: what allowed says, and a cluster's own answers
