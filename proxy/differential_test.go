@@ -87,6 +87,15 @@ func pipelinesAsRedis(t *testing.T, cacheAll, shipped, wire bool) {
 		{"TOUCH", "k1"}, {"OBJECT", "FREQ", "k1"}, {"SET", "k1"}, {"EXEC"}, {"DISCARD"}, {"MULTI"},
 		{"SET", "k1", "v", "EX", "100"}, {"SETEX", "k2", "100", "w"}, {"PSETEX", "h1", "100000", "x"},
 		{"DEL", "k1", "h1", "l1", "z1"}, {"UNLINK", "k2", "l1"}, {"SET", "k2", "a\r\nb c"}, {"SET", "k3", ""},
+		// Writes whose keys are another database's, a destination
+		// argument, or a script's undeclared key; keys deleted by an
+		// expiry in the past.
+		{"MOVE", "k1", "1"}, {"MOVE", "k2", "0"}, {"COPY", "k1", "k2", "DB", "1", "REPLACE"}, {"COPY", "k2", "k1", "DB", "0"},
+		{"SORT", "l1", "ALPHA", "STORE", "k2"}, {"BITOP", "OR", "k3", "k1", "k2"}, {"SETBIT", "k1", "7", "1"}, {"GETBIT", "k1", "7"},
+		{"PFADD", "k2", "a", "b"}, {"PFCOUNT", "k2"}, {"INCRBYFLOAT", "k3", "1.5"}, {"DECR", "k3"}, {"HDEL", "h1", "f"},
+		{"LPOP", "l1", "2"}, {"RPOPLPUSH", "l1", "k2"}, {"LMOVE", "l1", "l1", "LEFT", "RIGHT"}, {"ZUNIONSTORE", "k1", "1", "z1"},
+		{"PEXPIREAT", "k1", "1"}, {"EXPIRE", "k2", "0"}, {"EXPIRE", "k3", "100", "NX"}, {"SETEX", "k3", "100", "x"},
+		{"EVAL", "return redis.call('SET', 'k1', 'script')", "0"}, {"EVAL", "redis.call('DEL', KEYS[1]); return redis.call('EXISTS', KEYS[1])", "1", "k2"},
 	}
 	acted := [][]string{
 		{"MULTI"}, {"EXEC"}, {"DISCARD"}, {"WATCH", "k1"}, {"UNWATCH"},
