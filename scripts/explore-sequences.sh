@@ -5,6 +5,7 @@
 #   scripts/explore-sequences.sh [FIRST_SEED [LAST_SEED]]
 # EXPLORE_RUN: the tests (a -run regexp; default every random-sequence test).
 # EXPLORE_OUT: where each failing seed's log goes (default suites/out/explore).
+# EXPLORE_BUILD: more go test flags for the test binary (-race, say).
 # Stops at nothing: every seed runs, and the failing ones are listed at the end.
 set -u
 cd "$(dirname "$0")/.."
@@ -15,7 +16,8 @@ out=${EXPLORE_OUT:-suites/out/explore}
 mkdir -p "$out"
 bin=$(mktemp -d)/proxy.test
 trap 'rm -rf "$(dirname "$bin")"' EXIT
-go test -c -o "$bin" ./proxy || exit 1
+# shellcheck disable=SC2086 # EXPLORE_BUILD is a list of flags
+go test -c ${EXPLORE_BUILD:-} -o "$bin" ./proxy || exit 1
 failed=()
 for seed in $(seq "$first" "$last"); do
 	log="$out/seed-$seed.log"
