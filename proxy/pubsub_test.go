@@ -814,7 +814,7 @@ var streamActedCommands = [][]string{
 	{"CLIENT", "TRACKING", "on", "OPTIN"}, {"CLIENT", "NO-TOUCH", "on"},
 }
 var streamPlainCommands = [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SET", "k", "v"}, {"ECHO", "hi"}, {"EXEC"}, {"DISCARD"},
-	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}, {"GET", "n"}}
+	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}, {"GET", "n"}, {"MOVE", "k", "1"}, {"COPY", "n", "k", "DB", "1"}, {"SWAPDB", "0", "1"}}
 
 // streamTestServers starts the two Redis servers of a stream-mode random
 // test, one for the direct client and one behind rproxy, whose default
