@@ -351,7 +351,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		r.refuse(ss, msg)
 		return true
 	}
-	if kind, ok := fanOutCommands[name]; ok && pinned && !ss.stream && r.pinnedFanOut(ss, kind, cmd.Raw, args) {
+	if kind, ok := fanOutCommands[name]; ok && pinned && !ss.stream && r.fanOutOnPin(ss, kind, cmd.Raw, args) {
 		ss.noteWrite(info) // FLUSHALL, FLUSHDB: as dispatch notes what it forwards
 		return true
 	}

@@ -58,12 +58,12 @@ func (r *routing) countQueued(ss *session, name string) {
 	}
 }
 
-// pinnedFanOut handles a command of fanOutCommands on a pinned session
+// fanOutOnPin handles a command of fanOutCommands on a pinned session
 // (not in stream mode), and reports whether it queued it itself: in a
 // transaction it is noted and goes on to the pin, to be run elsewhere
 // after EXEC (execFanOut); outside one (a WATCH holds the pin) it is sent
 // on the pin and its reply merged with every other master's.
-func (r *routing) pinnedFanOut(ss *session, kind mergeKind, raw []byte, args [][]byte) bool {
+func (r *routing) fanOutOnPin(ss *session, kind mergeKind, raw []byte, args [][]byte) bool {
 	if !fansOutWhenPinned(kind) || len(ss.pools[ss.proto].Shards()) < 2 {
 		return false
 	}
