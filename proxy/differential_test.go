@@ -325,6 +325,7 @@ func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy, direct *redi
 		[]string{"ZRANGE", "z1", "0", "-1", "WITHSCORES"}, []string{"BLPOP", "l1", "0"}, []string{"LLEN", "l1"},
 		[]string{"EVAL", "return redis.call('GET', KEYS[1])", "1", "k1"}, []string{"PING"}, []string{"ECHO", "hi"},
 		[]string{"NOSUCHCMD"}, []string{"SET", "k1"}, []string{"LPUSH", "k1", "x"}, []string{"EXEC"}, []string{"DISCARD"},
+		[]string{"EVALSHA", "59b6ab2fbe0ee4b25733de0f62e6cda4899ef8e9", "0"}, // return 7, loaded in a transaction (serverWide)
 	)
 	acted := [][]string{
 		{"MULTI"}, {"EXEC"}, {"DISCARD"}, {"WATCH", "{t}a"}, {"UNWATCH"}, {"HELLO", "2"}, {"HELLO", "3"},
@@ -333,7 +334,7 @@ func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy, direct *redi
 	acted = append(acted, moreActed...)
 	// Server-wide commands inside a transaction and while watching run on
 	// every master (clustertx.go).
-	serverWide := [][]string{{"DBSIZE"}, {"FLUSHDB"}}
+	serverWide := [][]string{{"DBSIZE"}, {"FLUSHDB"}, {"SCRIPT", "LOAD", "return 7"}}
 	inMulti := append(slices.Clip(tagged), []string{"EXEC"}, []string{"DISCARD"}, []string{"PING"})
 	inMulti = append(inMulti, serverWide...)
 	watching := append(slices.Clip(tagged), serverWide...)
