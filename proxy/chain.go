@@ -657,7 +657,7 @@ func (ss *session) noteHeldState(args [][]byte) {
 		return
 	}
 	ss.streamHeld = true
-	if ss.inTransaction() || ss.proto == 2 && len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) > 0 {
+	if ss.inTransaction() || ss.resp2Subscribed() {
 		return // queued, or refused in RESP2's subscribed mode
 	}
 	if len(args) == 3 && bytes.EqualFold(args[1], []byte("no-evict")) {

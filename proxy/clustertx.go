@@ -64,7 +64,7 @@ func (r *routing) countQueued(ss *session, name string) {
 // after EXEC (execFanOut); outside one (a WATCH holds the pin) it is sent
 // on the pin and its reply merged with every other master's.
 func (r *routing) fanOutOnPin(ss *session, kind mergeKind, raw []byte, args [][]byte) bool {
-	if !fansOutWhenPinned(kind) || len(ss.pools[ss.proto].Shards()) < 2 {
+	if !fansOutWhenPinned(kind) || len(ss.pools[ss.proto].Shards()) < 2 || ss.pin == nil && !ss.inTransaction() {
 		return false
 	}
 	kind, raw = fanOutSent(kind, args, raw)
@@ -74,9 +74,6 @@ func (r *routing) fanOutOnPin(ss *session, kind mergeKind, raw []byte, args [][]
 	}
 	if ss.inTransaction() {
 		ss.route.txFanOut = append(ss.route.txFanOut, q)
-		return false
-	}
-	if ss.pin == nil {
 		return false
 	}
 	proto, pinAddr := ss.proto, ss.pinPool.Address()
