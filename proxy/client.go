@@ -194,6 +194,10 @@ func (s *Server) readLoop(c *clientConn) error {
 					}
 					continue
 				}
+				if err == errWake {
+					s.woken(c.ss)
+					continue
+				}
 				return err
 			}
 			// A read that returned bytes and an error: the bytes are

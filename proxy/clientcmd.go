@@ -1009,6 +1009,13 @@ func (ss *session) noteSubscriptions(name string, args [][]byte) {
 		set = make(map[string]struct{})
 		ss.subscribed[kind] = set
 	}
+	if kind == 's' && ss.relay != nil {
+		// For the copies to tell Redis's own sunsubscribe (shardmove.go).
+		if name == "sunsubscribe" {
+			ss.relay.shards.unsubscribing(set, args[1:])
+		}
+		defer ss.relay.shards.setWanted(set)
+	}
 	if strings.HasPrefix(name, "subscribe") || name == "psubscribe" || name == "ssubscribe" {
 		for _, a := range args[1:] {
 			set[string(a)] = struct{}{}

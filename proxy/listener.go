@@ -121,6 +121,32 @@ type limitedConn struct {
 	token     idlepoll.Token
 	parked    bool
 	expired   bool // parked longer than the idle timeout: the next read reports it
+
+	// wakeAsked: another goroutine has work for the session's own goroutine
+	// (wake): the read under way, or the next, ends with errWake.
+	wakeAsked bool
+}
+
+// errWake ends a read that wake interrupted: the read loop calls the
+// session's woken and reads on.
+var errWake = errors.New("woken")
+
+// wake interrupts the read under way (a read deadline of now), or the
+// next one, so that the read loop runs the session's woken: a stream-mode
+// session's shard channels that Redis unsubscribed are subscribed again
+// from its own goroutine (shardmove.go), whose state no other may touch.
+func (c *limitedConn) wake() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.wakeAsked || c.closing {
+		return
+	}
+	c.wakeAsked = true
+	if c.reading {
+		now := time.Now()
+		c.Conn.SetReadDeadline(now)
+		c.armed, c.deadline = true, now
+	}
 }
 
 // armIdleLocked sets, or clears, the read deadline for idle timeout d from
@@ -160,12 +186,19 @@ const (
 	deadlineIdle    deadlineAction = iota // the idle timeout: the client is closed
 	deadlinePark                          // asked to park by the sweep: the read loop parks
 	deadlineRearmed                       // early (armed for an earlier read, or moved by a reload): read on
+	deadlineWake                          // asked by wake: the read loop runs the session's woken
 )
 
 // afterDeadlineLocked is called when a read ended on its deadline. If the
 // read under way has not waited the whole idle timeout and was not asked to
 // park, it moves the deadline, and the read goes on.
 func (c *limitedConn) afterDeadlineLocked() deadlineAction {
+	if c.wakeAsked {
+		c.wakeAsked = false
+		c.Conn.SetReadDeadline(time.Time{})
+		c.armed = false
+		return deadlineWake
+	}
 	d := c.limits.Load().IdleTimeout
 	if c.noIdle || c.watching {
 		return deadlineIdle
@@ -406,6 +439,11 @@ func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) b
 		c.idleTimedOut.Store(true)
 		return 0, sysio.OpError("read", c, os.ErrDeadlineExceeded)
 	}
+	if c.wakeAsked {
+		c.wakeAsked = false
+		c.mu.Unlock()
+		return 0, errWake
+	}
 	if c.parkAsked {
 		// The sweep asked while the last read returned bytes: the client
 		// is not idle.
@@ -438,6 +476,9 @@ func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) b
 		c.mu.Unlock()
 		if action == deadlinePark {
 			return 0, errPark
+		}
+		if action == deadlineWake {
+			return 0, errWake
 		}
 		if timedOut {
 			c.idleTimedOut.Store(true)
@@ -529,7 +570,7 @@ func (c *limitedConn) readOn(more bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stepping = false
-	if !more || c.closing || len(c.pending) > 0 || c.watchErr != nil || c.expired || c.parkAsked {
+	if !more || c.closing || len(c.pending) > 0 || c.watchErr != nil || c.expired || c.parkAsked || c.wakeAsked {
 		return false
 	}
 	c.reading, c.readSince = true, c.clock()

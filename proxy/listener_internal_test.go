@@ -239,3 +239,53 @@ func TestNoWaitAfterCloseInAStep(t *testing.T) {
 		t.Fatalf("%d steps, want 1", steps)
 	}
 }
+
+// TestWakeEndsTheRead: wake ends a read that waits for the client with
+// errWake, with idle closing off as in stream mode, and closes nothing:
+// the client's bytes are read next; a wake asked while no read waits ends
+// the next read at once. Without it a session's goroutine, waiting for its
+// client, could not subscribe again a shard channel whose slot moved.
+func TestWakeEndsTheRead(t *testing.T) {
+	lc, _, peer := idleConn(t, 0, time.Now)
+	lc.exemptIdle()
+	buf := make([]byte, 16)
+	read := func() (int, error) { return lc.readLazy(func() []byte { return buf }, nil, nil) }
+	done := make(chan error, 1)
+	go func() {
+		_, err := read()
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lc.mu.Lock()
+		reading := lc.reading
+		lc.mu.Unlock()
+		if reading {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	lc.wake()
+	select {
+	case err := <-done:
+		if err != errWake {
+			t.Fatalf("woken read: %v, want errWake", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("wake did not end the read")
+	}
+	go peer.Write([]byte("ping"))
+	if n, err := read(); err != nil || string(buf[:n]) != "ping" {
+		t.Fatalf("read after the wake: %q %v, want the client's bytes", buf[:n], err)
+	}
+	lc.wake()
+	if _, err := read(); err != errWake {
+		t.Fatalf("read after a wake asked between reads: %v, want errWake", err)
+	}
+	if lc.idleTimedOut.Load() {
+		t.Fatal("a wake counted as the idle timeout")
+	}
+}

@@ -172,11 +172,12 @@ func (b *streamBranch) push(frame []byte) error {
 }
 
 // shardFrame takes frame, a shard channel's confirmation or an smessage
-// (streamshard.go), reporting whether it did: a confirmation goes to the
-// SSUBSCRIBE or SUNSUBSCRIBE waited for, or, when none is (Redis
-// unsubscribes a channel whose slot moved), to the client with the
-// session's count; an smessage, which comes only while no other reply is
-// waited for, to the client.
+// (streamshard.go), reporting whether it did: an sunsubscribe of a
+// channel the session still wants (Redis unsubscribes a channel whose slot
+// moved) to be subscribed again where it now is (shardmove.go), another
+// confirmation to the SSUBSCRIBE or SUNSUBSCRIBE waited for, or, when
+// none is, to the client with the session's count; an smessage, which
+// comes only while no other reply is waited for, to the client.
 func (b *streamBranch) shardFrame(frame []byte, kind byte) (bool, error) {
 	if kind != '*' && kind != '>' {
 		return false, nil
@@ -185,6 +186,9 @@ func (b *streamBranch) shardFrame(frame []byte, kind byte) (bool, error) {
 	message := kind == '*' && isShardMessage(frame)
 	if !confirmation && !message {
 		return false, nil // a reply, or another push
+	}
+	if confirmation && b.relay.shards.takeUnasked(b.pool.Address(), frame) {
+		return true, nil // the channel's slot moved: subscribed again where it is (shardmove.go)
 	}
 	b.mu.Lock()
 	waiting := len(b.waiting) > 0
@@ -209,6 +213,9 @@ func (b *streamBranch) shardFrame(frame []byte, kind byte) (bool, error) {
 				b.last = w
 			}
 		}
+		if w.unshown {
+			b.relay.shards.note(b.pool.Address(), n) // shown or not, later confirmations count it
+		}
 		return true, nil
 	}
 	b.mu.Unlock()
@@ -232,6 +239,7 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 			return b.push(reply)
 		}
 		if slot, redirect := upstream.RedirectSlot(reply); redirect {
+			b.relay.movedSeen(reply)
 			reply = streamRedirectError(slot) // moved since the branch was chosen
 		}
 		b.mu.Lock()

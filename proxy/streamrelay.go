@@ -101,6 +101,10 @@ const maxHeldProbe = 128
 type streamRelay struct {
 	dst           io.Writer
 	hideRedirects bool // a cluster upstream: clients see one node (facade.go)
+	// noteMoved, on a cluster upstream, learns a slot's master from a
+	// MOVED the pin or a branch sent (set before the copy starts): the
+	// session's later commands of the slot go there.
+	noteMoved func(reply []byte)
 
 	mu      sync.Mutex
 	pending []relayAnswer // answers to errorCmds sent whose replies have not come yet
@@ -126,6 +130,7 @@ type streamRelay struct {
 	held    []byte              // the current reply so far, while held
 	rewrite func([]byte) []byte // non-nil: what the next reply is passed through
 	join    bool                // rewrite is a joinInStream's
+	hiding  *shardHide          // non-nil: between the answers of a relayAnswer's hide and unhide
 	stash   []byte              // a +RESET held while ending: the RESET's, if the end marker's answer follows
 	ended   bool                // the end marker's answer has come
 	broken  bool                // framing failed: everything is passed on
@@ -142,6 +147,19 @@ type relayAnswer struct {
 	rewrite func([]byte) []byte // non-nil: the reply after it is passed through this
 	join    bool                // rewrite sees that reply whatever its length, an error too (joinInStream)
 	later   *branchReply        // non-nil: shown in its place once it has come (streambranch.go)
+	// hide starts, and unhide ends, the replies not shown to the client:
+	// those of the SSUBSCRIBEs rproxy sends between the two (shardmove.go).
+	hide   *shardHide
+	unhide bool
+}
+
+// shardHide is the SSUBSCRIBEs rproxy sent on the pin to subscribe again
+// channels whose slot moved there: their confirmations are counted, not
+// shown, and an error (a MOVED: rproxy's slot map was behind) has them
+// tried again (retry).
+type shardHide struct {
+	failed bool
+	retry  func()
 }
 
 // holdMode says whether a reply is held back until complete, and why.
@@ -394,8 +412,24 @@ func (r *streamRelay) finish() []byte {
 		return nil
 	}
 	a, ok := r.answerTo(r.held)
+	if !ok && r.hiding != nil && r.held[0] == '-' {
+		r.hiding.failed = true // the hidden SSUBSCRIBE's error
+		return nil
+	}
+	switch {
+	case ok && a.hide != nil:
+		r.hiding = a.hide
+		return nil
+	case ok && a.unhide:
+		if h := r.hiding; h != nil && h.failed {
+			h.retry()
+		}
+		r.hiding = nil
+		return nil
+	}
 	if !ok {
 		if slot, redirect := upstream.RedirectSlot(r.held); redirect && r.hideRedirects {
+			r.movedSeen(r.held)
 			return streamRedirectError(slot)
 		}
 		return r.held
@@ -417,6 +451,13 @@ func (r *streamRelay) finish() []byte {
 	}
 	r.rewrite, r.join = a.rewrite, a.join
 	return a.reply
+}
+
+// movedSeen passes reply, a redirect, to noteMoved.
+func (r *streamRelay) movedSeen(reply []byte) {
+	if r.noteMoved != nil {
+		r.noteMoved(reply)
+	}
 }
 
 // streamRedirectError is what a stream-mode client of a cluster upstream
@@ -451,6 +492,15 @@ func (r *streamRelay) answerTo(reply []byte) (relayAnswer, bool) {
 func (r *streamRelay) shardCount(frame []byte) []byte {
 	if !r.shards.on.Load() {
 		return frame
+	}
+	if r.hiding != nil && bytes.HasPrefix(frame[1:], shardConfirmationPrefixes[0][1:]) {
+		if _, n, ok := shardConfirmation(frame); ok {
+			r.shards.note(r.shards.pinAddr, n) // a hidden SSUBSCRIBE's (shardmove.go)
+			return nil
+		}
+	}
+	if r.shards.takeUnasked(r.shards.pinAddr, frame) {
+		return nil // the channel's slot moved: subscribed again where it is (shardmove.go)
 	}
 	return r.shards.rewriteOne(r.shards.pinAddr, frame)
 }

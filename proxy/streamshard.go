@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
@@ -38,9 +40,133 @@ import (
 type shardCounts struct {
 	on      atomic.Bool // an SSUBSCRIBE was sent: confirmations are read and rewritten
 	pinAddr string      // the pin's master, set before the copy starts
+	// wake has the session's goroutine subscribe again the channels in
+	// moved (shardmove.go), now, and wakeLater after a new slot map has
+	// been asked for; set before the copy starts, on a cluster upstream
+	// only (nil: an unasked sunsubscribe is shown as it comes).
+	wake, wakeLater func()
 
-	mu sync.Mutex
-	by map[string]int64 // by master address
+	mu     sync.Mutex
+	by     map[string]int64    // by master address
+	wanted map[string]struct{} // the session's shard channels, as it asked for them
+	unsubs map[string]int      // confirmations still to come of SUNSUBSCRIBEs the session sent, by channel
+	moved  []movedShard        // channels a master unsubscribed on its own, for the session to subscribe again
+}
+
+// movedShard is a shard channel that master from unsubscribed on its own;
+// since is when the session first tried to subscribe it again.
+type movedShard struct {
+	channel, from string
+	since         time.Time
+}
+
+// setWanted notes the session's shard channels, set, after an SSUBSCRIBE
+// or SUNSUBSCRIBE it sends (its goroutine's; the copies read them).
+func (c *shardCounts) setWanted(set map[string]struct{}) {
+	c.mu.Lock()
+	c.wanted = maps.Clone(set)
+	c.mu.Unlock()
+}
+
+// unsubscribing notes, before the session sends an SUNSUBSCRIBE of
+// channels (none: of all of set, its channels), that their confirmations
+// are asked for: one the session has subscribed again meanwhile is not
+// taken for Redis's own (takeUnasked).
+func (c *shardCounts) unsubscribing(set map[string]struct{}, channels [][]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unsubs == nil {
+		c.unsubs = make(map[string]int)
+	}
+	if len(channels) == 0 {
+		for ch := range set {
+			c.unsubs[ch]++
+		}
+		return
+	}
+	for _, ch := range channels {
+		c.unsubs[string(ch)]++
+	}
+}
+
+// takeUnasked reports whether frame, a whole confirmation from master
+// addr, is an sunsubscribe of a channel the session still wants and did
+// not ask to end (each frame is seen once, as it comes): Redis
+// Cluster unsubscribes a connection's shard channel when the channel's
+// slot moves to another master, which one Redis never does. It is not
+// shown: its count is noted and the channel queued for the session to
+// subscribe again where it now is (shardmove.go).
+func (c *shardCounts) takeUnasked(addr string, frame []byte) bool {
+	if c.wake == nil || !bytes.HasPrefix(frame[1:], shardConfirmationPrefixes[1][1:]) {
+		return false
+	}
+	v, err := resp.Parse(frame)
+	if err != nil || len(v.Elems) != 3 {
+		return false
+	}
+	ch := string(v.Elems[1].Str)
+	c.mu.Lock()
+	_, wanted := c.wanted[ch]
+	if n := c.unsubs[ch]; n > 0 {
+		wanted = false // the session's own SUNSUBSCRIBE's
+		if n == 1 {
+			delete(c.unsubs, ch)
+		} else {
+			c.unsubs[ch] = n - 1
+		}
+	}
+	if wanted {
+		if c.by == nil {
+			c.by = make(map[string]int64)
+		}
+		c.by[addr] = v.Elems[2].Int
+		c.moved = append(c.moved, movedShard{channel: ch, from: addr})
+	}
+	c.mu.Unlock()
+	if wanted {
+		c.wake()
+	}
+	return wanted
+}
+
+// takeMoved returns the channels queued by takeUnasked, and forgets them.
+func (c *shardCounts) takeMoved() []movedShard {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	moved := c.moved
+	c.moved = nil
+	return moved
+}
+
+// requeue queues moved again, to be tried once a new slot map may have
+// come (wakeLater).
+func (c *shardCounts) requeue(moved ...movedShard) {
+	c.mu.Lock()
+	c.moved = append(c.moved, moved...)
+	c.mu.Unlock()
+	c.wakeLater()
+}
+
+// note records n, the count in a confirmation from master addr that is
+// not shown.
+func (c *shardCounts) note(addr string, n int64) {
+	c.mu.Lock()
+	if c.by == nil {
+		c.by = make(map[string]int64)
+	}
+	c.by[addr] = n
+	c.mu.Unlock()
+}
+
+// total returns the session's shard channels on every master.
+func (c *shardCounts) total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for _, k := range c.by {
+		n += k
+	}
+	return n
 }
 
 // start marks that the session is sending an SSUBSCRIBE or SUNSUBSCRIBE:

@@ -210,27 +210,77 @@ func TestClusterShardChannelsGoRedis(t *testing.T) {
 }
 
 // TestClusterShardChannelMovedAway: when the slot of a shard channel a
-// session holds on a branch moves to another master, the node unsubscribes
-// it (as Redis Cluster does: the client is told with an sunsubscribe);
-// the client gets that confirmation with the session's count, and the
-// session goes on: the channels it still holds keep their messages.
+// session holds moves to another master, the node that held it
+// unsubscribes it (Redis Cluster sends sunsubscribe), which one Redis never
+// does: rproxy subscribes it again on the slot's new master and shows the
+// client nothing, and the channel's messages go on reaching it. The
+// channel moves from a branch to a branch, from the pin to a branch and
+// from a branch to the pin, in RESP2 and RESP3; after it the confirmations
+// count the session's channels as one Redis does, and an SUNSUBSCRIBE of
+// the moved channel ends it on its new master. Before 2026-11-29 the
+// client got the sunsubscribe and the channel's messages were lost (a
+// client of one Redis, go-redis's PubSub say, drops it silently).
 func TestClusterShardChannelMovedAway(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
-	keys, _ := keyPerMaster(t, cl, "mch")
-	c, w := dialClient(t, p.Addr), dialClient(t, p.Addr)
-	c.pipeline([]string{"SSUBSCRIBE", keys[0]}, []string{"SSUBSCRIBE", keys[1]}, []string{"SSUBSCRIBE", keys[2]})
-	cl.MigrateSlot(t, cl.Slot(keys[1]), cl.MasterForSlot(t, cl.Slot(keys[2])))
-	if got, want := string(c.read()), "*3\r\n$12\r\nsunsubscribe\r\n$4\r\n"+keys[1]+"\r\n:2\r\n"; got != want {
-		t.Fatalf("after the slot moved: %q, want %q", got, want)
-	}
-	for _, k := range []string{keys[2], keys[0]} {
-		w.do("SPUBLISH", k, "after")
-		if got, want := string(c.read()), "*3\r\n$8\r\nsmessage\r\n$4\r\n"+k+"\r\n$5\r\nafter\r\n"; got != want {
-			t.Fatalf("message on %s: %q, want %q", k, got, want)
+	w := dialClient(t, p.Addr)
+	moves := []struct {
+		name     string
+		from, to int // masters, by the index of keyPerMaster's keys; 0 is the pin's
+	}{{"branch to branch", 1, 2}, {"pin to branch", 0, 2}, {"branch to pin", 1, 0}}
+	for _, proto := range []string{"2", "3"} {
+		for i, mv := range moves {
+			t.Run("RESP"+proto+" "+mv.name, func(t *testing.T) {
+				keys, _ := keyPerMaster(t, cl, "mv"+proto+strconv.Itoa(i)+"-")
+				extra, _ := keyPerMaster(t, cl, "mx"+proto+strconv.Itoa(i)+"-")
+				push := "*3\r\n"
+				c := dialClient(t, p.Addr)
+				if proto == "3" {
+					c.do("HELLO", "3")
+					push = ">3\r\n"
+				}
+				confirmation := func(kind, ch string, n int) string {
+					return push + "$" + strconv.Itoa(len(kind)) + "\r\n" + kind + "\r\n$" + strconv.Itoa(len(ch)) + "\r\n" + ch + "\r\n:" + strconv.Itoa(n) + "\r\n"
+				}
+				got := c.pipeline([]string{"SSUBSCRIBE", keys[0]}, []string{"SSUBSCRIBE", keys[1]}, []string{"SSUBSCRIBE", keys[2]})
+				if want := confirmation("ssubscribe", keys[0], 1) + confirmation("ssubscribe", keys[1], 2) + confirmation("ssubscribe", keys[2], 3); got != want {
+					t.Fatalf("subscribing: %q, want %q", got, want)
+				}
+				moved := keys[mv.from]
+				cl.MigrateSlot(t, cl.Slot(moved), cl.MasterForSlot(t, cl.Slot(keys[mv.to])))
+				// Subscribed again once the cluster counts a subscriber.
+				deadline := time.Now().Add(5 * time.Second)
+				for w.do("PUBSUB", "SHARDNUMSUB", moved) != "*2\r\n$"+strconv.Itoa(len(moved))+"\r\n"+moved+"\r\n:1\r\n" {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s not subscribed again on its new master within 5 s", moved)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				for _, k := range keys {
+					if r := w.do("SPUBLISH", k, "after"); r != ":1\r\n" {
+						t.Fatalf("SPUBLISH %s: %q, want 1 receiver", k, r)
+					}
+					if got, want := string(c.read()), push+"$8\r\nsmessage\r\n$"+strconv.Itoa(len(k))+"\r\n"+k+"\r\n$5\r\nafter\r\n"; got != want {
+						t.Fatalf("message on %s: %q, want %q (nothing else before it)", k, got, want)
+					}
+				}
+				if got, want := c.do("SSUBSCRIBE", extra[mv.to]), confirmation("ssubscribe", extra[mv.to], 4); got != want {
+					t.Fatalf("SSUBSCRIBE after the move: %q, want %q", got, want)
+				}
+				if got, want := c.do("SUNSUBSCRIBE", moved), confirmation("sunsubscribe", moved, 3); got != want {
+					t.Fatalf("SUNSUBSCRIBE of the moved channel: %q, want %q", got, want)
+				}
+				if r := w.do("SPUBLISH", moved, "gone"); r != ":0\r\n" {
+					t.Fatalf("SPUBLISH %s after its SUNSUBSCRIBE: %q, want no receiver", moved, r)
+				}
+				wantPong := "*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+				if proto == "3" {
+					wantPong = "+PONG\r\n"
+				}
+				if got := c.do("PING"); got != wantPong {
+					t.Fatalf("PING: %q, want %q", got, wantPong)
+				}
+			})
 		}
-	}
-	if got, want := c.do("PING"), "*2\r\n$4\r\npong\r\n$0\r\n\r\n"; got != want {
-		t.Fatalf("PING: %q, want %q", got, want)
 	}
 }

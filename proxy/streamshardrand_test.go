@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/resp"
@@ -12,22 +13,32 @@ import (
 
 // TestClusterShardChannelsRandomSequences: random sequences of shard and
 // plain subscriptions, unsubscriptions (of some channels, of all), PING
-// and GET, pipelined in random batches, in RESP2 and RESP3, give through
-// rproxy on a 3-master cluster the replies one Redis gives (the channels of
+// and GET, pipelined in random batches, in RESP2 and RESP3, with moves of
+// a channel's slot to another master between batches (which Redis Cluster
+// tells the session with an sunsubscribe rproxy hides: it subscribes the
+// channel again), give through rproxy on a 3-master cluster the replies
+// one Redis gives (the channels of
 // an SUNSUBSCRIBE of all compared as a set: their order is Redis's
 // dictionary's, or the masters' through rproxy).
 func TestClusterShardChannelsRandomSequences(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
 	direct := redistest.Start(t)
-	// Two channels of one slot on each master, and a key per master.
+	// Two channels of one slot on each master, of tags no earlier
+	// sequence used (its connection, open until the test ends, holds its
+	// channels: a slot move's wait counts the subscribers).
 	var chans []string
-	for _, m := range cl.Masters() {
-		for n := 0; ; n++ {
-			tag := "{rs" + strconv.Itoa(n) + "}"
-			if cl.MasterForSlot(t, cl.Slot(tag)).Addr == m.Addr && !slices.ContainsFunc(chans, func(c string) bool { return strings.HasPrefix(c, tag) }) {
-				chans = append(chans, tag+"a", tag+"b")
-				break
+	tags := 0
+	channelsPerMaster := func() {
+		chans = chans[:0]
+		for _, m := range cl.Masters() {
+			for ; ; tags++ {
+				tag := "{rs" + strconv.Itoa(tags) + "}"
+				if cl.MasterForSlot(t, cl.Slot(tag)).Addr == m.Addr {
+					chans = append(chans, tag+"a", tag+"b")
+					tags++
+					break
+				}
 			}
 		}
 	}
@@ -61,10 +72,48 @@ func TestClusterShardChannelsRandomSequences(t *testing.T) {
 		}
 		return []string{"GET", pick(keys)}
 	}
+	// moveSlot moves the slot of channel ch to another master, between
+	// batches, and waits until rproxy has subscribed the session's
+	// channels of it again on their new master (shardmove.go): held says
+	// which of them the session holds.
+	w := dialClient(t, p.Addr)
+	masters := cl.Masters()
+	moveSlot := func(ch string, held map[string]bool) {
+		slot := cl.Slot(ch)
+		from := cl.MasterForSlot(t, slot)
+		to := masters[rng.IntN(len(masters))]
+		for to.Addr == from.Addr {
+			to = masters[rng.IntN(len(masters))]
+		}
+		cl.MigrateSlot(t, slot, to)
+		// A MOVED in reply to a key of the slot updates rproxy's slot map
+		// before the reply (upstream.Router): the session's next commands
+		// of the slot go to its new master.
+		w.do("GET", ch)
+		for _, c := range []string{ch[:len(ch)-1] + "a", ch[:len(ch)-1] + "b"} {
+			want := 0
+			if held[c] {
+				want = 1
+			}
+			reply := "*2\r\n$" + strconv.Itoa(len(c)) + "\r\n" + c + "\r\n:" + strconv.Itoa(want) + "\r\n"
+			deadline := time.Now().Add(5 * time.Second)
+			for w.do("PUBSUB", "SHARDNUMSUB", c) != reply {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: not %d subscriber(s) within 5 s of its slot's move", c, want)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
 	for seq := range 200 {
 		resp3 := seq%2 == 1
+		channelsPerMaster()
 		var script [][][]string
 		for range 1 + rng.IntN(12) {
+			if rng.IntN(12) == 0 {
+				script = append(script, [][]string{{"#move", pick(chans)}})
+				continue
+			}
 			var batch [][]string
 			for range 1 + rng.IntN(3) {
 				batch = append(batch, command())
@@ -78,7 +127,27 @@ func TestClusterShardChannelsRandomSequences(t *testing.T) {
 				c.do("HELLO", "3")
 			}
 			var out strings.Builder
+			held := make(map[string]bool) // the session's shard channels
 			for b, batch := range script {
+				if batch[0][0] == "#move" {
+					if addr == p.Addr {
+						moveSlot(batch[0][1], held)
+					}
+					out.WriteString("move|")
+					continue
+				}
+				for _, cmd := range batch {
+					switch {
+					case cmd[0] == "SSUBSCRIBE":
+						for _, ch := range cmd[1:] {
+							held[ch] = true
+						}
+					case cmd[0] == "SUNSUBSCRIBE" && len(cmd) == 1:
+						clear(held)
+					case cmd[0] == "SUNSUBSCRIBE":
+						delete(held, cmd[1])
+					}
+				}
 				// Each batch ends with a PING of a marker; its replies are
 				// read up to the marker's.
 				marker := "end" + strconv.Itoa(b)

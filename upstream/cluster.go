@@ -334,6 +334,31 @@ func (c *Cluster) node(addr string) (int32, error) {
 	return i, nil
 }
 
+// NoteMoved learns from reply, a MOVED a node sent on a connection that
+// does not follow redirects (a stream-mode session's), that its slot is on
+// the node it names, as a followed MOVED does, and asks for a new map.
+func (c *Cluster) NoteMoved(reply []byte) {
+	kind, slot, addr, ok := parseRedirect(reply)
+	if !ok || kind != "moved" || slot < 0 || slot >= Slots {
+		return
+	}
+	if d, err := c.node(addr); err == nil {
+		c.learnMoved(slot, d)
+	}
+}
+
+// learnMoved puts slot on node d, as a MOVED said, and asks for a new map.
+func (c *Cluster) learnMoved(slot int, d int32) {
+	if c.slots[slot].Swap(d) != d {
+		c.version.Add(1)
+	}
+	c.requestRefresh()
+}
+
+// RequestRefresh asks for the slot map to be read again soon: the caller
+// learnt that a slot moved (a node unsubscribed a shard channel of it).
+func (c *Cluster) RequestRefresh() { c.requestRefresh() }
+
 // requestRefresh asks the refresh loop to read the slot map soon.
 func (c *Cluster) requestRefresh() {
 	select {

@@ -250,10 +250,7 @@ func (r *Router) followRedirects(b *Batch) {
 					continue
 				}
 				if kind == "moved" && slot >= 0 && slot < Slots {
-					if c.slots[slot].Swap(d) != d {
-						c.version.Add(1)
-					}
-					c.requestRefresh()
+					c.learnMoved(slot, d)
 				}
 			case "tryagain":
 				if !paused {
