@@ -587,6 +587,9 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	if s.onBranch(ss, c) {
 		return true // another master's (streambranch.go)
 	}
+	if s.streamQueue(ss, c) {
+		return true // refused inside a transaction (streamfanout.go)
+	}
 	if info != nil && info.Handling == command.Reset && ss.role != 'S' {
 		// Redis resets the pinned connection and answers; the session
 		// then leaves stream mode (a replica's RESET Redis refuses).
@@ -635,6 +638,15 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		}
 	}
 	if info != nil && info.Handling == command.Transaction {
+		switch {
+		case (info.Name == "exec" || info.Name == "discard") && ss.streamTx != nil:
+			s.streamTxEnd(ss, c) // EXEC's reply merged with every master's (streamfanout.go)
+			return true
+		case info.Name == "multi" && !ss.inTransaction() && s.mayFanOutInTransaction(ss):
+			s.armStreamTx(ss, relayAnswer{})
+		case info.Name == "exec" || info.Name == "discard":
+			ss.route.txQueued, ss.route.txFanOut = 0, nil
+		}
 		ss.noteTransaction(info.Name) // as dispatch does
 	}
 	if info != nil && info.Name == "info" {

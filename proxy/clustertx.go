@@ -67,23 +67,30 @@ func (r *routing) fanOutOnPin(ss *session, kind mergeKind, raw []byte, args [][]
 	if !fansOutWhenPinned(kind) || len(ss.pools[ss.proto].Shards()) < 2 || ss.pin == nil && !ss.inTransaction() {
 		return false
 	}
-	kind, raw = fanOutSent(kind, args, raw)
-	q := pinnedFanOut{pos: ss.route.txQueued - 1, kind: kind, raw: bytes.Clone(raw), args: make([][]byte, len(args))}
-	for i, a := range args {
-		q.args[i] = bytes.Clone(a) // args point into the read buffer
-	}
+	q := newPinnedFanOut(ss.route.txQueued-1, kind, raw, args)
 	if ss.inTransaction() {
 		ss.route.txFanOut = append(ss.route.txFanOut, q)
 		return false
 	}
-	proto, pinAddr := ss.proto, ss.pinPool.Address()
-	ss.batch.AddSlot(raw, upstream.SlotAny)
+	be, proto, pinAddr := ss.pools[ss.proto], ss.proto, ss.pinPool.Address()
+	ss.batch.AddSlot(q.raw, upstream.SlotAny)
 	ss.track = append(ss.track, track{})
 	ss.queueMerge(merge{kind: mergeAfterPin, parts: 1, afterPin: func(reply []byte) []byte {
-		replies := r.runOnOthers(ss, proto, pinAddr, []pinnedFanOut{q})
+		replies := r.runOnOthers(be, pinAddr, []pinnedFanOut{q})
 		return r.mergeWithOthers(q, proto, reply, replies, 0, 1)
 	}})
 	return true
+}
+
+// newPinnedFanOut notes a command of fanOutCommands, queued at pos in a
+// transaction (or sent under a WATCH), as every master is sent it.
+func newPinnedFanOut(pos int, kind mergeKind, raw []byte, args [][]byte) pinnedFanOut {
+	kind, raw = fanOutSent(kind, args, raw)
+	q := pinnedFanOut{pos: pos, kind: kind, raw: bytes.Clone(raw), args: make([][]byte, len(args))}
+	for i, a := range args {
+		q.args[i] = bytes.Clone(a) // args point into the read buffer
+	}
+	return q
 }
 
 // execFanOut queues the session's EXEC, of a transaction that queued
@@ -95,11 +102,11 @@ func (r *routing) execFanOut(ss *session, raw []byte) bool {
 	if len(queued) == 0 || ss.pin == nil || ss.stream {
 		return false
 	}
-	proto, pinAddr := ss.proto, ss.pinPool.Address()
+	be, proto, pinAddr := ss.pools[ss.proto], ss.proto, ss.pinPool.Address()
 	ss.batch.AddSlot(raw, upstream.SlotAny)
 	ss.track = append(ss.track, transactionTrack("exec"))
 	ss.queueMerge(merge{kind: mergeAfterPin, parts: 1, afterPin: func(reply []byte) []byte {
-		return r.execReply(ss, proto, pinAddr, queued, count, reply)
+		return r.execReply(be, proto, pinAddr, queued, count, reply, nil)
 	}})
 	ss.noteTransaction("exec")
 	return true
@@ -107,13 +114,17 @@ func (r *routing) execFanOut(ss *session, raw []byte) bool {
 
 // execReply is EXEC's reply with each queued server-wide command's reply
 // merged with the other masters': they run there now, only if the
-// transaction ran (its reply is an array of every queued command's).
-func (r *routing) execReply(ss *session, proto int, pinAddr string, queued []pinnedFanOut, count int, reply []byte) []byte {
+// transaction ran (its reply is an array of every queued command's), and
+// then after before (if not nil).
+func (r *routing) execReply(be backend, proto int, pinAddr string, queued []pinnedFanOut, count int, reply []byte, before func()) []byte {
 	elems, err := arrayElements(reply)
 	if err != nil || len(elems) != count {
 		return reply // EXECABORT, a nil (WATCH), or not what was queued
 	}
-	replies := r.runOnOthers(ss, proto, pinAddr, queued)
+	if before != nil {
+		before()
+	}
+	replies := r.runOnOthers(be, pinAddr, queued)
 	out := append(strconv.AppendInt([]byte{'*'}, int64(len(elems)), 10), '\r', '\n')
 	next := 0
 	for i, e := range elems {
@@ -127,12 +138,11 @@ func (r *routing) execReply(ss *session, proto int, pinAddr string, queued []pin
 }
 
 // runOnOthers sends cmds, in order, to every master but the one at
-// pinAddr, on the shared connections of protocol proto, and returns the
-// replies: those of the k-th other master at k*len(cmds) on.
-func (r *routing) runOnOthers(ss *session, proto int, pinAddr string, cmds []pinnedFanOut) *upstream.Batch {
+// pinAddr, on the shared connections be, and returns the replies: those
+// of the k-th other master at k*len(cmds) on.
+func (r *routing) runOnOthers(be backend, pinAddr string, cmds []pinnedFanOut) *upstream.Batch {
 	b := upstream.NewBatch()
-	backend := ss.pools[proto]
-	for _, slot := range backend.Shards() {
+	for _, slot := range be.Shards() {
 		if r.cluster.MasterAddr(slot) == pinAddr {
 			continue
 		}
@@ -141,7 +151,7 @@ func (r *routing) runOnOthers(ss *session, proto int, pinAddr string, cmds []pin
 		}
 	}
 	if b.Len() > 0 {
-		backend.Do(b)
+		be.Do(b)
 	}
 	return b
 }

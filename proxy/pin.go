@@ -423,7 +423,7 @@ func (s *Server) endCopy(ss *session) (end *streamEnd, ended bool) {
 func (s *Server) backToShared(ss *session) {
 	ss.stream, ss.pinDirty = false, true
 	s.unpin(ss, false)
-	ss.relay, ss.streamEnded = nil, nil
+	ss.relay, ss.streamEnded, ss.streamTx = nil, nil, nil
 	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
 		lc.restoreIdle()
 	}
@@ -464,6 +464,7 @@ func (s *Server) redisSubscribed(ss *session) (subscribed, ok bool) {
 // sendStream writes the batch's commands to the pinned connection.
 func (s *Server) sendStream(ss *session) {
 	ss.cachingSent = cachingHeldAfter(ss.cachingSent, ss.streamCmds)
+	ss.pinSent += len(ss.streamCmds)
 	if err := ss.pin.Send(ss.streamCmds); err != nil {
 		s.log.Info("pub/sub upstream write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),
 			zap.String("command", commandName(ss.streamCmds[0])), zap.Error(err))

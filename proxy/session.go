@@ -121,6 +121,8 @@ type session struct {
 	// used meanwhile).
 	stream      bool
 	streamCmds  [][]byte
+	pinSent     int          // commands sent on the pin in stream mode (sendStream), for streamTx
+	streamTx    *streamTx    // the transaction open on the pin, followed for the relay (streamfanout.go)
 	relay       *streamRelay // what the copy goroutine writes through (stream mode)
 	streamEnded chan bool    // the copy ended: true after a RESET (leaveStream)
 	// streamHelpers counts the batch's commands sent only to help the relay

@@ -43,6 +43,11 @@ type streamBranch struct {
 	pool    *upstream.Pool
 	d       *upstream.Dedicated
 	dropped atomic.Bool // closed by the session: the client stays
+	// dropNulls counts the flush invalidations to come on the branch that
+	// are not shown: a FLUSHALL or FLUSHDB the session sent every master
+	// invalidates its every tracking connection, and one Redis sends one
+	// (streamfanout.go).
+	dropNulls atomic.Int32
 
 	mu      sync.Mutex
 	waiting []*branchReply // replies to come, in order; nil: dropped
@@ -236,6 +241,10 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 			return err
 		}
 		if kind == '>' {
+			if b.dropNulls.Load() > 0 && bytes.Equal(reply, nullInvalidation) {
+				b.dropNulls.Add(-1)
+				return nil
+			}
 			return b.push(reply)
 		}
 		if slot, redirect := upstream.RedirectSlot(reply); redirect {
@@ -424,6 +433,7 @@ func (s *Server) deferStreamMulti(ss *session, raw []byte) bool {
 		return false // Redis's own handling of the reply, or of the caching flag, is kept
 	}
 	ss.route.multiRaw = bytes.Clone(raw) // sent later as the client spelled it (deferMulti)
+	ss.route.txQueued, ss.route.txFanOut = 0, nil
 	ss.noteTransaction("multi")
 	ss.multiDeferred = true
 	ss.relay.substitute([]byte("+OK\r\n"))
@@ -446,9 +456,15 @@ func (s *Server) startDeferredStreamMulti(ss *session, c *call) {
 			}
 		}
 	}
-	ss.relay.rewriteNext(func([]byte) []byte { return nil })
-	ss.streamCmds = append(ss.streamCmds, errorCmd, ss.route.multiRaw)
-	ss.streamHelpers++
+	drop := relayAnswer{rewrite: func([]byte) []byte { return nil }}
+	if s.routing != nil {
+		s.armStreamTx(ss, drop) // its errorCmd, which the transaction's EXEC may need (streamfanout.go)
+	} else {
+		ss.relay.queue(drop)
+		ss.streamCmds = append(ss.streamCmds, errorCmd)
+		ss.streamHelpers++
+	}
+	ss.streamCmds = append(ss.streamCmds, ss.route.multiRaw)
 }
 
 // streamMulti is the stream chain's first stage: a MULTI deferred
@@ -483,11 +499,17 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 			s.refuseMsg(ss, strings.ToUpper(commandLabel(info, c.cmd.Args))+" inside a transaction on another cluster master than this connection's is not supported through rproxy; send it before MULTI or after EXEC")
 			return true
 		}
+		if info != nil && info.Name == "exec" && s.branchExecFanOut(ss, c, pool) {
+			return true // merged with every master's (streamfanout.go)
+		}
 		if info != nil && info.Handling == command.Transaction {
 			ss.noteTransaction(info.Name)
 			if !ss.multiSent { // EXEC or DISCARD: the WATCH ends too
 				ss.branchTx, ss.watchPool = nil, nil
+				ss.route.txQueued, ss.route.txFanOut = 0, nil
 			}
+		} else if s.streamQueue(ss, c) {
+			return true // refused
 		}
 		s.sendOnBranch(ss, c, pool)
 		return true
@@ -510,6 +532,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		if pool == nil || !s.hasBranch(ss, pool) {
 			return false
 		}
+		ss.route.txQueued, ss.route.txFanOut = 0, nil
 		ss.noteTransaction(info.Name)
 		ss.branchTx = pool
 		s.sendOnBranch(ss, c, pool)

@@ -1,6 +1,12 @@
 package proxy
 
-import "github.com/rproxy/rproxy/resp"
+import (
+	"strings"
+	"sync/atomic"
+
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
+)
 
 // Commands of every master, in stream mode. Outside stream mode a command
 // that acts or reports on the whole data (fanOutCommands: FLUSHALL,
@@ -15,7 +21,7 @@ import "github.com/rproxy/rproxy/resp"
 // node's own setting is refused as outside stream mode (clusterRefusal).
 // SCAN walks the masters as outside stream mode (streamScan). Inside a transaction, and for a
 // session that may not branch (RESP2 subscribed, MONITOR, a replica),
-// the command goes to the pin as before.
+// the command goes to the pin (inside a transaction: below).
 
 // streamFanOut sends c to every master when it is one of fanOutCommands,
 // or refuses it (clusterRefusal), reporting whether it took it.
@@ -56,7 +62,11 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 	}
 	kind, raw := fanOutSent(kind, args, c.cmd.Raw)
 	parts := make([]*branchReply, len(branches))
+	flush := isFlush(name) && ss.tracksPushes()
 	for i, b := range branches {
+		if flush {
+			b.dropNulls.Add(1) // the pin's shows
+		}
 		parts[i] = b.send([][]byte{raw}, []bool{true})[0]
 	}
 	m := s.routing.fanOutMerge(kind, len(parts)+1, args, ss.proto)
@@ -118,4 +128,211 @@ func (s *Server) streamScan(ss *session, c *call) bool {
 		return append(m.reply([][]byte{r}), after...)
 	})
 	return true
+}
+
+// Inside a transaction, in stream mode. A command of fanOutCommands is
+// queued where the transaction runs, the pin or a branch (branchTx), and
+// noted (streamQueue); once EXEC's reply shows that the transaction ran
+// (an array of as many replies as commands queued), the same commands run
+// on every other master on the shared connections and their replies merge
+// into EXEC's array (execReply, clustertx.go), as outside stream mode.
+// The session waits for that before it sends anything more: a command it
+// sends after EXEC to another master's branch must not run before the
+// transaction's FLUSHALL there. A transaction that did not run (EXECABORT,
+// a WATCH that failed) runs nothing elsewhere. After CLIENT REPLY OFF or
+// SKIP there is no reply to merge into, and the command stays the
+// transaction's master's.
+//
+// On a branch EXEC's reply is the branch's (relayAnswer.later, then). On
+// the pin the relay has no errorCmd to put in EXEC's place (inside MULTI
+// it would abort the transaction), so it counts: the errorCmd sent just
+// before the MULTI arms a streamTx, and from MULTI's reply on every
+// command sent inside the transaction has one reply (+QUEUED or an error),
+// so EXEC's is the reply numbered by its place among the commands sent.
+
+// isFlush reports whether name, a fanOutName, is FLUSHALL or FLUSHDB.
+func isFlush(name string) bool { return name == "flushall" || name == "flushdb" }
+
+// tracksPushes reports whether Redis sends the session's invalidations,
+// a flush's included, as pushes on its own connections (RESP3 tracking
+// without REDIRECT): on each of its connections, the pin and every branch.
+func (ss *session) tracksPushes() bool {
+	return ss.proto == 3 && ss.redirect == 0 && ss.trackingArgs != nil
+}
+
+// flushDrops returns, for a transaction on the connection txAddr that
+// queued flushes of queued, what not to show of their invalidations once
+// they run everywhere: one flush invalidation per flush on each of the
+// session's other connections (the transaction's own shows, after its
+// EXEC, as on Redis).
+func (ss *session) flushDrops(txAddr string, queued []pinnedFanOut) (drops []*atomic.Int32, flushes int32) {
+	if !ss.tracksPushes() {
+		return nil, 0
+	}
+	for _, q := range queued {
+		if len(q.args) > 0 && isFlush(strings.ToLower(string(q.args[0]))) {
+			flushes++
+		}
+	}
+	if flushes == 0 {
+		return nil, 0
+	}
+	if ss.pinPool.Address() != txAddr {
+		drops = append(drops, &ss.relay.dropNulls)
+	}
+	for _, b := range ss.branches {
+		if b.pool.Address() != txAddr {
+			drops = append(drops, &b.dropNulls)
+		}
+	}
+	return drops, flushes
+}
+
+// streamTx is a transaction on the pin followed for the relay.
+type streamTx struct {
+	multiAt int                 // the MULTI's index among the commands sent on the pin (session.pinSent)
+	f       func([]byte) []byte // EXEC's reply is passed through f (nil: as it is); set before execAt
+	execAt  atomic.Int64        // the number of EXEC's (or DISCARD's) reply, MULTI's being 1; 0 until sent
+}
+
+// streamQueue counts, on a cluster, the commands a stream-mode transaction
+// queues and notes those of fanOutCommands among them, and refuses, inside
+// one, a CONFIG SET of a node's own setting (clusterRefusal, aborting the
+// transaction), reporting whether it did.
+func (s *Server) streamQueue(ss *session, c *call) bool {
+	if s.routing == nil || c.info == nil {
+		return false
+	}
+	s.routing.countQueued(ss, c.info.Name)
+	if !ss.inTransaction() {
+		return false
+	}
+	args := c.cmd.Args
+	name := fanOutName(c.info.Name, args)
+	if msg := clusterRefusal(name, args); msg != "" {
+		s.refuseMsg(ss, msg)
+		return true
+	}
+	if kind, ok := fanOutCommands[name]; ok && fansOutWhenPinned(kind) && len(ss.pools[ss.proto].Shards()) > 1 {
+		ss.route.txFanOut = append(ss.route.txFanOut, newPinnedFanOut(ss.route.txQueued-1, kind, c.cmd.Raw, args))
+	}
+	return false
+}
+
+// armStreamTx sends, before a MULTI about to go to the pin, the errorCmd
+// whose answer has the relay follow the transaction (streamTx): where the
+// client may send a server-wide command in it (one in this read, or the
+// read ends before EXEC). a is the relayAnswer for the errorCmd, which
+// armStreamTx queues.
+func (s *Server) armStreamTx(ss *session, a relayAnswer) {
+	t := &streamTx{}
+	a.tx = t
+	ss.relay.queue(a)
+	ss.streamCmds = append(ss.streamCmds, errorCmd)
+	ss.streamHelpers++
+	t.multiAt = ss.pinSent + len(ss.streamCmds)
+	ss.streamTx = t
+}
+
+// mayFanOutInTransaction reports whether a transaction starting now on the
+// pin may hold a command of fanOutCommands: one among the read's commands
+// before its EXEC or DISCARD, or the read ends before them.
+func (s *Server) mayFanOutInTransaction(ss *session) bool {
+	if s.routing == nil || !ss.streamAnswered() || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		return false // no reply to merge into; an errorCmd would drop the client's CLIENT CACHING flag
+	}
+	table := s.table.Load()
+	for _, c := range ss.route.rest[ss.route.restAt:] {
+		info := table.Lookup(c.Args[0])
+		if info == nil {
+			continue
+		}
+		if info.Name == "exec" || info.Name == "discard" {
+			return false
+		}
+		if kind, ok := fanOutCommands[fanOutName(info.Name, c.Args)]; ok && fansOutWhenPinned(kind) {
+			return true
+		}
+	}
+	return true
+}
+
+// streamTxEnd sends the EXEC or DISCARD, c, of the transaction the relay
+// follows on the pin, with EXEC's reply merged with the other masters'
+// when it queued commands of fanOutCommands (then waiting for that).
+func (s *Server) streamTxEnd(ss *session, c *call) {
+	t := ss.streamTx
+	ss.streamTx = nil
+	queued, count := ss.route.txFanOut, ss.route.txQueued
+	ss.route.txFanOut, ss.route.txQueued = nil, 0
+	ss.noteTransaction(c.info.Name)
+	var done chan struct{}
+	if c.info.Name == "exec" && len(queued) > 0 && ss.streamAnswered() {
+		done = make(chan struct{})
+		be, proto, pinAddr := ss.pools[ss.proto], ss.proto, ss.pinPool.Address()
+		drops, flushes := ss.flushDrops(pinAddr, queued)
+		t.f = func(reply []byte) []byte {
+			defer close(done)
+			return s.routing.execReply(be, proto, pinAddr, queued, count, reply, dropping(drops, flushes))
+		}
+	}
+	t.execAt.Store(int64(ss.pinSent + len(ss.streamCmds) - t.multiAt + 1))
+	ss.streamCmds = append(ss.streamCmds, c.cmd.Raw)
+	if done != nil {
+		s.sendStreamBatch(ss)
+		s.waitExecFanOut(ss, done)
+	}
+}
+
+// branchExecFanOut sends the EXEC, c, of a transaction on the session's
+// branch to pool that queued commands of fanOutCommands, its reply merged
+// with the other masters', and waits for that, reporting whether it did.
+func (s *Server) branchExecFanOut(ss *session, c *call, pool *upstream.Pool) bool {
+	queued, count := ss.route.txFanOut, ss.route.txQueued
+	ss.route.txFanOut, ss.route.txQueued = nil, 0
+	if len(queued) == 0 || !ss.streamAnswered() {
+		return false
+	}
+	b, err := s.branch(ss, pool)
+	if err != nil {
+		return false // sendOnBranch answers it
+	}
+	ss.noteTransaction("exec")
+	ss.branchTx, ss.watchPool = nil, nil // the WATCH ends too
+	done := make(chan struct{})
+	be, proto := ss.pools[ss.proto], ss.proto
+	drops, flushes := ss.flushDrops(pool.Address(), queued)
+	w := b.send([][]byte{c.cmd.Raw}, []bool{true})[0]
+	ss.relay.queue(relayAnswer{later: w, then: func(reply []byte) []byte {
+		defer close(done)
+		return s.routing.execReply(be, proto, pool.Address(), queued, count, reply, dropping(drops, flushes))
+	}})
+	ss.streamCmds = append(ss.streamCmds, errorCmd)
+	s.sendStreamBatch(ss)
+	s.waitExecFanOut(ss, done)
+	return true
+}
+
+// dropping returns what execReply runs before the other masters' part:
+// flushes more flush invalidations not shown on each of drops.
+func dropping(drops []*atomic.Int32, flushes int32) func() {
+	if len(drops) == 0 {
+		return nil
+	}
+	return func() {
+		for _, d := range drops {
+			d.Add(flushes)
+		}
+	}
+}
+
+// waitExecFanOut waits until the relay has merged EXEC's reply (done),
+// the other masters' part run; if the stream ends first (Redis or the
+// client went), the client is closed.
+func (s *Server) waitExecFanOut(ss *session, done <-chan struct{}) {
+	select {
+	case <-done:
+	case <-ss.streamEnded:
+		ss.quit = true
+	}
 }

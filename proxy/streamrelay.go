@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -94,7 +95,10 @@ const maxHeldProbe = 128
 // end marker sent after a RESET, and on a cluster upstream (hideRedirects)
 // replaces a MOVED or ASK with an error saying why, and, once the session
 // has sent an SSUBSCRIBE, shows shard channel confirmations with the
-// session's count over every master (shards, streamshard.go). It frames the stream's
+// session's count over every master (shards, streamshard.go), finds a
+// transaction's EXEC reply to merge with the other masters' (streamTx)
+// and drops the flush invalidations beyond Redis's one of a session's
+// FLUSHALL sent to every master (dropNulls, streamfanout.go). It frames the stream's
 // top-level replies to find them; if the stream cannot be framed, it stops
 // looking and passes everything on (the client then sees Redis's own
 // replies).
@@ -131,9 +135,16 @@ type streamRelay struct {
 	rewrite func([]byte) []byte // non-nil: what the next reply is passed through
 	join    bool                // rewrite is a joinInStream's
 	hiding  *shardHide          // non-nil: between the answers of a relayAnswer's hide and unhide
-	stash   []byte              // a +RESET held while ending: the RESET's, if the end marker's answer follows
-	ended   bool                // the end marker's answer has come
-	broken  bool                // framing failed: everything is passed on
+	// tx, while a transaction on the pin is followed: txReplies counts
+	// the whole replies (pushes aside) from its MULTI's on.
+	tx        *streamTx
+	txReplies int64
+	// dropNulls counts the pin's flush invalidations to come that are not
+	// shown (streamBranch.dropNulls).
+	dropNulls atomic.Int32
+	stash     []byte // a +RESET held while ending: the RESET's, if the end marker's answer follows
+	ended     bool   // the end marker's answer has come
+	broken    bool   // framing failed: everything is passed on
 	// frames is the client's write lock, shared with the session's
 	// tracking branches (streambranch.go), which write whole pushes; the
 	// copy holds it (framesHeld) while it is inside a reply.
@@ -151,6 +162,11 @@ type relayAnswer struct {
 	// those of the SSUBSCRIBEs rproxy sends between the two (shardmove.go).
 	hide   *shardHide
 	unhide bool
+	// tx: the reply after it starts a transaction on the pin, whose EXEC's
+	// reply the relay finds by counting (streamTx, streamfanout.go). then:
+	// a later reply (its pushes aside) is passed through it.
+	tx   *streamTx
+	then func([]byte) []byte
 }
 
 // shardHide is the SSUBSCRIBEs rproxy sent on the pin to subscribe again
@@ -173,6 +189,8 @@ const (
 	holdStatus                  // a status while ending: the RESET's +RESET?
 	holdMonitor                 // a status in MONITOR mode: one of rproxy's own commands?
 	holdShard                   // an array or push: a shard channel's confirmation, to count?
+	holdTx                      // EXEC's reply of a followed transaction (tx), whole
+	holdNull                    // a push: a flush invalidation not to show (dropNulls)?
 )
 
 // modeProbe asks Redis whether it is in RESP2's subscribed mode: the
@@ -295,6 +313,7 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 		}
 		r.inReply = !done
 		kind := r.fr.Kind()
+
 		if starts && r.stash != nil && kind != '-' {
 			// Not the end marker's answer: the +RESET held was a script's.
 			if err := r.write(p[out:i], r.stash); err != nil {
@@ -304,6 +323,8 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 		}
 		if starts {
 			switch {
+			case r.tx != nil && kind != '>' && r.txReplies+1 == r.tx.execAt.Load():
+				r.hold = holdTx
 			case r.rewrite != nil && kind != '>': // a push may come first
 				r.hold = holdRewrite
 			case kind == '-':
@@ -316,9 +337,14 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 				r.hold = holdMonitor
 			case (kind == '*' || kind == '>') && r.shards.on.Load() && mayBeShardConfirmation(p[i:i+k]):
 				r.hold = holdShard
+			case kind == '>' && r.dropNulls.Load() > 0 && mayBeNullInvalidation(p[i:i+k]):
+				r.hold = holdNull
 			default:
 				r.hold = holdNone
 			}
+		}
+		if done && r.tx != nil && kind != '>' {
+			r.txReplies++ // after the hold is chosen: EXEC's is found at its start
 		}
 		if r.hold != holdNone {
 			if err := r.write(p[out:i]); err != nil {
@@ -343,7 +369,8 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 				r.hold == holdProbe && len(r.held) > maxHeldProbe,
 				r.hold == holdStatus && len(r.held) > maxHeldError,
 				r.hold == holdMonitor && len(r.held) > maxHeldMonitor,
-				r.hold == holdShard && (len(r.held) > maxHeldRewrite || !mayBeShardConfirmation(r.held)):
+				r.hold == holdShard && (len(r.held) > maxHeldRewrite || !mayBeShardConfirmation(r.held)),
+				r.hold == holdNull && !mayBeNullInvalidation(r.held):
 				if r.hold == holdRewrite {
 					r.rewrite = nil
 				}
@@ -372,6 +399,21 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 func (r *streamRelay) finish() []byte {
 	if len(r.held) == 0 {
 		return nil // a reply is at least a byte; never in the copy goroutine's path
+	}
+	if r.hold == holdNull {
+		if bytes.Equal(r.held, nullInvalidation) && r.dropNulls.Load() > 0 {
+			r.dropNulls.Add(-1)
+			return nil
+		}
+		return r.held
+	}
+	if r.hold == holdTx {
+		t := r.tx
+		r.tx = nil
+		if t.f == nil {
+			return r.held
+		}
+		return t.f(r.held)
 	}
 	if r.hold == holdProbe {
 		p := r.probing.Load()
@@ -447,10 +489,27 @@ func (r *streamRelay) finish() []byte {
 			reply, after := a.later.showApart()
 			return append(r.shards.rewrite(a.later.shard, reply), after...)
 		}
+		if a.then != nil {
+			reply, after := a.later.showApart()
+			return append(slices.Clip(a.then(reply)), after...)
+		}
 		return a.later.show()
 	}
 	r.rewrite, r.join = a.rewrite, a.join
+	if a.tx != nil {
+		r.tx, r.txReplies = a.tx, 0
+	}
 	return a.reply
+}
+
+// nullInvalidation is the RESP3 push Redis sends a tracking client when a
+// FLUSHALL or FLUSHDB invalidates everything.
+var nullInvalidation = []byte(">2\r\n$10\r\ninvalidate\r\n_\r\n")
+
+// mayBeNullInvalidation reports whether b, the start of a frame, may be
+// nullInvalidation.
+func mayBeNullInvalidation(b []byte) bool {
+	return bytes.HasPrefix(b, nullInvalidation) || bytes.HasPrefix(nullInvalidation, b)
 }
 
 // movedSeen passes reply, a redirect, to noteMoved.
