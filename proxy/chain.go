@@ -607,6 +607,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		ss.dropNotifyBranches()
 	}
 	if info != nil && info.Handling == command.Client {
+		defer ss.noteRedirect()
 		if s.streamClient(ss, cmd) {
 			return true
 		}
@@ -659,6 +660,14 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 }
 
 func (streamDispatch) replies(*session) {}
+
+// noteRedirect tells the relay the session's REDIRECT target, which a
+// tracking-redir-broken push names (streamRelay.redirect).
+func (ss *session) noteRedirect() {
+	if ss.relay != nil {
+		ss.relay.redirect.Store(ss.redirect)
+	}
+}
 
 // noteHeldState notes a CLIENT NO-EVICT or NO-TOUCH sent to the pin in
 // stream mode: Redis keeps it on the connection, which a return to the

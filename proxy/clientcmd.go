@@ -753,12 +753,30 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		ss.replyInMode(resp.AppendInt(nil, ss.redirect))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("trackinginfo")):
 		// Redis's reply, with the redirect in rproxy's ids: the id the
-		// client gave, also after its session is gone (broken_redirect).
-		if redirect := ss.redirect; redirect > 0 {
-			ss.rewriteInStream(cmd.Raw, func(r []byte) []byte { return withIntField(r, trackingRedirectKey, redirect) })
-			return true
+		// client gave, also after its session is gone (broken_redirect),
+		// and on a cluster the broken_redirect flag of any of the
+		// session's connections: Redis sets it on the connection that
+		// failed to redirect an invalidation, that of the key's master.
+		redirect := ss.redirect
+		parts := s.trackingInfoOfBranches(ss, cmd.Raw)
+		if redirect <= 0 && len(parts) == 0 {
+			return false
 		}
-		return false
+		ss.rewriteInStream(cmd.Raw, func(r []byte) []byte {
+			if redirect > 0 {
+				r = withIntField(r, trackingRedirectKey, redirect)
+			}
+			var pushes []byte
+			for _, p := range parts {
+				reply, after := p.showApart()
+				if bytes.Contains(reply, brokenRedirectFlag) {
+					r = withLastFlag(r, brokenRedirectFlag)
+				}
+				pushes = append(pushes, after...)
+			}
+			return append(r, pushes...)
+		})
+		return true
 	case len(args) == 3 && bytes.EqualFold(args[1], []byte("setname")):
 		// Redis answers (and checks the name); the session keeps it for
 		// CLIENT LIST and GETNAME.
@@ -898,6 +916,61 @@ func scriptError(r []byte) []byte {
 // trackingRedirectKey is the redirect field's key in CLIENT TRACKINGINFO's
 // reply, followed by its integer value.
 var trackingRedirectKey = []byte("$8\r\nredirect\r\n:")
+
+// brokenRedirectFlag is CLIENT TRACKINGINFO's flag of a connection whose
+// redirect target has gone, the last of its flags.
+var brokenRedirectFlag = []byte("$15\r\nbroken_redirect\r\n")
+
+// trackingInfoOfBranches sends, on a cluster, a CLIENT TRACKINGINFO (raw)
+// to each of the session's branches that track, for the pin's reply to
+// take their broken_redirect flag (streamClient); none where that reply is
+// not rewritten (rewriteInStream).
+func (s *Server) trackingInfoOfBranches(ss *session, raw []byte) []*branchReply {
+	if s.cfg.Cluster == nil || !ss.streamAnswered() || ss.inTransaction() || ss.redirect <= 0 {
+		return nil
+	}
+	var parts []*branchReply
+	for _, b := range ss.branches {
+		if b.tracks {
+			parts = append(parts, b.send([][]byte{raw}, []bool{true})[0])
+		}
+	}
+	return parts
+}
+
+// withLastFlag returns r, a CLIENT TRACKINGINFO reply, with flag (a bulk
+// string) added at the end of its flags, if it is not among them.
+func withLastFlag(r, flag []byte) []byte {
+	key := []byte("$5\r\nflags\r\n")
+	i := bytes.Index(r, key)
+	if i < 0 || i+len(key) >= len(r) || r[i+len(key)] != '*' && r[i+len(key)] != '~' {
+		return r // an array in RESP2, a set in RESP3
+	}
+	at := i + len(key) + 1 // the flags' count
+	eol := bytes.Index(r[at:], []byte("\r\n"))
+	if eol < 0 {
+		return r
+	}
+	n, ok := resp.ParseInt(r[at : at+eol])
+	if !ok || n < 0 {
+		return r
+	}
+	end := at + eol + 2 // past the flags, once n are skipped
+	for range n {
+		if bytes.HasPrefix(r[end:], flag) {
+			return r
+		}
+		k, done, err := (&resp.Framer{}).Next(r[end:])
+		if err != nil || !done {
+			return r
+		}
+		end += k
+	}
+	out := append(slices.Clip(r[:at]), strconv.AppendInt(nil, n+1, 10)...)
+	out = append(out, r[at+eol:end]...)
+	out = append(out, flag...)
+	return append(out, r[end:]...)
+}
 
 // resp2Subscribed reports whether the session may be in RESP2's
 // subscribed mode (subscribedContext), by the subscriptions it asked for:

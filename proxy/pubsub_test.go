@@ -600,10 +600,10 @@ func TestStreamModeRuntimeErrorInsideMultiAsRedis(t *testing.T) {
 	}
 }
 
-// TestTrackingInfoInSessionIDs: CLIENT TRACKINGINFO's redirect is the id
-// the client gave (rproxy's), not Redis's id of the target's connection,
-// also once the target has gone (broken_redirect), as Redis's own test
-// expects (unit/tracking).
+// TestTrackingInfoInSessionIDs: CLIENT TRACKINGINFO's redirect, and the
+// tracking-redir-broken push, give the id the client gave (rproxy's), not
+// Redis's id of the target's connection, also once the target has gone
+// (broken_redirect), as Redis's own test expects (unit/tracking).
 func TestTrackingInfoInSessionIDs(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
@@ -623,8 +623,10 @@ func TestTrackingInfoInSessionIDs(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	rs.Do(t, "SET", "k", "v")
-	if got := string(c.read()); !strings.Contains(got, "tracking-redir-broken") {
-		t.Fatalf("push = %q, want tracking-redir-broken", got)
+	// The push names the target by the id the client gave too (before
+	// 2026-11-29, Redis's id of the target's connection).
+	if got, want := string(c.read()), ">2\r\n$21\r\ntracking-redir-broken\r\n:"+id+"\r\n"; got != want {
+		t.Fatalf("push = %q, want %q", got, want)
 	}
 	got := c.do("CLIENT", "TRACKINGINFO")
 	if !strings.Contains(got, wantRedirect) || !strings.Contains(got, "broken_redirect") {

@@ -808,6 +808,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			if refusal := s.bcastEverywhere(ss, args); refusal != nil {
 				// The pin refuses it too, and answers: tracking stays off.
 				ss.trackingArgs, ss.redirect, ss.trackBcast, ss.trackPrefixes = nil, -1, false, nil
+				ss.noteRedirect()
 			}
 		}
 	case "reply", "caching", "no-evict", "no-touch":

@@ -43,6 +43,7 @@ type streamBranch struct {
 	pool    *upstream.Pool
 	d       *upstream.Dedicated
 	dropped atomic.Bool // closed by the session: the client stays
+	tracks  bool        // made with tracking on (a flush invalidates its client)
 	// dropNulls counts the flush invalidations to come on the branch that
 	// are not shown: a FLUSHALL or FLUSHDB the session sent every master
 	// invalidates its every tracking connection, and one Redis sends one
@@ -245,7 +246,7 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 				b.dropNulls.Add(-1)
 				return nil
 			}
-			return b.push(reply)
+			return b.push(b.relay.redirBroken(reply))
 		}
 		if slot, redirect := upstream.RedirectSlot(reply); redirect {
 			b.relay.movedSeen(reply)
@@ -630,7 +631,7 @@ func (s *Server) branchTracking(ss *session, pool *upstream.Pool, tracking [][]b
 			return nil, &trackingRefused{reply: bytes.Clone(r)}
 		}
 	}
-	b := &streamBranch{pool: pool, d: d, relay: ss.relay}
+	b := &streamBranch{pool: pool, d: d, relay: ss.relay, tracks: tracking != nil}
 	ss.branches = append(ss.branches, b)
 	nc := ss.conn.NetConn()
 	go func() {

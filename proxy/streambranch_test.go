@@ -1152,3 +1152,45 @@ func TestClusterBcastPrefixesAccumulate(t *testing.T) {
 	}
 	writesInvalidate(t, c, w, append(aKeys, bKeys...))
 }
+
+// TestClusterTrackingInfoBrokenRedirect: a RESP3 session tracking with a
+// REDIRECT whose target has gone reads a key of each master in turn, and
+// once a write of it finds the target gone (the tracking-redir-broken
+// push), CLIENT TRACKINGINFO shows broken_redirect, as on one Redis (Redis's
+// unit/tracking "CLIENT TRACKINGINFO provides reasonable results when
+// tracking redir broken"). Redis sets the flag on the connection that
+// failed to redirect, the key's master's; before 2026-11-29 rproxy showed
+// its own master's flags alone, without it for another master's key.
+func TestClusterTrackingInfoBrokenRedirect(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "tb")
+	for i, k := range keys {
+		target := dialClient(t, p.Addr)
+		id := strings.TrimSpace(strings.TrimPrefix(target.do("CLIENT", "ID"), ":"))
+		if r := target.do("SUBSCRIBE", "__redis__:invalidate"); !strings.HasPrefix(r, "*3\r\n$9\r\nsubscribe\r\n") {
+			t.Fatalf("SUBSCRIBE __redis__:invalidate: %q", r)
+		}
+		c := dialClient(t, p.Addr)
+		c.do("HELLO", "3")
+		if r := c.do("CLIENT", "TRACKING", "on", "REDIRECT", id); r != "+OK\r\n" {
+			t.Fatalf("CLIENT TRACKING on REDIRECT %s: %q", id, r)
+		}
+		if r := c.do("GET", k); !strings.HasPrefix(r, "$") {
+			t.Fatalf("GET %s: %q", k, r)
+		}
+		if r := target.do("QUIT"); r != "+OK\r\n" {
+			t.Fatalf("QUIT: %q", r)
+		}
+		target.expectClosed()
+		w.do("SET", k, "broken"+strconv.Itoa(i))
+		if got, want := string(c.read()), ">2\r\n$21\r\ntracking-redir-broken\r\n:"+id+"\r\n"; got != want {
+			t.Fatalf("key %d: after the write: %q, want %q", i, got, want)
+		}
+		want := "%3\r\n$5\r\nflags\r\n~2\r\n$2\r\non\r\n$15\r\nbroken_redirect\r\n$8\r\nredirect\r\n:" + id + "\r\n$8\r\nprefixes\r\n*0\r\n"
+		if got := c.do("CLIENT", "TRACKINGINFO"); got != want {
+			t.Errorf("key %d (master %d): CLIENT TRACKINGINFO %q, want %q", i, i, got, want)
+		}
+		if got := c.do("PING"); got != "+PONG\r\n" {
+			t.Fatalf("key %d: PING: %q (something more came)", i, got)
+		}
+	}
+}

@@ -3,9 +3,11 @@ package proxy
 import (
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
+	"go.uber.org/zap"
 )
 
 // Commands of every master, in stream mode. Outside stream mode a command
@@ -64,7 +66,7 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 	parts := make([]*branchReply, len(branches))
 	flush := isFlush(name) && ss.tracksPushes()
 	for i, b := range branches {
-		if flush {
+		if flush && b.tracks {
 			b.dropNulls.Add(1) // the pin's shows
 		}
 		parts[i] = b.send([][]byte{raw}, []bool{true})[0]
@@ -163,8 +165,8 @@ func (ss *session) tracksPushes() bool {
 // flushDrops returns, for a transaction on the connection txAddr that
 // queued flushes of queued, what not to show of their invalidations once
 // they run everywhere: one flush invalidation per flush on each of the
-// session's other connections (the transaction's own shows, after its
-// EXEC, as on Redis).
+// session's tracking connections but one (the transaction's own, after
+// its EXEC as on Redis, if it tracks).
 func (ss *session) flushDrops(txAddr string, queued []pinnedFanOut) (drops []*atomic.Int32, flushes int32) {
 	if !ss.tracksPushes() {
 		return nil, 0
@@ -177,11 +179,19 @@ func (ss *session) flushDrops(txAddr string, queued []pinnedFanOut) (drops []*at
 	if flushes == 0 {
 		return nil, 0
 	}
-	if ss.pinPool.Address() != txAddr {
+	// The transaction's connection shows its own, if it tracks; else the
+	// pin's shows (a branch made before tracking was turned on does not).
+	shown := ss.pinPool.Address()
+	for _, b := range ss.branches {
+		if b.tracks && b.pool.Address() == txAddr {
+			shown = txAddr
+		}
+	}
+	if ss.pinPool.Address() != shown {
 		drops = append(drops, &ss.relay.dropNulls)
 	}
 	for _, b := range ss.branches {
-		if b.pool.Address() != txAddr {
+		if b.tracks && b.pool.Address() != shown {
 			drops = append(drops, &b.dropNulls)
 		}
 	}
@@ -328,11 +338,19 @@ func dropping(drops []*atomic.Int32, flushes int32) func() {
 
 // waitExecFanOut waits until the relay has merged EXEC's reply (done),
 // the other masters' part run; if the stream ends first (Redis or the
-// client went), the client is closed.
+// client went), the client is closed. After upstream.timeout (a long
+// transaction, or a CLIENT REPLY OFF queued in it, which leaves EXEC's
+// reply incomplete) the session goes on: the other masters' part may
+// then run after its next commands.
 func (s *Server) waitExecFanOut(ss *session, done <-chan struct{}) {
+	timer := time.NewTimer(s.cfg.Upstream.Timeout)
+	defer timer.Stop()
 	select {
 	case <-done:
 	case <-ss.streamEnded:
 		ss.quit = true
+	case <-timer.C:
+		s.log.Info("stream-mode EXEC: no reply within upstream.timeout; later commands go on before the other masters' part of its server-wide commands",
+			zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -142,9 +143,13 @@ type streamRelay struct {
 	// dropNulls counts the pin's flush invalidations to come that are not
 	// shown (streamBranch.dropNulls).
 	dropNulls atomic.Int32
-	stash     []byte // a +RESET held while ending: the RESET's, if the end marker's answer follows
-	ended     bool   // the end marker's answer has come
-	broken    bool   // framing failed: everything is passed on
+	// redirect is the session's CLIENT TRACKING REDIRECT target, in
+	// rproxy's ids (session.noteRedirect): a tracking-redir-broken push
+	// names it, not the id of its connection to Redis.
+	redirect atomic.Int64
+	stash    []byte // a +RESET held while ending: the RESET's, if the end marker's answer follows
+	ended    bool   // the end marker's answer has come
+	broken   bool   // framing failed: everything is passed on
 	// frames is the client's write lock, shared with the session's
 	// tracking branches (streambranch.go), which write whole pushes; the
 	// copy holds it (framesHeld) while it is inside a reply.
@@ -191,6 +196,7 @@ const (
 	holdShard                   // an array or push: a shard channel's confirmation, to count?
 	holdTx                      // EXEC's reply of a followed transaction (tx), whole
 	holdNull                    // a push: a flush invalidation not to show (dropNulls)?
+	holdRedir                   // a push: tracking-redir-broken, its id to rewrite?
 )
 
 // modeProbe asks Redis whether it is in RESP2's subscribed mode: the
@@ -339,6 +345,8 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 				r.hold = holdShard
 			case kind == '>' && r.dropNulls.Load() > 0 && mayBeNullInvalidation(p[i:i+k]):
 				r.hold = holdNull
+			case kind == '>' && r.redirect.Load() > 0 && mayBeRedirBroken(p[i:i+k]):
+				r.hold = holdRedir
 			default:
 				r.hold = holdNone
 			}
@@ -370,7 +378,8 @@ func (r *streamRelay) copyOut(p []byte) (int, error) {
 				r.hold == holdStatus && len(r.held) > maxHeldError,
 				r.hold == holdMonitor && len(r.held) > maxHeldMonitor,
 				r.hold == holdShard && (len(r.held) > maxHeldRewrite || !mayBeShardConfirmation(r.held)),
-				r.hold == holdNull && !mayBeNullInvalidation(r.held):
+				r.hold == holdNull && !mayBeNullInvalidation(r.held),
+				r.hold == holdRedir && (len(r.held) > maxHeldError || !mayBeRedirBroken(r.held)):
 				if r.hold == holdRewrite {
 					r.rewrite = nil
 				}
@@ -406,6 +415,9 @@ func (r *streamRelay) finish() []byte {
 			return nil
 		}
 		return r.held
+	}
+	if r.hold == holdRedir {
+		return r.redirBroken(r.held)
 	}
 	if r.hold == holdTx {
 		t := r.tx
@@ -510,6 +522,27 @@ var nullInvalidation = []byte(">2\r\n$10\r\ninvalidate\r\n_\r\n")
 // nullInvalidation.
 func mayBeNullInvalidation(b []byte) bool {
 	return bytes.HasPrefix(b, nullInvalidation) || bytes.HasPrefix(nullInvalidation, b)
+}
+
+// redirBrokenPrefix starts the push Redis sends a RESP3 tracking client
+// whose REDIRECT target has gone, before the target's id.
+var redirBrokenPrefix = []byte(">2\r\n$21\r\ntracking-redir-broken\r\n:")
+
+// mayBeRedirBroken reports whether b, the start of a frame, may be a
+// tracking-redir-broken push.
+func mayBeRedirBroken(b []byte) bool {
+	return bytes.HasPrefix(b, redirBrokenPrefix) || bytes.HasPrefix(redirBrokenPrefix, b)
+}
+
+// redirBroken returns frame, a whole push, with the id of a
+// tracking-redir-broken one the session's redirect, in rproxy's ids.
+func (r *streamRelay) redirBroken(frame []byte) []byte {
+	id := r.redirect.Load()
+	if id <= 0 || !bytes.HasPrefix(frame, redirBrokenPrefix) {
+		return frame
+	}
+	out := strconv.AppendInt(slices.Clip(redirBrokenPrefix), id, 10)
+	return append(out, '\r', '\n')
 }
 
 // movedSeen passes reply, a redirect, to noteMoved.

@@ -105,12 +105,17 @@ func TestClusterShardChannelsRandomSequences(t *testing.T) {
 			}
 		}
 	}
+	moves := 0
 	for seq := range 200 {
 		resp3 := seq%2 == 1
 		channelsPerMaster()
 		var script [][][]string
 		for range 1 + rng.IntN(12) {
-			if rng.IntN(12) == 0 {
+			// Moves are few: each costs a migration, and many in a row
+			// sometimes leave Redis 7.0's slot maps unsettled for longer
+			// than the harness waits (internal/redistest's Finish).
+			if moves < 24 && rng.IntN(12) == 0 {
+				moves++
 				script = append(script, [][]string{{"#move", pick(chans)}})
 				continue
 			}

@@ -76,6 +76,12 @@ type Cluster struct {
 	// version counts changes to the slot map (reads that changed it, MOVED
 	// corrections), so users of Owner can tell when to look again.
 	version atomic.Uint64
+	// learned holds, for each slot a MOVED put on a node, the learnSeq of
+	// that MOVED: a map read that began before it is older and leaves the
+	// slot as the MOVED said (install).
+	learnMu  sync.Mutex
+	learned  map[int]uint64
+	learnSeq atomic.Uint64
 	// lastErr is why the last slot map read failed ("" after a success).
 	lastErr atomic.Pointer[string]
 	// assigned is how many slots the map in force assigns; readAt is when
@@ -349,7 +355,14 @@ func (c *Cluster) NoteMoved(reply []byte) {
 
 // learnMoved puts slot on node d, as a MOVED said, and asks for a new map.
 func (c *Cluster) learnMoved(slot int, d int32) {
-	if c.slots[slot].Swap(d) != d {
+	c.learnMu.Lock()
+	if c.learned == nil {
+		c.learned = make(map[int]uint64)
+	}
+	c.learned[slot] = c.learnSeq.Add(1)
+	changed := c.slots[slot].Swap(d) != d
+	c.learnMu.Unlock()
+	if changed {
 		c.version.Add(1)
 	}
 	c.requestRefresh()
@@ -421,6 +434,7 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	// lookup) may be missing from the map this read finds only because
 	// the map is older than they are: they are not counted as left out.
 	known := int32(len(*c.nodes.Load()))
+	since := c.learnSeq.Load() // MOVEDs after this are newer than the map read
 	candidates := c.MasterAddrs()
 	seen := make(map[string]bool)
 	for _, a := range candidates {
@@ -446,7 +460,7 @@ func (c *Cluster) refresh(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
 		}
-		if err := c.install(shards, addr, known); err != nil {
+		if err := c.install(shards, addr, known, since); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
 		}
@@ -516,8 +530,11 @@ func hostOf(addr string) string {
 }
 
 // install makes shards the slot map; counted is how many nodes there were
-// when the map was asked for (retireAbsent judges only those).
-func (c *Cluster) install(shards []shard, from string, counted int32) error {
+// when the map was asked for (retireAbsent judges only those), and since
+// the learnSeq then: a slot a later MOVED put on a node stays there (a
+// map read that began before a slot moved twice would put it back on
+// the first node until the next read).
+func (c *Cluster) install(shards []shard, from string, counted int32, since uint64) error {
 	known := int32(len(*c.nodes.Load())) // nodes made from here on are new
 	owner := make([]int32, Slots)
 	for i := range owner {
@@ -569,11 +586,19 @@ func (c *Cluster) install(shards []shard, from string, counted int32) error {
 	}
 	c.awaitConnected(owner, firsts, known)
 	changed := 0
+	c.learnMu.Lock()
 	for s := range owner {
+		if seq, ok := c.learned[s]; ok {
+			if seq > since {
+				continue // a MOVED newer than this map read
+			}
+			delete(c.learned, s)
+		}
 		if c.slots[s].Swap(owner[s]) != owner[s] {
 			changed++
 		}
 	}
+	c.learnMu.Unlock()
 	c.shards.Store(&firsts)
 	c.replicas.Store(&replicas)
 	c.metrics.clusterNodes.Set(float64(len(firsts)))

@@ -461,3 +461,45 @@ func BenchmarkRouterDo(b *testing.B) {
 		})
 	}
 }
+
+// TestMapReadOlderThanAMovedKeepsIt: a slot map read that began before a
+// MOVED (the slot moved again meanwhile) does not put the slot back where
+// the read saw it; a read that began after the MOVED installs what it
+// read. Before 2026-11-29 the older read won until the next one, and a
+// stream-mode session's command of a slot that had moved twice got
+// rproxy's "another master" error (TestClusterShardChannelsRandomSequences).
+func TestMapReadOlderThanAMovedKeepsIt(t *testing.T) {
+	fc := startFakeCluster(t)
+	c, _ := testCluster(t, fc)
+	slot := Slot([]byte("moving"))
+	from := c.Owner(slot)
+	addr := func(i int) string { return fc.nodes[i].ln.Addr().String() }
+	var old []shard // the map as a read that began now sees it
+	for i := range fc.nodes {
+		sh := shard{master: addr(i)}
+		for s := range Slots {
+			if fc.owner(s) == i {
+				sh.ranges = append(sh.ranges, [2]int{s, s})
+			}
+		}
+		old = append(old, sh)
+	}
+	since := c.learnSeq.Load()
+	to := (from + 1) % len(fc.nodes)
+	c.NoteMoved([]byte(fmt.Sprintf("-MOVED %d %s\r\n", slot, addr(to))))
+	if got := c.MasterAddr(slot); got != addr(to) {
+		t.Fatalf("after the MOVED: slot %d on %s, want %s", slot, got, addr(to))
+	}
+	if err := c.install(old, addr(0), int32(len(fc.nodes)), since); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.MasterAddr(slot); got != addr(to) {
+		t.Fatalf("after a map read older than the MOVED: slot %d on %s, want %s", slot, got, addr(to))
+	}
+	if err := c.install(old, addr(0), int32(len(fc.nodes)), c.learnSeq.Load()); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.MasterAddr(slot); got != addr(from) {
+		t.Fatalf("after a map read newer than the MOVED: slot %d on %s, want %s", slot, got, addr(from))
+	}
+}
