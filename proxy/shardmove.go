@@ -105,14 +105,15 @@ func (s *Server) resubscribeMoved(ss *session) {
 
 // mayResubscribe reports whether an SSUBSCRIBE of rproxy's own may go to
 // pool now: not inside a transaction (it would be queued in it), and on
-// the pin only where Redis answers the errorCmds around it (CLIENT REPLY)
+// the pin only where Redis answers the errorCmds around it (CLIENT REPLY,
+// a SKIP included)
 // and holds no CLIENT CACHING flag for the client's next command.
 func (s *Server) mayResubscribe(ss *session, pool *upstream.Pool) bool {
 	if ss.role != 0 || ss.pinPool == nil || ss.inTransaction() || ss.branchTx != nil || ss.multiDeferred {
 		return false
 	}
 	if samePool(pool, ss.pinPool) {
-		return ss.streamAnswered() && !cachingHeldAfter(ss.cachingSent, ss.streamCmds)
+		return ss.streamAnswered() && !ss.skipNext && !cachingHeldAfter(ss.cachingSent, ss.streamCmds)
 	}
 	return true
 }

@@ -248,8 +248,8 @@ func (s *Server) armStreamTx(ss *session, a relayAnswer) {
 // pin may hold a command of fanOutCommands: one among the read's commands
 // before its EXEC or DISCARD, or the read ends before them.
 func (s *Server) mayFanOutInTransaction(ss *session) bool {
-	if s.routing == nil || !ss.streamAnswered() || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
-		return false // no reply to merge into; an errorCmd would drop the client's CLIENT CACHING flag
+	if s.routing == nil || !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		return false // no reply to merge into, or to the errorCmd; an errorCmd would drop the client's CLIENT CACHING flag
 	}
 	table := s.table.Load()
 	for _, c := range ss.route.rest[ss.route.restAt:] {
