@@ -138,9 +138,9 @@ func (s *Server) streamScan(ss *session, c *call) bool {
 // (an array of as many replies as commands queued), the same commands run
 // on every other master on the shared connections and their replies merge
 // into EXEC's array (execReply, clustertx.go), as outside stream mode.
-// The session waits for that before it sends anything more: a command it
-// sends after EXEC to another master's branch must not run before the
-// transaction's FLUSHALL there. A transaction that did not run (EXECABORT,
+// The session waits for that (up to upstream.timeout) before it sends
+// anything more: a command it sends after EXEC to another master's branch
+// must not run before the transaction's FLUSHALL there. A transaction that did not run (EXECABORT,
 // a WATCH that failed) runs nothing elsewhere. After CLIENT REPLY OFF or
 // SKIP there is no reply to merge into, and the command stays the
 // transaction's master's.
