@@ -116,14 +116,11 @@ func (c *shardCounts) takeUnasked(addr string, frame []byte) bool {
 		}
 	}
 	if wanted {
-		if c.by == nil {
-			c.by = make(map[string]int64)
-		}
-		c.by[addr] = v.Elems[2].Int
 		c.moved = append(c.moved, movedShard{channel: ch, from: addr})
 	}
 	c.mu.Unlock()
 	if wanted {
+		c.note(addr, v.Elems[2].Int)
 		c.wake()
 	}
 	return wanted
@@ -147,26 +144,25 @@ func (c *shardCounts) requeue(moved ...movedShard) {
 	c.wakeLater()
 }
 
-// note records n, the count in a confirmation from master addr that is
-// not shown.
-func (c *shardCounts) note(addr string, n int64) {
+// note records n, the count in a confirmation from master addr, and
+// returns the session's shard channels on every master.
+func (c *shardCounts) note(addr string, n int64) int64 {
 	c.mu.Lock()
 	if c.by == nil {
 		c.by = make(map[string]int64)
 	}
 	c.by[addr] = n
+	var total int64
+	for _, k := range c.by {
+		total += k
+	}
 	c.mu.Unlock()
+	return total
 }
 
 // total returns the session's shard channels on every master.
 func (c *shardCounts) total() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var n int64
-	for _, k := range c.by {
-		n += k
-	}
-	return n
+	return c.others("")
 }
 
 // start marks that the session is sending an SSUBSCRIBE or SUNSUBSCRIBE:
@@ -209,16 +205,7 @@ func (c *shardCounts) rewriteOne(addr string, frame []byte) []byte {
 	if !ok {
 		return frame
 	}
-	c.mu.Lock()
-	if c.by == nil {
-		c.by = make(map[string]int64)
-	}
-	c.by[addr] = n
-	var total int64
-	for _, k := range c.by {
-		total += k
-	}
-	c.mu.Unlock()
+	total := c.note(addr, n)
 	if total == n {
 		return frame
 	}
