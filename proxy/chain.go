@@ -617,6 +617,9 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	}
 	if info != nil && info.Handling == command.Select {
 		ss.streamHeld = true // the pin's database is no longer known to be 0
+		if ss.streamSelect(cmd) {
+			return true
+		}
 	}
 	if info != nil && info.Handling == command.Hello {
 		s.streamHello(ss, cmd)

@@ -81,9 +81,7 @@ func (s *Server) clientStateOf(ss, caller *session) clientState {
 	if ss == caller {
 		return ss.liveState()
 	}
-	ss.view.mu.Lock()
-	defer ss.view.mu.Unlock()
-	return ss.view.pub
+	return ss.publishedState()
 }
 
 // clientLine appends ss's line of CLIENT LIST, in Redis 7.0's field order.
@@ -787,15 +785,16 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getname")):
 		ss.answerInStream(ss.nameReply(), func() []byte { return scriptName(ss.name) })
 	case bytes.EqualFold(args[1], []byte("list")):
+		ss.settleSelect()
 		text, errReply := s.clientListText(ss, cmd)
 		if errReply != nil {
 			ss.replyInMode(errReply) // Redis's error for the arguments
 			return true
 		}
-		ss.answerInStream(appendText(nil, ss.proto, text), func() []byte { return scriptText(text) })
+		ss.answerClientText(text)
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("info")):
-		text := s.clientLine(nil, ss, ss, cmd, s.clock())
-		ss.answerInStream(appendText(nil, ss.proto, text), func() []byte { return scriptText(text) })
+		ss.settleSelect()
+		ss.answerClientText(s.clientLine(nil, ss, ss, cmd, s.clock()))
 	case bytes.EqualFold(args[1], []byte("kill")):
 		s.clientKill(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("unblock")):
@@ -886,6 +885,91 @@ func (ss *session) answerInStream(r []byte, script func() []byte) {
 		return
 	}
 	ss.substituteInStream(r)
+}
+
+// replyClientText answers CLIENT INFO or CLIENT LIST with text, lines of
+// the form of Redis's CLIENT LIST. The session's database is set from
+// Redis's answers after the batch: after a SELECT earlier in the batch
+// the answer is made then, with the database the last of them that Redis
+// accepted selected (as Redis's own answer shows it).
+func (ss *session) replyClientText(text []byte) {
+	var selects []int // their places in the batch (ss.track's, as doPinned reads them)
+	for i, t := range ss.track {
+		if t.kind == trackSelect {
+			selects = append(selects, i)
+		}
+	}
+	if selects == nil {
+		ss.reply(appendText(nil, ss.proto, text))
+		return
+	}
+	ss.localCount++
+	db, proto, batch := ss.db, ss.proto, ss.batch
+	dbs := make([]int, len(selects))
+	for j, i := range selects {
+		dbs[j] = ss.track[i].db
+	}
+	prefix := []byte("id=" + strconv.FormatInt(ss.id, 10) + " ")
+	ss.queueMerge(merge{kind: mergeMade, made: func() []byte {
+		for j, i := range selects {
+			if string(batch.Reply(i)) == "+OK\r\n" {
+				db = dbs[j]
+			}
+		}
+		return appendText(nil, proto, withOwnDB(text, prefix, db))
+	}})
+}
+
+// answerClientText answers, in stream mode, CLIENT INFO or CLIENT LIST
+// with text, lines of the form of Redis's CLIENT LIST. While a SELECT sent
+// before it is unanswered (streamSelect), the session's own line shows the
+// database it names, which Redis may refuse: the answer is then made when
+// its turn comes, with the database the replies before it settled.
+func (ss *session) answerClientText(text []byte) {
+	if ss.selectSettled() || ss.inTransaction() || !ss.streamAnswered() || ss.branchTx != nil ||
+		cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		ss.answerInStream(appendText(nil, ss.proto, text), func() []byte { return scriptText(text) })
+		return
+	}
+	ss.localCount++
+	proto, done, seq := ss.proto, &ss.selectDone, ss.selectSeq
+	prefix := []byte("id=" + strconv.FormatInt(ss.id, 10) + " ")
+	ss.relay.queue(relayAnswer{made: func() []byte {
+		if last := done.Load(); uint32(last>>32) == seq {
+			text = withOwnDB(text, prefix, int(int32(uint32(last))))
+		}
+		return appendText(nil, proto, text)
+	}})
+	ss.streamCmds = append(ss.streamCmds, errorCmd)
+}
+
+// withOwnDB is text, CLIENT LIST lines, with db set to db in the line that
+// starts with prefix (the session's id).
+func withOwnDB(text, prefix []byte, db int) []byte {
+	for start := 0; start < len(text); {
+		end := bytes.IndexByte(text[start:], '\n')
+		if end < 0 {
+			end = len(text)
+		} else {
+			end += start
+		}
+		line := text[start:end]
+		if bytes.HasPrefix(line, prefix) {
+			i := bytes.Index(line, []byte(" db="))
+			if i < 0 {
+				return text
+			}
+			i += start + len(" db=")
+			j := i
+			for j < end && text[j] != ' ' {
+				j++
+			}
+			out := append(bytes.Clone(text[:i]), strconv.Itoa(db)...)
+			return append(out, text[j:]...)
+		}
+		start = end + 1
+	}
+	return text
 }
 
 // errorInStream is answerInStream for r, an error reply made here.

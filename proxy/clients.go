@@ -44,6 +44,9 @@ type clientState struct {
 	redirect           int64 // CLIENT LIST's redir: -1 off, 0 on without REDIRECT, else rproxy's id
 	bcast              bool  // tracking in BCAST mode (B flag)
 	noEvict            bool  // CLIENT NO-EVICT ON (e flag)
+	// selectSeq: db is a stream-mode SELECT's, which Redis may refuse
+	// (session.streamSelect): the relay's answer, if in, is the truth.
+	selectSeq uint32
 }
 
 // liveState is the session's clientState now; only its own goroutine may
@@ -52,7 +55,22 @@ func (ss *session) liveState() clientState {
 	return clientState{name: ss.name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: ss.pin != nil || ss.stream,
 		multi: ss.inTransaction(), stream: ss.stream, role: ss.role, proto: ss.proto,
 		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.redirect >= 0,
-		redirect: ss.redirect, bcast: ss.trackBcast, noEvict: ss.noEvict}
+		redirect: ss.redirect, bcast: ss.trackBcast, noEvict: ss.noEvict, selectSeq: ss.selectSeq}
+}
+
+// publishedState is ss's state as published for other sessions, its db
+// settled by the relay's answer to the SELECT it shows (streamSelect) if
+// that has come since.
+func (ss *session) publishedState() clientState {
+	ss.view.mu.Lock()
+	st := ss.view.pub
+	ss.view.mu.Unlock()
+	if st.selectSeq != 0 {
+		if last := ss.selectDone.Load(); uint32(last>>32) == st.selectSeq {
+			st.db = int(int32(uint32(last)))
+		}
+	}
+	return st
 }
 
 // publishView publishes the session's state after a batch. It allocates
@@ -60,6 +78,7 @@ func (ss *session) liveState() clientState {
 func (s *Server) publishView(ss *session) {
 	v := &ss.view
 	v.active.Store(s.clock().UnixNano())
+	ss.settleSelect()
 	st := ss.liveState()
 	if st == v.last {
 		return
@@ -91,9 +110,7 @@ func (s *Server) clientsList(caller *session) []byte {
 			st = clientState{name: ss.name, user: ss.user, cmd: "proxy|clients", db: ss.db, pinned: ss.pin != nil || ss.stream}
 			idle = 0
 		} else {
-			ss.view.mu.Lock()
-			st = ss.view.pub
-			ss.view.mu.Unlock()
+			st = ss.publishedState()
 			if at := ss.view.active.Load(); at != 0 {
 				idle = now.Sub(time.Unix(0, at))
 			}

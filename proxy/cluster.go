@@ -35,6 +35,7 @@ const (
 	mergeRandomKey                   // RANDOMKEY: one of the masters' random keys, at random (clusterscan.go)
 	mergeDigest                      // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
 	mergeAfterPin                    // the pin's reply, made whole by the other masters' after it (clustertx.go)
+	mergeMade                        // no part: made when the batch's replies are in (clientTextAfterSelect)
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -245,6 +246,8 @@ type merge struct {
 	part, index []int32
 	// For mergeAfterPin: the reply, from the pin's (clustertx.go).
 	afterPin func(pinReply []byte) []byte
+	// For mergeMade: the reply.
+	made func() []byte
 }
 
 // slotOf is key's hash slot on a cluster upstream; SlotAny otherwise.
@@ -705,6 +708,8 @@ func (m *merge) reply(replies [][]byte) []byte {
 		return m.scanReply(replies[0])
 	case mergeAfterPin:
 		return m.afterPin(replies[0])
+	case mergeMade:
+		return m.made()
 	case mergeKeys:
 		return m.keys(replies)
 	case mergeRandomKey:

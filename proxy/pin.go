@@ -423,6 +423,7 @@ func (s *Server) endCopy(ss *session) (end *streamEnd, ended bool) {
 // mode: its connection goes back to its pool, which resets it.
 func (s *Server) backToShared(ss *session) {
 	ss.stream, ss.pinDirty = false, true
+	ss.selectSeq++ // no SELECT of the stream settles the database again (unpin: 0)
 	s.unpin(ss, false)
 	ss.relay, ss.streamEnded, ss.streamTx = nil, nil, nil
 	if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
@@ -551,4 +552,56 @@ func rawShortBulk(b []byte) (payload, rest []byte) {
 	}
 	end := min(j+1+n+2, len(b))
 	return b[j+1 : j+1+n], b[end:]
+}
+
+// streamSelect sends, in stream mode, a SELECT of a database number: the
+// session takes it as selected at once (CLIENT INFO and CLIENT LIST in the
+// same read show it, as Redis's would), and the relay, which sees Redis's
+// answer, undoes that if Redis refused it (out of range, or RESP2's
+// subscribed mode, or a cluster's nonzero database): settleSelect. It
+// reports whether it sent the command. Inside a transaction, or with the
+// reply off, SELECT goes as any command, and CLIENT LIST's db stays.
+func (ss *session) streamSelect(cmd resp.Command) bool {
+	if len(cmd.Args) != 2 || !ss.streamAnswered() || ss.inTransaction() {
+		return false
+	}
+	n, ok := resp.ParseInt(cmd.Args[1])
+	if !ok || n != int64(int32(n)) {
+		return false
+	}
+	ss.selectSeq++
+	seq, before := ss.selectSeq, ss.db
+	ss.db = int(n)
+	done := &ss.selectDone
+	ss.joinInStream(cmd.Raw, func(r []byte) []byte {
+		// The relay runs this for each SELECT in turn: the last one
+		// answered (seq-1) left the database a refusal leaves.
+		db := uint32(int32(n))
+		if len(r) == 0 || r[0] == '-' || r[0] == '!' {
+			db = uint32(int32(before))
+			if last := done.Load(); last != 0 && uint32(last>>32) == seq-1 {
+				db = uint32(last)
+			}
+		}
+		done.Store(uint64(seq)<<32 | uint64(db))
+		return r
+	})
+	return true
+}
+
+// selectSettled reports whether every stream-mode SELECT sent has been
+// answered (settleSelect has what it needs).
+func (ss *session) selectSettled() bool {
+	return ss.selectSeq == 0 || uint32(ss.selectDone.Load()>>32) == ss.selectSeq
+}
+
+// settleSelect sets the session's database to the one Redis left the pin
+// in, once every stream-mode SELECT sent has been answered.
+func (ss *session) settleSelect() {
+	if ss.selectSeq == 0 {
+		return
+	}
+	if last := ss.selectDone.Load(); last != 0 && uint32(last>>32) == ss.selectSeq {
+		ss.db = int(int32(uint32(last)))
+	}
 }

@@ -808,7 +808,7 @@ var streamActedCommands = [][]string{
 	{"CLIENT", "GETNAME"}, {"CLIENT", "SETNAME", "n1"}, {"AUTH", "nobody", "x"},
 	{"MULTI"}, {"CLIENT", "TRACKING", "on"}, {"CLIENT", "TRACKING", "off"},
 	{"EVAL", "return redis.status_reply('RESET')", "0"}, {"RESET"},
-	{"SELECT", "1"}, {"SELECT", "0"}, {"WATCH", "k"}, {"UNWATCH"},
+	{"SELECT", "1"}, {"SELECT", "0"}, {"SELECT", "99"}, {"CLIENT", "INFO"}, {"WATCH", "k"}, {"UNWATCH"},
 	{"CLIENT", "REPLY", "OFF"}, {"CLIENT", "REPLY", "ON"}, {"CLIENT", "REPLY", "SKIP"},
 	{"HELLO", "3"}, {"HELLO", "2"},
 	{"SSUBSCRIBE", "allowed1"}, {"SUNSUBSCRIBE"},
@@ -967,8 +967,9 @@ func compareStreamSequences(t *testing.T, clients [2]*rawClient, outside [][]str
 			c.send(batch)
 			got[i] = readUntil(t, c, fmt.Sprintf("$%d\r\n%s\r\n", len(end), end))
 		}
-		for i := range got { // HELLO's id: Redis's, or the session's
+		for i := range got { // HELLO's id: Redis's, or the session's; CLIENT INFO's db alone
 			got[i] = helloIDField.ReplaceAllString(got[i], "id\r\n:ID")
+			got[i] = clientInfoLine.ReplaceAllString(got[i], "CLIENT INFO db=$1")
 		}
 		if got[0] != got[1] {
 			t.Fatalf("sequence %d %q:\nRedis:  %q\nrproxy: %q", seq, names, got[0], got[1])
@@ -1014,6 +1015,10 @@ func TestStreamModeAsRedisRandomSequencesPassthrough(t *testing.T) {
 
 // helloIDField is the id field of a HELLO reply.
 var helloIDField = regexp.MustCompile(`id\r\n:\d+`)
+
+// clientInfoLine is a CLIENT INFO reply (RESP2's bulk string or RESP3's
+// verbatim one), its db in the group: the rest is the connection's own.
+var clientInfoLine = regexp.MustCompile(`[$=]\d+\r\n(?:txt:)?id=\d+ [^\r]*? db=(\d+) [^\r]*\r\n`)
 
 // readUntil reads c's replies until the one equal to last, and returns
 // them all.
@@ -1149,5 +1154,92 @@ func TestStreamModeKeepsStateItDoesNotFollow(t *testing.T) {
 		if got[1] != got[0] || got[0] == "" {
 			t.Errorf("%q then CLIENT INFO: through rproxy %q, Redis %q", steps, got[1], got[0])
 		}
+	}
+}
+
+// TestStreamModeSelectShowsInClientInfo: a SELECT changes the db CLIENT
+// INFO and CLIENT LIST show, as on Redis, and one Redis refuses (out of
+// range; RESP2's subscribed mode) does not; in stream mode (tracking,
+// pub/sub) and outside it, pipelined in one write and one command at a
+// time. Before 2026-11-29 a stream-mode session's db stayed what it was
+// when the stream began, and a CLIENT INFO in the same write as a SELECT
+// showed the db from before the write.
+func TestStreamModeSelectShowsInClientInfo(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	dbOf := func(line string) string {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "db=") {
+				return f
+			}
+		}
+		return "no db= in " + strconv.Quote(line)
+	}
+	// The db of each CLIENT INFO among the replies, in order.
+	dbs := func(replies []string) string {
+		var out []string
+		for _, r := range replies {
+			if strings.Contains(r, "id=") {
+				out = append(out, dbOf(r))
+			} else {
+				out = append(out, strings.SplitN(r, "\r\n", 2)[0])
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	script := [][]string{{"SELECT", "9"}, {"CLIENT", "INFO"}, {"SELECT", "99"}, {"CLIENT", "INFO"},
+		{"SELECT", "3"}, {"SELECT", "77"}, {"SELECT", "x"}, {"CLIENT", "INFO"}, {"SELECT", "0"}, {"CLIENT", "INFO"}}
+	run := func(addr string, pipelined, tracking bool) string {
+		c := dialClient(t, addr)
+		if tracking { // stream mode
+			c.do("HELLO", "3")
+			c.do("CLIENT", "TRACKING", "on")
+		}
+		var replies []string
+		if pipelined {
+			var batch []byte
+			for _, cmd := range script {
+				batch = resp.AppendCommandString(batch, cmd...)
+			}
+			c.send(batch)
+			for range script {
+				replies = append(replies, string(c.read()))
+			}
+		} else {
+			for _, cmd := range script {
+				replies = append(replies, c.do(cmd...))
+			}
+		}
+		return dbs(replies)
+	}
+	for _, tracking := range []bool{false, true} {
+		for _, pipelined := range []bool{false, true} {
+			want, got := run(rs.Addr, pipelined, tracking), run(p.Addr, pipelined, tracking)
+			if got != want {
+				t.Errorf("tracking %v, pipelined %v: through rproxy %q, Redis %q", tracking, pipelined, got, want)
+			}
+		}
+	}
+
+	// RESP2's subscribed mode: Redis refuses SELECT; another client's
+	// CLIENT LIST shows the database the subscriber is in.
+	listDB := func(addr string) string {
+		sub := dialClient(t, addr)
+		id := sub.id()
+		sub.do("SELECT", "4")
+		sub.do("SUBSCRIBE", "ch")
+		if got := sub.do("SELECT", "6"); !strings.HasPrefix(got, "-ERR") {
+			t.Fatalf("SELECT in subscribed mode = %q", got)
+		}
+		other := dialClient(t, addr)
+		for _, line := range strings.Split(other.do("CLIENT", "LIST"), "\n") {
+			if strings.Contains(line, "id="+id+" ") {
+				return dbOf(line)
+			}
+		}
+		return "no line for id " + id
+	}
+	if want, got := listDB(rs.Addr), listDB(p.Addr); got != want {
+		t.Errorf("subscriber's CLIENT LIST db through rproxy %q, Redis %q", got, want)
 	}
 }

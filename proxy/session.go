@@ -112,8 +112,13 @@ type session struct {
 	watching      bool
 	db            int  // database selected on the pin
 	dbUnknown     bool // a SELECT ran inside a transaction: keep the pin
-	blocking      bool // batch holds a blocking command: no timeout, watch the client
-	track         []track
+	// selectSeq numbers the stream-mode SELECTs sent (streamSelect), and
+	// selectDone is the last one answered, as seq<<32 | the database the
+	// connection is in after it: set by the relay, read by settleSelect.
+	selectSeq  uint32
+	selectDone atomic.Uint64
+	blocking   bool // batch holds a blocking command: no timeout, watch the client
+	track      []track
 	// stream: after a (un)subscribe, MONITOR, tracking or a replication
 	// handshake the session is in stream mode until it leaves or sends
 	// RESET: commands go to the pin as they come, and a goroutine copies
@@ -775,13 +780,18 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 	case "kill":
 		s.clientKill(ss, cmd)
 	case "list":
-		ss.reply(s.clientList(ss, cmd))
+		text, errReply := s.clientListText(ss, cmd)
+		if errReply != nil {
+			ss.reply(errReply)
+			return
+		}
+		ss.replyClientText(text)
 	case "info":
 		if len(args) != 2 {
 			ss.forward(cmd.Raw)
 			return
 		}
-		ss.reply(appendText(nil, ss.proto, s.clientLine(nil, ss, ss, cmd, s.clock())))
+		ss.replyClientText(s.clientLine(nil, ss, ss, cmd, s.clock()))
 	case "unblock":
 		s.clientUnblock(ss, cmd)
 	case "pause", "unpause", "help", "getredir", "trackinginfo":

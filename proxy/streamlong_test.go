@@ -98,6 +98,7 @@ func TestStreamModeAsRedisLongSessions(t *testing.T) {
 			c.send(batch)
 			got[i] = readUntilContains(t, c, marker)
 			got[i] = helloIDField.ReplaceAllString(got[i], "id\r\n:ID")
+			got[i] = clientInfoLine.ReplaceAllString(got[i], "CLIENT INFO db=$1")
 		}
 		if got[0] != got[1] {
 			t.Fatalf("sequence %d on connection %d %q:\nRedis:  %q\nrproxy: %q", seq, who, names, got[0], got[1])

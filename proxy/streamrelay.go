@@ -172,6 +172,9 @@ type relayAnswer struct {
 	// a later reply (its pushes aside) is passed through it.
 	tx   *streamTx
 	then func([]byte) []byte
+	// made: shown in its place, made when its turn comes (after the
+	// replies before it: settledInfo).
+	made func() []byte
 }
 
 // shardHide is the SSUBSCRIBEs rproxy sent on the pin to subscribe again
@@ -510,6 +513,9 @@ func (r *streamRelay) finish() []byte {
 	r.rewrite, r.join = a.rewrite, a.join
 	if a.tx != nil {
 		r.tx, r.txReplies = a.tx, 0
+	}
+	if a.made != nil {
+		return a.made()
 	}
 	return a.reply
 }
