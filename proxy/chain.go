@@ -696,15 +696,21 @@ func (ss *session) noteHeldState(args [][]byte) {
 
 // noteTransaction follows the client's view of its transaction (MULTI,
 // EXEC, DISCARD sent): inside it the policy leaves TTLs alone (no jitter),
-// a refusal aborts it, and CLIENT LIST shows x.
+// a refusal aborts it, and CLIENT LIST shows x. An EXEC or DISCARD without
+// MULTI, which Redis refuses, leaves the keys watched, and a WATCH inside
+// MULTI, which Redis refuses too, watches nothing.
 func (ss *session) noteTransaction(name string) {
 	switch name {
 	case "multi":
 		ss.multiSent = true
 	case "exec", "discard":
-		ss.multiSent, ss.streamWatch = false, false
+		if ss.multiSent {
+			ss.multiSent, ss.streamWatch = false, false
+		}
 	case "watch":
-		ss.streamWatch = ss.stream
+		if !ss.multiSent {
+			ss.streamWatch = ss.stream
+		}
 	case "unwatch":
 		ss.streamWatch = false
 	}

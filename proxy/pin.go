@@ -559,10 +559,10 @@ func rawShortBulk(b []byte) (payload, rest []byte) {
 // same read show it, as Redis's would), and the relay, which sees Redis's
 // answer, undoes that if Redis refused it (out of range, or RESP2's
 // subscribed mode, or a cluster's nonzero database): settleSelect. It
-// reports whether it sent the command. Inside a transaction, or with the
-// reply off, SELECT goes as any command, and CLIENT LIST's db stays.
+// reports whether it sent the command. Inside a transaction SELECT goes
+// as any command, and CLIENT LIST's db stays.
 func (ss *session) streamSelect(cmd resp.Command) bool {
-	if len(cmd.Args) != 2 || !ss.streamAnswered() || ss.inTransaction() {
+	if len(cmd.Args) != 2 || ss.inTransaction() {
 		return false
 	}
 	n, ok := resp.ParseInt(cmd.Args[1])
@@ -570,6 +570,15 @@ func (ss *session) streamSelect(cmd resp.Command) bool {
 		return false
 	}
 	ss.selectSeq++
+	if !ss.streamAnswered() {
+		// After CLIENT REPLY OFF or SKIP nobody sees Redis's answer: the
+		// database is taken as selected if Redis's default configuration
+		// has it (a server with more databases is not asked).
+		if n >= 0 && n < defaultDatabases {
+			ss.db = int(n)
+		}
+		return false
+	}
 	seq, before := ss.selectSeq, ss.db
 	ss.db = int(n)
 	done := &ss.selectDone
@@ -594,6 +603,10 @@ func (ss *session) streamSelect(cmd resp.Command) bool {
 func (ss *session) selectSettled() bool {
 	return ss.selectSeq == 0 || uint32(ss.selectDone.Load()>>32) == ss.selectSeq
 }
+
+// defaultDatabases is Redis's default number of databases (databases in
+// redis.conf).
+const defaultDatabases = 16
 
 // settleSelect sets the session's database to the one Redis left the pin
 // in, once every stream-mode SELECT sent has been answered.
