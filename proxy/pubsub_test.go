@@ -814,6 +814,7 @@ var streamActedCommands = [][]string{
 	{"SSUBSCRIBE", "allowed1"}, {"SUNSUBSCRIBE"},
 	{"CLIENT", "CACHING", "yes"}, {"CLIENT", "GETREDIR"}, {"CLIENT", "TRACKINGINFO"},
 	{"CLIENT", "TRACKING", "on", "OPTIN"}, {"CLIENT", "NO-TOUCH", "on"},
+	{"CLIENT", "NO-EVICT", "on"}, {"CLIENT", "NO-EVICT", "off"}, {"DBSIZE"},
 }
 var streamPlainCommands = [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SET", "k", "v"}, {"ECHO", "hi"}, {"EXEC"}, {"DISCARD"},
 	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}, {"GET", "n"}, {"MOVE", "k", "1"}, {"COPY", "n", "k", "DB", "1"}, {"SWAPDB", "0", "1"}}
@@ -987,10 +988,10 @@ func compareStreamSequences(t *testing.T, clients [2]*rawClient, outside [][]str
 
 // entersStreamMode reports whether rproxy puts a session in stream mode
 // for cmd (docs/commands.md): a (un)subscribe, or CLIENT TRACKING, REPLY,
-// CACHING, NO-TOUCH.
+// CACHING, NO-TOUCH, NO-EVICT.
 func entersStreamMode(cmd string) bool {
 	for _, prefix := range []string{"SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE",
-		"CLIENT TRACKING", "CLIENT REPLY", "CLIENT CACHING", "CLIENT NO-TOUCH", "MONITOR"} {
+		"CLIENT TRACKING", "CLIENT REPLY", "CLIENT CACHING", "CLIENT NO-TOUCH", "CLIENT NO-EVICT", "MONITOR"} {
 		if strings.HasPrefix(cmd, prefix) {
 			return true
 		}
