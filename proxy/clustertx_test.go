@@ -77,12 +77,6 @@ func TestClusterServerCommandsInTransaction(t *testing.T) {
 		// commands in one write or one by one (a MULTI rproxy answers and
 		// sends with its first command).
 		for _, mode := range []string{"", "tracking", "tracking, one by one"} {
-			if mode == "tracking, one by one" && tc.name == "DBSIZE around a write" {
-				// In stream mode a MULTI typed alone goes where its first
-				// command does: DBSIZE has no key, and a later key of
-				// another master aborts it (docs/cluster.md, Not yet).
-				continue
-			}
 			var got [2]string
 			for i, addr := range []string{direct.Addr, p.Addr} {
 				c := dialClient(t, addr)
@@ -128,6 +122,51 @@ func TestClusterServerCommandsInTransaction(t *testing.T) {
 			}
 			if got[1] != got[0] {
 				t.Errorf("%s (%s):\nrproxy %q\nRedis  %q", tc.name, mode, got[1], got[0])
+			}
+		}
+	}
+}
+
+// TestClusterStreamInteractiveMulti: in stream mode (RESP3 tracking), a
+// transaction typed command by command whose first commands have no key
+// runs where its first key is, as on one Redis, whichever master the
+// session's own connection is on: before 2026-11-29 it stayed on that
+// master, and a key of another master failed there and aborted EXEC. A
+// queue-time error among the keyless commands still aborts it, DISCARD
+// still discards it.
+func TestClusterStreamInteractiveMulti(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	direct := redistest.Start(t)
+	masters := map[*redistest.ClusterNode]bool{}
+	var keys []string
+	for n := 0; len(masters) < 3 || len(keys) < 6; n++ {
+		k := fmt.Sprintf("sm%d", n)
+		masters[cl.MasterForSlot(t, cl.Slot(k))] = true
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		for _, seq := range [][][]string{
+			{{"MULTI"}, {"PING"}, {"SET", k, "1"}, {"INCR", k}, {"EXEC"}},
+			{{"MULTI"}, {"PING"}, {"ECHO", "e"}, {"DBSIZE"}, {"SET", k, "1"}, {"DBSIZE"}, {"EXEC"}, {"GET", k}},
+			{{"MULTI"}, {"NOSUCH"}, {"PING"}, {"SET", k, "2"}, {"EXEC"}, {"GET", k}},
+			{{"MULTI"}, {"PING"}, {"SET", k, "3"}, {"DISCARD"}, {"GET", k}},
+			{{"MULTI"}, {"SET", k, "4"}, {"PING"}, {"EXEC"}, {"GET", k}},
+		} {
+			var got [2]string
+			for i, addr := range []string{direct.Addr, p.Addr} {
+				c := dialClient(t, addr)
+				c.pipeline([]string{"FLUSHALL"}, []string{"HELLO", "3"}, []string{"CLIENT", "TRACKING", "ON"})
+				for _, cmd := range seq {
+					c.send(resp.AppendCommandString(nil, cmd...))
+					got[i] += readUpTo(c, "") // the pushes before its reply, and the reply
+				}
+				c.send(resp.AppendCommandString(nil, "PING", "end"))
+				got[i] += readUpTo(c, "$3\r\nend\r\n")
+				c.nc.Close()
+			}
+			if got[1] != got[0] {
+				t.Errorf("%q:\nrproxy %q\nRedis  %q", seq, got[1], got[0])
 			}
 		}
 	}

@@ -449,13 +449,17 @@ func (s *Server) deferStreamMulti(ss *session, raw []byte) bool {
 func (s *Server) startDeferredStreamMulti(ss *session, c *call) {
 	ss.multiDeferred = false
 	if s.branching(ss) {
-		if pool, keys := s.masterOf(ss, c.info, c.cmd.Args); keys == keysOneSlot && !samePool(pool, ss.pinPool) {
+		pool, keys := s.masterOf(ss, c.info, c.cmd.Args)
+		if keys == keysOneSlot && !samePool(pool, ss.pinPool) {
 			if b, err := s.branch(ss, pool); err == nil {
 				b.send([][]byte{ss.route.multiRaw}, []bool{false})
 				ss.branchTx = pool
 				return
 			}
 		}
+		// Keyless: it starts on the pin, and moves to the first key's
+		// master if that is another (keylessStreamTx).
+		ss.route.keylessTx = keys == keysNone || c.info == nil // an unknown command: Redis's queue-time error
 	}
 	drop := relayAnswer{rewrite: func([]byte) []byte { return nil }}
 	if s.routing != nil {
@@ -489,6 +493,9 @@ func (streamMulti) replies(*session) {}
 // master's keys (masterOf).
 func (s *Server) onBranch(ss *session, c *call) bool {
 	info := c.info
+	if ss.route.keylessTx {
+		s.keylessStreamTx(ss, c) // may move the transaction to a branch
+	}
 	if pool := ss.branchTx; pool != nil {
 		if info != nil && (info.Handling == command.Reset || info.Handling == command.Quit) {
 			return false // run at once, inside MULTI too, as on Redis: RESET drops the branches
@@ -571,6 +578,66 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		return true
 	}
 	return false
+}
+
+// keylessStreamTx follows, in stream mode, a transaction the session
+// typed command by command whose commands so far are all keyless (its
+// MULTI deferred, then sent to the pin with the first: keylessTx), as
+// moveTransaction does outside stream mode: while they are, it keeps their
+// copies; at the first key of another master than the pin's it moves the
+// transaction there: the pin's is discarded, and MULTI and those commands
+// are queued again on the session's branch to that master (replies not
+// shown: the client has had the pin's), where c and the rest go
+// (ss.branchTx). Before, that key's command failed on the pin and EXEC
+// answered EXECABORT. A key of the pin's master, a command rproxy acts on
+// (masterOf: keysNotPlain), or the end of the transaction leaves it on
+// the pin.
+func (s *Server) keylessStreamTx(ss *session, c *call) {
+	if !ss.inTransaction() || ss.branchTx != nil || !s.branching(ss) {
+		s.routing.endKeyless(ss)
+		return
+	}
+	var pool *upstream.Pool
+	keys := keysNone
+	if c.info != nil { // an unknown command: Redis's queue-time error, on the branch too
+		pool, keys = s.masterOf(ss, c.info, c.cmd.Args) // keysNotPlain for what rproxy acts on: it stays
+	}
+	switch {
+	case keys == keysNone:
+		if ss.route.keylessBytes += len(c.cmd.Raw); ss.route.keylessBytes > maxKeylessBytes {
+			s.routing.endKeyless(ss)
+			return
+		}
+		ss.route.keyless = append(ss.route.keyless, bytes.Clone(c.cmd.Raw))
+		return
+	case keys != keysOneSlot || samePool(pool, ss.pinPool) || !ss.streamAnswered() || ss.skipNext ||
+		cachingHeldAfter(ss.cachingSent, ss.streamCmds):
+		s.routing.endKeyless(ss) // stays on the pin
+		return
+	}
+	b, err := s.branch(ss, pool)
+	queued := ss.route.keyless
+	s.routing.endKeyless(ss)
+	if err != nil {
+		return // stays on the pin, where c fails as before
+	}
+	// The pin's DISCARD, its reply not shown: the relay finds it by count
+	// when it follows the transaction (streamTx), else after an errorCmd
+	// (which Redis refuses inside MULTI, a transaction discarded anyway).
+	if t := ss.streamTx; t != nil {
+		ss.streamTx = nil
+		t.f = func([]byte) []byte { return nil }
+		t.execAt.Store(int64(ss.pinSent + len(ss.streamCmds) - t.multiAt + 1))
+		ss.streamCmds = append(ss.streamCmds, discardCmd)
+		ss.streamHelpers++
+	} else {
+		ss.relay.queue(relayAnswer{rewrite: func([]byte) []byte { return nil }, join: true})
+		ss.streamCmds = append(ss.streamCmds, errorCmd, discardCmd)
+		ss.streamHelpers += 2
+	}
+	cmds := append([][]byte{ss.route.multiRaw}, queued...)
+	b.send(cmds, make([]bool, len(cmds)))
+	ss.branchTx = pool
 }
 
 // sendOnBranch sends c on the session's branch to pool (made on first use)
