@@ -28,6 +28,20 @@ func readUpTo(c *rawClient, end string) string {
 	}
 }
 
+// oneByOne sends cmds to c one at a time, each after the last one's reply,
+// then PING end, and returns what came up to end's reply: the replies
+// with the pushes before each.
+func oneByOne(c *rawClient, cmds [][]string) string {
+	var out strings.Builder
+	for _, cmd := range cmds {
+		c.send(resp.AppendCommandString(nil, cmd...))
+		out.WriteString(readUpTo(c, ""))
+	}
+	c.send(resp.AppendCommandString(nil, "PING", "end"))
+	out.WriteString(readUpTo(c, "$3\r\nend\r\n"))
+	return out.String()
+}
+
 // TestClusterServerCommandsInTransaction: a server-wide command (FLUSHALL,
 // FLUSHDB, DBSIZE, SCRIPT LOAD, KEYS) inside a transaction, or while a
 // WATCH pins the session, ran on the pinned master alone: MULTI, FLUSHALL,
@@ -103,12 +117,7 @@ func TestClusterServerCommandsInTransaction(t *testing.T) {
 					c.send(batch)
 					got[i] = readUpTo(c, "$3\r\nend\r\n")
 				default:
-					for _, cmd := range pipe {
-						c.send(resp.AppendCommandString(nil, cmd...))
-						got[i] += readUpTo(c, "") // the pushes before its reply, and the reply
-					}
-					c.send(resp.AppendCommandString(nil, "PING", "end"))
-					got[i] += readUpTo(c, "$3\r\nend\r\n")
+					got[i] = oneByOne(c, pipe)
 				}
 				c.nc.Close()
 			}
@@ -157,12 +166,7 @@ func TestClusterStreamInteractiveMulti(t *testing.T) {
 			for i, addr := range []string{direct.Addr, p.Addr} {
 				c := dialClient(t, addr)
 				c.pipeline([]string{"FLUSHALL"}, []string{"HELLO", "3"}, []string{"CLIENT", "TRACKING", "ON"})
-				for _, cmd := range seq {
-					c.send(resp.AppendCommandString(nil, cmd...))
-					got[i] += readUpTo(c, "") // the pushes before its reply, and the reply
-				}
-				c.send(resp.AppendCommandString(nil, "PING", "end"))
-				got[i] += readUpTo(c, "$3\r\nend\r\n")
+				got[i] = oneByOne(c, seq)
 				c.nc.Close()
 			}
 			if got[1] != got[0] {
