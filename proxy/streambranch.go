@@ -597,9 +597,11 @@ func (s *Server) keylessStreamTx(ss *session, c *call) {
 		s.routing.endKeyless(ss)
 		return
 	}
+	// A command Redis does not know (no info) is kept as keyless: queued
+	// again on the branch, it fails there as on the pin.
 	var pool *upstream.Pool
 	keys := keysNone
-	if c.info != nil { // an unknown command: Redis's queue-time error, on the branch too
+	if c.info != nil {
 		pool, keys = s.masterOf(ss, c.info, c.cmd.Args) // keysNotPlain for what rproxy acts on: it stays
 	}
 	switch {
