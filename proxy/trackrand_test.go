@@ -87,6 +87,19 @@ func TestClusterTrackingAsStandaloneRandomSequences(t *testing.T) {
 					[]string{"GET", k}, []string{"CLIENT", "REPLY", "ON"})
 				continue
 			}
+			if rng.IntN(8) == 0 {
+				// A transaction typed command by command (redis-cli), keyless
+				// commands first: it runs where its first key is.
+				k := key()
+				run([]string{"MULTI"})
+				for range 1 + rng.IntN(2) {
+					run([]string{"ECHO", "e"})
+				}
+				run([]string{"SET", k, "i"})
+				run([]string{"GET", k})
+				run([]string{[]string{"EXEC", "DISCARD"}[rng.IntN(2)]})
+				continue
+			}
 			if rng.IntN(6) == 0 {
 				// Optimistic locking: WATCH, GET; maybe another client's
 				// write of the key; MULTI, SET, EXEC (a null when it wrote).
