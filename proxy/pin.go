@@ -74,6 +74,27 @@ type track struct {
 	db   int // for trackSelect
 }
 
+// queuedSelect is a SELECT queued in the session's open transaction: its
+// place among the queued commands (EXEC's array) and its database.
+type queuedSelect struct{ at, db int }
+
+// selectedInTransaction sets the session's database from EXEC's reply, an
+// array of the queued commands' replies, by the last SELECT queued that
+// ran: CLIENT LIST shows it, as Redis's does (the pin is kept all the
+// same: dbUnknown).
+func (ss *session) selectedInTransaction(execReply []byte) {
+	if len(ss.txSelects) == 0 {
+		return
+	}
+	elems, err := arrayElements(execReply)
+	for _, q := range ss.txSelects {
+		if err == nil && q.at < len(elems) && string(elems[q.at]) == "+OK\r\n" {
+			ss.db = q.db
+		}
+	}
+	ss.txSelects = ss.txSelects[:0]
+}
+
 func transactionTrack(name string) track {
 	switch name {
 	case "multi":
@@ -155,14 +176,20 @@ func (s *Server) doPinned(ss *session) {
 	ss.blocking = false
 	for i, t := range ss.track {
 		r := string(ss.batch.Reply(i))
+		queuedAt := -1
+		if ss.inMulti && r == "+QUEUED\r\n" {
+			queuedAt, ss.txQueuedReplies = ss.txQueuedReplies, ss.txQueuedReplies+1
+		}
 		switch t.kind {
 		case trackMulti:
 			if r == "+OK\r\n" {
 				ss.inMulti = true
+				ss.txQueuedReplies, ss.txSelects = 0, ss.txSelects[:0]
 			}
 		case trackExec:
 			if ss.inMulti {
 				ss.inMulti, ss.watching = false, false
+				ss.selectedInTransaction(ss.batch.Reply(i))
 			}
 		case trackWatch:
 			if !ss.inMulti && r == "+OK\r\n" {
@@ -175,8 +202,9 @@ func (s *Server) doPinned(ss *session) {
 		case trackSelect:
 			if !ss.inMulti && r == "+OK\r\n" {
 				ss.db = t.db
-			} else if ss.inMulti && r == "+QUEUED\r\n" {
+			} else if queuedAt >= 0 {
 				ss.dbUnknown = true
+				ss.txSelects = append(ss.txSelects, queuedSelect{at: queuedAt, db: t.db})
 			}
 		}
 	}

@@ -1277,3 +1277,31 @@ func TestStreamModeWatchSurvivesRefusedEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectInTransactionShowsInClientInfo: a SELECT queued in a
+// transaction changes CLIENT INFO's db once EXEC ran it, as on Redis; one
+// EXEC refused, or a DISCARD, leaves it. Each command in a write of its
+// own (redis-cli). Before 2026-11-29 the db stayed what it was before the
+// transaction.
+func TestSelectInTransactionShowsInClientInfo(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	run := func(addr string) string {
+		c := dialClient(t, addr)
+		var out []string
+		for _, cmd := range [][]string{{"MULTI"}, {"SELECT", "5"}, {"PING"}, {"EXEC"}, {"CLIENT", "INFO"},
+			{"MULTI"}, {"SELECT", "99"}, {"EXEC"}, {"CLIENT", "INFO"},
+			{"MULTI"}, {"SELECT", "7"}, {"DISCARD"}, {"CLIENT", "INFO"},
+			{"MULTI"}, {"SELECT", "2"}, {"SELECT", "3"}, {"EXEC"}, {"CLIENT", "INFO"}} {
+			r := c.do(cmd...)
+			if cmd[0] == "CLIENT" {
+				r = clientInfoLine.ReplaceAllString(r, "db=$1")
+			}
+			out = append(out, r)
+		}
+		return strings.Join(out, "")
+	}
+	if want, got := run(rs.Addr), run(p.Addr); got != want {
+		t.Errorf("through rproxy %q\nRedis %q", got, want)
+	}
+}

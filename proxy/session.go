@@ -112,6 +112,10 @@ type session struct {
 	watching      bool
 	db            int  // database selected on the pin
 	dbUnknown     bool // a SELECT ran inside a transaction: keep the pin
+	// txQueuedReplies counts the open transaction's +QUEUED replies, and
+	// txSelects holds its SELECTs (selectedInTransaction).
+	txQueuedReplies int
+	txSelects       []queuedSelect
 	// selectSeq numbers the stream-mode SELECTs sent (streamSelect), and
 	// selectDone is the last one answered, as seq<<32 | the database the
 	// connection is in after it: set by the relay, read by settleSelect.
