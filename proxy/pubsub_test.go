@@ -1305,3 +1305,22 @@ func TestSelectInTransactionShowsInClientInfo(t *testing.T) {
 		t.Errorf("through rproxy %q\nRedis %q", got, want)
 	}
 }
+
+// TestClientInfoAfterSelectLeavesInfoAlone: a CLIENT INFO made after the
+// batch's replies (a SELECT before it in the same write) takes no upstream
+// reply's place: the INFO after it still gets rproxy's Clients section
+// (connected_clients counts sessions: 1 here, where Redis counts
+// rproxy's own connections too).
+func TestClientInfoAfterSelectLeavesInfoAlone(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c := dialClient(t, p.Addr)
+	c.send(resp.AppendCommandString(resp.AppendCommandString(resp.AppendCommandString(nil, "SELECT", "1"), "CLIENT", "INFO"), "INFO", "clients"))
+	c.read()
+	if r := string(c.read()); !strings.Contains(r, " db=1 ") {
+		t.Fatalf("CLIENT INFO = %q, want db=1", r)
+	}
+	if r := string(c.read()); !strings.Contains(r, "connected_clients:1\r\n") {
+		t.Fatalf("INFO clients = %q, want rproxy's connected_clients:1", r)
+	}
+}

@@ -627,7 +627,7 @@ func (s *Server) flush(ss *session) {
 		case fromMerge:
 			m := &ss.route.merges[o.idx]
 			r = m.reply(m.partReplies(ss.batch, up))
-			if len(ss.infoAt) > 0 {
+			if len(ss.infoAt) > 0 && m.parts > 0 { // a reply made here (mergeMade) is no INFO's
 				r = s.infoAtReply(ss, up, r) // INFO from every master
 			}
 			up += m.parts
