@@ -215,6 +215,7 @@ func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		d := p.idle[n-1]
 		p.idle = p.idle[:n-1]
+		p.metrics.idle.Dec()
 		p.dmu.Unlock()
 		if d.idleAlive() {
 			p.metrics.pinned.Inc()
@@ -278,6 +279,7 @@ func (p *Pool) keepSpare() {
 		}
 		p.lent[d] = struct{}{}
 		p.idle = append(p.idle, d)
+		p.metrics.idle.Inc()
 		if len(p.idle) < spareDedicated {
 			go p.keepSpare()
 		}
@@ -333,6 +335,7 @@ func (p *Pool) release(d *Dedicated, reset bool) {
 		p.dmu.Lock()
 		if !p.closed && len(p.idle) < maxIdleDedicated {
 			p.idle = append(p.idle, d)
+			p.metrics.idle.Inc()
 			p.dmu.Unlock()
 			return
 		}
@@ -554,11 +557,18 @@ func (p *Pool) closeDedicated() {
 	for d := range p.lent {
 		lent = append(lent, d)
 	}
-	p.idle = nil
+	p.dropIdle()
 	p.dmu.Unlock()
 	for _, d := range lent {
 		d.Interrupt()
 	}
+}
+
+// dropIdle forgets the idle connections (their reads end when the pool's
+// connections are closed or interrupted); p.dmu is held.
+func (p *Pool) dropIdle() {
+	p.metrics.idle.Sub(float64(len(p.idle)))
+	p.idle = nil
 }
 
 // dedicatedState is the Pool's bookkeeping of lent connections.

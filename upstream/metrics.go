@@ -20,6 +20,7 @@ type Metrics struct {
 	bytesOut      *prometheus.CounterVec
 	batchCommands *prometheus.HistogramVec
 	pinned        *prometheus.GaugeVec
+	idle          *prometheus.GaugeVec
 
 	// Cluster mode (zero in standalone mode).
 	redirects     *prometheus.CounterVec
@@ -52,6 +53,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}}, proto),
 		pinned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "pinned_connections", Help: "Dedicated upstream connections currently lent to sessions holding state, or kept by a session for the keys Redis tracks on them."}, proto),
+		idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "idle_dedicated_connections", Help: "Dedicated upstream connections ready to lend (reset after use, or dialled ahead) to the next session that comes to hold state."}, proto),
 		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "cluster_redirects_total", Help: "Cluster replies rproxy followed instead of passing them on, by kind (moved, ask, tryagain)."}, []string{"kind"}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -78,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned,
+		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned, m.idle,
 			m.redirects, m.refreshes, m.clusterNodes, m.slotsAssigned, m.stalled, m.diverted)
 	}
 	return m
@@ -95,6 +98,7 @@ type poolMetrics struct {
 	bytesOut      prometheus.Counter
 	batchCommands prometheus.Observer
 	pinned        prometheus.Gauge
+	idle          prometheus.Gauge
 	stalled       prometheus.Gauge
 	diverted      prometheus.Counter
 }
@@ -110,6 +114,7 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 		bytesOut:      m.bytesOut.WithLabelValues(p),
 		batchCommands: m.batchCommands.WithLabelValues(p),
 		pinned:        m.pinned.WithLabelValues(p),
+		idle:          m.idle.WithLabelValues(p),
 		stalled:       m.stalled.WithLabelValues(p),
 		diverted:      m.diverted.WithLabelValues(p),
 	}

@@ -610,7 +610,7 @@ func (p *Pool) masterChanged(reason string) {
 	for d := range p.lent {
 		lent = append(lent, d)
 	}
-	p.idle = nil
+	p.dropIdle()
 	p.dmu.Unlock()
 	for _, d := range lent {
 		d.Interrupt()
