@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
 )
 
@@ -279,6 +280,70 @@ func TestClusterShardChannelMovedAway(t *testing.T) {
 				}
 				if got := c.do("PING"); got != wantPong {
 					t.Fatalf("PING: %q, want %q", got, wantPong)
+				}
+			})
+		}
+	}
+}
+
+// TestClusterShardChannelUnsubscribedForGood: when a master drops a shard
+// channel's slot and no master takes it (CLUSTER DELSLOTS on that master),
+// rproxy cannot subscribe the channel again; after upstream.timeout it
+// gives up and shows the client the sunsubscribe its master sent, with the
+// session's remaining count, as Redis Cluster does, and the session's
+// other channels go on. The channel is on the pin's master or on a
+// branch's, in RESP2 and RESP3.
+func TestClusterShardChannelUnsubscribedForGood(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	const timeout = 400 * time.Millisecond
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Upstream.Timeout = timeout })
+	w := dialClient(t, p.Addr)
+	for _, proto := range []string{"2", "3"} {
+		for i, where := range []string{"pin", "branch"} {
+			t.Run("RESP"+proto+" "+where, func(t *testing.T) {
+				keys, addrs := keyPerMaster(t, cl, "gone"+proto+strconv.Itoa(i)+"-")
+				push := "*3\r\n"
+				c := dialClient(t, p.Addr)
+				if proto == "3" {
+					c.do("HELLO", "3")
+					push = ">3\r\n"
+				}
+				frame := func(kind, ch string, n int) string {
+					return push + "$" + strconv.Itoa(len(kind)) + "\r\n" + kind + "\r\n$" + strconv.Itoa(len(ch)) + "\r\n" + ch + "\r\n:" + strconv.Itoa(n) + "\r\n"
+				}
+				if got, want := c.pipeline([]string{"SSUBSCRIBE", keys[0]}, []string{"SSUBSCRIBE", keys[1]}), frame("ssubscribe", keys[0], 1)+frame("ssubscribe", keys[1], 2); got != want {
+					t.Fatalf("subscribing: %q, want %q", got, want)
+				}
+				gone, kept := keys[i], keys[1-i]
+				owner := dialClient(t, addrs[i])
+				slot := strconv.Itoa(cl.Slot(gone))
+				start := time.Now()
+				if r := owner.do("CLUSTER", "DELSLOTS", slot); r != "+OK\r\n" {
+					t.Fatalf("CLUSTER DELSLOTS %s: %q", slot, r)
+				}
+				defer func() {
+					if r := owner.do("CLUSTER", "ADDSLOTS", slot); r != "+OK\r\n" {
+						t.Fatalf("CLUSTER ADDSLOTS %s: %q", slot, r)
+					}
+					// The master may have marked the cluster down meanwhile.
+					waitFor(t, "the cluster up again", func() bool {
+						return strings.Contains(owner.do("CLUSTER", "INFO"), "cluster_state:ok")
+					})
+				}()
+				if got, want := string(c.read()), frame("sunsubscribe", gone, 1); got != want {
+					t.Fatalf("after the slot's deletion: %q, want %q", got, want)
+				}
+				if took := time.Since(start); took < timeout {
+					t.Fatalf("sunsubscribe shown after %v, before upstream.timeout (%v): rproxy did not try to subscribe again", took, timeout)
+				}
+				if r := w.do("SPUBLISH", kept, "still"); r != ":1\r\n" {
+					t.Fatalf("SPUBLISH %s: %q, want 1 receiver", kept, r)
+				}
+				if got, want := string(c.read()), push+"$8\r\nsmessage\r\n$"+strconv.Itoa(len(kept))+"\r\n"+kept+"\r\n$5\r\nstill\r\n"; got != want {
+					t.Fatalf("message on %s: %q, want %q", kept, got, want)
+				}
+				if got, want := c.do("SUNSUBSCRIBE", kept), frame("sunsubscribe", kept, 0); got != want {
+					t.Fatalf("SUNSUBSCRIBE of the other channel: %q, want %q", got, want)
 				}
 			})
 		}
