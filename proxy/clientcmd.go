@@ -889,34 +889,30 @@ func (ss *session) answerInStream(r []byte, script func() []byte) {
 
 // replyClientText answers CLIENT INFO or CLIENT LIST with text, lines of
 // the form of Redis's CLIENT LIST. The session's database is set from
-// Redis's answers after the batch: after a SELECT earlier in the batch
-// the answer is made then, with the database the last of them that Redis
-// accepted selected (as Redis's own answer shows it).
+// Redis's answers after the batch: after a SELECT earlier in the batch, or
+// an EXEC of a transaction that queued one, the answer is made then, with
+// the database Redis's replies before it left selected (as Redis's own
+// answer shows it).
 func (ss *session) replyClientText(text []byte) {
-	var selects []int // their places in the batch (ss.track's, as doPinned reads them)
-	for i, t := range ss.track {
-		if t.kind == trackSelect {
-			selects = append(selects, i)
-		}
+	settles := false
+	for _, t := range ss.track {
+		settles = settles || t.kind == trackSelect || t.kind == trackExec && len(ss.txSelects) > 0
 	}
-	if selects == nil {
+	if !settles {
 		ss.reply(appendText(nil, ss.proto, text))
 		return
 	}
 	ss.localCount++
-	db, proto, batch := ss.db, ss.proto, ss.batch
-	dbs := make([]int, len(selects))
-	for j, i := range selects {
-		dbs[j] = ss.track[i].db
-	}
+	before := ss.pinnedState()
+	before.selects = slices.Clone(before.selects)
+	tracks, proto, batch := slices.Clone(ss.track), ss.proto, ss.batch
 	prefix := []byte("id=" + strconv.FormatInt(ss.id, 10) + " ")
 	ss.queueMerge(merge{kind: mergeMade, made: func() []byte {
-		for j, i := range selects {
-			if string(batch.Reply(i)) == "+OK\r\n" {
-				db = dbs[j]
-			}
+		st := before
+		for i, t := range tracks {
+			st.settle(t, batch.Reply(i))
 		}
-		return appendText(nil, proto, withOwnDB(text, prefix, db))
+		return appendText(nil, proto, withOwnDB(text, prefix, st.db))
 	}})
 }
 

@@ -78,21 +78,80 @@ type track struct {
 // place among the queued commands (EXEC's array) and its database.
 type queuedSelect struct{ at, db int }
 
-// selectedInTransaction sets the session's database from EXEC's reply, an
-// array of the queued commands' replies, by the last SELECT queued that
-// ran: CLIENT LIST shows it, as Redis's does (the pin is kept all the
-// same: dbUnknown).
-func (ss *session) selectedInTransaction(execReply []byte) {
-	if len(ss.txSelects) == 0 {
+// pinnedState is the connection state that Redis's replies to a pinned
+// session's tracked commands settle: doPinned after each batch, and a
+// CLIENT INFO made after the replies of the commands before it
+// (replyClientText).
+type pinnedState struct {
+	db                           int
+	dbUnknown, inMulti, watching bool
+	// queued counts the open transaction's +QUEUED replies, and selects
+	// holds its SELECTs.
+	queued  int
+	selects []queuedSelect
+}
+
+func (ss *session) pinnedState() pinnedState {
+	return pinnedState{db: ss.db, dbUnknown: ss.dbUnknown, inMulti: ss.inMulti, watching: ss.watching,
+		queued: ss.txQueuedReplies, selects: ss.txSelects}
+}
+
+func (ss *session) setPinnedState(st pinnedState) {
+	ss.db, ss.dbUnknown, ss.inMulti, ss.watching = st.db, st.dbUnknown, st.inMulti, st.watching
+	ss.txQueuedReplies, ss.txSelects = st.queued, st.selects
+}
+
+// settle applies Redis's reply r to a tracked command t.
+func (st *pinnedState) settle(t track, reply []byte) {
+	r := string(reply)
+	queuedAt := -1
+	if st.inMulti && r == "+QUEUED\r\n" {
+		queuedAt, st.queued = st.queued, st.queued+1
+	}
+	switch t.kind {
+	case trackMulti:
+		if r == "+OK\r\n" {
+			st.inMulti = true
+			st.queued, st.selects = 0, st.selects[:0]
+		}
+	case trackExec:
+		if st.inMulti {
+			st.inMulti, st.watching = false, false
+			st.selectedInTransaction(reply)
+		}
+	case trackWatch:
+		if !st.inMulti && r == "+OK\r\n" {
+			st.watching = true
+		}
+	case trackUnwatch:
+		if !st.inMulti {
+			st.watching = false
+		}
+	case trackSelect:
+		if !st.inMulti && r == "+OK\r\n" {
+			st.db = t.db
+		} else if queuedAt >= 0 {
+			st.dbUnknown = true
+			st.selects = append(st.selects, queuedSelect{at: queuedAt, db: t.db})
+		}
+	}
+}
+
+// selectedInTransaction sets the database from EXEC's reply, an array of
+// the queued commands' replies, by the last SELECT queued that ran:
+// CLIENT LIST shows it, as Redis's does (the pin is kept all the same:
+// dbUnknown).
+func (st *pinnedState) selectedInTransaction(execReply []byte) {
+	if len(st.selects) == 0 {
 		return
 	}
 	elems, err := arrayElements(execReply)
-	for _, q := range ss.txSelects {
+	for _, q := range st.selects {
 		if err == nil && q.at < len(elems) && string(elems[q.at]) == "+OK\r\n" {
-			ss.db = q.db
+			st.db = q.db
 		}
 	}
-	ss.txSelects = ss.txSelects[:0]
+	st.selects = st.selects[:0]
 }
 
 func transactionTrack(name string) track {
@@ -174,40 +233,11 @@ func (s *Server) doPinned(ss *session) {
 		upstream.HideRedirects(ss.batch) // clients see one node (facade.go)
 	}
 	ss.blocking = false
+	st := ss.pinnedState()
 	for i, t := range ss.track {
-		r := string(ss.batch.Reply(i))
-		queuedAt := -1
-		if ss.inMulti && r == "+QUEUED\r\n" {
-			queuedAt, ss.txQueuedReplies = ss.txQueuedReplies, ss.txQueuedReplies+1
-		}
-		switch t.kind {
-		case trackMulti:
-			if r == "+OK\r\n" {
-				ss.inMulti = true
-				ss.txQueuedReplies, ss.txSelects = 0, ss.txSelects[:0]
-			}
-		case trackExec:
-			if ss.inMulti {
-				ss.inMulti, ss.watching = false, false
-				ss.selectedInTransaction(ss.batch.Reply(i))
-			}
-		case trackWatch:
-			if !ss.inMulti && r == "+OK\r\n" {
-				ss.watching = true
-			}
-		case trackUnwatch:
-			if !ss.inMulti {
-				ss.watching = false
-			}
-		case trackSelect:
-			if !ss.inMulti && r == "+OK\r\n" {
-				ss.db = t.db
-			} else if queuedAt >= 0 {
-				ss.dbUnknown = true
-				ss.txSelects = append(ss.txSelects, queuedSelect{at: queuedAt, db: t.db})
-			}
-		}
+		st.settle(t, ss.batch.Reply(i))
 	}
+	ss.setPinnedState(st)
 	ss.track = ss.track[:0]
 	// Redis's answers settle what the client's commands began: a MULTI
 	// that failed opened no transaction.

@@ -1341,23 +1341,44 @@ func TestStreamModeWatchSurvivesRefusedEnd(t *testing.T) {
 func TestSelectInTransactionShowsInClientInfo(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
-	run := func(addr string) string {
-		c := dialClient(t, addr)
-		var out []string
-		for _, cmd := range [][]string{{"MULTI"}, {"SELECT", "5"}, {"PING"}, {"EXEC"}, {"CLIENT", "INFO"},
-			{"MULTI"}, {"SELECT", "99"}, {"EXEC"}, {"CLIENT", "INFO"},
-			{"MULTI"}, {"SELECT", "7"}, {"DISCARD"}, {"CLIENT", "INFO"},
-			{"MULTI"}, {"SELECT", "2"}, {"SELECT", "3"}, {"EXEC"}, {"CLIENT", "INFO"}} {
-			r := c.do(cmd...)
-			if cmd[0] == "CLIENT" {
-				r = clientInfoLine.ReplaceAllString(r, "db=$1")
+	cmds := [][]string{{"MULTI"}, {"SELECT", "5"}, {"PING"}, {"EXEC"}, {"CLIENT", "INFO"},
+		{"MULTI"}, {"SELECT", "99"}, {"EXEC"}, {"CLIENT", "INFO"},
+		{"MULTI"}, {"SELECT", "7"}, {"DISCARD"}, {"CLIENT", "INFO"},
+		{"MULTI"}, {"SELECT", "2"}, {"SELECT", "3"}, {"EXEC"}, {"CLIENT", "INFO"},
+		{"SELECT", "4"}, {"MULTI"}, {"SELECT", "6"}, {"GET", "k"}, {"EXEC"}, {"CLIENT", "LIST", "ID", "0"}, {"CLIENT", "INFO"}}
+	// One command per write; all in one write; and cut after each MULTI,
+	// so that a SELECT queued in an earlier write is run by an EXEC sent
+	// with the CLIENT INFO after it.
+	shapes := map[string]func(c *rawClient) string{
+		"one by one": func(c *rawClient) string {
+			var out strings.Builder
+			for _, cmd := range cmds {
+				out.WriteString(c.do(cmd...))
 			}
-			out = append(out, r)
-		}
-		return strings.Join(out, "")
+			return out.String()
+		},
+		"one write": func(c *rawClient) string { return c.pipeline(cmds...) },
+		"cut after MULTI": func(c *rawClient) string {
+			var out strings.Builder
+			from := 0
+			for i, cmd := range cmds {
+				if cmd[0] == "MULTI" || i == len(cmds)-1 {
+					out.WriteString(c.pipeline(cmds[from : i+1]...))
+					from = i + 1
+				}
+			}
+			return out.String()
+		},
 	}
-	if want, got := run(rs.Addr), run(p.Addr); got != want {
-		t.Errorf("through rproxy %q\nRedis %q", got, want)
+	for name, shape := range shapes {
+		run := func(addr string) string {
+			c := dialClient(t, addr)
+			c.do("CLIENT", "SETNAME", "tx") // CLIENT LIST ID 0 lists nobody, the same both ways
+			return clientInfoLine.ReplaceAllString(shape(c), "db=$1")
+		}
+		if want, got := run(rs.Addr), run(p.Addr); got != want {
+			t.Errorf("%s: through rproxy %q\nRedis %q", name, got, want)
+		}
 	}
 }
 
