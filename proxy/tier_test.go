@@ -495,15 +495,17 @@ func TestTierSecondInvalidation(t *testing.T) {
 	w := dialClient(t, p.Addr)
 	r := dialClient(t, p.Addr)
 	for round := 0; round < 20; round++ {
-		val := "v" + strconv.Itoa(round)
-		rs.Do(t, "SET", "c:s", "old")
-		cached(t, p, r, "c:s")
-		w.send(resp.AppendCommandString(nil, "SET", "c:s", val))
+		// A key per round: one key written 40 times would be refused the
+		// tier (hotkeys.write_limit) and each fill would wait out the window.
+		k, val := "c:s"+strconv.Itoa(round), "v"+strconv.Itoa(round)
+		rs.Do(t, "SET", k, "old")
+		cached(t, p, r, k)
+		w.send(resp.AppendCommandString(nil, "SET", k, val))
 		time.Sleep(time.Millisecond)
-		r.do("GET", "c:s") // misses (invalidated) and starts a fill that reads "old"
+		r.do("GET", k) // misses (invalidated) and starts a fill that reads "old"
 		w.read()
 		time.Sleep(15 * time.Millisecond) // the fill's reply is in, the invalidation is not
-		if got, want := w.do("GET", "c:s"), fmt.Sprintf("$%d\r\n%s\r\n", len(val), val); got != want {
+		if got, want := w.do("GET", k), fmt.Sprintf("$%d\r\n%s\r\n", len(val), val); got != want {
 			t.Fatalf("round %d: writer read %q after its SET was acknowledged, want %q", round, got, want)
 		}
 	}
