@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"slices"
 	"strings"
@@ -528,5 +529,76 @@ func TestHasConnKnowsTheSpares(t *testing.T) {
 	}
 	if p.HasConn("127.0.0.1:1") {
 		t.Fatal("HasConn of an address no connection has = true")
+	}
+}
+
+// The idle dedicated connections gauge follows the pool's idle list: the
+// spares dialled after the first Acquire, a released connection kept, and
+// none once the pool is closed.
+func TestIdleDedicatedGauge(t *testing.T) {
+	f := startFake(t, func(args [][]byte) string {
+		if strings.EqualFold(string(args[0]), "RESET") {
+			return "+RESET\r\n"
+		}
+		return "+OK\r\n"
+	})
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	p, err := NewPool(Config{Address: f.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
+		Timeout: time.Second, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitReady(t, p)
+	gauge := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "rproxy_upstream_idle_dedicated_connections" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no rproxy_upstream_idle_dedicated_connections")
+		return 0
+	}
+	idle := func() int {
+		p.dmu.Lock()
+		defer p.dmu.Unlock()
+		return len(p.idle)
+	}
+	if g := gauge(); g != 0 {
+		t.Fatalf("before any Acquire: %v idle, want 0", g)
+	}
+	d, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for idle() < spareDedicated {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spares after 5 s, want %d", idle(), spareDedicated)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if g := gauge(); g != spareDedicated {
+		t.Fatalf("with the spares dialled: gauge %v, want %d", g, spareDedicated)
+	}
+	p.Release(d)
+	if g := gauge(); g != spareDedicated+1 {
+		t.Fatalf("after Release: gauge %v, want %d", g, spareDedicated+1)
+	}
+	if _, err := p.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if g, n := gauge(), idle(); g != float64(n) {
+		t.Fatalf("after a second Acquire: gauge %v, %d idle", g, n)
+	}
+	p.Close()
+	if g := gauge(); g != 0 {
+		t.Fatalf("after Close: gauge %v, want 0", g)
 	}
 }
