@@ -234,15 +234,7 @@ func TestClusterShardChannelMovedAway(t *testing.T) {
 			t.Run("RESP"+proto+" "+mv.name, func(t *testing.T) {
 				keys, _ := keyPerMaster(t, cl, "mv"+proto+strconv.Itoa(i)+"-")
 				extra, _ := keyPerMaster(t, cl, "mx"+proto+strconv.Itoa(i)+"-")
-				push := "*3\r\n"
-				c := dialClient(t, p.Addr)
-				if proto == "3" {
-					c.do("HELLO", "3")
-					push = ">3\r\n"
-				}
-				confirmation := func(kind, ch string, n int) string {
-					return push + "$" + strconv.Itoa(len(kind)) + "\r\n" + kind + "\r\n$" + strconv.Itoa(len(ch)) + "\r\n" + ch + "\r\n:" + strconv.Itoa(n) + "\r\n"
-				}
+				c, push, confirmation := shardSubscriber(t, p.Addr, proto)
 				got := c.pipeline([]string{"SSUBSCRIBE", keys[0]}, []string{"SSUBSCRIBE", keys[1]}, []string{"SSUBSCRIBE", keys[2]})
 				if want := confirmation("ssubscribe", keys[0], 1) + confirmation("ssubscribe", keys[1], 2) + confirmation("ssubscribe", keys[2], 3); got != want {
 					t.Fatalf("subscribing: %q, want %q", got, want)
@@ -302,15 +294,7 @@ func TestClusterShardChannelUnsubscribedForGood(t *testing.T) {
 		for i, where := range []string{"pin", "branch"} {
 			t.Run("RESP"+proto+" "+where, func(t *testing.T) {
 				keys, addrs := keyPerMaster(t, cl, "gone"+proto+strconv.Itoa(i)+"-")
-				push := "*3\r\n"
-				c := dialClient(t, p.Addr)
-				if proto == "3" {
-					c.do("HELLO", "3")
-					push = ">3\r\n"
-				}
-				frame := func(kind, ch string, n int) string {
-					return push + "$" + strconv.Itoa(len(kind)) + "\r\n" + kind + "\r\n$" + strconv.Itoa(len(ch)) + "\r\n" + ch + "\r\n:" + strconv.Itoa(n) + "\r\n"
-				}
+				c, push, frame := shardSubscriber(t, p.Addr, proto)
 				if got, want := c.pipeline([]string{"SSUBSCRIBE", keys[0]}, []string{"SSUBSCRIBE", keys[1]}), frame("ssubscribe", keys[0], 1)+frame("ssubscribe", keys[1], 2); got != want {
 					t.Fatalf("subscribing: %q, want %q", got, want)
 				}
@@ -347,5 +331,21 @@ func TestClusterShardChannelUnsubscribedForGood(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// shardSubscriber dials addr as a client of protocol proto ("2" or "3") and
+// returns it, the header of a push in that protocol, and a maker of
+// (un)subscribe confirmations: kind, channel, count.
+func shardSubscriber(t *testing.T, addr, proto string) (*rawClient, string, func(kind, ch string, n int) string) {
+	t.Helper()
+	push := "*3\r\n"
+	c := dialClient(t, addr)
+	if proto == "3" {
+		c.do("HELLO", "3")
+		push = ">3\r\n"
+	}
+	return c, push, func(kind, ch string, n int) string {
+		return push + "$" + strconv.Itoa(len(kind)) + "\r\n" + kind + "\r\n$" + strconv.Itoa(len(ch)) + "\r\n" + ch + "\r\n:" + strconv.Itoa(n) + "\r\n"
 	}
 }
