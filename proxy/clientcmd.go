@@ -896,14 +896,14 @@ func (ss *session) answerInStream(r []byte, script func() []byte) {
 func (ss *session) replyClientText(text []byte) {
 	settles := false
 	for _, t := range ss.track {
-		settles = settles || t.kind == trackSelect || t.kind == trackExec && len(ss.txSelects) > 0
+		settles = settles || t.kind == trackSelect || t.kind == trackExec && len(ss.selects) > 0
 	}
 	if !settles {
 		ss.reply(appendText(nil, ss.proto, text))
 		return
 	}
 	ss.localCount++
-	before := ss.pinnedState()
+	before := ss.pinnedState
 	before.selects = slices.Clone(before.selects)
 	tracks, proto, batch := slices.Clone(ss.track), ss.proto, ss.batch
 	prefix := []byte("id=" + strconv.FormatInt(ss.id, 10) + " ")

@@ -79,26 +79,18 @@ type track struct {
 type queuedSelect struct{ at, db int }
 
 // pinnedState is the connection state that Redis's replies to a pinned
-// session's tracked commands settle: doPinned after each batch, and a
-// CLIENT INFO made after the replies of the commands before it
-// (replyClientText).
+// session's tracked commands settle (settle): doPinned after each batch,
+// and a CLIENT INFO made after the replies of the commands before it
+// (replyClientText). The session embeds it.
 type pinnedState struct {
-	db                           int
-	dbUnknown, inMulti, watching bool
+	inMulti   bool // Redis answered MULTI; set from replies, after the batch
+	watching  bool
+	db        int  // database selected on the pin
+	dbUnknown bool // a SELECT ran inside a transaction: keep the pin
 	// queued counts the open transaction's +QUEUED replies, and selects
-	// holds its SELECTs.
+	// holds its SELECTs (selectedInTransaction).
 	queued  int
 	selects []queuedSelect
-}
-
-func (ss *session) pinnedState() pinnedState {
-	return pinnedState{db: ss.db, dbUnknown: ss.dbUnknown, inMulti: ss.inMulti, watching: ss.watching,
-		queued: ss.txQueuedReplies, selects: ss.txSelects}
-}
-
-func (ss *session) setPinnedState(st pinnedState) {
-	ss.db, ss.dbUnknown, ss.inMulti, ss.watching = st.db, st.dbUnknown, st.inMulti, st.watching
-	ss.txQueuedReplies, ss.txSelects = st.queued, st.selects
 }
 
 // settle applies Redis's reply r to a tracked command t.
@@ -233,11 +225,9 @@ func (s *Server) doPinned(ss *session) {
 		upstream.HideRedirects(ss.batch) // clients see one node (facade.go)
 	}
 	ss.blocking = false
-	st := ss.pinnedState()
 	for i, t := range ss.track {
-		st.settle(t, ss.batch.Reply(i))
+		ss.settle(t, ss.batch.Reply(i))
 	}
-	ss.setPinnedState(st)
 	ss.track = ss.track[:0]
 	// Redis's answers settle what the client's commands began: a MULTI
 	// that failed opened no transaction.

@@ -107,15 +107,10 @@ type session struct {
 	shardBranched bool
 	killed        atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
 	blockedNow    atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
-	inMulti       bool        // Redis answered MULTI; set from replies, after the batch
 	multiSent     bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
-	watching      bool
-	db            int  // database selected on the pin
-	dbUnknown     bool // a SELECT ran inside a transaction: keep the pin
-	// txQueuedReplies counts the open transaction's +QUEUED replies, and
-	// txSelects holds its SELECTs (selectedInTransaction).
-	txQueuedReplies int
-	txSelects       []queuedSelect
+	// pinnedState: db, dbUnknown, inMulti, watching and the open
+	// transaction's queued SELECTs, as Redis's replies settle them.
+	pinnedState
 	// selectSeq numbers the stream-mode SELECTs sent (streamSelect), and
 	// selectDone is the last one answered, as seq<<32 | the database the
 	// connection is in after it: set by the relay, read by settleSelect.
