@@ -222,7 +222,8 @@ func (p *Pool) Send(b *Batch) {
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	reason, ok := p.trySend(b)
-	if !ok && p.awaitFirstDial() {
+	if !ok {
+		p.awaitFirstDial()
 		reason, ok = p.trySend(b)
 	}
 	if !ok {
@@ -351,12 +352,14 @@ func (sp *spare) stopIfIdle() {
 }
 
 // awaitFirstDial waits, within Config.Timeout, until a connection is up
-// or every first dial has finished, when that has not happened yet; it
-// reports whether it waited (the caller tries again).
-func (p *Pool) awaitFirstDial() bool {
+// or every first dial has finished, when that has not happened yet. The
+// caller, whose send failed, tries once more either way: the first dial
+// may have ended between its send and this check, and the send then
+// read the reason from before it ("connecting").
+func (p *Pool) awaitFirstDial() {
 	select {
 	case <-p.firstTry:
-		return false
+		return
 	default:
 	}
 	p.firstWaiters.Add(1)
@@ -367,7 +370,6 @@ func (p *Pool) awaitFirstDial() bool {
 	case <-p.firstTry:
 	case <-t.C:
 	}
-	return true
 }
 
 // firstDialDone records the end of a connection's first dial: the pool's
@@ -386,7 +388,8 @@ func (p *Pool) SendOn(b *Batch, h uint32) {
 	b.replyEnds = b.replyEnds[:0]
 	c := p.conns[h%uint32(len(p.conns))]
 	r, ok := c.send(b)
-	if !ok && p.awaitFirstDial() {
+	if !ok {
+		p.awaitFirstDial()
 		r, ok = c.send(b)
 	}
 	if !ok {
