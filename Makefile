@@ -44,7 +44,7 @@ test: ## install redis if needed, gofmt and vet, race tests, short fuzzing
 	$(GO) test -race -count=1 -timeout 15m ./...
 	# Allocation counts, which the race detector makes meaningless (sync.Pool
 	# drops items at random under it): without -race.
-	$(GO) test -count=1 -run 'Allocs' ./resp/
+	$(GO) test -count=1 -run 'Allocs' ./resp/ ./proxy/
 	$(MAKE) fuzz-short
 
 test-redis-suite: ## Redis 7.0.15's Tcl suite (external mode) direct and through rproxy; fails under REDIS_SUITE_MIN_OK [ok]

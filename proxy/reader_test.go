@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"runtime"
 	"slices"
@@ -252,6 +253,55 @@ func TestIdleConnectionMemory(t *testing.T) {
 	}
 	if perStack > 256 {
 		t.Fatalf("goroutine stack per parked client %d B, want none", perStack)
+	}
+}
+
+// TestShortLivedConnectionAllocs: a client that connects, sends one
+// command and leaves (a PHP worker without persistent connections) costs
+// the heap a few KB, both ends counted: the read buffer its last read took
+// goes back to the pool when it leaves, not to the collector (a fresh
+// 16 KB buffer per connection before).
+func TestShortLivedConnectionAllocs(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	clients := func() float64 { return counterValue(t, p.Registry, "rproxy_proxy_client_connections", nil) }
+	ping := resp.AppendCommandString(nil, "PING")
+	buf := make([]byte, 7)
+	cycle := func() {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(ping); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "+PONG\r\n" {
+			t.Fatalf("PING = %q, %v", buf, err)
+		}
+		c.Close()
+	}
+	for range 50 { // the pools and the proxy's lazily made state
+		cycle()
+	}
+	waitFor(t, "the warm-up clients to leave", func() bool { return clients() == 0 })
+	const conns = 1000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range conns {
+		cycle()
+	}
+	waitFor(t, "the clients to leave", func() bool { return clients() == 0 })
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / conns
+	t.Logf("allocated per short-lived connection: %d B (client and proxy ends)", per)
+	// Under the race detector sync.Pool drops a share of what is put back.
+	bound := uint64(8 << 10)
+	if raceEnabled {
+		bound = 24 << 10
+	}
+	if per > bound {
+		t.Fatalf("%d B allocated per short-lived connection, want at most %d", per, bound)
 	}
 }
 
