@@ -37,6 +37,7 @@ type Dedicated struct {
 	nc     net.Conn
 	buf    []byte // read buffer; buf[r:w] is read but not yet framed
 	r, w   int
+	gather []byte // write's buffer for a batch of small commands
 	fr     resp.Framer
 	broken atomic.Bool // set on any failure: the connection is closed, not reused
 	// streamed: a StreamTo ended at what its writer judged the stream's end
@@ -506,11 +507,66 @@ func (d *Dedicated) Send(cmds [][]byte) error {
 	return nil
 }
 
-// write sends the commands in one writev and counts them.
+// Gathering a batch's commands into one write: commands up to gatherMax
+// bytes are copied into the connection's gather buffer, written when it
+// holds gatherFlush bytes or the batch ends; a larger command is written
+// from where it lies (its copy would cost more than its own system call).
+// A gather buffer over gatherFlush+gatherMax is not kept between batches.
+const (
+	gatherMax   = 16 << 10
+	gatherFlush = 64 << 10
+)
+
+// write sends the commands and counts them: a batch of small commands in
+// one system call (the connections are sysio's, which write one buffer at
+// a time; net.Buffers would make one write, and one TCP segment Redis
+// wakes for, per command).
 func (d *Dedicated) write(cmds [][]byte) error {
-	bufs := net.Buffers(append(make([][]byte, 0, len(cmds)), cmds...))
-	n, err := bufs.WriteTo(d.nc)
-	d.pool.metrics.observeWrite(len(cmds), int(n))
+	if len(cmds) == 1 {
+		n, err := d.nc.Write(cmds[0])
+		d.pool.metrics.observeWrite(1, n)
+		return err
+	}
+	total := 0
+	buf := d.gather[:0]
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		n, err := d.nc.Write(buf)
+		total += n
+		buf = buf[:0]
+		return err
+	}
+	var err error
+	for _, cmd := range cmds {
+		if len(cmd) > gatherMax {
+			if err = flush(); err != nil {
+				break
+			}
+			n, werr := d.nc.Write(cmd)
+			total += n
+			if err = werr; err != nil {
+				break
+			}
+			continue
+		}
+		buf = append(buf, cmd...)
+		if len(buf) >= gatherFlush {
+			if err = flush(); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = flush()
+	}
+	if cap(buf) <= gatherFlush+gatherMax {
+		d.gather = buf[:0]
+	} else {
+		d.gather = nil
+	}
+	d.pool.metrics.observeWrite(len(cmds), total)
 	return err
 }
 

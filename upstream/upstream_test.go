@@ -602,3 +602,60 @@ func TestIdleDedicatedGauge(t *testing.T) {
 		t.Fatalf("after Close: gauge %v, want 0", g)
 	}
 }
+
+// writeCountingConn counts the writes made on a connection.
+type writeCountingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCountingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestDedicatedBatchGathered: a pinned session's batch of small commands
+// (a transaction a client sent in one write) reaches Redis in one write,
+// not one per command, and a command over gatherMax is written from where
+// it lies, between the gathered runs; every reply comes back in order.
+func TestDedicatedBatchGathered(t *testing.T) {
+	f := startFake(t, func(args [][]byte) string { return fmt.Sprintf("+%s-%d\r\n", args[0], len(args)) })
+	var writes atomic.Int64
+	p := testPool(t, f.ln.Addr().String(), 2, func(c *Config) {
+		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return writeCountingConn{Conn: nc, writes: &writes}, nil
+		}
+	})
+	d, err := p.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(d)
+	run := func(cmds ...[]byte) (int64, []string) {
+		b := NewBatch()
+		for _, c := range cmds {
+			b.Add(c)
+		}
+		before := writes.Load()
+		d.Do(b, time.Second)
+		var replies []string
+		for i := range b.Len() {
+			replies = append(replies, string(b.Reply(i)))
+		}
+		return writes.Load() - before, replies
+	}
+	small := func(name string) []byte { return resp.AppendCommandString(nil, name, "k") }
+	n, replies := run(small("MULTI"), small("INCR"), small("EXPIRE"), small("EXEC"))
+	if want := []string{"+MULTI-2\r\n", "+INCR-2\r\n", "+EXPIRE-2\r\n", "+EXEC-2\r\n"}; n != 1 || !slices.Equal(replies, want) {
+		t.Fatalf("4 small commands: %d writes, replies %q; want 1 write, %q", n, replies, want)
+	}
+	big := resp.AppendCommandString(nil, "SET", "k", strings.Repeat("v", gatherMax+1))
+	n, replies = run(small("A"), small("B"), big, small("C"))
+	if want := []string{"+A-2\r\n", "+B-2\r\n", "+SET-3\r\n", "+C-2\r\n"}; n != 3 || !slices.Equal(replies, want) {
+		t.Fatalf("small, small, big, small: %d writes, replies %q; want 3 writes, %q", n, replies, want)
+	}
+}
