@@ -193,6 +193,10 @@ func (p *Policy) NeedsKeys(name string) bool {
 	return len(p.keyed) > 0 && p.keyed[name] // no key rules (the defaults): no lookup
 }
 
+// Names reports whether a rule names the command (by its lower-case name):
+// only then may Check refuse or rewrite it.
+func (p *Policy) Names(name string) bool { return len(p.index[name]) > 0 }
+
 // Check decides what to do with one command: the first matching rule's
 // action, operator rules before the defaults. A dry-run (Log) rule that
 // matches is counted and logged and does not stop the search, so turning a

@@ -210,6 +210,23 @@ func TestDenyReply(t *testing.T) {
 	}
 }
 
+// TestNames: Names says which commands a rule names (a subcommand rule
+// names its container), without counting or logging a decision.
+func TestNames(t *testing.T) {
+	p, reg := mustNew(t, Config{NoDefaults: true, Rules: []Rule{
+		{Name: "no-exec", Commands: []string{"exec"}, Action: Deny},
+		{Name: "no-debug", Commands: []string{"script|debug"}, Action: Deny},
+	}})
+	for name, want := range map[string]bool{"exec": true, "script": true, "multi": false, "get": false} {
+		if got := p.Names(name); got != want {
+			t.Errorf("Names(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if got := counter(t, reg, "rproxy_policy_decisions_total", "rule", "no-exec", "action", "deny"); got != 0 {
+		t.Errorf("Names counted %v decisions", got)
+	}
+}
+
 func TestRewrite(t *testing.T) {
 	p, reg := mustNew(t, Config{Rules: []Rule{{Name: "del-unlink", Commands: []string{"del"}, Action: Rewrite, RewriteTo: "unlink"}}})
 	r := cmd("DEL a b", keys("a", "b"))

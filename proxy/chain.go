@@ -418,10 +418,11 @@ func (scriptKill) replies(*session) {}
 // readable reports whether a forwarded read may be served by the tier,
 // salted copies or a shared flight: the tier and the flights hold db 0 as
 // the shared connections' (shared) upstream user sees it, so not for
-// pinned sessions, passthrough users' ACLs, or after a write in the same
-// batch (a session reads its own writes).
+// pinned sessions, passthrough users' ACLs, after a write in the same
+// batch (a session reads its own writes), or inside a transaction (Redis
+// queues the read and answers it at EXEC).
 func readable(ss *session, c *call, shared *poolSet) bool {
-	return c.info != nil && c.info.Handling == command.Forward && ss.pin == nil && !ss.flights.wrote && ss.pools == shared
+	return c.info != nil && c.info.Handling == command.Forward && ss.pin == nil && !ss.flights.wrote && ss.pools == shared && !ss.multiSent
 }
 
 // noteWrite notes a forwarded command that may write: no later read of the
@@ -486,6 +487,11 @@ func (st dispatch) command(ss *session, c *call) bool {
 	case command.Transaction:
 		if ss.pin == nil && info.Name == "multi" && s.routing != nil && s.routing.deferMulti(ss, cmd) {
 			ss.multiSent = true
+			return true
+		}
+		if info.Name == "multi" && s.sharedTransaction(ss) {
+			ss.forward(cmd.Raw) // the whole transaction goes in this batch (sharedtx.go)
+			ss.noteTransaction(info.Name)
 			return true
 		}
 		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss, s.transactionSlot(ss, info)) {

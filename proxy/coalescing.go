@@ -46,7 +46,7 @@ func (co *coalescing) command(ss *session, c *call) bool {
 	if c.info == nil || c.info.Handling != command.Forward || c.info.Has(command.Write) {
 		return false
 	}
-	if !c.hashed && co.get && c.isGet() && ss.pin == nil && !ss.flights.wrote && ss.pools == co.shared {
+	if !c.hashed && co.get && c.isGet() && ss.pin == nil && !ss.multiSent && !ss.flights.wrote && ss.pools == co.shared {
 		c.keyHash, c.hashed = xxhash.Sum64(c.cmd.Args[1]), true
 	}
 	taken, _ := co.join(ss, c.info, c.cmd.Raw, c.keyHash, c.hashed, c.hot)
@@ -114,7 +114,7 @@ func (co *coalescing) readMaybeJoined(ss *session, info *command.Info, raw []byt
 // tier.Cacheable command of a hot key, coalesced whatever the configured list.
 func (co *coalescing) join(ss *session, info *command.Info, raw []byte, keyHash uint64, hashed, hot bool) (taken, joined bool) {
 	// A hashed read is a GET: its eligibility needs no lookup by name.
-	if ss.pin != nil || ss.flights.wrote || !(hashed && co.get || hot || co.cmds[info.Name]) {
+	if ss.pin != nil || ss.multiSent || ss.flights.wrote || !(hashed && co.get || hot || co.cmds[info.Name]) {
 		return false, false
 	}
 	hashed = hashed && len(ss.user) == 0

@@ -61,6 +61,12 @@ func (p *pauseWatch) command(ss *session, c *call) bool {
 
 func (*pauseWatch) replies(*session) {}
 
+// active reports whether a pause rproxy knows of is in force.
+func (p *pauseWatch) active() bool {
+	until := p.until.Load()
+	return until != 0 && p.clock().UnixNano() < until
+}
+
 // mayReplicate are the commands that are not writes but that Redis holds
 // during a write pause, as it may propagate them (MAY_REPLICATE in Redis's
 // command table, which COMMAND does not report in Redis 7.0).

@@ -146,7 +146,9 @@ func (s *Server) abortTransaction(ss *session) {
 	}
 	ss.batch.AddSlot(poisonCmd, upstream.SlotAny)
 	ss.order = append(ss.order, replySource{from: fromDiscard})
-	ss.track = append(ss.track, track{})
+	if ss.pin != nil { // a shared transaction's batch has no tracks (sharedtx.go)
+		ss.track = append(ss.track, track{})
+	}
 }
 
 // policyState is the policy's scratch in a session, reused per command so

@@ -325,6 +325,9 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 		s.exec(ss, rest[i])
 	}
 	ss.route.rest = nil
+	if s.sharedTransactionOpen(ss) {
+		s.closeSharedTransaction(ss)
+	}
 	s.metrics.batchCommands.Observe(float64(1 + len(rest)))
 	ss.flights.wrote = false
 	if ss.stream {
@@ -391,7 +394,7 @@ const firstPart = 64
 // Replies made here (the local tier's, refusals) count by their size.
 func (s *Server) boundReplies(ss *session) {
 	n := ss.batch.Len()
-	if len(ss.order) == 0 || ss.stream {
+	if len(ss.order) == 0 || ss.stream || s.sharedTransactionOpen(ss) {
 		return
 	}
 	limit := s.limits.Load().MaxReplyBuffer

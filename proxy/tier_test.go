@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -565,5 +566,27 @@ func TestTierSwapdbInsideMulti(t *testing.T) {
 	}
 	if r, want := b.do("GET", "c:swapped"), string(rs.Do(t, "GET", "c:swapped")); r != want {
 		t.Errorf("GET after the swap: %q, want Redis's %q", r, want)
+	}
+}
+
+// TestTierNotInsideSharedTransaction: a transaction sent whole goes on the
+// shared connections, where the tier and shared flights serve reads; a GET
+// of a cached key inside it is still queued by Redis and answered at EXEC
+// (the tier's answer in its place would show the value where +QUEUED
+// belongs), and a write in it leaves no stale copy behind.
+func TestTierNotInsideSharedTransaction(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, cacheAll)
+	waitServing(t, p)
+	rs.Do(t, "SET", "c:t", "old")
+	c := dialClient(t, p.Addr)
+	cached(t, p, c, "c:t")
+	got := sendAll(c, []string{"MULTI"}, []string{"GET", "c:t"}, []string{"SET", "c:t", "new"}, []string{"GET", "c:t"}, []string{"EXEC"})
+	want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*3\r\n$3\r\nold\r\n+OK\r\n$3\r\nnew\r\n"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("MULTI GET SET GET EXEC of a cached key = %q, want %q", got, want)
+	}
+	if r := dialClient(t, p.Addr).do("GET", "c:t"); r != "$3\r\nnew\r\n" {
+		t.Fatalf("GET after the transaction = %q", r)
 	}
 }

@@ -2,9 +2,12 @@ package proxy_test
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,12 +193,18 @@ func TestPinnedConnectionLostClosesStatefulSession(t *testing.T) {
 }
 
 // An idle pinned connection that Redis closed (its timeout, a kill) is not
-// lent again: the next transaction runs on a live connection.
+// lent again: the next transaction runs on a live connection. Each
+// transaction opens with a MULTI of its own write, so it pins (one sent
+// whole goes on the shared connections: sharedtx.go).
 func TestIdlePinnedConnectionCheckedBeforeLent(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
 	c := dialClient(t, p.Addr)
-	got := sendAll(c, []string{"MULTI"}, []string{"SET", "x", "1"}, []string{"EXEC"})
+	transaction := func(cmd ...string) []string {
+		t.Helper()
+		return append([]string{c.do("MULTI")}, sendAll(c, cmd, []string{"EXEC"})...)
+	}
+	got := transaction("SET", "x", "1")
 	if got[2] != "*1\r\n+OK\r\n" {
 		t.Fatalf("first transaction: %q", got)
 	}
@@ -209,7 +218,7 @@ func TestIdlePinnedConnectionCheckedBeforeLent(t *testing.T) {
 	})
 	rs.Do(t, "CLIENT", "KILL", "ID", id)
 	for i := 0; i < 3; i++ {
-		got := sendAll(c, []string{"MULTI"}, []string{"INCR", "n"}, []string{"EXEC"})
+		got := transaction("INCR", "n")
 		if got[0] != "+OK\r\n" || !bytes.HasPrefix([]byte(got[2]), []byte("*1\r\n:")) {
 			t.Fatalf("transaction %d after the idle connection was killed: %q", i, got)
 		}
@@ -548,4 +557,98 @@ func TestPinThatChangedNoStateNeedsNoReset(t *testing.T) {
 	c.do("SELECT", "0")
 	assertNoPins(t, p)
 	waitFor(t, "the SELECT pin reset", func() bool { return resets() == "cmdstat_reset:calls=1" })
+}
+
+// TestSharedTransactionIsolated: transactions sent whole in one write go
+// on the shared connections (no dedicated connection is lent: the idle
+// and pinned gauges stay at 0, where one pinned transaction leaves its
+// connection idle and spares dialled), while other clients' pipelines
+// share those connections at the same time: no other client's command
+// lands inside a transaction (it would be answered +QUEUED, and its
+// write applied at the EXEC, or not at all), and each EXEC's array holds
+// exactly its own commands' results.
+func TestSharedTransactionIsolated(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Upstream.Connections = 1 })
+	const txClients, plainClients, rounds = 8, 8, 200
+	var wg sync.WaitGroup
+	errs := make(chan string, txClients+plainClients)
+	for w := range txClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("tx:%d", w)
+			for i := range rounds {
+				got := sendAll(c, []string{"MULTI"}, []string{"INCR", key}, []string{"SET", key + ":last", strconv.Itoa(i)},
+					[]string{"GET", key + ":last"}, []string{"EXEC"})
+				want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n",
+					fmt.Sprintf("*3\r\n:%d\r\n+OK\r\n$%d\r\n%d\r\n", i+1, len(strconv.Itoa(i)), i)}
+				if !slices.Equal(got, want) {
+					errs <- fmt.Sprintf("transaction client %d round %d: %q, want %q", w, i, got, want)
+					return
+				}
+			}
+		}()
+	}
+	for w := range plainClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("plain:%d", w)
+			for i := range rounds {
+				got := sendAll(c, []string{"INCR", key}, []string{"GET", key})
+				n := strconv.Itoa(i + 1)
+				if want := []string{":" + n + "\r\n", "$" + strconv.Itoa(len(n)) + "\r\n" + n + "\r\n"}; !slices.Equal(got, want) {
+					errs <- fmt.Sprintf("plain client %d round %d: %q, want %q", w, i, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	for _, m := range []string{"rproxy_upstream_pinned_connections", "rproxy_upstream_idle_dedicated_connections"} {
+		if n := counterValue(t, p.Registry, m, nil); n != 0 {
+			t.Errorf("%s = %v: a transaction sent whole took a dedicated connection", m, n)
+		}
+	}
+}
+
+// TestTransactionEdgesInOneWriteMatchRedis: transactions sent in one write
+// that must not go on the shared connections, or that Redis refuses in
+// part, get Redis's replies: an EXEC with an argument (refused, and the
+// transaction stays open), a queue-time error, a DISCARD, a blocking
+// command and a SELECT inside, a nested MULTI, a WATCH inside, a MULTI
+// whose EXEC comes in a later write. After each the session is out of any
+// transaction, as on Redis.
+func TestTransactionEdgesInOneWriteMatchRedis(t *testing.T) {
+	direct := redistest.Start(t)
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	seqs := [][][]string{
+		{{"MULTI"}, {"SET", "a", "1"}, {"EXEC", "x"}, {"EXEC"}, {"GET", "a"}},
+		{{"MULTI"}, {"SET", "a"}, {"INCR", "n"}, {"EXEC"}, {"GET", "n"}},
+		{{"MULTI"}, {"SET", "d", "1"}, {"DISCARD"}, {"GET", "d"}},
+		{{"MULTI"}, {"LPUSH", "l", "x"}, {"BLPOP", "l", "1"}, {"EXEC"}},
+		{{"MULTI"}, {"SELECT", "3"}, {"SET", "s", "1"}, {"EXEC"}, {"GET", "s"}, {"SELECT", "0"}, {"GET", "s"}},
+		{{"MULTI"}, {"MULTI"}, {"INCR", "m"}, {"EXEC"}, {"GET", "m"}},
+		{{"MULTI"}, {"WATCH", "w"}, {"INCR", "w"}, {"EXEC"}},
+		{{"MULTI"}, {"INCR", "later"}},
+	}
+	for _, seq := range seqs {
+		dc, pc := dialClient(t, direct.Addr), dialClient(t, p.Addr)
+		want, got := sendAll(dc, seq...), sendAll(pc, seq...)
+		if last := seq[len(seq)-1][0]; last == "INCR" { // the EXEC in a write of its own
+			want, got = append(want, dc.do("EXEC")), append(got, pc.do("EXEC"))
+		}
+		want, got = append(want, dc.do("EXEC")), append(got, pc.do("EXEC"))
+		if strings.Join(got, "") != strings.Join(want, "") {
+			t.Errorf("%v:\n through rproxy %q\n direct         %q", seq, got, want)
+		}
+	}
 }

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# bench/transactions.sh [rounds] [OLD-binary] — transactions, optimistic
+# updates and a job queue (bench/cmd/txload: MULTI..EXEC in one write with
+# 10 and 50 connections, WATCH/GET/MULTI..EXEC, LPUSH then BRPOP) on direct
+# Redis, bin/rproxy and optionally OLD (another rproxy build), in rotating
+# order each round, on one redis-server. twemproxy runs none of them.
+# Prints per-round figures, then medians of operations per second, the
+# ratios to Redis (and NEW/OLD) and each proxy's CPU per operation.
+set -euo pipefail
+rounds=${1:-5}
+old=${2:-}
+new=${RPROXY:-bin/rproxy}
+dir=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_ping() { for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return; sleep 0.1; done; echo "port $1 never answered" >&2; exit 1; }
+go build -o "$dir/txload" ./bench/cmd/txload
+rp=$(free_port)
+redis-server --port "$rp" --save '' --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
+pids+=($!)
+wait_ping "$rp"
+
+declare -A port pid
+targets=(redis)
+port[redis]=$rp
+pid[redis]=
+start_rproxy() { # name binary
+	port[$1]=$(free_port)
+	"$2" -listen "127.0.0.1:${port[$1]}" -upstream "127.0.0.1:$rp" >"$dir/$1.log" 2>&1 &
+	pids+=($!)
+	pid[$1]=$!
+	targets+=("$1")
+	wait_ping "${port[$1]}"
+}
+start_rproxy rproxy "$new"
+[ -n "$old" ] && start_rproxy rproxy-old "$old"
+
+cpu() { [ -n "$1" ] && awk '{print $14+$15}' "/proc/$1/stat" || echo 0; } # user+system ticks
+hz=$(getconf CLK_TCK)
+echo "round test target ops_per_s cpu_us_per_op" >"$dir/rows"
+nt=${#targets[@]}
+for r in $(seq "$rounds"); do
+	for test in multi-c10 multi-c50 watch-c10 queue-c10; do
+		mode=${test%-c*} c=${test#*-c} n=20000
+		[ "$c" = 50 ] && n=50000
+		for i in $(seq 0 $((nt - 1))); do
+			t=${targets[$(((i + r) % nt))]}
+			c0=$(cpu "${pid[$t]}")
+			ops=$("$dir/txload" -addr "127.0.0.1:${port[$t]}" -mode "$mode" -c "$c" -n "$n" | awk '{print $2}')
+			c1=$(cpu "${pid[$t]}")
+			us=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
+			echo "$r $test $t $ops $us" | tee -a "$dir/rows"
+		done
+	done
+done
+python3 - "$dir/rows" "${targets[@]}" <<'PY'
+import sys, statistics, collections
+rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:]]
+targets = sys.argv[2:]
+ops, us, byround = collections.defaultdict(list), collections.defaultdict(list), collections.defaultdict(dict)
+for r, test, t, o, u in rows:
+    ops[(test, t)].append(float(o)); us[(test, t)].append(float(u)); byround[(test, r)][t] = float(o)
+def ratio(test, a, b):
+    v = [x[a] / x[b] for (tt, _), x in byround.items() if tt == test and a in x and b in x]
+    return "%.2f" % statistics.median(v) if v else "-"
+proxies = [t for t in targets if t != "redis"]
+head = [f"{t} ops/s" for t in targets] + [f"{t}/redis" for t in proxies]
+if "rproxy-old" in targets:
+    head.append("new/old")
+head += [f"{t} CPU us/op" for t in proxies]
+print("\n| test | " + " | ".join(head) + " |")
+print("|---|" + "---:|" * len(head))
+for test in ("multi-c10", "multi-c50", "watch-c10", "queue-c10"):
+    cells = ["%.0f" % statistics.median(ops[(test, t)]) for t in targets]
+    cells += [ratio(test, t, "redis") for t in proxies]
+    if "rproxy-old" in targets:
+        cells.append(ratio(test, "rproxy", "rproxy-old"))
+    cells += ["%.1f" % statistics.median(us[(test, t)]) for t in proxies]
+    print(f"| {test} | " + " | ".join(cells) + " |")
+PY

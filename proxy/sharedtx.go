@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/upstream"
+)
+
+// A transaction a client sends whole in one write (MULTI, its commands,
+// EXEC: what go-redis's TxPipelined, redis-py's default pipeline and
+// ioredis's multi().exec() send) goes on the shared connections, in the
+// session's batch, instead of taking a connection of its own: a batch is
+// written to one shared connection in one piece (upstream.Pool.Send), so
+// no other client's command lands between its MULTI and its EXEC, and
+// Redis runs it as it would on the client's own connection. Pinning it
+// cost a dedicated connection's round trip per transaction, which no other
+// client's commands share (bench/results/2026-11-29/shared-tx.md).
+//
+// Only a transaction whose every command rproxy forwards as it comes and
+// that leaves the connection as it found it qualifies; nothing in it may
+// make the session send its batch early (a blocking command, a SELECT, a
+// command rproxy answers, a WATCH or a nested MULTI). Anything else, and a
+// transaction whose EXEC comes in a later read, pins as before.
+
+// maxSharedTransaction bounds the commands of a transaction sent on the
+// shared connections: its replies are kept whole in the batch (boundReplies
+// does not split it), as a pinned transaction's EXEC reply is.
+const maxSharedTransaction = 1024
+
+// sharedTransaction reports whether the MULTI being dispatched opens a
+// transaction that may go on the shared connections: its EXEC or DISCARD
+// comes later in the same read, and only plain forwarded commands lie
+// between.
+func (s *Server) sharedTransaction(ss *session) bool {
+	if ss.pin != nil || ss.stream || s.routing != nil || s.pauses.active() || ss.route.restAt > len(ss.route.rest) {
+		return false
+	}
+	if pol := s.policing.current.Load(); pol != nil && (pol.Names("multi") || pol.Names("exec") || pol.Names("discard")) {
+		return false // a rule could refuse the EXEC and leave the transaction open
+	}
+	table := s.table.Load()
+	for i, cmd := range ss.route.rest[ss.route.restAt:] {
+		if i >= maxSharedTransaction {
+			return false
+		}
+		info := table.Lookup(cmd.Args[0])
+		if info == nil {
+			return false
+		}
+		switch info.Handling {
+		case command.Transaction:
+			// One with arguments is refused, and leaves the transaction open.
+			return (info.Name == "exec" || info.Name == "discard") && len(cmd.Args) == 1
+		case command.Forward:
+			if !leavesConnectionAsFound(info) || info.Name == "script" && startsScriptDebugging(cmd.Args) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// sharedTransactionOpen reports whether the session has a transaction open
+// on the shared connections (sharedTransaction): nothing may send its batch
+// before the EXEC is queued.
+func (s *Server) sharedTransactionOpen(ss *session) bool {
+	return ss.pin == nil && ss.multiSent && s.routing == nil && !ss.stream
+}
+
+// closeSharedTransaction ends a transaction still open on the shared
+// connections when the read's commands are done, which sharedTransaction
+// rules out: a DISCARD goes after it, its reply not shown, so that no
+// other client's commands are queued in it. The client, whose EXEC was
+// refused here, is told at its next EXEC or DISCARD by Redis's error.
+func (s *Server) closeSharedTransaction(ss *session) {
+	s.log.Warn("a transaction sent on a shared connection was still open after its read: discarded",
+		zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id))
+	ss.batch.AddSlot(discardCmd, upstream.SlotAny)
+	ss.order = append(ss.order, replySource{from: fromDiscard})
+	ss.multiSent = false
+}
