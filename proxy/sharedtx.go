@@ -20,8 +20,9 @@ import (
 // Only a transaction whose every command rproxy forwards as it comes and
 // that leaves the connection as it found it qualifies; nothing in it may
 // make the session send its batch early (a blocking command, a SELECT, a
-// command rproxy answers, a WATCH or a nested MULTI). Anything else, and a
-// transaction whose EXEC comes in a later read, pins as before.
+// command rproxy answers, a WATCH or a nested MULTI), and no policy rule
+// may name any of its commands. Anything else, and a transaction whose
+// EXEC comes in a later read, pins as before.
 
 // maxSharedTransaction bounds the commands of a transaction sent on the
 // shared connections: its replies are kept whole in the batch (boundReplies
@@ -36,8 +37,12 @@ func (s *Server) sharedTransaction(ss *session) bool {
 	if ss.pin != nil || ss.stream || s.routing != nil || s.pauses.active() || ss.route.restAt > len(ss.route.rest) {
 		return false
 	}
-	if pol := s.policing.current.Load(); pol != nil && (pol.Names("multi") || pol.Names("exec") || pol.Names("discard")) {
-		return false // a rule could refuse the EXEC and leave the transaction open
+	// A command a policy rule names pins the transaction: the rule could
+	// refuse its EXEC (leaving it open) or rewrite a command into one that
+	// sends the batch early.
+	pol := s.policing.current.Load()
+	if pol != nil && pol.Names("multi") {
+		return false
 	}
 	table := s.table.Load()
 	for i, cmd := range ss.route.rest[ss.route.restAt:] {
@@ -45,7 +50,7 @@ func (s *Server) sharedTransaction(ss *session) bool {
 			return false
 		}
 		info := table.Lookup(cmd.Args[0])
-		if info == nil {
+		if info == nil || pol != nil && pol.Names(info.Name) {
 			return false
 		}
 		switch info.Handling {
