@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/transactions.sh [rounds] [OLD-binary] — transactions, optimistic
-# updates and a job queue (bench/cmd/txload: MULTI..EXEC in one write with
-# 10 and 50 connections, WATCH/GET/MULTI..EXEC, LPUSH then BRPOP) on direct
+# updates and a job queue (bench/cmd/txload: MULTI..EXEC in one write,
+# WATCH/GET/MULTI..EXEC, LPUSH then BRPOP, each with 10 and 50 connections) on direct
 # Redis, bin/rproxy and optionally OLD (another rproxy build), in rotating
 # order each round, on one redis-server. twemproxy runs none of them.
 # Prints per-round figures, then medians of operations per second, the
@@ -42,7 +42,7 @@ hz=$(getconf CLK_TCK)
 echo "round test target ops_per_s cpu_us_per_op" >"$dir/rows"
 nt=${#targets[@]}
 for r in $(seq "$rounds"); do
-	for test in multi-c10 multi-c50 watch-c10 queue-c10; do
+	for test in multi-c10 multi-c50 watch-c10 watch-c50 queue-c10 queue-c50; do
 		mode=${test%-c*} c=${test#*-c} n=20000
 		[ "$c" = 50 ] && n=50000
 		for i in $(seq 0 $((nt - 1))); do
@@ -72,7 +72,7 @@ if "rproxy-old" in targets:
 head += [f"{t} CPU us/op" for t in proxies]
 print("\n| test | " + " | ".join(head) + " |")
 print("|---|" + "---:|" * len(head))
-for test in ("multi-c10", "multi-c50", "watch-c10", "queue-c10"):
+for test in ("multi-c10", "multi-c50", "watch-c10", "watch-c50", "queue-c10", "queue-c50"):
     cells = ["%.0f" % statistics.median(ops[(test, t)]) for t in targets]
     cells += [ratio(test, t, "redis") for t in proxies]
     if "rproxy-old" in targets:

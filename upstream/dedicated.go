@@ -18,8 +18,16 @@ import (
 	"github.com/rproxy/rproxy/resp"
 )
 
-// maxIdleDedicated bounds the reset connections a pool keeps for reuse.
-const maxIdleDedicated = 16
+// A pool keeps the dedicated connections its sessions give back for the
+// next ones: up to maxIdleDedicated, so that as many sessions as pin at a
+// time (workers in blocking pops, transactions under WATCH) find one
+// without a dial each time. Past keepIdleDedicated, one idle for
+// idleDedicatedTTL is closed (trimIdle): a burst's connections do not stay.
+const (
+	keepIdleDedicated = 16
+	maxIdleDedicated  = 1024
+	idleDedicatedTTL  = 30 * time.Second
+)
 
 // spareDedicated is how many idle connections a pool that has pinned keeps
 // dialled ahead: clients that block or subscribe in a burst (two deferred
@@ -40,6 +48,8 @@ type Dedicated struct {
 	gather []byte // write's buffer for a batch of small commands
 	fr     resp.Framer
 	broken atomic.Bool // set on any failure: the connection is closed, not reused
+	// idleSince: when it went idle (the pool's dmu guards it).
+	idleSince time.Time
 	// streamed: a StreamTo ended at what its writer judged the stream's end
 	// (ErrStreamEnd); reset checks that no reply is left unread.
 	streamed bool
@@ -279,6 +289,7 @@ func (p *Pool) keepSpare() {
 			return
 		}
 		p.lent[d] = struct{}{}
+		d.idleSince = p.cfg.Now()
 		p.idle = append(p.idle, d)
 		p.metrics.idle.Inc()
 		if len(p.idle) < spareDedicated {
@@ -335,6 +346,7 @@ func (p *Pool) release(d *Dedicated, reset bool) {
 	if !d.broken.Load() && (!reset || d.reset()) {
 		p.dmu.Lock()
 		if !p.closed && len(p.idle) < maxIdleDedicated {
+			d.idleSince = p.cfg.Now()
 			p.idle = append(p.idle, d)
 			p.metrics.idle.Inc()
 			p.dmu.Unlock()
@@ -617,6 +629,24 @@ func (p *Pool) closeDedicated() {
 	p.dmu.Unlock()
 	for _, d := range lent {
 		d.Interrupt()
+	}
+}
+
+// trimIdle closes the idle connections past keepIdleDedicated that have
+// been idle for idleDedicatedTTL. Acquire takes the newest idle one, so
+// the oldest, first in the list, are those the sessions no longer need.
+func (p *Pool) trimIdle(now time.Time) {
+	p.dmu.Lock()
+	var stale []*Dedicated
+	for len(p.idle) > keepIdleDedicated && now.Sub(p.idle[0].idleSince) > idleDedicatedTTL {
+		stale = append(stale, p.idle[0])
+		p.idle[0] = nil
+		p.idle = p.idle[1:]
+	}
+	p.metrics.idle.Sub(float64(len(stale)))
+	p.dmu.Unlock()
+	for _, d := range stale {
+		d.close()
 	}
 }
 

@@ -455,6 +455,7 @@ func (p *Pool) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		p.trimIdle(p.cfg.Now())
 		now := p.cfg.Now().UnixNano()
 		diverting, sharedStalled := false, 0
 		// Why connections wait past Timeout (waitProbe) is asked once a

@@ -551,20 +551,7 @@ func TestIdleDedicatedGauge(t *testing.T) {
 	}
 	t.Cleanup(p.Close)
 	waitReady(t, p)
-	gauge := func() float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "rproxy_upstream_idle_dedicated_connections" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatal("no rproxy_upstream_idle_dedicated_connections")
-		return 0
-	}
+	gauge := func() float64 { t.Helper(); return idleGauge(t, reg) }
 	idle := func() int {
 		p.dmu.Lock()
 		defer p.dmu.Unlock()
@@ -601,6 +588,22 @@ func TestIdleDedicatedGauge(t *testing.T) {
 	if g := gauge(); g != 0 {
 		t.Fatalf("after Close: gauge %v, want 0", g)
 	}
+}
+
+// idleGauge reads rproxy_upstream_idle_dedicated_connections from reg.
+func idleGauge(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "rproxy_upstream_idle_dedicated_connections" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no rproxy_upstream_idle_dedicated_connections")
+	return 0
 }
 
 // writeCountingConn counts the writes made on a connection.
@@ -658,4 +661,68 @@ func TestDedicatedBatchGathered(t *testing.T) {
 	if want := []string{"+A-2\r\n", "+B-2\r\n", "+SET-3\r\n", "+C-2\r\n"}; n != 3 || !slices.Equal(replies, want) {
 		t.Fatalf("small, small, big, small: %d writes, replies %q; want 3 writes, %q", n, replies, want)
 	}
+}
+
+// TestIdleDedicatedKeptThenTrimmed: as many dedicated connections as were
+// lent at once are kept when given back (40 here, past the 16 kept for
+// good), so that as many sessions pinning at a time find one without a
+// dial; once idle for idleDedicatedTTL, those past 16 are closed, the
+// least recently used first, and the gauge follows.
+func TestIdleDedicatedKeptThenTrimmed(t *testing.T) {
+	f := startFake(t, func(args [][]byte) string {
+		if strings.EqualFold(string(args[0]), "RESET") {
+			return "+RESET\r\n"
+		}
+		return "+OK\r\n"
+	})
+	var ahead atomic.Int64 // the pool's clock runs this far ahead of the real one
+	reg := prometheus.NewRegistry()
+	p, err := NewPool(Config{Address: f.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
+		Timeout: time.Second, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }}, NewMetrics(reg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitReady(t, p)
+	idle := func() int {
+		p.dmu.Lock()
+		defer p.dmu.Unlock()
+		return len(p.idle)
+	}
+	const lent = 40
+	var ds []*Dedicated
+	for range lent {
+		d, err := p.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	for _, d := range ds {
+		p.Release(d)
+	}
+	p.trimIdle(p.cfg.Now())
+	if n := idle(); n < lent {
+		t.Fatalf("%d idle after %d were given back, want at least %d", n, lent, lent)
+	}
+	p.dmu.Lock()
+	newest := p.idle[len(p.idle)-1]
+	p.dmu.Unlock()
+	ahead.Store(int64(idleDedicatedTTL + time.Second))
+	p.trimIdle(p.cfg.Now())
+	if n := idle(); n != keepIdleDedicated {
+		t.Fatalf("%d idle after %v, want %d", n, idleDedicatedTTL, keepIdleDedicated)
+	}
+	if v := idleGauge(t, reg); v != keepIdleDedicated {
+		t.Fatalf("gauge %v after the trim, want %d", v, keepIdleDedicated)
+	}
+	d, err := p.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d != newest {
+		t.Fatal("the trim closed a recently used connection, or Acquire did not take the newest")
+	}
+	p.Release(d)
 }
