@@ -15,8 +15,7 @@ dir=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_ping() { for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return; sleep 0.1; done; echo "port $1 never answered" >&2; exit 1; }
+. "$(dirname "$0")/targets.sh"
 rp=$(free_port)
 redis-server --port "$rp" --save '' --appendonly no --daemonize no --maxclients 10000 >"$dir/redis.log" 2>&1 &
 pids+=($!)
@@ -51,18 +50,9 @@ EOF
 else
 	echo "note: nutcracker not installed; no twemproxy column" >&2
 fi
-start_rproxy() { # name binary
-	port[$1]=$(free_port)
-	"$2" -listen "127.0.0.1:${port[$1]}" -upstream "127.0.0.1:$rp" >"$dir/$1.log" 2>&1 &
-	pids+=($!)
-	pid[$1]=$!
-	targets+=("$1")
-	wait_ping "${port[$1]}"
-}
 start_rproxy rproxy "$new"
 [ -n "$old" ] && start_rproxy rproxy-old "$old"
 
-cpu() { [ -n "$1" ] && awk '{print $14+$15}' "/proc/$1/stat" || echo 0; } # user+system ticks
 hz=$(getconf CLK_TCK)
 run() { # port clients requests command... -> connections (= requests) per second
 	local p=$1 c=$2 n=$3
@@ -82,9 +72,9 @@ for r in $(seq "$rounds"); do
 		for i in $(seq 0 $((nt - 1))); do # a rotating order: none is always first
 			t=${targets[$(((i + r) % nt))]}
 			[ "$test" = subscribe-c1 ] && [ "$t" = twemproxy ] && continue # no pub/sub in twemproxy
-			c0=$(cpu "${pid[$t]}")
+			c0=$(cpu_ticks "${pid[$t]}")
 			cps=$(run "${port[$t]}" "${args[@]}")
-			c1=$(cpu "${pid[$t]}")
+			c1=$(cpu_ticks "${pid[$t]}")
 			us=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v n="${args[1]}" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
 			echo "$r $test $t $cps $us" | tee -a "$dir/rows"
 		done

@@ -14,8 +14,7 @@ dir=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_ping() { for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return; sleep 0.1; done; echo "port $1 never answered" >&2; exit 1; }
+. "$(dirname "$0")/targets.sh"
 go build -o "$dir/txload" ./bench/cmd/txload
 rp=$(free_port)
 redis-server --port "$rp" --save '' --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
@@ -26,18 +25,9 @@ declare -A port pid
 targets=(redis)
 port[redis]=$rp
 pid[redis]=
-start_rproxy() { # name binary
-	port[$1]=$(free_port)
-	"$2" -listen "127.0.0.1:${port[$1]}" -upstream "127.0.0.1:$rp" >"$dir/$1.log" 2>&1 &
-	pids+=($!)
-	pid[$1]=$!
-	targets+=("$1")
-	wait_ping "${port[$1]}"
-}
 start_rproxy rproxy "$new"
 [ -n "$old" ] && start_rproxy rproxy-old "$old"
 
-cpu() { [ -n "$1" ] && awk '{print $14+$15}' "/proc/$1/stat" || echo 0; } # user+system ticks
 hz=$(getconf CLK_TCK)
 echo "round test target ops_per_s cpu_us_per_op" >"$dir/rows"
 nt=${#targets[@]}
@@ -47,9 +37,9 @@ for r in $(seq "$rounds"); do
 		[ "$c" = 50 ] && n=50000
 		for i in $(seq 0 $((nt - 1))); do
 			t=${targets[$(((i + r) % nt))]}
-			c0=$(cpu "${pid[$t]}")
+			c0=$(cpu_ticks "${pid[$t]}")
 			ops=$("$dir/txload" -addr "127.0.0.1:${port[$t]}" -mode "$mode" -c "$c" -n "$n" | awk '{print $2}')
-			c1=$(cpu "${pid[$t]}")
+			c1=$(cpu_ticks "${pid[$t]}")
 			us=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
 			echo "$r $test $t $ops $us" | tee -a "$dir/rows"
 		done
