@@ -72,7 +72,7 @@ func (s *Server) sharedTransaction(ss *session) bool {
 // on the shared connections (sharedTransaction): nothing may send its batch
 // before the EXEC is queued.
 func (s *Server) sharedTransactionOpen(ss *session) bool {
-	return ss.pin == nil && ss.multiSent && s.routing == nil && !ss.stream
+	return ss.multiSent && ss.pin == nil && s.routing == nil && !ss.stream
 }
 
 // closeSharedTransaction ends a transaction still open on the shared
