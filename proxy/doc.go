@@ -11,7 +11,8 @@
 // upstream as one Batch, on the shared pipelined connections of package
 // upstream, or on a connection pinned to the session while it holds state
 // (pin.go: transactions, WATCH, SELECT, blocking commands; stream mode for
-// pub/sub, MONITOR and tracking). Once the replies are in, the chain's
+// pub/sub, MONITOR and tracking). A transaction sent whole in one read
+// stays on the shared connections (sharedtx.go). Once the replies are in, the chain's
 // replies phase runs (salted copies, the tier's written keys, flights
 // published). The engines behind the tier and the salted copies are
 // packages of their own (tier, salt): here is only their session side.
