@@ -603,8 +603,9 @@ func rawShortBulk(b []byte) (payload, rest []byte) {
 }
 
 // streamSelect sends, in stream mode, a SELECT of a database number: the
-// session takes it as selected at once (CLIENT INFO and CLIENT LIST in the
-// same read show it, as Redis's would), and the relay, which sees Redis's
+// session takes it as selected at once when Redis's default configuration
+// has it (CLIENT INFO and CLIENT LIST in the same read show it, as Redis's
+// would), and the relay, which sees Redis's
 // answer, undoes that if Redis refused it (out of range, or RESP2's
 // subscribed mode, or a cluster's nonzero database): settleSelect. It
 // reports whether it sent the command. Inside a transaction SELECT goes
@@ -628,7 +629,13 @@ func (ss *session) streamSelect(cmd resp.Command) bool {
 		return false
 	}
 	seq, before := ss.selectSeq, ss.db
-	ss.db = int(n)
+	if n >= 0 && n < defaultDatabases {
+		// Taken at once only where Redis's default configuration has the
+		// database: an answer made before the relay sees Redis's (CLIENT
+		// INFO after a CLIENT CACHING, which it must not consume) would
+		// otherwise show a database Redis refused (SELECT 99).
+		ss.db = int(n)
+	}
 	done := &ss.selectDone
 	ss.joinInStream(cmd.Raw, func(r []byte) []byte {
 		// The relay runs this for each SELECT in turn: the last one

@@ -1285,6 +1285,20 @@ func TestStreamModeSelectShowsInClientInfo(t *testing.T) {
 		}
 	}
 
+	// A CLIENT INFO after a CLIENT CACHING is answered before Redis's reply
+	// to a SELECT in the same read comes back (random sequence seed 112 of
+	// TestStreamModeAsRedisLongSessions): a SELECT Redis refuses there must
+	// not show.
+	caching := [][]string{{"CLIENT", "NO-EVICT", "off"}, {"PUNSUBSCRIBE"}, {"SELECT", "99"}, {"CLIENT", "CACHING", "yes"}, {"CLIENT", "INFO"},
+		{"SELECT", "5"}, {"CLIENT", "CACHING", "yes"}, {"CLIENT", "INFO"}}
+	cachingDBs := func(addr string) string {
+		c := dialClient(t, addr)
+		return dbs(sendAll(c, caching...))
+	}
+	if want, got := cachingDBs(rs.Addr), cachingDBs(p.Addr); got != want {
+		t.Errorf("SELECT, CLIENT CACHING, CLIENT INFO in stream mode: through rproxy %q, Redis %q", got, want)
+	}
+
 	// RESP2's subscribed mode: Redis refuses SELECT; another client's
 	// CLIENT LIST shows the database the subscriber is in.
 	listDB := func(addr string) string {
