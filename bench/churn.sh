@@ -53,7 +53,6 @@ fi
 start_rproxy rproxy "$new"
 [ -n "$old" ] && start_rproxy rproxy-old "$old"
 
-hz=$(getconf CLK_TCK)
 run() { # port clients requests command... -> connections (= requests) per second
 	local p=$1 c=$2 n=$3
 	shift 3
@@ -72,11 +71,7 @@ for r in $(seq "$rounds"); do
 		for i in $(seq 0 $((nt - 1))); do # a rotating order: none is always first
 			t=${targets[$(((i + r) % nt))]}
 			[ "$test" = subscribe-c1 ] && [ "$t" = twemproxy ] && continue # no pub/sub in twemproxy
-			c0=$(cpu_ticks "${pid[$t]}")
-			cps=$(run "${port[$t]}" "${args[@]}")
-			c1=$(cpu_ticks "${pid[$t]}")
-			us=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v n="${args[1]}" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
-			echo "$r $test $t $cps $us" | tee -a "$dir/rows"
+			measure_row "$r" "$test" "$t" "${args[1]}" run "${port[$t]}" "${args[@]}"
 		done
 	done
 done

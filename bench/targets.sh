@@ -21,3 +21,17 @@ start_rproxy() { # name binary: an rproxy in front of the redis-server, as targe
 }
 
 cpu_ticks() { [ -n "$1" ] && awk '{print $14+$15}' "/proc/$1/stat" || echo 0; } # pid: user+system ticks
+
+# measure_row round test target n command...: runs command, which prints
+# the rate it measured, and appends "round test target rate cpu_us" to
+# $dir/rows (and stdout): cpu_us is the CPU the target's process spent
+# during the command (user+system, from /proc) divided by n operations.
+measure_row() {
+	local r=$1 test=$2 t=$3 n=$4 c0 c1 rate us
+	shift 4
+	c0=$(cpu_ticks "${pid[$t]}")
+	rate=$("$@")
+	c1=$(cpu_ticks "${pid[$t]}")
+	us=$(awk -v d=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
+	echo "$r $test $t $rate $us" | tee -a "$dir/rows"
+}

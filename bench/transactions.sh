@@ -28,7 +28,9 @@ pid[redis]=
 start_rproxy rproxy "$new"
 [ -n "$old" ] && start_rproxy rproxy-old "$old"
 
-hz=$(getconf CLK_TCK)
+txload() { # target mode connections operations -> operations per second
+	"$dir/txload" -addr "127.0.0.1:${port[$1]}" -mode "$2" -c "$3" -n "$4" | awk '{print $2}'
+}
 echo "round test target ops_per_s cpu_us_per_op" >"$dir/rows"
 nt=${#targets[@]}
 for r in $(seq "$rounds"); do
@@ -37,11 +39,7 @@ for r in $(seq "$rounds"); do
 		[ "$c" = 50 ] && n=50000
 		for i in $(seq 0 $((nt - 1))); do
 			t=${targets[$(((i + r) % nt))]}
-			c0=$(cpu_ticks "${pid[$t]}")
-			ops=$("$dir/txload" -addr "127.0.0.1:${port[$t]}" -mode "$mode" -c "$c" -n "$n" | awk '{print $2}')
-			c1=$(cpu_ticks "${pid[$t]}")
-			us=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
-			echo "$r $test $t $ops $us" | tee -a "$dir/rows"
+			measure_row "$r" "$test" "$t" "$n" txload "$t" "$mode" "$c" "$n"
 		done
 	done
 done
