@@ -346,6 +346,9 @@ func (p *Pool) release(d *Dedicated, reset bool) {
 	if !d.broken.Load() && (!reset || d.reset()) {
 		p.dmu.Lock()
 		if !p.closed && len(p.idle) < maxIdleDedicated {
+			if cap(d.gather) > idleGatherMax {
+				d.gather = nil // up to maxIdleDedicated wait: none holds a pipeline's buffer
+			}
 			d.idleSince = p.cfg.Now()
 			p.idle = append(p.idle, d)
 			p.metrics.idle.Inc()
@@ -527,6 +530,9 @@ func (d *Dedicated) Send(cmds [][]byte) error {
 const (
 	gatherMax   = 16 << 10
 	gatherFlush = 64 << 10
+	// idleGatherMax: a larger gather buffer is dropped when its connection
+	// goes idle.
+	idleGatherMax = 4 << 10
 )
 
 // write sends the commands and counts them: a batch of small commands in
