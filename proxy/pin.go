@@ -631,8 +631,8 @@ func (ss *session) streamSelect(cmd resp.Command) bool {
 	seq, before := ss.selectSeq, ss.db
 	if n >= 0 && n < defaultDatabases {
 		// Taken at once only where Redis's default configuration has the
-		// database: an answer made before the relay sees Redis's (CLIENT
-		// INFO after a CLIENT CACHING, which it must not consume) would
+		// database: an answer made before the relay sees Redis's (a CLIENT
+		// INFO right after a CLIENT CACHING: answerClientText) would
 		// otherwise show a database Redis refused (SELECT 99).
 		ss.db = int(n)
 	}
