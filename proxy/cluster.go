@@ -286,6 +286,10 @@ type routing struct {
 }
 
 func (r *routing) command(ss *session, c *call) bool {
+	// Every decision below reads the slot map: in the moments after start
+	// the command waits for the first one, as it waits for a pool's
+	// first dial.
+	r.cluster.AwaitMap()
 	if c.info != nil && c.info.Name == "cluster" && r.facade(ss, c.cmd) {
 		return true
 	}

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -1290,5 +1292,92 @@ func TestClusterAskingStaysHere(t *testing.T) {
 	}
 	if r := c.do("EXEC"); r != "*1\r\n+OK\r\n" {
 		t.Fatalf("EXEC after it: %q", r)
+	}
+}
+
+// heldGate relays TCP connections to addr, but holds each one (reading
+// nothing, dialling nothing) until open is called: a seed whose answers
+// the test releases.
+type heldGate struct {
+	addr   string
+	opened chan struct{}
+	once   sync.Once
+}
+
+func startHeldGate(t *testing.T, to string) *heldGate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &heldGate{addr: ln.Addr().String(), opened: make(chan struct{})}
+	t.Cleanup(func() { ln.Close(); g.open() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				<-g.opened
+				u, err := net.Dial("tcp", to)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { io.Copy(u, c); u.Close() }()
+				io.Copy(c, u)
+			}()
+		}
+	}()
+	return g
+}
+
+func (g *heldGate) open() { g.once.Do(func() { close(g.opened) }) }
+
+// TestClusterCommandsAtStartWaitForTheSlotMap: commands that come before
+// rproxy has read the cluster's slot map (the moments after it starts)
+// wait for it, as a standalone pool's commands wait for its first dial.
+// Before, a GET got "upstream unavailable: cluster slot map not loaded"
+// and a transaction sent whole was pinned to the seed, its commands for
+// another master's key answered +QUEUED and its EXEC CROSSSLOT (what
+// bench's txload saw in its first round against a cluster). The seed is
+// held until rproxy has read the commands, so no map can be loaded
+// before they are served.
+func TestClusterCommandsAtStartWaitForTheSlotMap(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	seed := cl.Masters()[0]
+	// Keys of the other masters: the seed answers MOVED for them.
+	var keys []string
+	for i := 0; len(keys) < 2; i++ {
+		k := "start" + strconv.Itoa(i)
+		if r := string(seed.Do(t, "GET", k)); strings.HasPrefix(r, "-MOVED") {
+			keys = append(keys, k)
+		}
+	}
+	gate := startHeldGate(t, seed.Addr)
+	p := proxytest.Start(t, gate.addr, func(c *proxy.Config) {
+		c.Cluster = &upstream.ClusterConfig{Seeds: []string{gate.addr}, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
+		c.HotKey.Tier = false
+		c.Upstream.Timeout = 10 * time.Second
+	}, proxytest.NoWait)
+	c := dialClient(t, p.Addr)
+	var batch []byte
+	for _, cmd := range [][]string{{"GET", keys[0]}, {"MULTI"}, {"INCR", keys[1]}, {"EXPIRE", keys[1], "100"}, {"EXEC"}} {
+		batch = resp.AppendCommandString(batch, cmd...)
+	}
+	c.send(batch)
+	waitFor(t, "rproxy to read the GET", func() bool {
+		v, _ := metricSum(t, p.Registry, "rproxy_proxy_command_calls_total", map[string]string{"command": "get"})
+		return v >= 1
+	})
+	gate.open()
+	var got strings.Builder
+	for range 5 {
+		got.Write(c.read())
+	}
+	if want := "$-1\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:1\r\n:1\r\n"; got.String() != want {
+		t.Fatalf("replies = %q, want %q (Redis's)", got.String(), want)
 	}
 }

@@ -73,6 +73,10 @@ type Cluster struct {
 	// with ClusterConfig.ReplicaReads).
 	replicas atomic.Pointer[map[int32][]int32]
 	loaded   atomic.Bool
+	// firstRead is closed when the first slot map read has ended, loaded
+	// or not (or the cluster is closed): AwaitMap's wait.
+	firstRead     chan struct{}
+	firstReadOnce sync.Once
 	// version counts changes to the slot map (reads that changed it, MOVED
 	// corrections), so users of Owner can tell when to look again.
 	version atomic.Uint64
@@ -149,6 +153,8 @@ func NewCluster(base Config, cfg ClusterConfig, m *Metrics, log *zap.Logger) (*C
 		absent:  make(map[int32]int),
 		seeds:   make(map[string]bool),
 		trigger: make(chan struct{}, 1),
+
+		firstRead: make(chan struct{}),
 	}
 	for _, a := range cfg.Seeds {
 		c.seeds[a] = true
@@ -296,6 +302,7 @@ func (c *Cluster) Close() {
 			c.cancel()
 		}
 		c.wg.Wait()
+		c.endFirstRead()
 		for _, n := range *c.nodes.Load() {
 			for _, p := range n.pools {
 				if p != nil {
@@ -388,6 +395,7 @@ func (c *Cluster) refreshLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		last := time.Now()
 		err := c.refresh(ctx)
+		c.endFirstRead()
 		wait := c.cfg.Refresh
 		if err != nil {
 			msg := err.Error()
@@ -420,6 +428,29 @@ func (c *Cluster) refreshLoop(ctx context.Context) {
 				return
 			}
 		}
+	}
+}
+
+// endFirstRead lets AwaitMap's waiters go on.
+func (c *Cluster) endFirstRead() {
+	c.firstReadOnce.Do(func() { close(c.firstRead) })
+}
+
+// AwaitMap waits, when no slot map is loaded yet, until the first read of
+// it has ended (within the pools' Timeout, as a command waits for its
+// pool's first dial): a command that comes in the moments after start is
+// then routed by the map, where without one it would fail, or a
+// transaction be pinned to a seed and its commands for other masters
+// answered CROSSSLOT.
+func (c *Cluster) AwaitMap() {
+	if c.loaded.Load() {
+		return
+	}
+	t := time.NewTimer(c.base.Timeout)
+	defer t.Stop()
+	select {
+	case <-c.firstRead:
+	case <-t.C:
 	}
 }
 
@@ -480,6 +511,11 @@ func (c *Cluster) readSlotMap(addr string) ([]shard, error) {
 		return nil, err
 	}
 	pool := (*c.nodes.Load())[i].pools[c.cfg.Protocols[0]]
+	if !pool.Ready() && !c.loaded.Load() {
+		// The first read, at start: the seed's connection may still be
+		// dialling. That read is what AwaitMap's commands wait for.
+		pool.awaitFirstDial()
+	}
 	if !pool.Ready() {
 		return nil, errors.New("not connected")
 	}

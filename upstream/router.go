@@ -33,6 +33,7 @@ func (r *Router) Do(b *Batch) {
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	c := r.c
+	c.AwaitMap()
 	if !c.loaded.Load() {
 		b.fillErrors(unavailable("cluster slot map not loaded: " + *c.lastErr.Load()))
 		return
@@ -328,6 +329,7 @@ func slotNotServed(slot int) []byte {
 // caller sees them as errors. The caller must call b.Wait.
 func (r *Router) SendOrdered(b *Batch) {
 	c := r.c
+	c.AwaitMap()
 	i := int32(-1)
 	if s := b.slots[0]; s >= 0 && c.loaded.Load() {
 		i = c.slots[s&(Slots-1)].Load()
@@ -364,6 +366,7 @@ func (r *Router) Close() { r.c.Close() }
 // or an unassigned slot), for a session that needs a dedicated connection.
 func (r *Router) PinPool(slot int) *Pool {
 	c := r.c
+	c.AwaitMap()
 	i := int32(-1)
 	if slot >= 0 {
 		i = c.slots[slot&(Slots-1)].Load()
