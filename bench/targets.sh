@@ -11,9 +11,10 @@ wait_ping() { # port
 	exit 1
 }
 
-start_rproxy() { # name binary: an rproxy in front of the redis-server, as target name
+start_rproxy() { # name binary: an rproxy in front of the redis-server, as target name (RPROXY_ARGS: more flags)
 	port[$1]=$(free_port)
-	"$2" -listen "127.0.0.1:${port[$1]}" -upstream "127.0.0.1:$rp" >"$dir/$1.log" 2>&1 &
+	# shellcheck disable=SC2086 # RPROXY_ARGS is flags, split on purpose
+	"$2" ${RPROXY_ARGS:-} -listen "127.0.0.1:${port[$1]}" -upstream "127.0.0.1:$rp" >"$dir/$1.log" 2>&1 &
 	pids+=($!)
 	pid[$1]=$!
 	targets+=("$1")

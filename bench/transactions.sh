@@ -4,6 +4,8 @@
 # WATCH/GET/MULTI..EXEC, LPUSH then BRPOP, each with 10 and 50 connections) on direct
 # Redis, bin/rproxy and optionally OLD (another rproxy build), in rotating
 # order each round, on one redis-server. twemproxy runs none of them.
+# CLUSTER=1: on a Redis Cluster of three masters instead (rproxy in cluster
+# mode; no direct target: txload is no cluster client).
 # Prints per-round figures, then medians of operations per second, the
 # ratios to Redis (and NEW/OLD) and each proxy's CPU per operation.
 set -euo pipefail
@@ -12,19 +14,30 @@ old=${2:-}
 new=${RPROXY:-bin/rproxy}
 dir=$(mktemp -d)
 pids=()
-trap 'kill "${pids[@]}" $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+CLUSTER_PIDS=()
+trap 'kill "${pids[@]}" "${CLUSTER_PIDS[@]}" $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 
 . "$(dirname "$0")/targets.sh"
 go build -o "$dir/txload" ./bench/cmd/txload
-rp=$(free_port)
-redis-server --port "$rp" --save '' --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
-pids+=($!)
-wait_ping "$rp"
-
 declare -A port pid
-targets=(redis)
-port[redis]=$rp
-pid[redis]=
+targets=()
+if [ "${CLUSTER:-}" = 1 ]; then
+	log() { echo "$@" >&2; }
+	port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+	. "$(dirname "$0")/../scripts/cluster-lib.sh"
+	start_cluster "$dir" 15000 --save '' --appendonly no
+	rp=${CPORTS[0]}
+	printf 'upstream:\n  mode: cluster\n' >"$dir/cluster.yaml"
+	RPROXY_ARGS="-config $dir/cluster.yaml"
+else
+	rp=$(free_port)
+	redis-server --port "$rp" --save '' --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
+	pids+=($!)
+	wait_ping "$rp"
+	targets=(redis)
+	port[redis]=$rp
+	pid[redis]=
+fi
 start_rproxy rproxy "$new"
 [ -n "$old" ] && start_rproxy rproxy-old "$old"
 
@@ -54,7 +67,8 @@ def ratio(test, a, b):
     v = [x[a] / x[b] for (tt, _), x in byround.items() if tt == test and a in x and b in x]
     return "%.2f" % statistics.median(v) if v else "-"
 proxies = [t for t in targets if t != "redis"]
-head = [f"{t} ops/s" for t in targets] + [f"{t}/redis" for t in proxies]
+direct = "redis" in targets
+head = [f"{t} ops/s" for t in targets] + ([f"{t}/redis" for t in proxies] if direct else [])
 if "rproxy-old" in targets:
     head.append("new/old")
 head += [f"{t} CPU us/op" for t in proxies]
@@ -62,7 +76,7 @@ print("\n| test | " + " | ".join(head) + " |")
 print("|---|" + "---:|" * len(head))
 for test in ("multi-c10", "multi-c50", "watch-c10", "watch-c50", "queue-c10", "queue-c50"):
     cells = ["%.0f" % statistics.median(ops[(test, t)]) for t in targets]
-    cells += [ratio(test, t, "redis") for t in proxies]
+    cells += [ratio(test, t, "redis") for t in proxies] if direct else []
     if "rproxy-old" in targets:
         cells.append(ratio(test, "rproxy", "rproxy-old"))
     cells += ["%.1f" % statistics.median(us[(test, t)]) for t in proxies]

@@ -489,10 +489,13 @@ func (st dispatch) command(ss *session, c *call) bool {
 			ss.multiSent = true
 			return true
 		}
-		if info.Name == "multi" && s.sharedTransaction(ss) {
-			ss.forward(cmd.Raw) // the whole transaction goes in this batch (sharedtx.go)
-			ss.noteTransaction(info.Name)
-			return true
+		if info.Name == "multi" {
+			if slot, ok := s.sharedTransaction(ss); ok {
+				s.openSharedTransaction(ss, slot)
+				ss.forward(cmd.Raw) // the whole transaction goes in this batch (sharedtx.go)
+				ss.noteTransaction(info.Name)
+				return true
+			}
 		}
 		if ss.pin == nil && (info.Name == "multi" || info.Name == "watch") && !s.pinSession(ss, s.transactionSlot(ss, info)) {
 			return true

@@ -222,6 +222,10 @@ type routeState struct {
 	// lastWrite is the slot of the session's last write, plus one (0:
 	// none): a WAIT goes to its master.
 	lastWrite int
+	// sharedTx: a transaction is open on the shared connections
+	// (sharedtx.go), all its keys in slot sharedTxSlot.
+	sharedTx     bool
+	sharedTxSlot int
 }
 
 // merge is a client command sent as parts, consecutive in the batch.
@@ -290,6 +294,10 @@ func (r *routing) command(ss *session, c *call) bool {
 	// the command waits for the first one, as it waits for a pool's
 	// first dial.
 	r.cluster.AwaitMap()
+	if ss.route.sharedTx {
+		r.sharedTransactionCommand(ss, c.info)
+		return false
+	}
 	if c.info != nil && c.info.Name == "cluster" && r.facade(ss, c.cmd) {
 		return true
 	}
@@ -312,6 +320,55 @@ func (r *routing) command(ss *session, c *call) bool {
 }
 
 func (*routing) replies(*session) {}
+
+// sharedTransactionCommand routes a command of a transaction open on the
+// shared connections (sharedtx.go): whole, to the master of the
+// transaction's slot, its redirects not followed (upstream.InTransaction).
+// Its commands were checked before its MULTI (sharedTransactionCommand):
+// none needs more of routing.
+func (r *routing) sharedTransactionCommand(ss *session, info *command.Info) {
+	ss.slot = ss.route.sharedTxSlot | upstream.InTransaction
+	if info == nil {
+		return
+	}
+	if info.Invalidates != command.InvalidatesNone {
+		ss.route.lastWrite = ss.route.sharedTxSlot + 1
+	}
+	if info.Name == "exec" || info.Name == "discard" {
+		ss.route.sharedTx = false
+	}
+}
+
+// sharedTransactionFits reports whether a command of a transaction sent
+// whole may go with it on one master's shared connections: one that
+// routing sends as it is to its keys' master (not fanned out to every
+// master, split, refused, walked like SCAN, routed by an argument, nor a
+// script, whose first EVAL loads it everywhere), with every key in one
+// slot, *slot (set by the first key found, SlotAny until then).
+func (r *routing) sharedTransactionFits(table *command.Table, info *command.Info, args [][]byte, slot *int, keys [][]byte) ([][]byte, bool) {
+	name := fanOutName(info.Name, args)
+	if _, ok := fanOutCommands[name]; ok || clusterRefusal(name, args) != "" {
+		return keys, false
+	}
+	switch info.Name {
+	case "scan", "eval", "eval_ro", "evalsha", "evalsha_ro", "fcall", "fcall_ro", "cluster", "asking", "wait", "waitaof":
+		return keys, false
+	}
+	keys, _ = command.Keys(keyInfo(table, info, args), args, keys[:0])
+	if len(keys) == 0 {
+		_, routed := argumentSlot(info, args)
+		return keys, !routed
+	}
+	for _, k := range keys {
+		switch ks := upstream.Slot(k); {
+		case *slot == upstream.SlotAny:
+			*slot = ks
+		case ks != *slot:
+			return keys, false
+		}
+	}
+	return keys, true
+}
 
 // route prepares a command for a cluster upstream: it sets the
 // session's slot to the slot of the command's first key (or of the

@@ -221,8 +221,8 @@ func (s *Server) doPinned(ss *session) {
 	if stop != nil {
 		stop()
 	}
-	if s.cfg.Cluster != nil {
-		upstream.HideRedirects(ss.batch) // clients see one node (facade.go)
+	if rt, ok := ss.pools[ss.proto].(*upstream.Router); ok {
+		rt.HideRedirects(ss.batch) // clients see one node (facade.go)
 	}
 	ss.blocking = false
 	for i, t := range ss.track {

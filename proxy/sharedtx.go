@@ -32,47 +32,72 @@ const maxSharedTransaction = 1024
 // sharedTransaction reports whether the MULTI being dispatched opens a
 // transaction that may go on the shared connections: its EXEC or DISCARD
 // comes later in the same read, and only plain forwarded commands lie
-// between.
-func (s *Server) sharedTransaction(ss *session) bool {
-	if ss.pin != nil || ss.stream || s.routing != nil || s.pauses.active() || ss.route.restAt > len(ss.route.rest) {
-		return false
+// between. On a cluster their keys must all be in one slot, whose
+// master's connections it goes on (the slot is returned; SlotAny
+// elsewhere); a transaction without a key pins there, as before, and so
+// does every one while salted copies are on (their writes' bookkeeping is
+// routing's).
+func (s *Server) sharedTransaction(ss *session) (int, bool) {
+	slot := upstream.SlotAny
+	if ss.pin != nil || ss.stream || s.pauses.active() || ss.route.restAt > len(ss.route.rest) ||
+		s.routing != nil && (s.salting != nil || ss.route.multiPending) {
+		return slot, false
 	}
 	// A command a policy rule names pins the transaction: the rule could
 	// refuse its EXEC (leaving it open) or rewrite a command into one that
 	// sends the batch early.
 	pol := s.policing.current.Load()
 	if pol != nil && pol.Names("multi") {
-		return false
+		return slot, false
 	}
 	table := s.table.Load()
+	var keys [][]byte
 	for i, cmd := range ss.route.rest[ss.route.restAt:] {
 		if i >= maxSharedTransaction {
-			return false
+			return slot, false
 		}
 		info := table.Lookup(cmd.Args[0])
 		if info == nil || pol != nil && pol.Names(info.Name) {
-			return false
+			return slot, false
 		}
 		switch info.Handling {
 		case command.Transaction:
 			// One with arguments is refused, and leaves the transaction open.
-			return (info.Name == "exec" || info.Name == "discard") && len(cmd.Args) == 1
+			ends := (info.Name == "exec" || info.Name == "discard") && len(cmd.Args) == 1
+			return slot, ends && (s.routing == nil || slot != upstream.SlotAny)
 		case command.Forward:
 			if !leavesConnectionAsFound(info) || info.Name == "script" && startsScriptDebugging(cmd.Args) {
-				return false
+				return slot, false
+			}
+			if s.routing != nil {
+				var fits bool
+				if keys, fits = s.routing.sharedTransactionFits(table, info, cmd.Args, &slot, keys); !fits {
+					return slot, false
+				}
 			}
 		default:
-			return false
+			return slot, false
 		}
 	}
-	return false
+	return slot, false
+}
+
+// openSharedTransaction notes, on a cluster, the slot of a transaction
+// sharedTransaction let go on the shared connections: its MULTI and every
+// command up to its EXEC go to that slot's master (routing).
+func (s *Server) openSharedTransaction(ss *session, slot int) {
+	if s.routing == nil {
+		return
+	}
+	ss.route.sharedTx, ss.route.sharedTxSlot = true, slot
+	ss.slot = slot | upstream.InTransaction
 }
 
 // sharedTransactionOpen reports whether the session has a transaction open
 // on the shared connections (sharedTransaction): nothing may send its batch
 // before the EXEC is queued.
 func (s *Server) sharedTransactionOpen(ss *session) bool {
-	return ss.multiSent && ss.pin == nil && s.routing == nil && !ss.stream
+	return ss.multiSent && ss.pin == nil && !ss.stream
 }
 
 // closeSharedTransaction ends a transaction still open on the shared
@@ -83,7 +108,12 @@ func (s *Server) sharedTransactionOpen(ss *session) bool {
 func (s *Server) closeSharedTransaction(ss *session) {
 	s.log.Warn("a transaction sent on a shared connection was still open after its read: discarded",
 		zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id))
-	ss.batch.AddSlot(discardCmd, upstream.SlotAny)
+	slot := upstream.SlotAny
+	if ss.route.sharedTx {
+		slot = ss.route.sharedTxSlot | upstream.InTransaction
+		ss.route.sharedTx = false
+	}
+	ss.batch.AddSlot(discardCmd, slot)
 	ss.order = append(ss.order, replySource{from: fromDiscard})
 	ss.multiSent = false
 }

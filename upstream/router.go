@@ -208,17 +208,32 @@ func (r *Router) followRedirects(b *Batch) {
 	c := r.c
 	for round := 0; ; round++ {
 		var redo []int
+		hide := false
 		for i := range b.replyEnds {
 			rep := b.Reply(i)
 			if len(rep) == 0 || rep[0] != '-' {
 				continue
 			}
 			switch {
+			case b.slots[i] >= 0 && b.slots[i]&InTransaction != 0:
+				if bytes.HasPrefix(rep, clusterDownPrefix) || bytes.HasPrefix(rep, unavailablePrefix) {
+					c.requestRefresh()
+				} else if isRedirect(rep) {
+					hide = true
+					c.NoteMoved(rep) // the client's retry finds the slot's master
+				}
 			case bytes.HasPrefix(rep, movedPrefix), bytes.HasPrefix(rep, askPrefix), bytes.HasPrefix(rep, tryAgainPrefix):
 				redo = append(redo, i)
 			case bytes.HasPrefix(rep, clusterDownPrefix), bytes.HasPrefix(rep, unavailablePrefix):
 				c.requestRefresh()
 			}
+		}
+		if hide {
+			// A transaction's redirects (InTransaction) are not
+			// followed; nor are the others': hiding is per reply, and
+			// those are still to follow. The transaction's commands are
+			// not redone below.
+			hideRedirects(b, true)
 		}
 		if len(redo) == 0 {
 			return
@@ -227,7 +242,7 @@ func (r *Router) followRedirects(b *Batch) {
 			// The client sees rproxy as one node owning every slot: a
 			// redirect to another node means nothing to it (a cluster
 			// client would connect there, around rproxy).
-			HideRedirects(b)
+			hideRedirects(b, false)
 			return
 		}
 		sc := splitScratches.Get().(*splitScratch)
@@ -320,6 +335,9 @@ func parseRedirect(rep []byte) (kind string, slot int, addr string, ok bool) {
 }
 
 func slotNotServed(slot int) []byte {
+	if slot >= 0 {
+		slot &= Slots - 1 // without ReplicaRead and InTransaction
+	}
 	return resp.AppendError(nil, "CLUSTERDOWN Hash slot not served (slot "+strconv.Itoa(slot)+")")
 }
 
@@ -393,10 +411,29 @@ func (r *Router) Shards() []int {
 // a redirect to a real node must not reach them; TRYAGAIN is what a node
 // answers while a slot it owns is being resharded: a cluster client
 // retries it, on the same node.
-func HideRedirects(b *Batch) int {
+//
+// It is for a batch run on a connection of one master, which follows no
+// redirect (a pinned session's): each MOVED corrects the slot map first,
+// as a followed one does, so that the client's retry goes to the slot's
+// master.
+func (r *Router) HideRedirects(b *Batch) int {
+	for i := range b.replyEnds {
+		if rep := b.Reply(i); bytes.HasPrefix(rep, movedPrefix) {
+			r.c.NoteMoved(rep)
+		}
+	}
+	return hideRedirects(b, false)
+}
+
+// hideRedirects is HideRedirects, for the commands marked InTransaction
+// alone when inTx.
+func hideRedirects(b *Batch, inTx bool) int {
+	hidden := func(i int) bool {
+		return isRedirect(b.Reply(i)) && (!inTx || b.slots[i] >= 0 && b.slots[i]&InTransaction != 0)
+	}
 	n := 0
 	for i := range b.replyEnds {
-		if isRedirect(b.Reply(i)) {
+		if hidden(i) {
 			n++
 		}
 	}
@@ -407,10 +444,10 @@ func HideRedirects(b *Batch) int {
 	ends := append([]int(nil), b.replyEnds...)
 	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
 	start := 0
-	for _, end := range ends {
+	for i, end := range ends {
 		r := old[start:end]
 		start = end
-		if slot, ok := RedirectSlot(r); ok {
+		if slot, ok := RedirectSlot(r); ok && (!inTx || b.slots[i] >= 0 && b.slots[i]&InTransaction != 0) {
 			r = resp.AppendError(nil, "TRYAGAIN rproxy: slot "+slot+" is moving between the cluster's masters; try again")
 		}
 		b.appendReply(r)

@@ -13,6 +13,14 @@ const SlotAny = -1
 // one; the command must be a read.
 const ReplicaRead = Slots
 
+// InTransaction, or'ed into a command's slot, marks a command of a
+// transaction sent whole on the shared connections: a Router keeps it on
+// the slot's master and does not follow a MOVED, ASK or TRYAGAIN it gets
+// (sent again alone, it would run outside its transaction, which Redis
+// has discarded); the client gets TRYAGAIN, as for a pinned transaction
+// (HideRedirects).
+const InTransaction = Slots << 1
+
 // Slot is the cluster hash slot of key: CRC16 (XMODEM) of the key, or of
 // its hash tag (the bytes between the first '{' and the next '}', when not
 // empty), modulo 16384, as Redis computes it.

@@ -1,0 +1,163 @@
+package proxy_test
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
+)
+
+// TestClusterSharedTransactionIsolated: on a cluster, a transaction sent
+// whole whose keys are in one slot goes on the shared connections of that
+// slot's master, as on one Redis (sharedtx.go), not on a dedicated
+// connection: clients' transactions on keys of every master and other
+// clients' pipelines on the same masters each get their own replies, and
+// no dedicated connection is lent. Before, every such transaction pinned.
+func TestClusterSharedTransactionIsolated(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Upstream.Connections = 1 })
+	const txClients, plainClients, rounds = 6, 6, 100
+	var wg sync.WaitGroup
+	errs := make(chan string, txClients+plainClients)
+	for w := range txClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("{tx%d}n", w) // the hash tag: its keys in one slot
+			for i := range rounds {
+				got := sendAll(c, []string{"MULTI"}, []string{"INCR", key}, []string{"SET", key + ":last", strconv.Itoa(i)},
+					[]string{"PING"}, []string{"GET", key + ":last"}, []string{"EXEC"})
+				n := strconv.Itoa(i)
+				want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n",
+					fmt.Sprintf("*4\r\n:%d\r\n+OK\r\n+PONG\r\n$%d\r\n%s\r\n", i+1, len(n), n)}
+				if !slices.Equal(got, want) {
+					errs <- fmt.Sprintf("transaction client %d round %d: %q, want %q", w, i, got, want)
+					return
+				}
+			}
+		}()
+	}
+	for w := range plainClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("plain%d", w)
+			for i := range rounds {
+				got := sendAll(c, []string{"INCR", key}, []string{"GET", key})
+				n := strconv.Itoa(i + 1)
+				if want := []string{":" + n + "\r\n", "$" + strconv.Itoa(len(n)) + "\r\n" + n + "\r\n"}; !slices.Equal(got, want) {
+					errs <- fmt.Sprintf("plain client %d round %d: %q, want %q", w, i, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	masters := map[string]bool{}
+	for w := range txClients {
+		masters[cl.MasterForSlot(t, cl.Slot(fmt.Sprintf("{tx%d}n", w))).Addr] = true
+	}
+	if len(masters) < 2 {
+		t.Errorf("the transactions' keys are on %d master(s): the test needs them on several", len(masters))
+	}
+	for _, m := range []string{"rproxy_upstream_pinned_connections", "rproxy_upstream_idle_dedicated_connections"} {
+		if n := counterValue(t, p.Registry, m, nil); n != 0 {
+			t.Errorf("%s = %v: a transaction sent whole took a dedicated connection", m, n)
+		}
+	}
+}
+
+// TestClusterSharedTransactionNotRedirected: a shared transaction's
+// command that meets a MOVED (rproxy's slot map is stale) is not sent
+// again alone to the slot's new master, where it would run outside the
+// transaction Redis has discarded: the client gets TRYAGAIN and EXEC's
+// EXECABORT, as from a pinned transaction, nothing runs, and its retry
+// runs once on the new master (the MOVED corrected rproxy's map).
+func TestClusterSharedTransactionNotRedirected(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		// No timed map read: the map stays stale until a MOVED.
+		c.Cluster.Refresh = time.Hour
+	})
+	const key = "{moving}n"
+	c := dialClient(t, p.Addr)
+	if r := c.do("SET", key, "10"); r != "+OK\r\n" {
+		t.Fatalf("SET: %q", r)
+	}
+	slot := cl.Slot(key)
+	from := cl.MasterForSlot(t, slot)
+	var to *redistest.ClusterNode
+	for _, m := range cl.Masters() {
+		if m.Addr != from.Addr {
+			to = m
+			break
+		}
+	}
+	cl.MigrateSlot(t, slot, to)
+	tx := [][]string{{"MULTI"}, {"INCR", key}, {"GET", key}, {"EXEC"}}
+	got := sendAll(c, tx...)
+	want := []string{"+OK\r\n", "-TRYAGAIN rproxy: slot " + strconv.Itoa(slot) + " is moving between the cluster's masters; try again\r\n",
+		"-TRYAGAIN rproxy: slot " + strconv.Itoa(slot) + " is moving between the cluster's masters; try again\r\n",
+		"-EXECABORT Transaction discarded because of previous errors.\r\n"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the transaction on the moved slot: %q, want %q", got, want)
+	}
+	if r := string(to.Do(t, "GET", key)); r != "$2\r\n10\r\n" {
+		t.Fatalf("after the discarded transaction the key is %q on its new master, want 10: a command ran outside it", r)
+	}
+	// The client's retry runs on the new master, once: the MOVED put the
+	// slot there in rproxy's map.
+	if got = sendAll(c, tx...); got[3] != "*2\r\n:11\r\n$2\r\n11\r\n" {
+		t.Fatalf("the retried transaction: %q", got)
+	}
+	if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
+		t.Fatalf("after the retry the key is %q, want 11", r)
+	}
+	if n := counterValue(t, p.Registry, "rproxy_upstream_idle_dedicated_connections", nil); n != 0 {
+		t.Errorf("idle dedicated connections = %v: the transactions pinned, the test shows nothing of the shared path", n)
+	}
+}
+
+// TestClusterPinnedMovedCorrectsTheMap: a MOVED that a pinned session's
+// command meets (WATCH, a blocking command, a transaction with a WATCH)
+// reaches the client as TRYAGAIN, and corrects rproxy's slot map as a
+// followed one does, so the client's retry goes to the slot's new
+// master. Before, the map stayed stale until its next timed read
+// (upstream.cluster.refresh, 10 s by default), and every retry got
+// TRYAGAIN until then.
+func TestClusterPinnedMovedCorrectsTheMap(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour })
+	const key = "{pinned}n"
+	c := dialClient(t, p.Addr)
+	if r := c.do("SET", key, "10"); r != "+OK\r\n" {
+		t.Fatalf("SET: %q", r)
+	}
+	slot := cl.Slot(key)
+	from := cl.MasterForSlot(t, slot)
+	for _, m := range cl.Masters() {
+		if m.Addr != from.Addr {
+			cl.MigrateSlot(t, slot, m)
+			break
+		}
+	}
+	if r := c.do("WATCH", key); !strings.HasPrefix(r, "-TRYAGAIN rproxy: slot "+strconv.Itoa(slot)+" ") {
+		t.Fatalf("WATCH on the moved slot: %q, want TRYAGAIN", r)
+	}
+	got := sendAll(c, []string{"WATCH", key}, []string{"GET", key}, []string{"MULTI"}, []string{"SET", key, "11"}, []string{"EXEC"})
+	if want := []string{"+OK\r\n", "$2\r\n10\r\n", "+OK\r\n", "+QUEUED\r\n", "*1\r\n+OK\r\n"}; !slices.Equal(got, want) {
+		t.Fatalf("the retry: %q, want %q", got, want)
+	}
+}
