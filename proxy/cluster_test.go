@@ -1087,6 +1087,14 @@ func TestClusterInteractiveMulti(t *testing.T) {
 			}
 		}
 	}
+	// Nothing the client did not send reaches Redis (a DISCARD would show
+	// in its statistics and MONITOR; one went after each read that
+	// ended with the deferred MULTI open, at e91eaf7).
+	for _, m := range cl.Masters() {
+		if r := string(m.Do(t, "INFO", "commandstats")); strings.Contains(r, "cmdstat_discard") {
+			t.Fatalf("a DISCARD the client never sent reached %s", m.Addr)
+		}
+	}
 	for _, seq := range [][][2]string{
 		{{"MULTI", "+OK\r\n"}, {"EXEC", "*0\r\n"}},
 		{{"MULTI", "+OK\r\n"}, {"DISCARD", "+OK\r\n"}},

@@ -97,7 +97,9 @@ func (s *Server) openSharedTransaction(ss *session, slot int) {
 // on the shared connections (sharedTransaction): nothing may send its batch
 // before the EXEC is queued.
 func (s *Server) sharedTransactionOpen(ss *session) bool {
-	return ss.multiSent && ss.pin == nil && !ss.stream
+	// On a cluster a MULTI typed alone is answered, not yet sent (deferMulti),
+	// with no pin either: routing knows which is which.
+	return ss.multiSent && ss.pin == nil && !ss.stream && (s.routing == nil || ss.route.sharedTx)
 }
 
 // closeSharedTransaction ends a transaction still open on the shared
