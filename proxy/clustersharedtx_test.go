@@ -161,3 +161,30 @@ func TestClusterPinnedMovedCorrectsTheMap(t *testing.T) {
 		t.Fatalf("the retry: %q, want %q", got, want)
 	}
 }
+
+// TestClusterSharedTransactionRefusalAborts: a command rproxy refuses
+// inside a shared transaction on a cluster (Redis's arity error, checked
+// first by rproxy) aborts it as on Redis: the command that makes Redis
+// discard it goes to the transaction's master, inside it. Before, it went
+// to any master, and the EXEC ran the rest (found by
+// TestClusterPipelinesAsStandaloneRandomSequences, seed 144).
+func TestClusterSharedTransactionRefusalAborts(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	direct := redistest.Start(t)
+	p := startClusterProxy(t, cl)
+	for i := range 6 { // keys on every master
+		key := "{ab" + strconv.Itoa(i) + "}n"
+		// A read of another master's key first: the batch is split by
+		// master, where a command without a key goes with the first
+		// keyed command's master.
+		other := "other0"
+		for j := 1; cl.MasterForSlot(t, cl.Slot(other)).Addr == cl.MasterForSlot(t, cl.Slot(key)).Addr; j++ {
+			other = "other" + strconv.Itoa(j)
+		}
+		seq := [][]string{{"GET", other}, {"MULTI"}, {"GET"}, {"INCR", key}, {"PING"}, {"EXEC"}, {"GET", key}}
+		want, got := sendAll(dialClient(t, direct.Addr), seq...), sendAll(dialClient(t, p.Addr), seq...)
+		if !slices.Equal(got, want) {
+			t.Fatalf("key %s: %q, Redis %q", key, got, want)
+		}
+	}
+}

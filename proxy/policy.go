@@ -144,7 +144,7 @@ func (s *Server) abortTransaction(ss *session) {
 	if ss.route.keylessTx {
 		ss.route.keyless = append(ss.route.keyless, poisonCmd) // moved, it stays refused
 	}
-	ss.batch.AddSlot(poisonCmd, upstream.SlotAny)
+	ss.batch.AddSlot(poisonCmd, ss.sharedTxSlot())
 	ss.order = append(ss.order, replySource{from: fromDiscard})
 	if ss.pin != nil { // a shared transaction's batch has no tracks (sharedtx.go)
 		ss.track = append(ss.track, track{})

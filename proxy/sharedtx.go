@@ -93,6 +93,17 @@ func (s *Server) openSharedTransaction(ss *session, slot int) {
 	ss.slot = slot | upstream.InTransaction
 }
 
+// sharedTxSlot is the slot a command rproxy adds to the session's open
+// transaction goes with (a poison command, a DISCARD): on a cluster, when
+// the transaction is on the shared connections, its master's, marked
+// upstream.InTransaction; otherwise SlotAny (the pin takes it).
+func (ss *session) sharedTxSlot() int {
+	if ss.route.sharedTx {
+		return ss.route.sharedTxSlot | upstream.InTransaction
+	}
+	return upstream.SlotAny
+}
+
 // sharedTransactionOpen reports whether the session has a transaction open
 // on the shared connections (sharedTransaction): nothing may send its batch
 // before the EXEC is queued.
@@ -110,12 +121,8 @@ func (s *Server) sharedTransactionOpen(ss *session) bool {
 func (s *Server) closeSharedTransaction(ss *session) {
 	s.log.Warn("a transaction sent on a shared connection was still open after its read: discarded",
 		zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id))
-	slot := upstream.SlotAny
-	if ss.route.sharedTx {
-		slot = ss.route.sharedTxSlot | upstream.InTransaction
-		ss.route.sharedTx = false
-	}
-	ss.batch.AddSlot(discardCmd, slot)
+	ss.batch.AddSlot(discardCmd, ss.sharedTxSlot())
+	ss.route.sharedTx = false
 	ss.order = append(ss.order, replySource{from: fromDiscard})
 	ss.multiSent = false
 }
