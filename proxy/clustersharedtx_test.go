@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,61 +21,34 @@ import (
 func TestClusterSharedTransactionIsolated(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Upstream.Connections = 1 })
-	const txClients, plainClients, rounds = 6, 6, 100
-	var wg sync.WaitGroup
-	errs := make(chan string, txClients+plainClients)
-	for w := range txClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := dialClient(t, p.Addr)
-			key := fmt.Sprintf("{tx%d}n", w) // the hash tag: its keys in one slot
-			for i := range rounds {
-				got := sendAll(c, []string{"MULTI"}, []string{"INCR", key}, []string{"SET", key + ":last", strconv.Itoa(i)},
-					[]string{"PING"}, []string{"GET", key + ":last"}, []string{"EXEC"})
-				n := strconv.Itoa(i)
-				want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n",
-					fmt.Sprintf("*4\r\n:%d\r\n+OK\r\n+PONG\r\n$%d\r\n%s\r\n", i+1, len(n), n)}
-				if !slices.Equal(got, want) {
-					errs <- fmt.Sprintf("transaction client %d round %d: %q, want %q", w, i, got, want)
-					return
-				}
-			}
-		}()
-	}
-	for w := range plainClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := dialClient(t, p.Addr)
-			key := fmt.Sprintf("plain%d", w)
-			for i := range rounds {
-				got := sendAll(c, []string{"INCR", key}, []string{"GET", key})
-				n := strconv.Itoa(i + 1)
-				if want := []string{":" + n + "\r\n", "$" + strconv.Itoa(len(n)) + "\r\n" + n + "\r\n"}; !slices.Equal(got, want) {
-					errs <- fmt.Sprintf("plain client %d round %d: %q, want %q", w, i, got, want)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
+	key := func(w int) string { return fmt.Sprintf("{tx%d}n", w) } // the hash tag: a client's keys in one slot
 	masters := map[string]bool{}
-	for w := range txClients {
-		masters[cl.MasterForSlot(t, cl.Slot(fmt.Sprintf("{tx%d}n", w))).Addr] = true
+	for w := range 6 {
+		masters[cl.MasterForSlot(t, cl.Slot(key(w))).Addr] = true
 	}
 	if len(masters) < 2 {
-		t.Errorf("the transactions' keys are on %d master(s): the test needs them on several", len(masters))
+		t.Fatalf("the transactions' keys are on %d master(s): the test needs them on several", len(masters))
 	}
-	for _, m := range []string{"rproxy_upstream_pinned_connections", "rproxy_upstream_idle_dedicated_connections"} {
-		if n := counterValue(t, p.Registry, m, nil); n != 0 {
-			t.Errorf("%s = %v: a transaction sent whole took a dedicated connection", m, n)
+	sharedTransactionsBesidePipelines(t, p, 6, 100, key)
+}
+
+// movedKey sets key to 10, then moves its slot to another master behind
+// rproxy's back, and returns that master.
+func movedKey(t *testing.T, cl *redistest.Cluster, c *rawClient, key string) *redistest.ClusterNode {
+	t.Helper()
+	if r := c.do("SET", key, "10"); r != "+OK\r\n" {
+		t.Fatalf("SET: %q", r)
+	}
+	slot := cl.Slot(key)
+	from := cl.MasterForSlot(t, slot)
+	for _, m := range cl.Masters() {
+		if m.Addr != from.Addr {
+			cl.MigrateSlot(t, slot, m)
+			return m
 		}
 	}
+	t.Fatal("no other master")
+	return nil
 }
 
 // TestClusterSharedTransactionNotRedirected: a shared transaction's
@@ -93,19 +65,8 @@ func TestClusterSharedTransactionNotRedirected(t *testing.T) {
 	})
 	const key = "{moving}n"
 	c := dialClient(t, p.Addr)
-	if r := c.do("SET", key, "10"); r != "+OK\r\n" {
-		t.Fatalf("SET: %q", r)
-	}
+	to := movedKey(t, cl, c, key)
 	slot := cl.Slot(key)
-	from := cl.MasterForSlot(t, slot)
-	var to *redistest.ClusterNode
-	for _, m := range cl.Masters() {
-		if m.Addr != from.Addr {
-			to = m
-			break
-		}
-	}
-	cl.MigrateSlot(t, slot, to)
 	tx := [][]string{{"MULTI"}, {"INCR", key}, {"GET", key}, {"EXEC"}}
 	got := sendAll(c, tx...)
 	want := []string{"+OK\r\n", "-TRYAGAIN rproxy: slot " + strconv.Itoa(slot) + " is moving between the cluster's masters; try again\r\n",
@@ -142,17 +103,8 @@ func TestClusterPinnedMovedCorrectsTheMap(t *testing.T) {
 	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour })
 	const key = "{pinned}n"
 	c := dialClient(t, p.Addr)
-	if r := c.do("SET", key, "10"); r != "+OK\r\n" {
-		t.Fatalf("SET: %q", r)
-	}
+	movedKey(t, cl, c, key)
 	slot := cl.Slot(key)
-	from := cl.MasterForSlot(t, slot)
-	for _, m := range cl.Masters() {
-		if m.Addr != from.Addr {
-			cl.MigrateSlot(t, slot, m)
-			break
-		}
-	}
 	if r := c.do("WATCH", key); !strings.HasPrefix(r, "-TRYAGAIN rproxy: slot "+strconv.Itoa(slot)+" ") {
 		t.Fatalf("WATCH on the moved slot: %q, want TRYAGAIN", r)
 	}

@@ -570,35 +570,42 @@ func TestPinThatChangedNoStateNeedsNoReset(t *testing.T) {
 func TestSharedTransactionIsolated(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Upstream.Connections = 1 })
-	const txClients, plainClients, rounds = 8, 8, 200
+	sharedTransactionsBesidePipelines(t, p, 8, 200, func(w int) string { return fmt.Sprintf("tx:%d", w) })
+}
+
+// sharedTransactionsBesidePipelines runs clients clients through p, each
+// sending MULTI, INCR, SET, PING, GET, EXEC in one write rounds times on
+// keys named from key(w), beside as many clients pipelining INCR and GET
+// of keys of their own, and fails the test on every reply that is not
+// Redis's, and when a dedicated connection was lent (the transactions
+// went on the shared connections, or the test shows nothing).
+func sharedTransactionsBesidePipelines(t *testing.T, p *proxytest.Proxy, clients, rounds int, key func(w int) string) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan string, txClients+plainClients)
-	for w := range txClients {
-		wg.Add(1)
+	errs := make(chan string, 2*clients)
+	for w := range clients {
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			c := dialClient(t, p.Addr)
-			key := fmt.Sprintf("tx:%d", w)
+			k := key(w)
 			for i := range rounds {
-				got := sendAll(c, []string{"MULTI"}, []string{"INCR", key}, []string{"SET", key + ":last", strconv.Itoa(i)},
-					[]string{"GET", key + ":last"}, []string{"EXEC"})
-				want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n",
-					fmt.Sprintf("*3\r\n:%d\r\n+OK\r\n$%d\r\n%d\r\n", i+1, len(strconv.Itoa(i)), i)}
+				got := sendAll(c, []string{"MULTI"}, []string{"INCR", k}, []string{"SET", k + ":last", strconv.Itoa(i)},
+					[]string{"PING"}, []string{"GET", k + ":last"}, []string{"EXEC"})
+				want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n",
+					fmt.Sprintf("*4\r\n:%d\r\n+OK\r\n+PONG\r\n$%d\r\n%d\r\n", i+1, len(strconv.Itoa(i)), i)}
 				if !slices.Equal(got, want) {
 					errs <- fmt.Sprintf("transaction client %d round %d: %q, want %q", w, i, got, want)
 					return
 				}
 			}
 		}()
-	}
-	for w := range plainClients {
-		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c := dialClient(t, p.Addr)
-			key := fmt.Sprintf("plain:%d", w)
+			k := fmt.Sprintf("plain:%d", w)
 			for i := range rounds {
-				got := sendAll(c, []string{"INCR", key}, []string{"GET", key})
+				got := sendAll(c, []string{"INCR", k}, []string{"GET", k})
 				n := strconv.Itoa(i + 1)
 				if want := []string{":" + n + "\r\n", "$" + strconv.Itoa(len(n)) + "\r\n" + n + "\r\n"}; !slices.Equal(got, want) {
 					errs <- fmt.Sprintf("plain client %d round %d: %q, want %q", w, i, got, want)
