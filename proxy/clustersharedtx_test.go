@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
 )
@@ -51,44 +52,86 @@ func movedKey(t *testing.T, cl *redistest.Cluster, c *rawClient, key string) *re
 	return nil
 }
 
-// TestClusterSharedTransactionNotRedirected: a shared transaction's
-// command that meets a MOVED (rproxy's slot map is stale) is not sent
-// again alone to the slot's new master, where it would run outside the
-// transaction Redis has discarded: the client gets TRYAGAIN and EXEC's
-// EXECABORT, as from a pinned transaction, nothing runs, and its retry
-// runs once on the new master (the MOVED corrected rproxy's map).
-func TestClusterSharedTransactionNotRedirected(t *testing.T) {
+// TestClusterSharedTransactionFollowsAMovedSlot: a shared transaction
+// whose slot moved since rproxy read the map (Redis redirects each of its
+// commands at queue time and discards it at EXEC, running nothing) is sent
+// again whole where the redirect says, after ASKING for an ASK, and the
+// client gets what one Redis answers; none of its commands is ever sent
+// again alone, where it would run outside the transaction. One that Redis
+// discarded for another reason as well (a command rproxy refused inside)
+// is not sent again: the client gets TRYAGAIN for the redirected commands
+// and EXECABORT, and nothing runs. Each case has an rproxy of its own,
+// whose map is read before the slot moves and not again on a timer.
+func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
-	p := startClusterProxy(t, cl, func(c *proxy.Config) {
-		// No timed map read: the map stays stale until a MOVED.
-		c.Cluster.Refresh = time.Hour
+	start := func() (*proxytest.Proxy, *rawClient) {
+		p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour })
+		return p, dialClient(t, p.Addr)
+	}
+	tx := func(key string) [][]string { return [][]string{{"MULTI"}, {"INCR", key}, {"GET", key}, {"EXEC"}} }
+	ran := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n:11\r\n$2\r\n11\r\n"}
+
+	t.Run("moved", func(t *testing.T) {
+		p, c := start()
+		const key = "{moved}n"
+		to := movedKey(t, cl, c, key)
+		if got := sendAll(c, tx(key)...); !slices.Equal(got, ran) {
+			t.Fatalf("the transaction on the moved slot: %q, want %q", got, ran)
+		}
+		if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
+			t.Fatalf("the key is %q on its new master, want 11 (the transaction once)", r)
+		}
+		if n := redirects(t, p, "moved"); n != 1 {
+			t.Errorf("moved redirects followed: %v, want 1 (the transaction, once)", n)
+		}
 	})
-	const key = "{moving}n"
-	c := dialClient(t, p.Addr)
-	to := movedKey(t, cl, c, key)
-	slot := cl.Slot(key)
-	tx := [][]string{{"MULTI"}, {"INCR", key}, {"GET", key}, {"EXEC"}}
-	got := sendAll(c, tx...)
-	want := []string{"+OK\r\n", "-TRYAGAIN rproxy: slot " + strconv.Itoa(slot) + " is moving between the cluster's masters; try again\r\n",
-		"-TRYAGAIN rproxy: slot " + strconv.Itoa(slot) + " is moving between the cluster's masters; try again\r\n",
-		"-EXECABORT Transaction discarded because of previous errors.\r\n"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("the transaction on the moved slot: %q, want %q", got, want)
-	}
-	if r := string(to.Do(t, "GET", key)); r != "$2\r\n10\r\n" {
-		t.Fatalf("after the discarded transaction the key is %q on its new master, want 10: a command ran outside it", r)
-	}
-	// The client's retry runs on the new master, once: the MOVED put the
-	// slot there in rproxy's map.
-	if got = sendAll(c, tx...); got[3] != "*2\r\n:11\r\n$2\r\n11\r\n" {
-		t.Fatalf("the retried transaction: %q", got)
-	}
-	if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
-		t.Fatalf("after the retry the key is %q, want 11", r)
-	}
-	if n := counterValue(t, p.Registry, "rproxy_upstream_idle_dedicated_connections", nil); n != 0 {
-		t.Errorf("idle dedicated connections = %v: the transactions pinned, the test shows nothing of the shared path", n)
-	}
+	t.Run("ask", func(t *testing.T) {
+		p, c := start()
+		const key = "{asked}n"
+		if r := c.do("SET", key, "10"); r != "+OK\r\n" {
+			t.Fatalf("SET: %q", r)
+		}
+		slot := cl.Slot(key)
+		var to *redistest.ClusterNode
+		for _, m := range cl.Masters() {
+			if m.Addr != cl.MasterForSlot(t, slot).Addr {
+				to = m
+				break
+			}
+		}
+		m := cl.BeginMigration(t, slot, to)
+		m.MoveKeys(t, 0) // the key is on the target; the source answers ASK
+		if got := sendAll(c, tx(key)...); !slices.Equal(got, ran) {
+			t.Fatalf("the transaction on the migrating slot: %q, want %q", got, ran)
+		}
+		m.Finish(t)
+		if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
+			t.Fatalf("the key is %q on its new master, want 11 (the transaction once)", r)
+		}
+		if n := redirects(t, p, "ask"); n != 1 {
+			t.Errorf("ask redirects followed: %v, want 1", n)
+		}
+	})
+	t.Run("refused inside", func(t *testing.T) {
+		_, c := start()
+		const key = "{refused}n"
+		to := movedKey(t, cl, c, key)
+		slot := strconv.Itoa(cl.Slot(key))
+		tryAgain := "-TRYAGAIN rproxy: slot " + slot + " is moving between the cluster's masters; try again\r\n"
+		got := sendAll(c, []string{"MULTI"}, []string{"GET"}, []string{"INCR", key}, []string{"EXEC"})
+		want := []string{"+OK\r\n", "-ERR wrong number of arguments for 'get' command\r\n", tryAgain,
+			"-EXECABORT Transaction discarded because of previous errors.\r\n"}
+		if !slices.Equal(got, want) {
+			t.Fatalf("the transaction: %q, want %q", got, want)
+		}
+		if r := string(to.Do(t, "GET", key)); r != "$2\r\n10\r\n" {
+			t.Fatalf("after the discarded transaction the key is %q on its new master, want 10: a command ran outside it", r)
+		}
+		// The MOVED corrected the map: the client's retry runs.
+		if got := sendAll(c, tx(key)...); !slices.Equal(got, ran) {
+			t.Fatalf("the retry: %q, want %q", got, ran)
+		}
+	})
 }
 
 // TestClusterPinnedMovedCorrectsTheMap: a MOVED that a pinned session's

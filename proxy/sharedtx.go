@@ -90,7 +90,7 @@ func (s *Server) openSharedTransaction(ss *session, slot int) {
 		return
 	}
 	ss.route.sharedTx, ss.route.sharedTxSlot = true, slot
-	ss.slot = slot | upstream.InTransaction
+	ss.slot = slot | upstream.InTransaction | upstream.TransactionStart
 }
 
 // sharedTxSlot is the slot a command rproxy adds to the session's open

@@ -208,6 +208,7 @@ func (r *Router) followRedirects(b *Batch) {
 	c := r.c
 	for round := 0; ; round++ {
 		var redo []int
+		var txs []txRedirect
 		hide := false
 		for i := range b.replyEnds {
 			rep := b.Reply(i)
@@ -215,12 +216,24 @@ func (r *Router) followRedirects(b *Batch) {
 				continue
 			}
 			switch {
-			case b.slots[i] >= 0 && b.slots[i]&InTransaction != 0:
+			case inTransaction(b, i):
 				if bytes.HasPrefix(rep, clusterDownPrefix) || bytes.HasPrefix(rep, unavailablePrefix) {
 					c.requestRefresh()
 				} else if isRedirect(rep) {
 					hide = true
-					c.NoteMoved(rep) // the client's retry finds the slot's master
+					start, end, ok := transactionAt(b, i)
+					if ok && len(txs) > 0 && txs[len(txs)-1].start == start {
+						continue // its transaction is already to be sent again
+					}
+					var t txRedirect
+					if ok {
+						t, ok = c.transactionRedirect(b, start, end)
+					}
+					if ok {
+						txs = append(txs, t)
+					} else {
+						c.NoteMoved(rep) // the client's retry finds the slot's master
+					}
 				}
 			case bytes.HasPrefix(rep, movedPrefix), bytes.HasPrefix(rep, askPrefix), bytes.HasPrefix(rep, tryAgainPrefix):
 				redo = append(redo, i)
@@ -229,13 +242,13 @@ func (r *Router) followRedirects(b *Batch) {
 			}
 		}
 		if hide {
-			// A transaction's redirects (InTransaction) are not
-			// followed; nor are the others': hiding is per reply, and
-			// those are still to follow. The transaction's commands are
-			// not redone below.
+			// A transaction's command is not sent again alone
+			// (InTransaction): its redirect is the client's TRYAGAIN,
+			// unless the whole transaction is sent again below (txs),
+			// whose replies then replace these.
 			hideRedirects(b, true)
 		}
-		if len(redo) == 0 {
+		if len(redo) == 0 && len(txs) == 0 {
 			return
 		}
 		if round >= c.cfg.MaxRedirects {
@@ -285,6 +298,17 @@ func (r *Router) followRedirects(b *Batch) {
 				sc.add(d, askingCmd, int(b.slots[i])) // its reply is not the client's
 			}
 			sc.loc[i] = sc.add(d, b.cmds[i], int(b.slots[i]))
+		}
+		for _, t := range txs {
+			c.metrics.redirects.WithLabelValues(t.kind).Inc()
+			if t.kind == "moved" {
+				c.learnMoved(t.slot, t.node)
+			} else {
+				sc.add(t.node, askingCmd, t.slot) // kept through the MULTI by Redis; its reply is not the client's
+			}
+			for k := t.start; k <= t.end; k++ { // one part, in order: the transaction stays whole
+				sc.loc[k] = sc.add(t.node, b.cmds[k], int(b.slots[k]))
+			}
 		}
 		if len(sc.parts) == 0 {
 			sc.release()
