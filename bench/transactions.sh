@@ -5,7 +5,7 @@
 # Redis, bin/rproxy and optionally OLD (another rproxy build), in rotating
 # order each round, on one redis-server. twemproxy runs none of them.
 # CLUSTER=1: on a Redis Cluster of three masters instead (rproxy in cluster
-# mode; no direct target: txload is no cluster client).
+# mode; direct Redis is each connection dialling its key's master).
 # Prints per-round figures, then medians of operations per second, the
 # ratios to Redis (and NEW/OLD) and each proxy's CPU per operation.
 set -euo pipefail
@@ -29,6 +29,9 @@ if [ "${CLUSTER:-}" = 1 ]; then
 	rp=${CPORTS[0]}
 	printf 'upstream:\n  mode: cluster\n' >"$dir/cluster.yaml"
 	RPROXY_ARGS="-config $dir/cluster.yaml"
+	targets=(redis)
+	port[redis]=$rp
+	pid[redis]=
 else
 	rp=$(free_port)
 	redis-server --port "$rp" --save '' --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
@@ -42,7 +45,9 @@ start_rproxy rproxy "$new"
 [ -n "$old" ] && start_rproxy rproxy-old "$old"
 
 txload() { # target mode connections operations -> operations per second
-	"$dir/txload" -addr "127.0.0.1:${port[$1]}" -mode "$2" -c "$3" -n "$4" | awk '{print $2}'
+	local cluster=
+	[ "$1" = redis ] && [ "${CLUSTER:-}" = 1 ] && cluster=-cluster
+	"$dir/txload" $cluster -addr "127.0.0.1:${port[$1]}" -mode "$2" -c "$3" -n "$4" | awk '{print $2}'
 }
 echo "round test target ops_per_s cpu_us_per_op" >"$dir/rows"
 nt=${#targets[@]}

@@ -11,6 +11,10 @@
 // mode and operations (transactions, updates, jobs) per second.
 //
 //	go run ./bench/cmd/txload -addr 127.0.0.1:6380 -mode multi -c 50 -n 50000
+//
+// With -cluster, -addr is a node of a Redis Cluster, and each connection
+// goes to the master of its key, found from the MOVED the node answers:
+// the cluster's direct figure, beside a proxy's.
 package main
 
 import (
@@ -20,6 +24,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +36,7 @@ func main() {
 	mode := flag.String("mode", "multi", "multi, watch or queue")
 	conns := flag.Int("c", 10, "connections")
 	n := flag.Int("n", 20000, "operations in all")
+	cluster := flag.Bool("cluster", false, "-addr is a Redis Cluster node: each connection goes to its key's master")
 	flag.Parse()
 	if *conns < 1 || *n < *conns || (*mode != "multi" && *mode != "watch" && *mode != "queue") {
 		fmt.Fprintln(os.Stderr, "txload: -mode multi|watch|queue, -c >= 1, -n >= -c")
@@ -44,7 +50,7 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := run(*addr, *mode, w, per); err != nil {
+			if err := run(*addr, *mode, w, per, *cluster); err != nil {
 				errs <- err
 			}
 		}()
@@ -60,14 +66,24 @@ func main() {
 }
 
 // run is one connection's loop.
-func run(addr, mode string, w, rounds int) error {
+func run(addr, mode string, w, rounds int, cluster bool) error {
+	key, queue := "txload:k:"+strconv.Itoa(w), "txload:q:"+strconv.Itoa(w)
+	if cluster {
+		used := key
+		if mode == "queue" {
+			used = queue
+		}
+		var err error
+		if addr, err = masterOf(addr, used); err != nil {
+			return err
+		}
+	}
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	r := bufio.NewReaderSize(nc, 16<<10)
-	key, queue := "txload:k:"+strconv.Itoa(w), "txload:q:"+strconv.Itoa(w)
 	var fr resp.Framer
 	do := func(out []byte, replies int) error {
 		if _, err := nc.Write(out); err != nil {
@@ -108,6 +124,30 @@ func run(addr, mode string, w, rounds int) error {
 		}
 	}
 	return nil
+}
+
+// masterOf returns the address of the master of key's slot: addr, or
+// the node a MOVED from addr names.
+func masterOf(addr, key string) (string, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	if _, err := nc.Write(resp.AppendCommandString(nil, "EXISTS", key)); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(nc).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if f := strings.Fields(line); len(f) == 3 && f[0] == "-MOVED" {
+		return f[2], nil
+	}
+	if line[0] == '-' {
+		return "", fmt.Errorf("EXISTS %s: %q", key, line)
+	}
+	return addr, nil
 }
 
 // readReply reads one whole reply, failing on an error reply.
