@@ -452,12 +452,9 @@ func (r *Router) HideRedirects(b *Batch) int {
 // hideRedirects is HideRedirects, for the commands marked InTransaction
 // alone when inTx.
 func hideRedirects(b *Batch, inTx bool) int {
-	hidden := func(i int) bool {
-		return isRedirect(b.Reply(i)) && (!inTx || b.slots[i] >= 0 && b.slots[i]&InTransaction != 0)
-	}
 	n := 0
 	for i := range b.replyEnds {
-		if hidden(i) {
+		if isRedirect(b.Reply(i)) && (!inTx || inTransaction(b, i)) {
 			n++
 		}
 	}
@@ -471,7 +468,7 @@ func hideRedirects(b *Batch, inTx bool) int {
 	for i, end := range ends {
 		r := old[start:end]
 		start = end
-		if slot, ok := RedirectSlot(r); ok && (!inTx || b.slots[i] >= 0 && b.slots[i]&InTransaction != 0) {
+		if slot, ok := RedirectSlot(r); ok && (!inTx || inTransaction(b, i)) {
 			r = resp.AppendError(nil, "TRYAGAIN rproxy: slot "+slot+" is moving between the cluster's masters; try again")
 		}
 		b.appendReply(r)

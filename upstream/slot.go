@@ -14,11 +14,12 @@ const SlotAny = -1
 const ReplicaRead = Slots
 
 // InTransaction, or'ed into a command's slot, marks a command of a
-// transaction sent whole on the shared connections: a Router keeps it on
-// the slot's master and does not follow a MOVED, ASK or TRYAGAIN it gets
-// (sent again alone, it would run outside its transaction, which Redis
-// has discarded); the client gets TRYAGAIN, as for a pinned transaction
-// (HideRedirects).
+// transaction sent whole on the shared connections: a Router never sends
+// it again alone after a MOVED, ASK or TRYAGAIN (it would run outside its
+// transaction, which Redis has discarded). The whole transaction goes
+// again where a redirect says when nothing else made Redis discard it
+// (TransactionStart, txredirect.go); otherwise the client gets TRYAGAIN
+// for the redirect, as a pinned session does (HideRedirects).
 const InTransaction = Slots << 1
 
 // Slot is the cluster hash slot of key: CRC16 (XMODEM) of the key, or of
