@@ -323,9 +323,9 @@ func (*routing) replies(*session) {}
 
 // sharedTransactionCommand routes a command of a transaction open on the
 // shared connections (sharedtx.go): whole, to the master of the
-// transaction's slot, its redirects not followed (upstream.InTransaction).
-// Its commands were checked before its MULTI (sharedTransactionCommand):
-// none needs more of routing.
+// transaction's slot, marked upstream.InTransaction (never sent again
+// alone after a redirect). Its commands were checked before its MULTI
+// (sharedTransactionFits): none needs more of routing.
 func (r *routing) sharedTransactionCommand(ss *session, info *command.Info) {
 	ss.slot = ss.route.sharedTxSlot | upstream.InTransaction
 	if info == nil {
