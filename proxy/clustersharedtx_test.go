@@ -11,6 +11,7 @@ import (
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // TestClusterSharedTransactionIsolated: on a cluster, a transaction sent
@@ -134,27 +135,90 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 	})
 }
 
-// TestClusterPinnedMovedCorrectsTheMap: a MOVED that a pinned session's
-// command meets (WATCH, a blocking command, a transaction with a WATCH)
-// reaches the client as TRYAGAIN, and corrects rproxy's slot map as a
-// followed one does, so the client's retry goes to the slot's new
-// master. Before, the map stayed stale until its next timed read
-// (upstream.cluster.refresh, 10 s by default), and every retry got
-// TRYAGAIN until then.
-func TestClusterPinnedMovedCorrectsTheMap(t *testing.T) {
+// TestClusterPinnedSessionFollowsAMovedSlot: a pinned session's batch
+// whose every command meets a MOVED (its slot moved since rproxy read the
+// map), on a pin that held nothing from before, runs again on a
+// connection to the master the MOVED names, as a cluster client retries
+// it, and the MOVED corrects rproxy's map: a WATCH, a blocking command.
+// A pin that holds state (a WATCH on another key) cannot move: there the
+// client gets TRYAGAIN. Before, each got TRYAGAIN, and the map stayed
+// stale until its next timed read (upstream.cluster.refresh, 10 s by
+// default), every retry getting TRYAGAIN until then.
+func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
-	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour })
-	const key = "{pinned}n"
-	c := dialClient(t, p.Addr)
-	movedKey(t, cl, c, key)
-	slot := cl.Slot(key)
-	if r := c.do("WATCH", key); !strings.HasPrefix(r, "-TRYAGAIN rproxy: slot "+strconv.Itoa(slot)+" ") {
-		t.Fatalf("WATCH on the moved slot: %q, want TRYAGAIN", r)
+	start := func() *rawClient {
+		p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour })
+		return dialClient(t, p.Addr)
 	}
-	got := sendAll(c, []string{"WATCH", key}, []string{"GET", key}, []string{"MULTI"}, []string{"SET", key, "11"}, []string{"EXEC"})
-	if want := []string{"+OK\r\n", "$2\r\n10\r\n", "+OK\r\n", "+QUEUED\r\n", "*1\r\n+OK\r\n"}; !slices.Equal(got, want) {
-		t.Fatalf("the retry: %q, want %q", got, want)
-	}
+	t.Run("watch", func(t *testing.T) {
+		c := start()
+		const key = "{pinwatch}n"
+		to := movedKey(t, cl, c, key)
+		got := sendAll(c, []string{"WATCH", key}, []string{"GET", key})
+		got = append(got, sendAll(c, []string{"MULTI"}, []string{"SET", key, "11"}, []string{"EXEC"})...)
+		if want := []string{"+OK\r\n", "$2\r\n10\r\n", "+OK\r\n", "+QUEUED\r\n", "*1\r\n+OK\r\n"}; !slices.Equal(got, want) {
+			t.Fatalf("WATCH, GET, then MULTI, SET, EXEC on the moved slot: %q, want %q", got, want)
+		}
+		if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
+			t.Fatalf("the key is %q on its new master, want 11", r)
+		}
+	})
+	t.Run("blocking", func(t *testing.T) {
+		c := start()
+		const key = "{pinlist}l"
+		if r := c.do("RPUSH", key, "job"); r != ":1\r\n" {
+			t.Fatalf("RPUSH: %q", r)
+		}
+		slot := cl.Slot(key)
+		for _, m := range cl.Masters() {
+			if m.Addr != cl.MasterForSlot(t, slot).Addr {
+				cl.MigrateSlot(t, slot, m)
+				break
+			}
+		}
+		if r := c.do("BLPOP", key, "5"); r != "*2\r\n$10\r\n{pinlist}l\r\n$3\r\njob\r\n" {
+			t.Fatalf("BLPOP on the moved slot: %q", r)
+		}
+	})
+	t.Run("blocking, client leaves", func(t *testing.T) {
+		// One that waits on the new master: a client that leaves still
+		// ends its wait there, as Redis unblocks a client that
+		// disconnects.
+		c := start()
+		to := movedKey(t, cl, c, "{pinwait}x")
+		c.send(resp.AppendCommandString(nil, "BLPOP", "{pinwait}empty", "0"))
+		blocked := func() bool { // a client blocked (flag b) in a BLPOP
+			for _, line := range strings.Split(string(to.Do(t, "CLIENT", "LIST")), "\n") {
+				if strings.Contains(line, " flags=b ") && strings.Contains(line, " cmd=blpop ") {
+					return true
+				}
+			}
+			return false
+		}
+		waitFor(t, "the BLPOP to wait on the slot's new master", blocked)
+		c.nc.Close()
+		waitFor(t, "the BLPOP to end once its client left", func() bool { return !blocked() })
+	})
+	t.Run("held", func(t *testing.T) {
+		c := start()
+		const key = "{pinheld}n"
+		// A key of the same master, watched first: the pin holds the watch.
+		watched := "w0"
+		for i := 1; cl.MasterForSlot(t, cl.Slot(watched)).Addr != cl.MasterForSlot(t, cl.Slot(key)).Addr || cl.Slot(watched) == cl.Slot(key); i++ {
+			watched = "w" + strconv.Itoa(i)
+		}
+		if r := c.do("WATCH", watched); r != "+OK\r\n" {
+			t.Fatalf("WATCH: %q", r)
+		}
+		movedKey(t, cl, dialClient(t, cl.MasterForSlot(t, cl.Slot(key)).Addr), key)
+		if r := c.do("GET", key); !strings.HasPrefix(r, "-TRYAGAIN rproxy: slot "+strconv.Itoa(cl.Slot(key))+" ") {
+			t.Fatalf("GET on the moved slot while a WATCH holds the pin: %q, want TRYAGAIN", r)
+		}
+		// The MOVED corrected the map: after the watch, the GET goes there.
+		if got := sendAll(c, []string{"UNWATCH"}, []string{"GET", key}); got[1] != "$2\r\n10\r\n" {
+			t.Fatalf("UNWATCH, GET: %q", got)
+		}
+	})
 }
 
 // TestClusterSharedTransactionRefusalAborts: a command rproxy refuses

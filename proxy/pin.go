@@ -202,6 +202,7 @@ func (s *Server) doPinned(ss *session) {
 	// The connection state the session holds, or asks for in this batch:
 	// losing it must not go unnoticed.
 	held := ss.inMulti || ss.multiSent || ss.watching || ss.db != 0 || ss.dbUnknown
+	heldBefore := held || ss.pinDirty || ss.pinTracked // before this batch (movePin)
 	for _, t := range ss.track {
 		held = held || t.kind != trackNone
 	}
@@ -217,11 +218,19 @@ func (s *Server) doPinned(ss *session) {
 		}
 	}
 	ss.pin.Do(ss.batch, timeout)
+	rt, cluster := ss.pools[ss.proto].(*upstream.Router)
+	for moves := 0; cluster && !heldBefore && moves < maxPinMoves && s.movePin(ss, rt); moves++ {
+		if stop != nil {
+			stop() // the client's leaving interrupts the new pin's wait
+			stop = ss.conn.NetConn().(*limitedConn).watch(ss.pin.Interrupt)
+		}
+		ss.pin.Do(ss.batch, timeout)
+	}
 	ss.blockedNow.Store(false)
 	if stop != nil {
 		stop()
 	}
-	if rt, ok := ss.pools[ss.proto].(*upstream.Router); ok {
+	if cluster {
 		rt.HideRedirects(ss.batch) // clients see one node (facade.go)
 	}
 	ss.blocking = false
@@ -248,6 +257,52 @@ func (s *Server) doPinned(ss *session) {
 		}
 		s.unpin(ss, false)
 	}
+}
+
+// maxPinMoves bounds the masters one pinned batch follows a MOVED to.
+const maxPinMoves = 3
+
+// movePin moves the session's pin to the master that MOVED replies name,
+// when every reply of the batch just run on it is a MOVED there: nothing
+// of the batch ran, and (the caller checks) the pin held nothing from
+// before it, so the batch can run on a connection to that master as the
+// client sent it, as a cluster client retries it (a WATCH, a blocking
+// command, on a slot that moved since rproxy read the map). It reports
+// whether it moved the pin; the caller runs the batch again. The MOVEDs
+// correct the slot map first.
+func (s *Server) movePin(ss *session, rt *upstream.Router) bool {
+	n := ss.batch.Len()
+	if n == 0 || ss.pin.Broken() {
+		return false
+	}
+	slots := make([]int, n)
+	for i := range n {
+		slot, ok := upstream.MovedSlot(ss.batch.Reply(i))
+		if !ok {
+			return false
+		}
+		slots[i] = slot
+	}
+	for i := range n {
+		rt.NoteMoved(ss.batch.Reply(i))
+	}
+	pool := rt.PinPool(slots[0])
+	if pool == ss.pinPool {
+		return false // the map names this master still
+	}
+	for _, slot := range slots[1:] {
+		if rt.PinPool(slot) != pool {
+			return false
+		}
+	}
+	d, err := pool.Acquire(context.Background())
+	if err != nil {
+		return false
+	}
+	ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it: every command was redirected
+	ss.pin, ss.pinPool = d, pool
+	ss.pinRef.Store(d)
+	return true
 }
 
 // leavesConnectionAsFound reports whether a command run on a pinned

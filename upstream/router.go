@@ -480,6 +480,16 @@ func isRedirect(r []byte) bool {
 	return bytes.HasPrefix(r, movedPrefix) || bytes.HasPrefix(r, askPrefix)
 }
 
+// MovedSlot reports whether r is a MOVED reply, and the slot it names.
+func MovedSlot(r []byte) (int, bool) {
+	kind, slot, _, ok := parseRedirect(r)
+	return slot, ok && kind == "moved" && slot >= 0 && slot < Slots
+}
+
+// NoteMoved corrects the slot map from reply, a MOVED met on a connection
+// that follows no redirect (Cluster.NoteMoved).
+func (r *Router) NoteMoved(reply []byte) { r.c.NoteMoved(reply) }
+
 // RedirectSlot reports whether reply r is a cluster node's MOVED or ASK,
 // and the slot it names ("?" if it names none), for a reply that hides
 // the redirect from a client that sees one node.
