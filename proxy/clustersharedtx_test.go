@@ -42,10 +42,17 @@ func movedKey(t *testing.T, cl *redistest.Cluster, c *rawClient, key string) *re
 		t.Fatalf("SET: %q", r)
 	}
 	slot := cl.Slot(key)
+	to := otherMaster(t, cl, slot)
+	cl.MigrateSlot(t, slot, to)
+	return to
+}
+
+// otherMaster returns a master of cl other than slot's.
+func otherMaster(t *testing.T, cl *redistest.Cluster, slot int) *redistest.ClusterNode {
+	t.Helper()
 	from := cl.MasterForSlot(t, slot)
 	for _, m := range cl.Masters() {
 		if m.Addr != from.Addr {
-			cl.MigrateSlot(t, slot, m)
 			return m
 		}
 	}
@@ -93,13 +100,7 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 			t.Fatalf("SET: %q", r)
 		}
 		slot := cl.Slot(key)
-		var to *redistest.ClusterNode
-		for _, m := range cl.Masters() {
-			if m.Addr != cl.MasterForSlot(t, slot).Addr {
-				to = m
-				break
-			}
-		}
+		to := otherMaster(t, cl, slot)
 		m := cl.BeginMigration(t, slot, to)
 		m.MoveKeys(t, 0) // the key is on the target; the source answers ASK
 		if got := sendAll(c, tx(key)...); !slices.Equal(got, ran) {
@@ -170,12 +171,7 @@ func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 			t.Fatalf("RPUSH: %q", r)
 		}
 		slot := cl.Slot(key)
-		for _, m := range cl.Masters() {
-			if m.Addr != cl.MasterForSlot(t, slot).Addr {
-				cl.MigrateSlot(t, slot, m)
-				break
-			}
-		}
+		cl.MigrateSlot(t, slot, otherMaster(t, cl, slot))
 		if r := c.do("BLPOP", key, "5"); r != "*2\r\n$10\r\n{pinlist}l\r\n$3\r\njob\r\n" {
 			t.Fatalf("BLPOP on the moved slot: %q", r)
 		}

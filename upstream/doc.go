@@ -23,5 +23,8 @@
 // slot map (CLUSTER SHARDS, or CLUSTER SLOTS), and a Router per protocol
 // takes the Pool's place: it sends each command of a batch (Batch.AddSlot)
 // to its slot's master, splitting a batch that spans masters, and follows
-// MOVED, ASK and TRYAGAIN.
+// MOVED, ASK and TRYAGAIN. A transaction's commands (InTransaction) are
+// never sent again alone: a transaction Redis discarded for redirects alone
+// goes again whole (txredirect.go). Commands that come before the first
+// slot map is read wait for it (Cluster.AwaitMap).
 package upstream
