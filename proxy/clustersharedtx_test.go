@@ -243,3 +243,32 @@ func TestClusterSharedTransactionRefusalAborts(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTransactionEdgesInOneWriteMatchRedis: on a cluster,
+// transactions sent in one write with keys of one slot (shared), or with
+// what keeps them pinned (a blocking command, a nested MULTI, a WATCH, a
+// script, no key, an EXEC in a later write), or that Redis refuses in
+// part, get what one Redis answers, and leave the session out of any
+// transaction (keys of three hash tags).
+func TestClusterTransactionEdgesInOneWriteMatchRedis(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	direct := redistest.Start(t)
+	p := startClusterProxy(t, cl)
+	var seqs [][][]string
+	for i := range 3 {
+		k := func(name string) string { return "{e" + strconv.Itoa(i) + "}" + name }
+		seqs = append(seqs,
+			[][]string{{"MULTI"}, {"SET", k("a"), "1"}, {"MGET", k("a"), k("b")}, {"EXEC"}, {"GET", k("a")}},
+			[][]string{{"MULTI"}, {"SET", k("a"), "1"}, {"EXEC", "x"}, {"EXEC"}, {"GET", k("a")}},
+			[][]string{{"MULTI"}, {"SET", k("a")}, {"INCR", k("n")}, {"EXEC"}, {"GET", k("n")}},
+			[][]string{{"MULTI"}, {"SET", k("d"), "1"}, {"DISCARD"}, {"GET", k("d")}},
+			[][]string{{"MULTI"}, {"LPUSH", k("l"), "x"}, {"BLPOP", k("l"), "1"}, {"EXEC"}},
+			[][]string{{"MULTI"}, {"MULTI"}, {"INCR", k("m")}, {"EXEC"}, {"GET", k("m")}},
+			[][]string{{"MULTI"}, {"WATCH", k("w")}, {"INCR", k("w")}, {"EXEC"}},
+			[][]string{{"MULTI"}, {"EVAL", "return redis.call('INCR', KEYS[1])", "1", k("s")}, {"INCR", k("s")}, {"EXEC"}},
+			[][]string{{"MULTI"}, {"PING"}, {"ECHO", "e"}, {"EXEC"}},
+			[][]string{{"MULTI"}, {"INCR", k("later")}},
+		)
+	}
+	transactionsMatch(t, direct.Addr, p.Addr, seqs)
+}

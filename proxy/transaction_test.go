@@ -647,8 +647,17 @@ func TestTransactionEdgesInOneWriteMatchRedis(t *testing.T) {
 		{{"MULTI"}, {"WATCH", "w"}, {"INCR", "w"}, {"EXEC"}},
 		{{"MULTI"}, {"INCR", "later"}},
 	}
+	transactionsMatch(t, direct.Addr, p.Addr, seqs)
+}
+
+// transactionsMatch sends each sequence in one write to Redis at direct
+// and to rproxy at proxy, each on a new connection, then an EXEC (two
+// when the sequence ends with an INCR: its EXEC in a write of its own),
+// and fails the test where the replies differ.
+func transactionsMatch(t *testing.T, direct, proxy string, seqs [][][]string) {
+	t.Helper()
 	for _, seq := range seqs {
-		dc, pc := dialClient(t, direct.Addr), dialClient(t, p.Addr)
+		dc, pc := dialClient(t, direct), dialClient(t, proxy)
 		want, got := sendAll(dc, seq...), sendAll(pc, seq...)
 		if last := seq[len(seq)-1][0]; last == "INCR" { // the EXEC in a write of its own
 			want, got = append(want, dc.do("EXEC")), append(got, pc.do("EXEC"))
