@@ -140,9 +140,10 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 // whose every command meets a MOVED (its slot moved since rproxy read the
 // map), on a pin that held nothing from before, runs again on a
 // connection to the master the MOVED names, as a cluster client retries
-// it, and the MOVED corrects rproxy's map: a WATCH, a blocking command.
-// A pin that holds state (a WATCH on another key) cannot move: there the
-// client gets TRYAGAIN. Before, each got TRYAGAIN, and the map stayed
+// it, and the MOVED corrects rproxy's map: a WATCH, a blocking command;
+// a blocking command also after an ASK (ASKING first, on the importing
+// node). A pin that holds state (a WATCH on another key) cannot move, nor
+// a WATCH after an ASK: there the client gets TRYAGAIN. Before, each got TRYAGAIN, and the map stayed
 // stale until its next timed read (upstream.cluster.refresh, 10 s by
 // default), every retry getting TRYAGAIN until then.
 func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
@@ -175,6 +176,27 @@ func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 		if r := c.do("BLPOP", key, "5"); r != "*2\r\n$10\r\n{pinlist}l\r\n$3\r\njob\r\n" {
 			t.Fatalf("BLPOP on the moved slot: %q", r)
 		}
+	})
+	t.Run("blocking, asked", func(t *testing.T) {
+		// During a migration, with the queue's key moved already: the
+		// source answers ASK, and the BLPOP runs after ASKING on the
+		// target. A WATCH there, whose pin would stay on a node that
+		// serves the slot only after ASKING, gets TRYAGAIN.
+		c := start()
+		const key = "{pinask}l"
+		if r := c.do("RPUSH", key, "job"); r != ":1\r\n" {
+			t.Fatalf("RPUSH: %q", r)
+		}
+		slot := cl.Slot(key)
+		m := cl.BeginMigration(t, slot, otherMaster(t, cl, slot))
+		m.MoveKeys(t, 0)
+		if r := c.do("BLPOP", key, "5"); r != "*2\r\n$9\r\n{pinask}l\r\n$3\r\njob\r\n" {
+			t.Fatalf("BLPOP of a key moved in a migration: %q", r)
+		}
+		if r := c.do("WATCH", key); !strings.HasPrefix(r, "-TRYAGAIN rproxy: slot "+strconv.Itoa(slot)+" ") {
+			t.Fatalf("WATCH of a key moved in a migration: %q, want TRYAGAIN", r)
+		}
+		m.Finish(t)
 	})
 	t.Run("blocking, client leaves", func(t *testing.T) {
 		// One that waits on the new master: a client that leaves still

@@ -219,12 +219,20 @@ func (s *Server) doPinned(ss *session) {
 	}
 	ss.pin.Do(ss.batch, timeout)
 	rt, cluster := ss.pools[ss.proto].(*upstream.Router)
-	for moves := 0; cluster && !heldBefore && moves < maxPinMoves && s.movePin(ss, rt); moves++ {
+	for moves := 0; cluster && !heldBefore && moves < maxPinMoves; moves++ {
+		moved, ask := s.movePin(ss, rt)
+		if !moved {
+			break
+		}
 		if stop != nil {
 			stop() // the client's leaving interrupts the new pin's wait
 			stop = ss.conn.NetConn().(*limitedConn).watch(ss.pin.Interrupt)
 		}
-		ss.pin.Do(ss.batch, timeout)
+		if ask {
+			ss.pin.DoAsking(ss.batch, timeout)
+		} else {
+			ss.pin.Do(ss.batch, timeout)
+		}
 	}
 	ss.blockedNow.Store(false)
 	if stop != nil {
@@ -259,50 +267,51 @@ func (s *Server) doPinned(ss *session) {
 	}
 }
 
-// maxPinMoves bounds the masters one pinned batch follows a MOVED to.
+// maxPinMoves bounds the masters one pinned batch follows a redirect to.
 const maxPinMoves = 3
 
-// movePin moves the session's pin to the master that MOVED replies name,
-// when every reply of the batch just run on it is a MOVED there: nothing
-// of the batch ran, and (the caller checks) the pin held nothing from
-// before it, so the batch can run on a connection to that master as the
-// client sent it, as a cluster client retries it (a WATCH, a blocking
-// command, on a slot that moved since rproxy read the map). It reports
-// whether it moved the pin; the caller runs the batch again. The MOVEDs
-// correct the slot map first.
-func (s *Server) movePin(ss *session, rt *upstream.Router) bool {
+// movePin moves the session's pin to the node that redirects name, when
+// every reply of the batch just run on it is a MOVED there (or an ASK,
+// for a blocking command's batch): nothing of the batch ran, and (the
+// caller checks) the pin held nothing from before it, so the batch can
+// run on a connection to that node as the client sent it, as a cluster
+// client retries it (a WATCH, a blocking command, on a slot that moved
+// since rproxy read the map, or a queue's key already moved in a
+// migration). It reports whether it moved the pin, and whether the batch
+// is to run after ASKING (upstream.Dedicated.DoAsking); the caller runs
+// it again. A MOVED corrects the slot map first. An ASK moves only a
+// blocking command's batch, whose pin goes back when it returns: a pin
+// left on a node that serves the slot only after ASKING would see the
+// session's next commands redirected.
+func (s *Server) movePin(ss *session, rt *upstream.Router) (moved, ask bool) {
 	n := ss.batch.Len()
 	if n == 0 || ss.pin.Broken() {
-		return false
+		return false, false
 	}
-	slots := make([]int, n)
+	var pool *upstream.Pool
 	for i := range n {
-		slot, ok := upstream.MovedSlot(ss.batch.Reply(i))
-		if !ok {
-			return false
+		p, a, ok := rt.RedirectPool(ss.batch.Reply(i))
+		if !ok || i > 0 && (p != pool || a != ask) {
+			return false, false
 		}
-		slots[i] = slot
+		pool, ask = p, a
 	}
-	for i := range n {
-		rt.NoteMoved(ss.batch.Reply(i))
+	if pool == ss.pinPool || ask && !ss.blocking {
+		return false, false
 	}
-	pool := rt.PinPool(slots[0])
-	if pool == ss.pinPool {
-		return false // the map names this master still
-	}
-	for _, slot := range slots[1:] {
-		if rt.PinPool(slot) != pool {
-			return false
+	for _, t := range ss.track {
+		if ask && t.kind != trackNone {
+			return false, false // a WATCH, a MULTI: state the pin would keep
 		}
 	}
 	d, err := pool.Acquire(context.Background())
 	if err != nil {
-		return false
+		return false, false
 	}
 	ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it: every command was redirected
 	ss.pin, ss.pinPool = d, pool
 	ss.pinRef.Store(d)
-	return true
+	return true, ask
 }
 
 // leavesConnectionAsFound reports whether a command run on a pinned

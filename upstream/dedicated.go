@@ -437,6 +437,23 @@ func (d *Dedicated) close() {
 	d.pool.dmu.Unlock()
 }
 
+// DoAsking is Do with ASKING before each of b's commands, whose replies
+// alone b gets: b runs on the node an ASK named, which serves a slot it
+// is importing only to a command after ASKING.
+func (d *Dedicated) DoAsking(b *Batch, timeout time.Duration) {
+	t := NewBatch()
+	for _, c := range b.cmds {
+		t.Add(askingCmd)
+		t.Add(c)
+	}
+	d.Do(t, timeout)
+	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
+	for i := 1; i < len(t.replyEnds); i += 2 {
+		b.appendReply(t.Reply(i))
+	}
+	b.fillErrors(unavailable("connection lost")) // only if t came back short
+}
+
 // Do writes the batch and reads one reply per command into it. timeout
 // bounds the wait for reply progress; 0 means no bound (a blocking command
 // may wait as long as the client asked). On failure the remaining commands

@@ -480,15 +480,24 @@ func isRedirect(r []byte) bool {
 	return bytes.HasPrefix(r, movedPrefix) || bytes.HasPrefix(r, askPrefix)
 }
 
-// MovedSlot reports whether r is a MOVED reply, and the slot it names.
-func MovedSlot(r []byte) (int, bool) {
-	kind, slot, _, ok := parseRedirect(r)
-	return slot, ok && kind == "moved" && slot >= 0 && slot < Slots
+// RedirectPool returns, for reply a MOVED or an ASK, the pool of the
+// node it names and whether it is an ASK; a MOVED first corrects the slot
+// map (Cluster.NoteMoved). For a connection that follows no redirect (a
+// pinned session's) to go where the redirect says.
+func (r *Router) RedirectPool(reply []byte) (pool *Pool, ask, ok bool) {
+	kind, slot, addr, ok := parseRedirect(reply)
+	if !ok || kind == "tryagain" || slot < 0 || slot >= Slots {
+		return nil, false, false
+	}
+	i, err := r.c.node(addr)
+	if err != nil {
+		return nil, false, false
+	}
+	if kind == "moved" {
+		r.c.learnMoved(slot, i)
+	}
+	return (*r.c.nodes.Load())[i].pools[r.proto], kind == "ask", true
 }
-
-// NoteMoved corrects the slot map from reply, a MOVED met on a connection
-// that follows no redirect (Cluster.NoteMoved).
-func (r *Router) NoteMoved(reply []byte) { r.c.NoteMoved(reply) }
 
 // RedirectSlot reports whether reply r is a cluster node's MOVED or ASK,
 // and the slot it names ("?" if it names none), for a reply that hides
