@@ -165,6 +165,30 @@ func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 			t.Fatalf("the key is %q on its new master, want 11", r)
 		}
 	})
+	t.Run("watch, passthrough", func(t *testing.T) {
+		// As a Redis user, whose connections have a slot map of their own
+		// (read through rproxy's): the map routing reads learns the MOVED
+		// too, or the GET after the WATCH, on the pin's new master, is
+		// taken for another master's key (CROSSSLOT).
+		for _, m := range cl.Masters() {
+			m.Do(t, "ACL", "SETUSER", "pinapp", "on", ">pinpw", "~*", "+@all")
+		}
+		p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour; c.AuthPassthrough = true })
+		c := dialClient(t, p.Addr)
+		if r := c.do("AUTH", "pinapp", "pinpw"); r != "+OK\r\n" {
+			t.Fatalf("AUTH: %q", r)
+		}
+		const key = "{pinuser}n"
+		to := movedKey(t, cl, c, key)
+		got := sendAll(c, []string{"WATCH", key}, []string{"GET", key})
+		got = append(got, sendAll(c, []string{"MULTI"}, []string{"SET", key, "11"}, []string{"EXEC"})...)
+		if want := []string{"+OK\r\n", "$2\r\n10\r\n", "+OK\r\n", "+QUEUED\r\n", "*1\r\n+OK\r\n"}; !slices.Equal(got, want) {
+			t.Fatalf("WATCH, GET, then MULTI, SET, EXEC on the moved slot: %q, want %q", got, want)
+		}
+		if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
+			t.Fatalf("the key is %q on its new master, want 11", r)
+		}
+	})
 	t.Run("blocking", func(t *testing.T) {
 		c := start()
 		const key = "{pinlist}l"

@@ -373,6 +373,13 @@ func (c *Cluster) learnMoved(slot int, d int32) {
 		c.version.Add(1)
 	}
 	c.requestRefresh()
+	if via := c.cfg.MapVia; via != nil {
+		// The map this one is read from learns it too: routing reads it
+		// (a passthrough user's connections are this one's).
+		if vd, err := via.node((*c.nodes.Load())[d].addr); err == nil {
+			via.learnMoved(slot, vd)
+		}
+	}
 }
 
 // RequestRefresh asks for the slot map to be read again soon: the caller
