@@ -351,8 +351,11 @@ func (r *routing) sharedTransactionFits(table *command.Table, info *command.Info
 		return keys, false
 	}
 	switch info.Name {
-	case "scan", "eval", "eval_ro", "evalsha", "evalsha_ro", "fcall", "fcall_ro", "cluster", "asking", "wait", "waitaof":
+	case "scan", "eval", "eval_ro", "evalsha", "evalsha_ro", "fcall", "fcall_ro", "cluster", "asking":
 		return keys, false
+	}
+	if waitsForReplicas(info) {
+		return keys, false // routed by the session's last write
 	}
 	keys, _ = command.Keys(keyInfo(table, info, args), args, keys[:0])
 	if len(keys) == 0 {

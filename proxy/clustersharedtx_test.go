@@ -78,6 +78,17 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 	}
 	tx := func(key string) [][]string { return [][]string{{"MULTI"}, {"INCR", key}, {"GET", key}, {"EXEC"}} }
 	ran := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n:11\r\n$2\r\n11\r\n"}
+	// The transaction ran once, on the slot's new master, after one
+	// redirect of kind.
+	ranOnce := func(t *testing.T, p *proxytest.Proxy, to *redistest.ClusterNode, key, kind string) {
+		t.Helper()
+		if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
+			t.Fatalf("the key is %q on its new master, want 11 (the transaction once)", r)
+		}
+		if n := redirects(t, p, kind); n != 1 {
+			t.Errorf("%s redirects followed: %v, want 1 (the transaction, once)", kind, n)
+		}
+	}
 
 	t.Run("moved", func(t *testing.T) {
 		p, c := start()
@@ -86,12 +97,7 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 		if got := sendAll(c, tx(key)...); !slices.Equal(got, ran) {
 			t.Fatalf("the transaction on the moved slot: %q, want %q", got, ran)
 		}
-		if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
-			t.Fatalf("the key is %q on its new master, want 11 (the transaction once)", r)
-		}
-		if n := redirects(t, p, "moved"); n != 1 {
-			t.Errorf("moved redirects followed: %v, want 1 (the transaction, once)", n)
-		}
+		ranOnce(t, p, to, key, "moved")
 	})
 	t.Run("ask", func(t *testing.T) {
 		p, c := start()
@@ -107,12 +113,7 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 			t.Fatalf("the transaction on the migrating slot: %q, want %q", got, ran)
 		}
 		m.Finish(t)
-		if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
-			t.Fatalf("the key is %q on its new master, want 11 (the transaction once)", r)
-		}
-		if n := redirects(t, p, "ask"); n != 1 {
-			t.Errorf("ask redirects followed: %v, want 1", n)
-		}
+		ranOnce(t, p, to, key, "ask")
 	})
 	t.Run("refused inside", func(t *testing.T) {
 		_, c := start()

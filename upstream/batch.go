@@ -19,8 +19,9 @@ type Batch struct {
 	// cmds are the commands' raw RESP bytes, referenced, not copied: they
 	// are copied once, into the connection's write buffer, inside Pool.Do.
 	cmds [][]byte
-	// slots[i] is the cluster hash slot of command i (SlotAny: no key);
-	// only a cluster Router reads it.
+	// slots[i] is the cluster hash slot of command i (SlotAny: no key),
+	// with ReplicaRead, InTransaction or TransactionStart or'ed in; only a
+	// cluster Router (and a Sentinel's replica router) reads it.
 	slots []int32
 
 	replies   []byte // replies, back to back, exactly as Redis sent them
