@@ -115,6 +115,32 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 		m.Finish(t)
 		ranOnce(t, p, to, key, "ask")
 	})
+	t.Run("split by a migration", func(t *testing.T) {
+		// Two keys of one slot, one moved to the target and one not:
+		// Redis answers the EXEC TRYAGAIN on either node, having run
+		// nothing. The transaction goes again whole after a pause (up to
+		// max_redirects rounds) until the migration has moved both.
+		p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour; c.Cluster.MaxRedirects = 16 })
+		c := dialClient(t, p.Addr)
+		const a, b = "{split}a", "{split}b"
+		if got := sendAll(c, []string{"SET", a, "10"}, []string{"SET", b, "10"}); got[0] != "+OK\r\n" || got[1] != "+OK\r\n" {
+			t.Fatalf("SET: %q", got)
+		}
+		slot := cl.Slot(a)
+		to := otherMaster(t, cl, slot)
+		m := cl.BeginMigration(t, slot, to)
+		if n := m.MoveKeys(t, 1); n != 1 {
+			t.Fatalf("moved %d keys, want 1", n)
+		}
+		c.send(pipeline([]string{"MULTI"}, []string{"INCR", a}, []string{"INCR", b}, []string{"EXEC"}))
+		waitFor(t, "rproxy to meet TRYAGAIN", func() bool { return redirects(t, p, "tryagain") > 0 })
+		m.MoveKeys(t, 0)
+		c.readPrefixes("+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n:11\r\n:11\r\n")
+		m.Finish(t)
+		if got := to.Do(t, "MGET", a, b); string(got) != "*2\r\n$2\r\n11\r\n$2\r\n11\r\n" {
+			t.Fatalf("the keys are %q on their new master, want 11 and 11 (the transaction once)", got)
+		}
+	})
 	t.Run("refused inside", func(t *testing.T) {
 		_, c := start()
 		const key = "{refused}n"
@@ -141,12 +167,14 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 // whose every command meets a MOVED (its slot moved since rproxy read the
 // map), on a pin that held nothing from before, runs again on a
 // connection to the master the MOVED names, as a cluster client retries
-// it, and the MOVED corrects rproxy's map: a WATCH, a blocking command;
-// a blocking command also after an ASK (ASKING first, on the importing
-// node). A pin that holds state (a WATCH on another key) cannot move, nor
-// a WATCH after an ASK: there the client gets TRYAGAIN. Before, each got TRYAGAIN, and the map stayed
-// stale until its next timed read (upstream.cluster.refresh, 10 s by
-// default), every retry getting TRYAGAIN until then.
+// it, and the MOVED corrects rproxy's map: a WATCH, a blocking command, a
+// transaction's first command (with its MULTI). Or all after an ASK, on
+// the importing node, where every command of the session runs after
+// ASKING from then on. A pin that holds state (a WATCH on another key)
+// cannot move: there the client gets TRYAGAIN. Before, each got
+// TRYAGAIN, and after a MOVED the map stayed stale until its next timed
+// read (upstream.cluster.refresh, 10 s by default), every retry getting
+// TRYAGAIN until then; after an ASK, until the migration ended.
 func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	start := func() *rawClient {
@@ -194,26 +222,63 @@ func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 			t.Fatalf("BLPOP on the moved slot: %q", r)
 		}
 	})
-	t.Run("blocking, asked", func(t *testing.T) {
-		// During a migration, with the queue's key moved already: the
-		// source answers ASK, and the BLPOP runs after ASKING on the
-		// target. A WATCH there, whose pin would stay on a node that
-		// serves the slot only after ASKING, gets TRYAGAIN.
+	t.Run("asked", func(t *testing.T) {
+		// During a migration, with the keys moved already: the source
+		// answers ASK. A BLPOP runs after ASKING on the target; so do a
+		// WATCH and what follows it, the watch holding there (another
+		// client's write makes the EXEC fail), and a transaction typed
+		// command by command.
 		c := start()
-		const key = "{pinask}l"
-		if r := c.do("RPUSH", key, "job"); r != ":1\r\n" {
-			t.Fatalf("RPUSH: %q", r)
+		const key, n = "{pinask}l", "{pinask}n"
+		if got := sendAll(c, []string{"RPUSH", key, "job"}, []string{"SET", n, "10"}); got[0] != ":1\r\n" || got[1] != "+OK\r\n" {
+			t.Fatalf("RPUSH, SET: %q", got)
 		}
 		slot := cl.Slot(key)
-		m := cl.BeginMigration(t, slot, otherMaster(t, cl, slot))
+		to := otherMaster(t, cl, slot)
+		m := cl.BeginMigration(t, slot, to)
 		m.MoveKeys(t, 0)
 		if r := c.do("BLPOP", key, "5"); r != "*2\r\n$9\r\n{pinask}l\r\n$3\r\njob\r\n" {
 			t.Fatalf("BLPOP of a key moved in a migration: %q", r)
 		}
-		if r := c.do("WATCH", key); !strings.HasPrefix(r, "-TRYAGAIN rproxy: slot "+strconv.Itoa(slot)+" ") {
-			t.Fatalf("WATCH of a key moved in a migration: %q, want TRYAGAIN", r)
+		var got []string
+		for _, cmd := range [][]string{{"WATCH", n}, {"GET", n}, {"MULTI"}, {"SET", n, "11"}, {"EXEC"}} {
+			got = append(got, c.do(cmd...))
+		}
+		if want := []string{"+OK\r\n", "$2\r\n10\r\n", "+OK\r\n", "+QUEUED\r\n", "*1\r\n+OK\r\n"}; !slices.Equal(got, want) {
+			t.Fatalf("WATCH, GET, MULTI, SET, EXEC of a key moved in a migration: %q, want %q", got, want)
+		}
+		other := dialClient(t, to.Addr)
+		got = sendAll(c, []string{"WATCH", n}, []string{"GET", n})
+		other.pipeline([]string{"ASKING"}, []string{"SET", n, "12"})
+		got = append(got, sendAll(c, []string{"MULTI"}, []string{"SET", n, "13"}, []string{"EXEC"})...)
+		if want := []string{"+OK\r\n", "$2\r\n11\r\n", "+OK\r\n", "+QUEUED\r\n", "*-1\r\n"}; !slices.Equal(got, want) {
+			t.Fatalf("the same with another client's write after the WATCH: %q, want %q", got, want)
+		}
+		got = got[:0]
+		for _, cmd := range [][]string{{"MULTI"}, {"INCR", n}, {"GET", n}, {"EXEC"}} {
+			got = append(got, c.do(cmd...))
+		}
+		if want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n:13\r\n$2\r\n13\r\n"}; !slices.Equal(got, want) {
+			t.Fatalf("MULTI, INCR, GET, EXEC, each alone: %q, want %q", got, want)
 		}
 		m.Finish(t)
+		if r := string(to.Do(t, "GET", n)); r != "$2\r\n13\r\n" {
+			t.Fatalf("the key is %q on its new master, want 13", r)
+		}
+	})
+	t.Run("transaction", func(t *testing.T) {
+		// Typed command by command: the MULTI goes with the first
+		// command, and both follow the MOVED.
+		c := start()
+		const key = "{pintx}n"
+		movedKey(t, cl, c, key)
+		var got []string
+		for _, cmd := range [][]string{{"MULTI"}, {"INCR", key}, {"EXEC"}} {
+			got = append(got, c.do(cmd...))
+		}
+		if want := []string{"+OK\r\n", "+QUEUED\r\n", "*1\r\n:11\r\n"}; !slices.Equal(got, want) {
+			t.Fatalf("MULTI, INCR, EXEC on the moved slot: %q, want %q", got, want)
+		}
 	})
 	t.Run("blocking, client leaves", func(t *testing.T) {
 		// One that waits on the new master: a client that leaves still

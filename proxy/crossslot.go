@@ -34,7 +34,9 @@ func (r *routing) crossSlotCommand(ss *session) bool {
 	}
 	// By address: the pin may be of the other protocol's pool (HELLO
 	// while pinned switches the connection, not the pool it came from).
-	if ss.pinPool.Address() == r.cluster.MasterAddr(ss.slot&(upstream.Slots-1)) {
+	// A pin that followed an ASK serves the slot it asks for.
+	slot := ss.slot & (upstream.Slots - 1)
+	if ss.pinPool.Address() == r.cluster.MasterAddr(slot) || ss.pinAsking && slot == ss.pinAskSlot {
 		r.endKeyless(ss) // the transaction's first key is here: it stays
 		return false
 	}

@@ -202,7 +202,9 @@ func (s *Server) doPinned(ss *session) {
 	// The connection state the session holds, or asks for in this batch:
 	// losing it must not go unnoticed.
 	held := ss.inMulti || ss.multiSent || ss.watching || ss.db != 0 || ss.dbUnknown
-	heldBefore := held || ss.pinDirty || ss.pinTracked // before this batch (movePin)
+	// Before this batch (movePin): Redis's state, not the client's view,
+	// which counts a MULTI sent in this batch.
+	heldBefore := ss.inMulti || ss.watching || ss.db != 0 || ss.dbUnknown || ss.pinDirty || ss.pinTracked
 	for _, t := range ss.track {
 		held = held || t.kind != trackNone
 	}
@@ -217,22 +219,17 @@ func (s *Server) doPinned(ss *session) {
 			ss.pinDirty = !leavesConnectionAsFound(table.Lookup(rawCommandName(ss.batch.Command(i))))
 		}
 	}
-	ss.pin.Do(ss.batch, timeout)
+	ss.runPinned(timeout)
 	rt, cluster := ss.pools[ss.proto].(*upstream.Router)
 	for moves := 0; cluster && !heldBefore && moves < maxPinMoves; moves++ {
-		moved, ask := s.movePin(ss, rt)
-		if !moved {
+		if !s.movePin(ss, rt) {
 			break
 		}
 		if stop != nil {
 			stop() // the client's leaving interrupts the new pin's wait
 			stop = ss.conn.NetConn().(*limitedConn).watch(ss.pin.Interrupt)
 		}
-		if ask {
-			ss.pin.DoAsking(ss.batch, timeout)
-		} else {
-			ss.pin.Do(ss.batch, timeout)
-		}
+		ss.runPinned(timeout)
 	}
 	ss.blockedNow.Store(false)
 	if stop != nil {
@@ -270,48 +267,90 @@ func (s *Server) doPinned(ss *session) {
 // maxPinMoves bounds the masters one pinned batch follows a redirect to.
 const maxPinMoves = 3
 
+// runPinned runs the batch on the pin, after ASKING where the pin needs it
+// (pinAsking).
+func (ss *session) runPinned(timeout time.Duration) {
+	if ss.pinAsking {
+		ss.pin.DoAsking(ss.batch, timeout, ss.askingQueued())
+	} else {
+		ss.pin.Do(ss.batch, timeout)
+	}
+}
+
+// askingQueued reports, for each command of the batch, whether it runs
+// inside a transaction on the pin (from the state Redis's replies settled
+// and the batch's MULTI, EXEC and DISCARD): Redis keeps an ASKING flag
+// through a transaction, and would queue an ASKING sent inside one.
+func (ss *session) askingQueued() []bool {
+	in := ss.inMulti
+	queued := make([]bool, len(ss.track))
+	for i, t := range ss.track {
+		queued[i] = in
+		switch t.kind {
+		case trackMulti:
+			in = true
+		case trackExec:
+			in = false
+		}
+	}
+	return queued
+}
+
 // movePin moves the session's pin to the node that redirects name, when
-// every reply of the batch just run on it is a MOVED there (or an ASK,
-// for a blocking command's batch): nothing of the batch ran, and (the
-// caller checks) the pin held nothing from before it, so the batch can
-// run on a connection to that node as the client sent it, as a cluster
-// client retries it (a WATCH, a blocking command, on a slot that moved
-// since rproxy read the map, or a queue's key already moved in a
-// migration). It reports whether it moved the pin, and whether the batch
-// is to run after ASKING (upstream.Dedicated.DoAsking); the caller runs
-// it again. A MOVED corrects the slot map first. An ASK moves only a
-// blocking command's batch, whose pin goes back when it returns: a pin
-// left on a node that serves the slot only after ASKING would see the
-// session's next commands redirected.
-func (s *Server) movePin(ss *session, rt *upstream.Router) (moved, ask bool) {
+// every reply of the batch just run on it is a MOVED there, or every one
+// an ASK there: nothing of the batch ran, and (the caller checks) the pin
+// held nothing from before it, so the batch can run on a connection to
+// that node as the client sent it, as a cluster client retries it (a
+// WATCH, a blocking command or a transaction's first command on a slot
+// that moved since rproxy read the map, or whose key already moved in a
+// migration). A transaction the batch opened is the exception: its MULTI
+// answered +OK, and its EXEC EXECABORT (Redis discarded it for the
+// redirects) or its DISCARD +OK. It reports whether it moved the pin; the
+// caller runs the batch again. A MOVED corrects the slot map first. After
+// an ASK the pin stays on a node that serves the slot only after ASKING,
+// so every batch on it from then on runs after ASKING (pinAsking): the
+// session's WATCH and transaction follow the key through the migration.
+func (s *Server) movePin(ss *session, rt *upstream.Router) bool {
 	n := ss.batch.Len()
-	if n == 0 || ss.pin.Broken() {
-		return false, false
+	if n == 0 || ss.pin.Broken() || len(ss.track) != n {
+		return false
 	}
 	var pool *upstream.Pool
+	ask, redirected, inMulti, slot := false, false, false, ""
 	for i := range n {
-		p, a, ok := rt.RedirectPool(ss.batch.Reply(i))
-		if !ok || i > 0 && (p != pool || a != ask) {
-			return false, false
+		r := ss.batch.Reply(i)
+		switch k := ss.track[i].kind; {
+		case k == trackMulti && !inMulti && string(r) == "+OK\r\n":
+			inMulti = true
+			continue
+		case k == trackExec && inMulti && (bytes.HasPrefix(r, []byte("-EXECABORT")) || string(r) == "+OK\r\n"):
+			inMulti = false
+			continue
 		}
-		pool, ask = p, a
-	}
-	if pool == ss.pinPool || ask && !ss.blocking {
-		return false, false
-	}
-	for _, t := range ss.track {
-		if ask && t.kind != trackNone {
-			return false, false // a WATCH, a MULTI: state the pin would keep
+		p, a, ok := rt.RedirectPool(r)
+		if !ok || redirected && (p != pool || a != ask) {
+			return false
 		}
+		pool, ask, redirected = p, a, true
+		slot, _ = upstream.RedirectSlot(r)
+	}
+	if !redirected || pool == ss.pinPool {
+		return false
 	}
 	d, err := pool.Acquire(context.Background())
 	if err != nil {
-		return false, false
+		return false
 	}
-	ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it: every command was redirected
+	if inMulti {
+		ss.pinPool.Release(ss.pin) // its transaction, which ran nothing, is reset
+	} else {
+		ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it: every command was redirected
+	}
 	ss.pin, ss.pinPool = d, pool
 	ss.pinRef.Store(d)
-	return true, ask
+	ss.pinAsking = ask
+	ss.pinAskSlot, _ = strconv.Atoi(slot) // RedirectPool read it
+	return true
 }
 
 // leavesConnectionAsFound reports whether a command run on a pinned
@@ -386,7 +425,7 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 	default:
 		ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it that a RESET would clear
 	}
-	ss.pin, ss.pinDirty, ss.pinTracked = nil, false, false
+	ss.pin, ss.pinDirty, ss.pinTracked, ss.pinAsking = nil, false, false, false
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
 	ss.track = ss.track[:0]
 	ss.route.crossSlotTx = false

@@ -88,12 +88,17 @@ type session struct {
 	// Pinning: while the session holds connection state, its commands run on
 	// a dedicated upstream connection. track holds, for each command in
 	// batch while pinned, the state it may change; the replies decide.
-	pin        *upstream.Dedicated
-	pinPool    *upstream.Pool                     // the pool the pin came from
-	pinRef     atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
-	pinDirty   bool                               // a command other than a blocking one ran on pin: it is reset when released
-	redirect   int64                              // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
-	trackBcast bool                               // CLIENT TRACKING on in BCAST mode
+	pin      *upstream.Dedicated
+	pinPool  *upstream.Pool                     // the pool the pin came from
+	pinRef   atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
+	pinDirty bool                               // a command other than a blocking one ran on pin: it is reset when released
+	// pinAsking: the pin followed an ASK to the node importing slot
+	// pinAskSlot (movePin), which serves the slot only to commands after
+	// ASKING: each batch on it runs with ASKING before it (askingQueued).
+	pinAsking  bool
+	pinAskSlot int
+	redirect   int64 // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
+	trackBcast bool  // CLIENT TRACKING on in BCAST mode
 	// trackPrefixes: in BCAST mode, the prefixes Redis holds for the
 	// session ("" for none given); each CLIENT TRACKING on adds to them.
 	trackPrefixes [][]byte

@@ -437,19 +437,33 @@ func (d *Dedicated) close() {
 	d.pool.dmu.Unlock()
 }
 
-// DoAsking is Do with ASKING before each of b's commands, whose replies
+// DoAsking is Do with ASKING before each of b's commands but those that
+// queued[i] says run inside a transaction (nil: none), whose replies
 // alone b gets: b runs on the node an ASK named, which serves a slot it
-// is importing only to a command after ASKING.
-func (d *Dedicated) DoAsking(b *Batch, timeout time.Duration) {
+// is importing only to a command after ASKING. Redis keeps the flag from
+// an ASKING before MULTI until the transaction ends, and would queue an
+// ASKING sent inside it.
+func (d *Dedicated) DoAsking(b *Batch, timeout time.Duration, queued []bool) {
 	t := NewBatch()
-	for _, c := range b.cmds {
-		t.Add(askingCmd)
+	asked := make([]bool, len(b.cmds))
+	for i, c := range b.cmds {
+		if asked[i] = i >= len(queued) || !queued[i]; asked[i] {
+			t.Add(askingCmd)
+		}
 		t.Add(c)
 	}
 	d.Do(t, timeout)
 	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
-	for i := 1; i < len(t.replyEnds); i += 2 {
-		b.appendReply(t.Reply(i))
+	at := 0
+	for i := range b.cmds {
+		if asked[i] {
+			at++
+		}
+		if at >= len(t.replyEnds) {
+			break
+		}
+		b.appendReply(t.Reply(at))
+		at++
 	}
 	b.fillErrors(unavailable("connection lost")) // only if t came back short
 }

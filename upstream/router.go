@@ -219,7 +219,7 @@ func (r *Router) followRedirects(b *Batch) {
 			case inTransaction(b, i):
 				if bytes.HasPrefix(rep, clusterDownPrefix) || bytes.HasPrefix(rep, unavailablePrefix) {
 					c.requestRefresh()
-				} else if isRedirect(rep) {
+				} else if isRedirect(rep) || bytes.HasPrefix(rep, tryAgainPrefix) {
 					hide = true
 					start, end, ok := transactionAt(b, i)
 					if ok && len(txs) > 0 && txs[len(txs)-1].start == start {
@@ -301,10 +301,16 @@ func (r *Router) followRedirects(b *Batch) {
 		}
 		for _, t := range txs {
 			c.metrics.redirects.WithLabelValues(t.kind).Inc()
-			if t.kind == "moved" {
+			switch t.kind {
+			case "moved":
 				c.learnMoved(t.slot, t.node)
-			} else {
+			case "ask":
 				sc.add(t.node, askingCmd, t.slot) // kept through the MULTI by Redis; its reply is not the client's
+			case "tryagain":
+				if !paused {
+					time.Sleep(tryAgainPause)
+					paused = true
+				}
 			}
 			for k := t.start; k <= t.end; k++ { // one part, in order: the transaction stays whole
 				sc.loc[k] = sc.add(t.node, b.cmds[k], int(b.slots[k]))

@@ -34,7 +34,8 @@ func transactionAt(b *Batch, i int) (start, end int, ok bool) {
 }
 
 // txRedirect is a transaction to send again whole: commands start..end
-// of the batch, to node (after ASKING for an ASK), for slot.
+// of the batch, to node (after ASKING for an ASK, after a pause for a
+// TRYAGAIN), for slot.
 type txRedirect struct {
 	start, end int
 	kind       string
@@ -49,10 +50,14 @@ var (
 )
 
 // transactionRedirect reports whether the transaction start..end was
-// discarded by Redis for redirects alone, all to one node: its MULTI
-// answered +OK, each command +QUEUED or redirected, its EXEC EXECABORT or
-// redirected, and at least one redirect. Anything else (a queue-time
-// error, a DISCARD, an EXEC that ran) is the client's answer.
+// discarded by Redis for redirects alone, all of one kind to one node: its
+// MULTI answered +OK, each command +QUEUED or redirected, its EXEC
+// EXECABORT or redirected, and at least one redirect. A TRYAGAIN (the
+// keys of a command, or of the whole transaction at EXEC, are split
+// between the two nodes of a slot migration) counts as a redirect to the
+// slot's master, where it goes again after a pause, as a command alone
+// does. Anything else (a queue-time error, a DISCARD, an EXEC that ran) is
+// the client's answer.
 func (c *Cluster) transactionRedirect(b *Batch, start, end int) (txRedirect, bool) {
 	t := txRedirect{start: start, end: end}
 	if start == end || !bytes.Equal(b.Reply(start), okReply) {
@@ -64,15 +69,26 @@ func (c *Cluster) transactionRedirect(b *Batch, start, end int) (txRedirect, boo
 		if bytes.Equal(rep, queuedReply) && k < end || k == end && bytes.HasPrefix(rep, execAbort) {
 			continue
 		}
-		if !isRedirect(rep) {
-			return t, false
-		}
 		kind, slot, addr, ok := parseRedirect(rep)
-		if !ok || slot < 0 || slot >= Slots {
+		if !ok {
 			return t, false
 		}
-		d, err := c.node(addr)
-		if err != nil || redirected && (kind != t.kind || d != t.node) {
+		var d int32
+		if kind == "tryagain" {
+			slot = int(b.slots[start] & (Slots - 1))
+			if d = c.slots[slot].Load(); d < 0 {
+				return t, false
+			}
+		} else {
+			if !isRedirect(rep) || slot < 0 || slot >= Slots {
+				return t, false
+			}
+			var err error
+			if d, err = c.node(addr); err != nil {
+				return t, false
+			}
+		}
+		if redirected && (kind != t.kind || d != t.node) {
 			return t, false
 		}
 		t.kind, t.slot, t.node, redirected = kind, slot, d, true

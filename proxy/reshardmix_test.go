@@ -1,0 +1,348 @@
+package proxy_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/resp"
+)
+
+// movedSince is the error kind allowed during a reshard: a pinned
+// session's command meets a redirect after its WATCH or inside its
+// transaction typed command by command (the key moved between them), and
+// the client gets TRYAGAIN, or EXECABORT after one (docs/cluster.md).
+const movedSince = "key moved since the WATCH or the MULTI"
+
+// reshardLoad is one kind of client work run during a reshard: each
+// worker has its own connection and records what Redis acknowledged.
+type reshardLoad struct {
+	mu     sync.Mutex
+	errors map[string][]string // kind -> error replies seen
+}
+
+func (l *reshardLoad) fail(kind, what string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.errors[kind]) < 20 {
+		l.errors[kind] = append(l.errors[kind], what)
+	} else {
+		l.errors[kind][19] = fmt.Sprintf("%s (and more)", what)
+	}
+}
+
+// rawDo sends cmds in one write and reads one reply each, for goroutines.
+func rawDo(c *rawClient, cmds ...[]string) ([]string, error) {
+	var b []byte
+	for _, cmd := range cmds {
+		b = resp.AppendCommandString(b, cmd...)
+	}
+	c.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.nc.Write(b); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(cmds))
+	for i := range cmds {
+		r, err := resp.ReadReply(c.rd, nil)
+		if err != nil {
+			return out[:i], err
+		}
+		out[i] = string(r)
+	}
+	return out, nil
+}
+
+func intReply(r string) (int64, bool) {
+	if !strings.HasPrefix(r, ":") {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(r[1:]), 10, 64)
+	return n, err == nil
+}
+
+// bulkIntOrNil reads a bulk string's number; a nil bulk is 0.
+func bulkIntOrNil(r string) (int64, bool) {
+	if r == "$-1\r\n" {
+		return 0, true
+	}
+	return bulkInt(r)
+}
+
+// TestClusterReshardUnderMixedLoad moves slots between masters, keys a few
+// at a time (so that clients meet ASK as well as MOVED), while clients
+// run what applications run through rproxy: transactions sent whole,
+// WATCH loops, transactions typed command by command, queues with BRPOP,
+// scripts and hash-tag MSET/MGET. Every acknowledged write is in the final
+// data exactly once, and no client gets an error but movedSince's: a
+// WATCH, a transaction's first command, a shared transaction split by the
+// migration (TRYAGAIN at EXEC) each follow the key (before 2026-11-29 they
+// got TRYAGAIN until the slot's migration ended).
+func TestClusterReshardUnderMixedLoad(t *testing.T) {
+	dur := 2 * time.Second
+	if s := os.Getenv("RPROXY_RESHARD_FOR"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dur = d
+	}
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	load := &reshardLoad{errors: map[string][]string{}}
+	const keys = 4
+	stop := make(chan struct{})
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	var wg sync.WaitGroup
+	run := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	var txAcked, watchAcked, multiAcked, evalAcked [keys]atomic.Int64
+	var pushed, popped [keys]atomic.Int64
+	var slotsUsed []int
+	for k := range keys {
+		for _, key := range []string{
+			fmt.Sprintf("{tx%d}a", k), fmt.Sprintf("w:%d", k), fmt.Sprintf("im:%d", k),
+			fmt.Sprintf("q:%d", k), fmt.Sprintf("ev:%d", k), fmt.Sprintf("{m%d}a", k),
+		} {
+			slotsUsed = append(slotsUsed, cl.Slot(key))
+		}
+	}
+	for w := range keys {
+		k := w
+		// Transactions sent whole: both counters always equal.
+		run(func() {
+			c := dialClient(t, p.Addr)
+			a, b := fmt.Sprintf("{tx%d}a", k), fmt.Sprintf("{tx%d}b", k)
+			for !stopped() {
+				r, err := rawDo(c, []string{"MULTI"}, []string{"INCR", a}, []string{"INCR", b}, []string{"EXEC"})
+				if err != nil {
+					load.fail("tx", err.Error())
+					return
+				}
+				if r[0] != "+OK\r\n" || r[1] != "+QUEUED\r\n" || r[2] != "+QUEUED\r\n" || !strings.HasPrefix(r[3], "*2\r\n") {
+					load.fail("tx", strings.Join(r, " "))
+					continue
+				}
+				parts := strings.Split(r[3], "\r\n")
+				if parts[1] != parts[2] {
+					load.fail("tx", "counters differ: "+r[3])
+				}
+				txAcked[k].Add(1)
+			}
+		})
+		// WATCH loop, each step its own round trip.
+		run(func() {
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("w:%d", k)
+			for !stopped() {
+				r, err := rawDo(c, []string{"WATCH", key})
+				if err != nil {
+					load.fail("watch", err.Error())
+					return
+				}
+				if r[0] != "+OK\r\n" {
+					load.fail("watch", "WATCH: "+r[0])
+					continue
+				}
+				r, err = rawDo(c, []string{"GET", key})
+				if err != nil {
+					load.fail("watch", err.Error())
+					return
+				}
+				v, ok := bulkIntOrNil(r[0])
+				if !ok {
+					load.fail(movedSince, "GET: "+r[0])
+					rawDo(c, []string{"UNWATCH"})
+					continue
+				}
+				r, err = rawDo(c, []string{"MULTI"}, []string{"SET", key, strconv.FormatInt(v+1, 10)}, []string{"EXEC"})
+				if err != nil {
+					load.fail("watch", err.Error())
+					return
+				}
+				switch {
+				case r[2] == "*-1\r\n":
+				case r[2] == "*1\r\n+OK\r\n":
+					watchAcked[k].Add(1)
+				default:
+					load.fail(movedSince, strings.Join(r, " "))
+				}
+			}
+		})
+		// Interactive MULTI: each command read before the next is sent.
+		run(func() {
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("im:%d", k)
+			for !stopped() {
+				var got []string
+				for _, cmd := range [][]string{{"MULTI"}, {"INCR", key}, {"EXEC"}} {
+					r, err := rawDo(c, cmd)
+					if err != nil {
+						load.fail("multi", err.Error())
+						return
+					}
+					got = append(got, r[0])
+				}
+				if got[0] != "+OK\r\n" || got[1] != "+QUEUED\r\n" {
+					load.fail("multi", strings.Join(got, " "))
+					continue
+				}
+				if !strings.HasPrefix(got[2], "*1\r\n:") {
+					load.fail(movedSince, strings.Join(got, " "))
+					continue
+				}
+				multiAcked[k].Add(1)
+			}
+		})
+		// A queue: one producer, one consumer blocking on it.
+		run(func() {
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("q:%d", k)
+			for i := 0; !stopped(); i++ {
+				r, err := rawDo(c, []string{"LPUSH", key, strconv.Itoa(i)})
+				if err != nil {
+					load.fail("lpush", err.Error())
+					return
+				}
+				if _, ok := intReply(r[0]); !ok {
+					load.fail("lpush", r[0])
+					continue
+				}
+				pushed[k].Add(1)
+			}
+		})
+		run(func() {
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("q:%d", k)
+			for !stopped() {
+				r, err := rawDo(c, []string{"BRPOP", key, "1"})
+				if err != nil {
+					load.fail("brpop", err.Error())
+					return
+				}
+				switch {
+				case r[0] == "*-1\r\n":
+				case strings.HasPrefix(r[0], "*2\r\n"):
+					popped[k].Add(1)
+				default:
+					load.fail("brpop", r[0])
+				}
+			}
+		})
+		// Scripts.
+		run(func() {
+			c := dialClient(t, p.Addr)
+			key := fmt.Sprintf("ev:%d", k)
+			for !stopped() {
+				r, err := rawDo(c, []string{"EVAL", "return redis.call('INCR', KEYS[1])", "1", key})
+				if err != nil {
+					load.fail("eval", err.Error())
+					return
+				}
+				if _, ok := intReply(r[0]); !ok {
+					load.fail("eval", r[0])
+					continue
+				}
+				evalAcked[k].Add(1)
+			}
+		})
+		// MSET then MGET of two keys of one slot: the MGET sees both.
+		run(func() {
+			c := dialClient(t, p.Addr)
+			a, b := fmt.Sprintf("{m%d}a", k), fmt.Sprintf("{m%d}b", k)
+			for i := 0; !stopped(); i++ {
+				v := strconv.Itoa(i)
+				r, err := rawDo(c, []string{"MSET", a, v, b, v}, []string{"MGET", a, b})
+				if err != nil {
+					load.fail("mset", err.Error())
+					return
+				}
+				want := fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(v), v, len(v), v)
+				if r[0] != "+OK\r\n" || r[1] != want {
+					load.fail("mset", r[0]+" "+r[1])
+				}
+			}
+		})
+	}
+	// Reshard: each slot in use, in turn, to the next master, a key at a
+	// time.
+	masters := cl.Masters()
+	rng := rand.New(rand.NewPCG(1, 2))
+	deadline := time.Now().Add(dur)
+	migrations, keysMoved := 0, 0
+	for time.Now().Before(deadline) {
+		slot := slotsUsed[rng.IntN(len(slotsUsed))]
+		from := cl.MasterForSlot(t, slot)
+		var to *redistest.ClusterNode
+		for i, m := range masters {
+			if m.Addr == from.Addr {
+				to = masters[(i+1+rng.IntN(len(masters)-1))%len(masters)]
+			}
+		}
+		m := cl.BeginMigration(t, slot, to)
+		for range 3 {
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+			keysMoved += m.MoveKeys(t, 1)
+		}
+		m.Finish(t)
+		migrations++
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	get := func(key string) int64 {
+		m := cl.MasterForSlot(t, cl.Slot(key))
+		v, ok := bulkIntOrNil(string(m.Do(t, "GET", key)))
+		if !ok {
+			t.Fatalf("GET %s on its master: not a number", key)
+		}
+		return v
+	}
+	for k := range keys {
+		for _, c := range []struct {
+			key   string
+			acked int64
+		}{
+			{fmt.Sprintf("{tx%d}a", k), txAcked[k].Load()},
+			{fmt.Sprintf("{tx%d}b", k), txAcked[k].Load()},
+			{fmt.Sprintf("w:%d", k), watchAcked[k].Load()},
+			{fmt.Sprintf("im:%d", k), multiAcked[k].Load()},
+			{fmt.Sprintf("ev:%d", k), evalAcked[k].Load()},
+		} {
+			if got := get(c.key); got != c.acked {
+				t.Errorf("%s = %d, but %d increments were acknowledged", c.key, got, c.acked)
+			}
+		}
+		q := fmt.Sprintf("q:%d", k)
+		left, _ := intReply(string(cl.MasterForSlot(t, cl.Slot(q)).Do(t, "LLEN", q)))
+		if popped[k].Load()+left != pushed[k].Load() {
+			t.Errorf("%s: %d pushed, %d popped, %d left", q, pushed[k].Load(), popped[k].Load(), left)
+		}
+	}
+	for kind, errs := range load.errors {
+		if kind == movedSince {
+			t.Logf("%s: %d, e.g. %q", kind, len(errs), errs[0])
+			continue
+		}
+		t.Errorf("%s: %d error replies, e.g. %q", kind, len(errs), errs)
+	}
+	t.Logf("%d migrations, %d keys moved one at a time; tx %v watch %v multi %v eval %v pushed %v; redirects moved %v ask %v tryagain %v",
+		migrations, keysMoved, txAcked[0].Load(), watchAcked[0].Load(), multiAcked[0].Load(), evalAcked[0].Load(), pushed[0].Load(),
+		redirects(t, p, "moved"), redirects(t, p, "ask"), redirects(t, p, "tryagain"))
+}
