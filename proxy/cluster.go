@@ -477,7 +477,7 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 	if len(r.replicaPrefixes) > 0 && !pinned && replicaReadable(info) && underPrefixes(keys, r.replicaPrefixes) {
 		ss.slot |= upstream.ReplicaRead
 	}
-	if ss.pin != nil && r.crossSlotCommand(ss) {
+	if ss.pin != nil && r.crossSlotCommand(ss, info) {
 		return true
 	}
 	cross := false

@@ -170,10 +170,14 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 // it, and the MOVED corrects rproxy's map: a WATCH, a blocking command, a
 // transaction's first command (with its MULTI). Or all after an ASK, on
 // the importing node, where every command of the session runs after
-// ASKING from then on. A pin that holds state (a WATCH on another key)
-// cannot move: there the client gets TRYAGAIN. Before, each got
-// TRYAGAIN, and after a MOVED the map stayed stale until its next timed
-// read (upstream.cluster.refresh, 10 s by default), every retry getting
+// ASKING from then on. A pin that holds state (a WATCH, an open
+// transaction) cannot move: a key that moved since is answered as one
+// Redis would (pinmoved.go): a command outside the transaction runs on the
+// shared connections, one queued in it is +QUEUED, and the EXEC fails as
+// for a watched key that changed, or without a WATCH runs the transaction
+// again whole where the key is. Before, each got TRYAGAIN, and after a
+// MOVED the map stayed stale until its next timed read
+// (upstream.cluster.refresh, 10 s by default), every retry getting
 // TRYAGAIN until then; after an ASK, until the migration ended.
 func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
@@ -300,9 +304,11 @@ func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 		waitFor(t, "the BLPOP to end once its client left", func() bool { return !blocked() })
 	})
 	t.Run("held", func(t *testing.T) {
+		// A WATCH on another key of the old master holds the pin: the GET
+		// of the moved key runs on the shared connections, which follow
+		// the MOVED.
 		c := start()
 		const key = "{pinheld}n"
-		// A key of the same master, watched first: the pin holds the watch.
 		watched := "w0"
 		for i := 1; cl.MasterForSlot(t, cl.Slot(watched)).Addr != cl.MasterForSlot(t, cl.Slot(key)).Addr || cl.Slot(watched) == cl.Slot(key); i++ {
 			watched = "w" + strconv.Itoa(i)
@@ -311,12 +317,63 @@ func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 			t.Fatalf("WATCH: %q", r)
 		}
 		movedKey(t, cl, dialClient(t, cl.MasterForSlot(t, cl.Slot(key)).Addr), key)
-		if r := c.do("GET", key); !strings.HasPrefix(r, "-TRYAGAIN rproxy: slot "+strconv.Itoa(cl.Slot(key))+" ") {
-			t.Fatalf("GET on the moved slot while a WATCH holds the pin: %q, want TRYAGAIN", r)
+		if got := sendAll(c, []string{"GET", key}, []string{"UNWATCH"}, []string{"GET", key}); !slices.Equal(got, []string{"$2\r\n10\r\n", "+OK\r\n", "$2\r\n10\r\n"}) {
+			t.Fatalf("GET on the moved slot while a WATCH holds the pin, UNWATCH, GET: %q", got)
 		}
-		// The MOVED corrected the map: after the watch, the GET goes there.
-		if got := sendAll(c, []string{"UNWATCH"}, []string{"GET", key}); got[1] != "$2\r\n10\r\n" {
-			t.Fatalf("UNWATCH, GET: %q", got)
+	})
+	t.Run("watched, then moved", func(t *testing.T) {
+		// The key moves after the WATCH: the GET follows it, and the EXEC
+		// fails as for a watched key that changed (the move deleted it on
+		// the node watching it). The client's retry runs on the new master.
+		c := start()
+		const key = "{pinwm}n"
+		if got := sendAll(c, []string{"SET", key, "10"}, []string{"WATCH", key}); got[1] != "+OK\r\n" {
+			t.Fatalf("SET, WATCH: %q", got)
+		}
+		slot := cl.Slot(key)
+		to := otherMaster(t, cl, slot)
+		cl.MigrateSlot(t, slot, to)
+		got := []string{c.do("GET", key)}
+		got = append(got, sendAll(c, []string{"MULTI"}, []string{"SET", key, "11"}, []string{"EXEC"})...)
+		if want := []string{"$2\r\n10\r\n", "+OK\r\n", "+QUEUED\r\n", "*-1\r\n"}; !slices.Equal(got, want) {
+			t.Fatalf("GET, then MULTI, SET, EXEC after the watched key moved: %q, want %q", got, want)
+		}
+		watchUpdate := [][]string{{"WATCH", key}, {"GET", key}, {"MULTI"}, {"SET", key, "11"}, {"EXEC"}}
+		if got := sendAll(c, watchUpdate...); got[4] != "*1\r\n+OK\r\n" {
+			t.Fatalf("the retry: %q", got)
+		}
+		if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
+			t.Fatalf("the key is %q on its new master, want 11", r)
+		}
+	})
+	t.Run("queued, then moved", func(t *testing.T) {
+		// The key moves while a transaction typed command by command is
+		// open: the command after is answered +QUEUED, and at EXEC the
+		// transaction runs again whole on the new master; or its EXEC
+		// meets the redirect itself.
+		c := start()
+		for _, redirected := range []string{"GET", "EXEC"} {
+			key := "{pinqm" + redirected + "}n"
+			if r := c.do("SET", key, "10"); r != "+OK\r\n" {
+				t.Fatalf("SET: %q", r)
+			}
+			got := []string{c.do("MULTI"), c.do("INCR", key)}
+			slot := cl.Slot(key)
+			to := otherMaster(t, cl, slot)
+			cl.MigrateSlot(t, slot, to)
+			want := []string{"+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n:11\r\n$2\r\n11\r\n"}
+			if redirected == "GET" {
+				got = append(got, c.do("GET", key))
+			} else {
+				want = []string{"+OK\r\n", "+QUEUED\r\n", "*1\r\n:11\r\n"}
+			}
+			got = append(got, c.do("EXEC"))
+			if !slices.Equal(got, want) {
+				t.Fatalf("MULTI, INCR, the move, then %s: %q, want %q", redirected, got, want)
+			}
+			if r := string(to.Do(t, "GET", key)); r != "$2\r\n11\r\n" {
+				t.Fatalf("the key is %q on its new master, want 11 (the transaction once)", r)
+			}
 		}
 	})
 }

@@ -26,9 +26,14 @@ var discardCmd = resp.AppendCommandString(nil, "DISCARD")
 // crossSlotCommand handles a command of a pinned session (ss.slot set)
 // whose key belongs to a master other than the pinned one, and reports
 // whether it did: inside a transaction it is answered +QUEUED and the
-// transaction marked; while watching keys (WATCH pins to their master)
-// it gets CROSSSLOT, as a watched connection cannot run it elsewhere.
-func (r *routing) crossSlotCommand(ss *session) bool {
+// transaction marked. It leaves to the pin a command of a slot the pin's
+// keys were in (the slot moved since: the pin's node redirects it, and
+// followPinnedRedirects answers as one Redis would), and, while watching
+// keys (WATCH pins to their master) outside a transaction, a command
+// other than a blocking one: redirected there, it runs on the shared
+// connections. A blocking one gets CROSSSLOT, as the watched connection
+// cannot wait elsewhere.
+func (r *routing) crossSlotCommand(ss *session, info *command.Info) bool {
 	if !ss.multiSent && !ss.watching {
 		return false
 	}
@@ -38,6 +43,10 @@ func (r *routing) crossSlotCommand(ss *session) bool {
 	slot := ss.slot & (upstream.Slots - 1)
 	if ss.pinPool.Address() == r.cluster.MasterAddr(slot) || ss.pinAsking && slot == ss.pinAskSlot {
 		r.endKeyless(ss) // the transaction's first key is here: it stays
+		ss.notePinSlot(slot)
+		return false
+	}
+	if ss.pinServed(slot) || !ss.multiSent && info.Handling == command.Forward {
 		return false
 	}
 	if ss.multiSent && ss.route.keylessTx && ss.pinHoldsAtMostATransaction() {

@@ -182,6 +182,9 @@ func (s *Server) pinSession(ss *session, slot int) bool {
 	ss.pin, ss.pinPool = d, pool
 	ss.pinRef.Store(d)
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown = false, false, false, 0, false
+	if slot >= 0 {
+		ss.notePinSlot(slot & (upstream.Slots - 1))
+	}
 	return true
 }
 
@@ -236,7 +239,8 @@ func (s *Server) doPinned(ss *session) {
 		stop()
 	}
 	if cluster {
-		rt.HideRedirects(ss.batch) // clients see one node (facade.go)
+		s.followPinnedRedirects(ss, rt) // a key moved under a WATCH or a transaction (pinmoved.go)
+		rt.HideRedirects(ss.batch)      // clients see one node (facade.go)
 	}
 	ss.blocking = false
 	for i, t := range ss.track {
@@ -349,7 +353,7 @@ func (s *Server) movePin(ss *session, rt *upstream.Router) bool {
 	ss.pin, ss.pinPool = d, pool
 	ss.pinRef.Store(d)
 	ss.pinAsking = ask
-	ss.pinAskSlot, _ = strconv.Atoi(slot) // RedirectPool read it
+	ss.pinAskSlot = slotNumber(slot)
 	return true
 }
 
@@ -426,6 +430,8 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 		ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it that a RESET would clear
 	}
 	ss.pin, ss.pinDirty, ss.pinTracked, ss.pinAsking = nil, false, false, false
+	ss.pinTx.reset()
+	ss.pinSlots = ss.pinSlots[:0]
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
 	ss.track = ss.track[:0]
 	ss.route.crossSlotTx = false

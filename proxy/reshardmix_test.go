@@ -15,12 +15,6 @@ import (
 	"github.com/rproxy/rproxy/resp"
 )
 
-// movedSince is the error kind allowed during a reshard: a pinned
-// session's command meets a redirect after its WATCH or inside its
-// transaction typed command by command (the key moved between them), and
-// the client gets TRYAGAIN, or EXECABORT after one (docs/cluster.md).
-const movedSince = "key moved since the WATCH or the MULTI"
-
 // reshardLoad is one kind of client work run during a reshard: each
 // worker has its own connection and records what Redis acknowledged.
 type reshardLoad struct {
@@ -80,10 +74,13 @@ func bulkIntOrNil(r string) (int64, bool) {
 // run what applications run through rproxy: transactions sent whole,
 // WATCH loops, transactions typed command by command, queues with BRPOP,
 // scripts and hash-tag MSET/MGET. Every acknowledged write is in the final
-// data exactly once, and no client gets an error but movedSince's: a
-// WATCH, a transaction's first command, a shared transaction split by the
-// migration (TRYAGAIN at EXEC) each follow the key (before 2026-11-29 they
-// got TRYAGAIN until the slot's migration ended).
+// data exactly once, and no client gets an error: a WATCH, a transaction's
+// first command, a key that moves after the WATCH or inside an open
+// transaction, a shared transaction whose keys the migration split
+// (TRYAGAIN at EXEC) each get what one Redis would answer. Before
+// 2026-11-29 each got TRYAGAIN, a WATCH or a transaction's first command
+// until the slot's migration ended. RPROXY_RESHARD_FOR sets how long it
+// reshards (2 s by default).
 func TestClusterReshardUnderMixedLoad(t *testing.T) {
 	dur := 2 * time.Second
 	if s := os.Getenv("RPROXY_RESHARD_FOR"); s != "" {
@@ -166,7 +163,7 @@ func TestClusterReshardUnderMixedLoad(t *testing.T) {
 				}
 				v, ok := bulkIntOrNil(r[0])
 				if !ok {
-					load.fail(movedSince, "GET: "+r[0])
+					load.fail("watch", "GET: "+r[0])
 					rawDo(c, []string{"UNWATCH"})
 					continue
 				}
@@ -180,7 +177,7 @@ func TestClusterReshardUnderMixedLoad(t *testing.T) {
 				case r[2] == "*1\r\n+OK\r\n":
 					watchAcked[k].Add(1)
 				default:
-					load.fail(movedSince, strings.Join(r, " "))
+					load.fail("watch", strings.Join(r, " "))
 				}
 			}
 		})
@@ -203,7 +200,7 @@ func TestClusterReshardUnderMixedLoad(t *testing.T) {
 					continue
 				}
 				if !strings.HasPrefix(got[2], "*1\r\n:") {
-					load.fail(movedSince, strings.Join(got, " "))
+					load.fail("multi", strings.Join(got, " "))
 					continue
 				}
 				multiAcked[k].Add(1)
@@ -336,13 +333,15 @@ func TestClusterReshardUnderMixedLoad(t *testing.T) {
 		}
 	}
 	for kind, errs := range load.errors {
-		if kind == movedSince {
-			t.Logf("%s: %d, e.g. %q", kind, len(errs), errs[0])
-			continue
-		}
 		t.Errorf("%s: %d error replies, e.g. %q", kind, len(errs), errs)
 	}
-	t.Logf("%d migrations, %d keys moved one at a time; tx %v watch %v multi %v eval %v pushed %v; redirects moved %v ask %v tryagain %v",
-		migrations, keysMoved, txAcked[0].Load(), watchAcked[0].Load(), multiAcked[0].Load(), evalAcked[0].Load(), pushed[0].Load(),
+	sum := func(a *[keys]atomic.Int64) (n int64) {
+		for k := range a {
+			n += a[k].Load()
+		}
+		return n
+	}
+	t.Logf("%d migrations, %d keys moved one at a time; acknowledged: %d shared transactions, %d watched updates, %d typed transactions, %d scripts, %d pushes, %d pops; redirects moved %v ask %v tryagain %v",
+		migrations, keysMoved, sum(&txAcked), sum(&watchAcked), sum(&multiAcked), sum(&evalAcked), sum(&pushed), sum(&popped),
 		redirects(t, p, "moved"), redirects(t, p, "ask"), redirects(t, p, "tryagain"))
 }

@@ -97,8 +97,10 @@ type session struct {
 	// ASKING: each batch on it runs with ASKING before it (askingQueued).
 	pinAsking  bool
 	pinAskSlot int
-	redirect   int64 // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
-	trackBcast bool  // CLIENT TRACKING on in BCAST mode
+	pinTx      pinnedTx // the open transaction on a cluster's pin (pinmoved.go)
+	pinSlots   []int    // the slots of the keys the pin ran commands of, on a cluster (pinServed)
+	redirect   int64    // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
+	trackBcast bool     // CLIENT TRACKING on in BCAST mode
 	// trackPrefixes: in BCAST mode, the prefixes Redis holds for the
 	// session ("" for none given); each CLIENT TRACKING on adds to them.
 	trackPrefixes [][]byte

@@ -144,6 +144,46 @@ func (b *Batch) Reply(i int) []byte {
 	return b.replies[start:b.replyEnds[i]]
 }
 
+// Rewrite replaces each reply for which f returns a new one (not nil),
+// keeping the others; f sees the replies in order. Valid once every reply
+// is in.
+func (b *Batch) Rewrite(f func(i int, reply []byte) []byte) {
+	var old []byte // the replies as they were, once one is replaced
+	var ends []int
+	n := len(b.replyEnds)
+	for i := range n {
+		var cur []byte
+		if old == nil {
+			cur = b.Reply(i)
+		} else {
+			cur = oldReply(old, ends, i)
+		}
+		r := f(i, cur)
+		switch {
+		case r == nil && old == nil:
+			continue
+		case r == nil:
+			r = cur
+		case old == nil: // the first one replaced: the rest are rebuilt
+			old, ends = append([]byte(nil), b.replies...), append([]int(nil), b.replyEnds...)
+			start := 0
+			if i > 0 {
+				start = ends[i-1]
+			}
+			b.replies, b.replyEnds = b.replies[:start], b.replyEnds[:i]
+		}
+		b.appendReply(r)
+	}
+}
+
+func oldReply(replies []byte, ends []int, i int) []byte {
+	start := 0
+	if i > 0 {
+		start = ends[i-1]
+	}
+	return replies[start:ends[i]]
+}
+
 // Wait blocks until every command has a reply (from Redis, or the error that
 // failed its connection). It always returns: connections fail their waiting
 // batches within the configured timeout.

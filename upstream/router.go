@@ -459,27 +459,21 @@ func (r *Router) HideRedirects(b *Batch) int {
 // alone when inTx.
 func hideRedirects(b *Batch, inTx bool) int {
 	n := 0
-	for i := range b.replyEnds {
-		if isRedirect(b.Reply(i)) && (!inTx || inTransaction(b, i)) {
-			n++
+	b.Rewrite(func(i int, r []byte) []byte {
+		slot, ok := RedirectSlot(r)
+		if !ok || inTx && !inTransaction(b, i) {
+			return nil
 		}
-	}
-	if n == 0 {
-		return 0
-	}
-	old := append([]byte(nil), b.replies...)
-	ends := append([]int(nil), b.replyEnds...)
-	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
-	start := 0
-	for i, end := range ends {
-		r := old[start:end]
-		start = end
-		if slot, ok := RedirectSlot(r); ok && (!inTx || inTransaction(b, i)) {
-			r = resp.AppendError(nil, "TRYAGAIN rproxy: slot "+slot+" is moving between the cluster's masters; try again")
-		}
-		b.appendReply(r)
-	}
+		n++
+		return tryAgain(slot)
+	})
 	return n
+}
+
+// tryAgain is the error a client that sees one node gets for a redirect
+// of slot ("?" when the redirect names none) rproxy did not follow.
+func tryAgain(slot string) []byte {
+	return resp.AppendError(nil, "TRYAGAIN rproxy: slot "+slot+" is moving between the cluster's masters; try again")
 }
 
 func isRedirect(r []byte) bool {

@@ -39,3 +39,38 @@ func TestTransactionAt(t *testing.T) {
 		t.Error("a transaction found without its MULTI")
 	}
 }
+
+// TestBatchRewrite replaces the replies a function picks, keeping the
+// others and their order: none, the first, the last, and all.
+func TestBatchRewrite(t *testing.T) {
+	for _, c := range []struct {
+		replace []int
+		want    string
+	}{
+		{nil, "+a\r\n:1\r\n$1\r\nc\r\n"},
+		{[]int{0}, "-X0\r\n:1\r\n$1\r\nc\r\n"},
+		{[]int{2}, "+a\r\n:1\r\n-X2\r\n"},
+		{[]int{0, 1, 2}, "-X0\r\n-X1\r\n-X2\r\n"},
+	} {
+		b := NewBatch()
+		for _, r := range []string{"+a\r\n", ":1\r\n", "$1\r\nc\r\n"} {
+			b.Add([]byte("*1\r\n$4\r\nPING\r\n"))
+			b.appendReply([]byte(r))
+		}
+		b.Rewrite(func(i int, r []byte) []byte {
+			for _, k := range c.replace {
+				if k == i {
+					return []byte("-X" + string(rune('0'+i)) + "\r\n")
+				}
+			}
+			return nil
+		})
+		var got string
+		for i := range b.Len() {
+			got += string(b.Reply(i))
+		}
+		if got != c.want || b.Len() != len(b.replyEnds) {
+			t.Errorf("replacing %v: %q, want %q", c.replace, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package proxy
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
+)
+
+// A pinned session's commands can meet a MOVED or an ASK that movePin
+// cannot follow, its pin holding a WATCH or an open transaction from
+// before: the key moved to another node between the WATCH or the MULTI
+// and the command (a reshard). Rather than answer the client TRYAGAIN,
+// which a client of one Redis does not expect, rproxy answers as one Redis
+// would have (followPinnedRedirects):
+//
+//   - a command outside a transaction runs on the shared connections,
+//     which follow the redirect (a GET between the WATCH and the MULTI);
+//   - a command queued in the transaction is answered +QUEUED, as it
+//     would have been where its key now is, and Redis discards the
+//     transaction at EXEC (EXECABORT, or the EXEC's own redirect). Then,
+//     under a WATCH, the EXEC is answered with a null array, as when a
+//     watched key changed: the key moved, which changed it on the node
+//     watching it (MIGRATE deletes it there); if it did not exist, the
+//     client only retries once more, as it does for any failed watch.
+//     Without one, the transaction runs again whole on the shared
+//     connections, which follow the redirect, and its EXEC's reply is the
+//     client's.
+//
+// Not while the session tracks keys on its pin (reads elsewhere would not
+// be tracked), nor for a blocking command, nor once a queued command got
+// another error (the EXEC's EXECABORT is the client's answer then).
+
+// maxPinSlots bounds the slots a pin remembers its keys in (pinSlots).
+const maxPinSlots = 64
+
+// notePinSlot notes that the session's pin ran a command of slot's keys.
+func (ss *session) notePinSlot(slot int) {
+	if len(ss.pinSlots) < maxPinSlots && !ss.pinServed(slot) {
+		ss.pinSlots = append(ss.pinSlots, slot)
+	}
+}
+
+// pinServed reports whether the session's pin ran a command of slot's
+// keys: a command of it that routing now finds elsewhere is for a slot
+// that moved since, and goes to the pin all the same.
+func (ss *session) pinServed(slot int) bool { return slices.Contains(ss.pinSlots, slot) }
+
+// maxPinnedTxLog bounds the copies of an open transaction's queued
+// commands a session keeps to run it again; past it, a redirect inside
+// that transaction is answered TRYAGAIN, as before.
+const maxPinnedTxLog = 1 << 20
+
+// pinnedTx follows a pinned session's open transaction on a cluster.
+type pinnedTx struct {
+	cmds  [][]byte // copies of the commands queued so far
+	size  int
+	moved bool // a queued command was redirected and answered +QUEUED
+	slot  int  // the slot the last redirect named
+	lost  bool // a queued command got an error, or cmds overflowed: no replay
+}
+
+func (tx *pinnedTx) reset() {
+	clear(tx.cmds)
+	tx.cmds, tx.size, tx.moved, tx.lost = tx.cmds[:0], 0, false, false
+}
+
+// queue notes cmd, queued in the transaction; false once the log is full.
+func (tx *pinnedTx) queue(cmd []byte) bool {
+	if tx.lost || tx.size+len(cmd) > maxPinnedTxLog {
+		tx.lost = true
+		return false
+	}
+	tx.cmds = append(tx.cmds, append([]byte(nil), cmd...))
+	tx.size += len(cmd)
+	return true
+}
+
+var (
+	queuedReply   = []byte("+QUEUED\r\n")
+	execAbortPref = []byte("-EXECABORT")
+)
+
+// followPinnedRedirects answers the redirects of the batch just run on the
+// session's pin as the comment above says; the others stay for
+// HideRedirects.
+func (s *Server) followPinnedRedirects(ss *session, rt *upstream.Router) {
+	n := ss.batch.Len()
+	if len(ss.track) != n || ss.pinTracked {
+		return
+	}
+	table := s.table.Load()
+	in, watching := ss.inMulti, ss.watching
+	var again []int            // commands outside a transaction, to run on the shared connections
+	var answers map[int][]byte // replies to replace
+	answer := func(i int, r []byte) {
+		if answers == nil {
+			answers = map[int][]byte{}
+		}
+		answers[i] = r
+	}
+	for i, t := range ss.track {
+		r := ss.batch.Reply(i)
+		slot, redirected := upstream.RedirectSlot(r)
+		switch {
+		case t.kind == trackMulti && !in:
+			if string(r) == "+OK\r\n" {
+				in = true
+				ss.pinTx.reset()
+			}
+		case t.kind == trackExec && in:
+			in = false
+			tx := &ss.pinTx
+			isExec := bytes.EqualFold(rawCommandName(ss.batch.Command(i)), []byte("exec"))
+			if isExec && (tx.moved || redirected) && !tx.lost && (redirected || bytes.HasPrefix(r, execAbortPref)) {
+				if watching {
+					answer(i, nullArray(ss.proto))
+				} else if reply, ok := s.runTransactionAgain(ss, rt, slot); ok {
+					answer(i, reply)
+				}
+			}
+			watching = false
+			tx.reset()
+		case in:
+			switch {
+			case bytes.Equal(r, queuedReply):
+				ss.pinTx.queue(ss.batch.Command(i))
+			case redirected:
+				if ss.pinTx.queue(ss.batch.Command(i)) {
+					ss.pinTx.moved, ss.pinTx.slot = true, slotNumber(slot)
+					answer(i, queuedReply)
+				}
+			case len(r) > 0 && r[0] == '-':
+				ss.pinTx.lost = true
+			}
+		case t.kind == trackWatch:
+			watching = watching || string(r) == "+OK\r\n"
+		case t.kind == trackUnwatch:
+			watching = false
+		case redirected && t.kind == trackNone:
+			if info := table.Lookup(rawCommandName(ss.batch.Command(i))); info != nil && info.Handling == command.Forward {
+				again = append(again, i)
+			}
+		}
+	}
+	if len(again) > 0 {
+		b := upstream.NewBatch()
+		for _, i := range again {
+			b.AddSlot(ss.batch.Command(i), ss.batch.Slot(i))
+		}
+		rt.Do(b)
+		for k, i := range again {
+			answer(i, append([]byte(nil), b.Reply(k)...))
+		}
+	}
+	if answers != nil {
+		ss.batch.Rewrite(func(i int, _ []byte) []byte { return answers[i] })
+	}
+}
+
+// runTransactionAgain runs the session's logged transaction whole on the
+// shared connections (marked as one, so the Router sends it again whole
+// after a redirect) and returns its EXEC's reply. execSlot is what the
+// EXEC's own redirect named, if it was one.
+func (s *Server) runTransactionAgain(ss *session, rt *upstream.Router, execSlot string) ([]byte, bool) {
+	slot := ss.pinTx.slot
+	if execSlot != "" {
+		slot = slotNumber(execSlot)
+	}
+	if slot < 0 || slot >= upstream.Slots {
+		return nil, false
+	}
+	tx := upstream.InTransaction | slot
+	b := upstream.NewBatch()
+	b.AddSlot(multiCmd, tx|upstream.TransactionStart)
+	for _, c := range ss.pinTx.cmds {
+		b.AddSlot(c, tx)
+	}
+	b.AddSlot(execCmd, tx)
+	rt.Do(b)
+	return append([]byte(nil), b.Reply(b.Len()-1)...), true
+}
+
+var (
+	multiCmd = resp.AppendCommandString(nil, "MULTI")
+	execCmd  = resp.AppendCommandString(nil, "EXEC")
+)
+
+// slotNumber reads a redirect's slot (-1 if it names none).
+func slotNumber(slot string) int {
+	n, err := strconv.Atoi(slot)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// nullArray is Redis's null array in protocol proto (a failed watch's EXEC).
+func nullArray(proto int) []byte {
+	if proto == 3 {
+		return []byte("_\r\n")
+	}
+	return []byte("*-1\r\n")
+}
