@@ -74,7 +74,8 @@ func bulkIntOrNil(r string) (int64, bool) {
 // at a time (so that clients meet ASK as well as MOVED), while clients
 // run what applications run through rproxy: transactions sent whole,
 // WATCH loops, transactions typed command by command, queues with BRPOP,
-// scripts and hash-tag MSET/MGET, and reads of keys the local tier holds.
+// scripts and hash-tag MSET/MGET, and reads of keys the local tier holds;
+// a master joins under the load and takes slots.
 // Every acknowledged write is in the final data exactly once, no read
 // returns a value older than an acknowledged write, and no client gets an
 // error: a WATCH, a transaction's
@@ -335,8 +336,10 @@ func TestClusterReshardUnderMixedLoad(t *testing.T) {
 			})
 		}
 	}
-	// Reshard: each slot in use, in turn, to the next master, a key at a
-	// time.
+	// Reshard: each slot in use, in turn, to another master, a key at a
+	// time; among them one added under the load, which rproxy first hears
+	// of in a redirect.
+	cl.AddMaster(t)
 	masters := cl.Masters()
 	rng := rand.New(rand.NewPCG(1, 2))
 	deadline := time.Now().Add(dur)
