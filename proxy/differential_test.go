@@ -256,7 +256,8 @@ func readUntilLast(t *testing.T, c *rawClient, last string, n int) string {
 // (docs/cluster.md): SELECT, SWAPDB, KEYS and the like; a multi-key command
 // that cannot be split, and a transaction, across slots (CROSSSLOT), so
 // these use keys of one hash tag, {t}, and a transaction holds only those;
-// commands for other masters while a WATCH holds (CROSSSLOT); and a
+// multi-key and blocking commands for other masters while a WATCH holds
+// (CROSSSLOT; single-key ones are drawn); and a
 // transaction left open from one pipeline to the next: one whose first
 // pipeline holds no key goes to any master, and a later key of another
 // master's makes its EXEC fail with CROSSSLOT. It runs without the local
@@ -338,6 +339,13 @@ func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy, direct *redi
 	inMulti := append(slices.Clip(tagged), []string{"EXEC"}, []string{"DISCARD"}, []string{"PING"})
 	inMulti = append(inMulti, serverWide...)
 	watching := append(slices.Clip(tagged), serverWide...)
+	// Outside the transaction, single-slot commands of other masters' keys
+	// too: redirected from the watched master, they run on the shared
+	// connections (pinmoved.go).
+	watching = append(watching, []string{"GET", "k1"}, []string{"SET", "k1", "v"}, []string{"INCR", "k3"},
+		[]string{"APPEND", "k2", "x"}, []string{"GETDEL", "k1"}, []string{"HSET", "h1", "f", "v"}, []string{"HGETALL", "h1"},
+		[]string{"ZADD", "z1", "1.5", "m"}, []string{"LLEN", "l1"}, []string{"EVAL", "return redis.call('GET', KEYS[1])", "1", "k1"},
+		[]string{"LPUSH", "k1", "x"})
 	comparePipelines(t, clients, pipelineDraws{data: data, acted: acted, inMulti: inMulti, watching: watching, closeMulti: true},
 		sequenceSource(t, 7, 8), 300)
 }
