@@ -39,6 +39,7 @@ func (s *Server) startShardMoves(ss *session, relay *streamRelay) {
 	}
 	cluster := s.routing.cluster
 	relay.noteMoved = cluster.NoteMoved
+	relay.asked = &askedSlots{owner: cluster.Owner}
 	relay.shards.wake = lc.wake
 	relay.shards.wakeLater = func() {
 		cluster.RequestRefresh()

@@ -376,21 +376,31 @@ func (s *Server) masterOf(ss *session, info *command.Info, args [][]byte) (*upst
 
 // keysMaster is masterOf for any command with keys (WATCH too).
 func (s *Server) keysMaster(ss *session, info *command.Info, args [][]byte) (*upstream.Pool, commandKeys) {
+	slot, keys := s.keysSlot(ss, info, args)
+	if keys != keysOneSlot {
+		return nil, keys
+	}
+	return ss.pools[ss.proto].PinPool(slot), keysOneSlot
+}
+
+// keysSlot is keysMaster's slot: that of the command's keys, when they are
+// all in one.
+func (s *Server) keysSlot(ss *session, info *command.Info, args [][]byte) (int, commandKeys) {
 	keys, _ := command.Keys(keyInfo(s.table.Load(), info, args), args, ss.route.keys[:0])
 	defer func() {
 		clear(keys)
 		ss.route.keys = keys[:0]
 	}()
 	if len(keys) == 0 {
-		return nil, keysNone
+		return 0, keysNone
 	}
 	slot := upstream.Slot(keys[0])
 	for _, k := range keys[1:] {
 		if upstream.Slot(k) != slot {
-			return nil, keysNotPlain
+			return 0, keysNotPlain
 		}
 	}
-	return ss.pools[ss.proto].PinPool(slot), keysOneSlot
+	return slot, keysOneSlot
 }
 
 // branchTransaction returns the branch pool a MULTI starting now goes to:
@@ -571,8 +581,14 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		return false
 	}
 	// A plain command (not the connection's own business) whose keys are
-	// all in one slot of another master than the pin's: tracked there.
+	// all in one slot of another master than the pin's: tracked there; or
+	// of a slot the session met an ASK for: diverted (streamasked.go).
 	// Anything else goes to the pin as before.
+	if info.Handling == command.Forward && ss.relay != nil && ss.relay.asked.any() {
+		if slot, keys := s.keysSlot(ss, info, c.cmd.Args); keys == keysOneSlot && s.divertAsked(ss, c, slot) {
+			return true
+		}
+	}
 	if pool, keys := s.masterOf(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(pool, ss.pinPool) {
 		s.sendOnBranch(ss, c, pool)
 		return true

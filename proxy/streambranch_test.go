@@ -1194,3 +1194,50 @@ func TestClusterTrackingInfoBrokenRedirect(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterStreamModeFollowsAMigration: a tracking session (RESP3,
+// CLIENT TRACKING ON: stream mode) whose key has moved out of a slot still
+// migrating gets rproxy's error for the command that met the ASK; from
+// then on until the migration ends its commands of the slot run on the
+// shared connections (streamasked.go): a read answered with the value and
+// an invalidation push of its key (no connection of the session's tracks
+// it there), a write applied once. After the migration they go where the
+// slot now is. Before, every command on the moved key got the error until
+// the migration ended.
+func TestClusterStreamModeFollowsAMigration(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour })
+	c := dialClient(t, p.Addr)
+	const key = "{smig}n"
+	if got := sendAll(c, []string{"HELLO", "3"}, []string{"CLIENT", "TRACKING", "ON"}, []string{"SET", key, "10"}); got[1] != "+OK\r\n" || got[2] != "+OK\r\n" {
+		t.Fatalf("HELLO 3, CLIENT TRACKING ON, SET: %q", got)
+	}
+	slot := cl.Slot(key)
+	to := otherMaster(t, cl, slot)
+	m := cl.BeginMigration(t, slot, to)
+	m.MoveKeys(t, 0)
+	errPrefix := "-ERR rproxy: slot " + strconv.Itoa(slot) + " is on another master"
+	if r := c.do("GET", key); !strings.HasPrefix(r, errPrefix) {
+		t.Fatalf("GET of the moved key: %q, want rproxy's error", r)
+	}
+	invalidate := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$7\r\n" + key + "\r\n"
+	c.send(pipeline([]string{"GET", key}, []string{"INCR", key}))
+	if r := string(c.read()); r != "$2\r\n10\r\n" {
+		t.Fatalf("GET again: %q", r)
+	}
+	if r := string(c.read()); r != invalidate {
+		t.Fatalf("after the GET: %q, want the invalidation of its key", r)
+	}
+	if r := string(c.read()); r != ":11\r\n" {
+		t.Fatalf("INCR: %q", r)
+	}
+	m.Finish(t)
+	for range 3 { // the first meets the MOVED on the shared connections, which corrects the map
+		if r := c.do("INCR", key); r[0] != ':' {
+			t.Fatalf("INCR after the migration: %q", r)
+		}
+	}
+	if r := string(to.Do(t, "GET", key)); r != "$2\r\n14\r\n" {
+		t.Fatalf("the key is %q on its new master, want 14 (each INCR once)", r)
+	}
+}

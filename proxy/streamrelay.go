@@ -110,6 +110,9 @@ type streamRelay struct {
 	// MOVED the pin or a branch sent (set before the copy starts): the
 	// session's later commands of the slot go there.
 	noteMoved func(reply []byte)
+	// asked: the slots the session met an ASK for (streamasked.go), on a
+	// cluster upstream.
+	asked *askedSlots
 
 	mu      sync.Mutex
 	pending []relayAnswer // answers to errorCmds sent whose replies have not come yet
@@ -551,11 +554,12 @@ func (r *streamRelay) redirBroken(frame []byte) []byte {
 	return append(out, '\r', '\n')
 }
 
-// movedSeen passes reply, a redirect, to noteMoved.
+// movedSeen passes reply, a redirect, to noteMoved, and an ASK to asked.
 func (r *streamRelay) movedSeen(reply []byte) {
 	if r.noteMoved != nil {
 		r.noteMoved(reply)
 	}
+	r.asked.note(reply)
 }
 
 // streamRedirectError is what a stream-mode client of a cluster upstream

@@ -1,0 +1,125 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
+)
+
+// A stream-mode session on a cluster sends its commands on its own
+// connections (the pin, its branches), whose replies the relay copies to
+// the client as they come: a redirect there cannot be followed, and the
+// client gets rproxy's error for it (streamRedirectError). A MOVED corrects
+// the slot map, so the session's next command of the slot goes to its new
+// master. An ASK does not: during a slot's migration every command of a
+// key already moved would meet one. So once the session has met an ASK for
+// a slot, and until the map names another master for it (the migration
+// ended), its plain commands of that slot are diverted: the pin is sent
+// errorCmd in the command's place, and when the relay reaches it (every
+// reply before it in), the command runs on the shared connections, which
+// follow the ASK, and its reply is shown there. A read the session would
+// have had tracked (RESP3, tracking on, no REDIRECT) is followed by an
+// invalidation push of its keys, since no connection of the session's
+// tracks them where it ran: the client does not keep what it read. Not
+// diverted: blocking commands (they would hold a shared connection),
+// commands inside a transaction or under a WATCH, after CLIENT REPLY OFF or
+// SKIP, and a RESP2 tracking session's reads (its invalidations go to
+// another connection).
+
+// askedSlots is the slots a stream session met an ASK for, each with the
+// master the slot map named then. The relay and the branches add to it;
+// the session's goroutine reads it.
+type askedSlots struct {
+	owner func(slot int) int // the slot map's master of slot (upstream.Cluster.Owner)
+	some  atomic.Bool        // slots holds any: the session's commands are looked at
+	mu    sync.Mutex
+	slots map[int]int
+}
+
+// any reports whether the session met an ASK that may still hold.
+func (a *askedSlots) any() bool { return a != nil && a.some.Load() }
+
+// note records reply's slot if reply is an ASK.
+func (a *askedSlots) note(reply []byte) {
+	if a == nil || !bytes.HasPrefix(reply, []byte("-ASK ")) {
+		return
+	}
+	slot, ok := upstream.RedirectSlot(reply)
+	n := slotNumber(slot)
+	if !ok || n < 0 || n >= upstream.Slots {
+		return
+	}
+	a.mu.Lock()
+	if a.slots == nil {
+		a.slots = map[int]int{}
+	}
+	a.slots[n] = a.owner(n)
+	a.some.Store(true)
+	a.mu.Unlock()
+}
+
+// migrating reports whether the session met an ASK for slot since the map
+// last named a new master for it.
+func (a *askedSlots) migrating(slot int) bool {
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	owner, ok := a.slots[slot]
+	if ok && owner != a.owner(slot) {
+		delete(a.slots, slot) // the migration ended
+		a.some.Store(len(a.slots) > 0)
+		return false
+	}
+	return ok
+}
+
+// divertAsked diverts c, a plain command of slot, as the comment above
+// says, and reports whether it did.
+func (s *Server) divertAsked(ss *session, c *call, slot int) bool {
+	info := c.info
+	if !ss.relay.asked.migrating(slot) || info.Handling != command.Forward ||
+		ss.inTransaction() || ss.watching || ss.streamWatch || ss.watchPool != nil || !ss.streamAnswered() {
+		return false
+	}
+	read := info.Has(command.ReadOnly)
+	tracked := ss.redirect == 0 && ss.proto == 3
+	if read && ss.redirect != -1 && !tracked {
+		return false
+	}
+	rt, ok := ss.pools[ss.proto].(*upstream.Router)
+	if !ok {
+		return false
+	}
+	raw := bytes.Clone(c.cmd.Raw)
+	var invalidate []byte
+	if read && tracked {
+		keys, _ := command.Keys(keyInfo(s.table.Load(), info, c.cmd.Args), c.cmd.Args, nil)
+		invalidate = invalidationPush(keys)
+	}
+	ss.relay.queue(relayAnswer{made: func() []byte {
+		b := upstream.NewBatch()
+		b.AddSlot(raw, slot)
+		rt.Do(b)
+		return append(bytes.Clone(b.Reply(0)), invalidate...)
+	}})
+	ss.streamCmds = append(ss.streamCmds, errorCmd) // drops the pin's CLIENT CACHING flag, as the command does
+	return true
+}
+
+// invalidationPush is the RESP3 push Redis sends a tracking client when
+// keys change.
+func invalidationPush(keys [][]byte) []byte {
+	out := []byte(">2\r\n$10\r\ninvalidate\r\n")
+	out = append(strconv.AppendInt(append(out, '*'), int64(len(keys)), 10), '\r', '\n')
+	for _, k := range keys {
+		out = resp.AppendBulk(out, k)
+	}
+	return out
+}
