@@ -12,10 +12,13 @@ import (
 )
 
 // A stream-mode session on a cluster sends its commands on its own
-// connections (the pin, its branches), whose replies the relay copies to
-// the client as they come: a redirect there cannot be followed, and the
-// client gets rproxy's error for it (streamRedirectError). A MOVED corrects
-// the slot map, so the session's next command of the slot goes to its new
+// connections (the pin, its branches). A plain command on a branch that
+// Redis redirects runs again where the redirect says, on the shared
+// connections (streamFollow, from the branch's copy goroutine), its reply
+// shown in its place. On the pin, whose replies the relay copies to the
+// client as they come without knowing their commands, it cannot: the
+// client gets rproxy's error (streamRedirectError). A MOVED corrects the
+// slot map, so the session's next command of the slot goes to its new
 // master. An ASK does not: during a slot's migration every command of a
 // key already moved would meet one. So once the session has met an ASK for
 // a slot, and until the map names another master for it (the migration
@@ -83,34 +86,64 @@ func (a *askedSlots) migrating(slot int) bool {
 // divertAsked diverts c, a plain command of slot, as the comment above
 // says, and reports whether it did.
 func (s *Server) divertAsked(ss *session, c *call, slot int) bool {
-	info := c.info
-	if !ss.relay.asked.migrating(slot) || info.Handling != command.Forward ||
-		ss.inTransaction() || ss.watching || ss.streamWatch || ss.watchPool != nil || !ss.streamAnswered() {
+	if !ss.relay.asked.migrating(slot) {
 		return false
+	}
+	follow := s.streamFollow(ss, c)
+	if follow == nil {
+		return false
+	}
+	ss.relay.queue(relayAnswer{made: func() []byte { return follow(slot) }})
+	ss.streamCmds = append(ss.streamCmds, errorCmd) // drops the pin's CLIENT CACHING flag, as the command does
+	return true
+}
+
+// streamFollow returns, for c, a command of a stream session on a
+// cluster, what runs it on the shared connections (which follow
+// redirects) for slot and makes its reply, with an invalidation push of
+// its keys after a read the session would have had tracked; nil when it
+// may not run there (the comment above).
+func (s *Server) streamFollow(ss *session, c *call) func(slot int) []byte {
+	info := c.info
+	if info == nil || info.Handling != command.Forward || ss.inTransaction() || ss.watching || ss.streamWatch ||
+		ss.watchPool != nil || ss.branchTx != nil || !ss.streamAnswered() {
+		return nil
 	}
 	read := info.Has(command.ReadOnly)
 	tracked := ss.redirect == 0 && ss.proto == 3
 	if read && ss.redirect != -1 && !tracked {
-		return false
+		return nil
 	}
 	rt, ok := ss.pools[ss.proto].(*upstream.Router)
 	if !ok {
-		return false
+		return nil
 	}
 	raw := bytes.Clone(c.cmd.Raw)
-	var invalidate []byte
-	if read && tracked {
-		keys, _ := command.Keys(keyInfo(s.table.Load(), info, c.cmd.Args), c.cmd.Args, nil)
-		invalidate = invalidationPush(keys)
-	}
-	ss.relay.queue(relayAnswer{made: func() []byte {
+	return func(slot int) []byte {
 		b := upstream.NewBatch()
 		b.AddSlot(raw, slot)
 		rt.Do(b)
-		return append(bytes.Clone(b.Reply(0)), invalidate...)
-	}})
-	ss.streamCmds = append(ss.streamCmds, errorCmd) // drops the pin's CLIENT CACHING flag, as the command does
-	return true
+		reply := bytes.Clone(b.Reply(0))
+		if read && tracked {
+			reply = append(reply, invalidationPush(s.rawKeys(raw))...)
+		}
+		return reply
+	}
+}
+
+// rawKeys returns the keys of raw, a command as the client sent it.
+func (s *Server) rawKeys(raw []byte) [][]byte {
+	v, err := resp.Parse(raw)
+	if err != nil || len(v.Elems) == 0 {
+		return nil
+	}
+	args := make([][]byte, len(v.Elems))
+	for i, e := range v.Elems {
+		args[i] = e.Str
+	}
+	table := s.table.Load()
+	keys, _ := command.Keys(keyInfo(table, table.Lookup(args[0]), args), args, nil)
+	return keys
 }
 
 // invalidationPush is the RESP3 push Redis sends a tracking client when

@@ -65,6 +65,9 @@ type streamBranch struct {
 type branchReply struct {
 	done  chan struct{}
 	reply []byte
+	// follow, for a plain command, runs it where a redirect says and
+	// makes its reply (streamasked.go); nil: rproxy's error instead.
+	follow func(slot int) []byte
 
 	// shard: for an SSUBSCRIBE or SUNSUBSCRIBE (streamshard.go), the
 	// branch's master, whose confirmations make the reply: shardLeft more
@@ -123,11 +126,20 @@ func (r *branchReply) showApart() (reply, after []byte) {
 // send writes cmds to the branch; want says, per command, whether its reply
 // is shown to the client (a branchReply) or dropped (nil).
 func (b *streamBranch) send(cmds [][]byte, want []bool) []*branchReply {
+	return b.sendFollowed(cmds, want, nil)
+}
+
+// sendFollowed is send, with follow making the last command's reply if
+// Redis redirects it (streamasked.go).
+func (b *streamBranch) sendFollowed(cmds [][]byte, want []bool, follow func(slot int) []byte) []*branchReply {
 	replies := make([]*branchReply, len(cmds))
 	b.mu.Lock()
 	for i := range cmds {
 		if want[i] {
 			replies[i] = &branchReply{done: make(chan struct{})}
+			if i == len(cmds)-1 {
+				replies[i].follow = follow
+			}
 		}
 		if b.err != nil {
 			if replies[i] != nil {
@@ -248,10 +260,6 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 			}
 			return b.push(b.relay.redirBroken(reply))
 		}
-		if slot, redirect := upstream.RedirectSlot(reply); redirect {
-			b.relay.movedSeen(reply)
-			reply = streamRedirectError(slot) // moved since the branch was chosen
-		}
 		b.mu.Lock()
 		if len(b.waiting) == 0 {
 			b.mu.Unlock()
@@ -261,6 +269,16 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 		b.waiting[0] = nil
 		b.waiting = b.waiting[1:]
 		b.mu.Unlock()
+		if slot, redirect := upstream.RedirectSlot(reply); redirect {
+			// Moved since the branch was chosen: run where it now is, or
+			// the client gets rproxy's error.
+			b.relay.movedSeen(reply)
+			if w != nil && w.follow != nil {
+				reply = w.follow(slotNumber(slot))
+			} else {
+				reply = streamRedirectError(slot)
+			}
+		}
 		if w != nil {
 			w.reply = reply
 			close(w.done)
@@ -590,7 +608,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 		}
 	}
 	if pool, keys := s.masterOf(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(pool, ss.pinPool) {
-		s.sendOnBranch(ss, c, pool)
+		s.sendOnBranchFollowed(ss, c, pool, s.streamFollow(ss, c))
 		return true
 	}
 	return false
@@ -663,6 +681,12 @@ func (s *Server) keylessStreamTx(ss *session, c *call) {
 // CLIENT CACHING flag the pin holds for the client's next command goes to
 // the branch first, as the command does.
 func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
+	s.sendOnBranchFollowed(ss, c, pool, nil)
+}
+
+// sendOnBranchFollowed is sendOnBranch, with follow making c's reply if
+// Redis redirects it (streamFollow).
+func (s *Server) sendOnBranchFollowed(ss *session, c *call, pool *upstream.Pool, follow func(slot int) []byte) {
 	b, err := s.branch(ss, pool)
 	if err != nil {
 		ss.errorInStream(branchError(err))
@@ -675,7 +699,7 @@ func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
 	if ss.lastCaching != nil && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
 		cmds, want = [][]byte{ss.lastCaching, c.cmd.Raw}, []bool{false, answered}
 	}
-	replies := b.send(cmds, want)
+	replies := b.sendFollowed(cmds, want, follow)
 	if answered {
 		ss.relay.queue(relayAnswer{later: replies[len(replies)-1]})
 	}

@@ -1196,48 +1196,75 @@ func TestClusterTrackingInfoBrokenRedirect(t *testing.T) {
 }
 
 // TestClusterStreamModeFollowsAMigration: a tracking session (RESP3,
-// CLIENT TRACKING ON: stream mode) whose key has moved out of a slot still
-// migrating gets rproxy's error for the command that met the ASK; from
-// then on until the migration ends its commands of the slot run on the
-// shared connections (streamasked.go): a read answered with the value and
-// an invalidation push of its key (no connection of the session's tracks
-// it there), a write applied once. After the migration they go where the
-// slot now is. Before, every command on the moved key got the error until
-// the migration ended.
+// CLIENT TRACKING ON: stream mode) during a slot migration, its key moved
+// already (Redis answers ASK). On a branch (another master than its pin's)
+// the command runs where the ASK says; on the pin the one that met the ASK
+// gets rproxy's error, and from then on until the migration ends the
+// session's commands of the slot run on the shared connections
+// (streamasked.go). A read so run is answered with the value and an
+// invalidation push of its key (no connection of the session's tracks it
+// there), a write applied once. After the migration they go where the slot
+// now is. Before, every command on the moved key got the error until the
+// migration ended.
 func TestClusterStreamModeFollowsAMigration(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour })
 	c := dialClient(t, p.Addr)
-	const key = "{smig}n"
-	if got := sendAll(c, []string{"HELLO", "3"}, []string{"CLIENT", "TRACKING", "ON"}, []string{"SET", key, "10"}); got[1] != "+OK\r\n" || got[2] != "+OK\r\n" {
-		t.Fatalf("HELLO 3, CLIENT TRACKING ON, SET: %q", got)
+	if got := sendAll(c, []string{"HELLO", "3"}, []string{"CLIENT", "TRACKING", "ON"}); got[1] != "+OK\r\n" {
+		t.Fatalf("HELLO 3, CLIENT TRACKING ON: %q", got)
 	}
-	slot := cl.Slot(key)
-	to := otherMaster(t, cl, slot)
-	m := cl.BeginMigration(t, slot, to)
-	m.MoveKeys(t, 0)
-	errPrefix := "-ERR rproxy: slot " + strconv.Itoa(slot) + " is on another master"
-	if r := c.do("GET", key); !strings.HasPrefix(r, errPrefix) {
-		t.Fatalf("GET of the moved key: %q, want rproxy's error", r)
-	}
-	invalidate := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$7\r\n" + key + "\r\n"
-	c.send(pipeline([]string{"GET", key}, []string{"INCR", key}))
-	if r := string(c.read()); r != "$2\r\n10\r\n" {
-		t.Fatalf("GET again: %q", r)
-	}
-	if r := string(c.read()); r != invalidate {
-		t.Fatalf("after the GET: %q, want the invalidation of its key", r)
-	}
-	if r := string(c.read()); r != ":11\r\n" {
-		t.Fatalf("INCR: %q", r)
-	}
-	m.Finish(t)
-	for range 3 { // the first meets the MOVED on the shared connections, which corrects the map
-		if r := c.do("INCR", key); r[0] != ':' {
-			t.Fatalf("INCR after the migration: %q", r)
+	// The pin's master: the one tracking connection (the tier is off).
+	var pinned *redistest.ClusterNode
+	for _, m := range cl.Masters() {
+		if strings.Contains(string(m.Do(t, "CLIENT", "LIST")), "flags=t ") {
+			pinned = m
 		}
 	}
-	if r := string(to.Do(t, "GET", key)); r != "$2\r\n14\r\n" {
-		t.Fatalf("the key is %q on its new master, want 14 (each INCR once)", r)
+	if pinned == nil {
+		t.Fatal("no master has the session's tracking connection")
+	}
+	keyOn := func(onPin bool) string {
+		for i := 0; ; i++ {
+			k := "{smig" + strconv.Itoa(i) + "}n"
+			if (cl.MasterForSlot(t, cl.Slot(k)).Addr == pinned.Addr) == onPin {
+				return k
+			}
+		}
+	}
+	for _, onPin := range []bool{true, false} {
+		key := keyOn(onPin)
+		if r := c.do("SET", key, "10"); r != "+OK\r\n" {
+			t.Fatalf("SET: %q", r)
+		}
+		slot := cl.Slot(key)
+		to := otherMaster(t, cl, slot)
+		m := cl.BeginMigration(t, slot, to)
+		m.MoveKeys(t, 0)
+		errPrefix := "-ERR rproxy: slot " + strconv.Itoa(slot) + " is on another master"
+		if onPin {
+			if r := c.do("GET", key); !strings.HasPrefix(r, errPrefix) {
+				t.Fatalf("GET of the moved key on the pin: %q, want rproxy's error", r)
+			}
+		}
+		invalidate := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$" + strconv.Itoa(len(key)) + "\r\n" + key + "\r\n"
+		c.send(pipeline([]string{"GET", key}, []string{"INCR", key}))
+		if r := string(c.read()); r != "$2\r\n10\r\n" {
+			t.Fatalf("on the pin %v: GET: %q", onPin, r)
+		}
+		if r := string(c.read()); r != invalidate {
+			t.Fatalf("on the pin %v: after the GET: %q, want the invalidation of its key", onPin, r)
+		}
+		if r := string(c.read()); r != ":11\r\n" {
+			t.Fatalf("on the pin %v: INCR: %q", onPin, r)
+		}
+		m.Finish(t)
+		for range 3 { // the first may meet a MOVED, which corrects the map
+			if r := c.do("INCR", key); r[0] != ':' {
+				t.Fatalf("on the pin %v: INCR after the migration: %q", onPin, r)
+			}
+		}
+		if r := string(to.Do(t, "GET", key)); r != "$2\r\n14\r\n" {
+			t.Fatalf("on the pin %v: the key is %q on its new master, want 14 (each INCR once)", onPin, r)
+		}
 	}
 }
