@@ -38,8 +38,10 @@ func (s *Server) startShardMoves(ss *session, relay *streamRelay) {
 		return
 	}
 	cluster := s.routing.cluster
-	relay.noteMoved = cluster.NoteMoved
-	relay.asked = &askedSlots{owner: cluster.Owner}
+	relay.noteMoved = func(reply []byte) {
+		cluster.NoteMoved(reply)
+		cluster.NoteAsk(reply)
+	}
 	relay.shards.wake = lc.wake
 	relay.shards.wakeLater = func() {
 		cluster.RequestRefresh()

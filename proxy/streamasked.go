@@ -3,8 +3,6 @@ package proxy
 import (
 	"bytes"
 	"strconv"
-	"sync"
-	"sync/atomic"
 
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
@@ -20,9 +18,11 @@ import (
 // client gets rproxy's error (streamRedirectError). A MOVED corrects the
 // slot map, so the session's next command of the slot goes to its new
 // master. An ASK does not: during a slot's migration every command of a
-// key already moved would meet one. So once the session has met an ASK for
-// a slot, and until the map names another master for it (the migration
-// ended), its plain commands of that slot are diverted: the pin is sent
+// key already moved would meet one. So once rproxy has met an ASK for a
+// slot, on any connection (upstream.Cluster.Migrating), and until the map
+// names another master for it (the migration ended) or none has come for
+// a while, the session's plain commands of that slot are diverted: the
+// pin is sent
 // errorCmd in the command's place, and when the relay reaches it (every
 // reply before it in), the command runs on the shared connections, which
 // follow the ASK, and its reply is shown there. A read the session would
@@ -34,59 +34,10 @@ import (
 // SKIP, and a RESP2 tracking session's reads (its invalidations go to
 // another connection).
 
-// askedSlots is the slots a stream session met an ASK for, each with the
-// master the slot map named then. The relay and the branches add to it;
-// the session's goroutine reads it.
-type askedSlots struct {
-	owner func(slot int) int // the slot map's master of slot (upstream.Cluster.Owner)
-	some  atomic.Bool        // slots holds any: the session's commands are looked at
-	mu    sync.Mutex
-	slots map[int]int
-}
-
-// any reports whether the session met an ASK that may still hold.
-func (a *askedSlots) any() bool { return a != nil && a.some.Load() }
-
-// note records reply's slot if reply is an ASK.
-func (a *askedSlots) note(reply []byte) {
-	if a == nil || !bytes.HasPrefix(reply, []byte("-ASK ")) {
-		return
-	}
-	slot, ok := upstream.RedirectSlot(reply)
-	n := slotNumber(slot)
-	if !ok || n < 0 || n >= upstream.Slots {
-		return
-	}
-	a.mu.Lock()
-	if a.slots == nil {
-		a.slots = map[int]int{}
-	}
-	a.slots[n] = a.owner(n)
-	a.some.Store(true)
-	a.mu.Unlock()
-}
-
-// migrating reports whether the session met an ASK for slot since the map
-// last named a new master for it.
-func (a *askedSlots) migrating(slot int) bool {
-	if a == nil {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	owner, ok := a.slots[slot]
-	if ok && owner != a.owner(slot) {
-		delete(a.slots, slot) // the migration ended
-		a.some.Store(len(a.slots) > 0)
-		return false
-	}
-	return ok
-}
-
 // divertAsked diverts c, a plain command of slot, as the comment above
 // says, and reports whether it did.
 func (s *Server) divertAsked(ss *session, c *call, slot int) bool {
-	if !ss.relay.asked.migrating(slot) {
+	if !s.routing.cluster.Migrating(slot) {
 		return false
 	}
 	follow := s.streamFollow(ss, c)

@@ -600,9 +600,9 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 	}
 	// A plain command (not the connection's own business) whose keys are
 	// all in one slot of another master than the pin's: tracked there; or
-	// of a slot the session met an ASK for: diverted (streamasked.go).
+	// of a slot rproxy met an ASK for: diverted (streamasked.go).
 	// Anything else goes to the pin as before.
-	if info.Handling == command.Forward && ss.relay != nil && ss.relay.asked.any() {
+	if info.Handling == command.Forward && s.routing != nil && s.routing.cluster.AnyMigrating() {
 		if slot, keys := s.keysSlot(ss, info, c.cmd.Args); keys == keysOneSlot && s.divertAsked(ss, c, slot) {
 			return true
 		}

@@ -107,12 +107,10 @@ type streamRelay struct {
 	dst           io.Writer
 	hideRedirects bool // a cluster upstream: clients see one node (facade.go)
 	// noteMoved, on a cluster upstream, learns a slot's master from a
-	// MOVED the pin or a branch sent (set before the copy starts): the
-	// session's later commands of the slot go there.
+	// MOVED the pin or a branch sent, and that a slot is migrating from an
+	// ASK (set before the copy starts): the session's later commands of
+	// the slot go there, or run on the shared connections (streamasked.go).
 	noteMoved func(reply []byte)
-	// asked: the slots the session met an ASK for (streamasked.go), on a
-	// cluster upstream.
-	asked *askedSlots
 
 	mu      sync.Mutex
 	pending []relayAnswer // answers to errorCmds sent whose replies have not come yet
@@ -554,12 +552,11 @@ func (r *streamRelay) redirBroken(frame []byte) []byte {
 	return append(out, '\r', '\n')
 }
 
-// movedSeen passes reply, a redirect, to noteMoved, and an ASK to asked.
+// movedSeen passes reply, a redirect, to noteMoved.
 func (r *streamRelay) movedSeen(reply []byte) {
 	if r.noteMoved != nil {
 		r.noteMoved(reply)
 	}
-	r.asked.note(reply)
 }
 
 // streamRedirectError is what a stream-mode client of a cluster upstream

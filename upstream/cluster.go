@@ -86,6 +86,8 @@ type Cluster struct {
 	learnMu  sync.Mutex
 	learned  map[int]uint64
 	learnSeq atomic.Uint64
+	// migrating: the slots an ASK was met for (migrating.go).
+	migrating migratingSlots
 	// lastErr is why the last slot map read failed ("" after a success).
 	lastErr atomic.Pointer[string]
 	// assigned is how many slots the map in force assigns; readAt is when

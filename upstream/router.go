@@ -295,6 +295,7 @@ func (r *Router) followRedirects(b *Batch) {
 				continue
 			}
 			if kind == "ask" {
+				c.noteAsk(slot)
 				sc.add(d, askingCmd, int(b.slots[i])) // its reply is not the client's
 			}
 			sc.loc[i] = sc.add(d, b.cmds[i], int(b.slots[i]))
@@ -305,6 +306,7 @@ func (r *Router) followRedirects(b *Batch) {
 			case "moved":
 				c.learnMoved(t.slot, t.node)
 			case "ask":
+				c.noteAsk(t.slot)
 				sc.add(t.node, askingCmd, t.slot) // kept through the MULTI by Redis; its reply is not the client's
 			case "tryagain":
 				if !paused {
@@ -495,6 +497,8 @@ func (r *Router) RedirectPool(reply []byte) (pool *Pool, ask, ok bool) {
 	}
 	if kind == "moved" {
 		r.c.learnMoved(slot, i)
+	} else {
+		r.c.noteAsk(slot)
 	}
 	return (*r.c.nodes.Load())[i].pools[r.proto], kind == "ask", true
 }
