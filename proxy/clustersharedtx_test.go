@@ -47,6 +47,20 @@ func movedKey(t *testing.T, cl *redistest.Cluster, c *rawClient, key string) *re
 	return to
 }
 
+// migrationOf begins the migration of key's slot to another master, with
+// its keys moved (moveKeys of them; all for 0): the source answers ASK for
+// a moved key. It returns the migration and its target.
+func migrationOf(t *testing.T, cl *redistest.Cluster, key string, moveKeys int) (*redistest.Migration, *redistest.ClusterNode) {
+	t.Helper()
+	slot := cl.Slot(key)
+	to := otherMaster(t, cl, slot)
+	m := cl.BeginMigration(t, slot, to)
+	if n := m.MoveKeys(t, moveKeys); moveKeys > 0 && n != moveKeys {
+		t.Fatalf("moved %d keys, want %d", n, moveKeys)
+	}
+	return m, to
+}
+
 // otherMaster returns a master of cl other than slot's.
 func otherMaster(t *testing.T, cl *redistest.Cluster, slot int) *redistest.ClusterNode {
 	t.Helper()
@@ -105,10 +119,7 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 		if r := c.do("SET", key, "10"); r != "+OK\r\n" {
 			t.Fatalf("SET: %q", r)
 		}
-		slot := cl.Slot(key)
-		to := otherMaster(t, cl, slot)
-		m := cl.BeginMigration(t, slot, to)
-		m.MoveKeys(t, 0) // the key is on the target; the source answers ASK
+		m, to := migrationOf(t, cl, key, 0) // the key is on the target; the source answers ASK
 		if got := sendAll(c, tx(key)...); !slices.Equal(got, ran) {
 			t.Fatalf("the transaction on the migrating slot: %q, want %q", got, ran)
 		}
@@ -126,12 +137,7 @@ func TestClusterSharedTransactionFollowsAMovedSlot(t *testing.T) {
 		if got := sendAll(c, []string{"SET", a, "10"}, []string{"SET", b, "10"}); got[0] != "+OK\r\n" || got[1] != "+OK\r\n" {
 			t.Fatalf("SET: %q", got)
 		}
-		slot := cl.Slot(a)
-		to := otherMaster(t, cl, slot)
-		m := cl.BeginMigration(t, slot, to)
-		if n := m.MoveKeys(t, 1); n != 1 {
-			t.Fatalf("moved %d keys, want 1", n)
-		}
+		m, to := migrationOf(t, cl, a, 1)
 		c.send(pipeline([]string{"MULTI"}, []string{"INCR", a}, []string{"INCR", b}, []string{"EXEC"}))
 		waitFor(t, "rproxy to meet TRYAGAIN", func() bool { return redirects(t, p, "tryagain") > 0 })
 		m.MoveKeys(t, 0)
@@ -237,10 +243,7 @@ func TestClusterPinnedSessionFollowsAMovedSlot(t *testing.T) {
 		if got := sendAll(c, []string{"RPUSH", key, "job"}, []string{"SET", n, "10"}); got[0] != ":1\r\n" || got[1] != "+OK\r\n" {
 			t.Fatalf("RPUSH, SET: %q", got)
 		}
-		slot := cl.Slot(key)
-		to := otherMaster(t, cl, slot)
-		m := cl.BeginMigration(t, slot, to)
-		m.MoveKeys(t, 0)
+		m, to := migrationOf(t, cl, key, 0)
 		if r := c.do("BLPOP", key, "5"); r != "*2\r\n$9\r\n{pinask}l\r\n$3\r\njob\r\n" {
 			t.Fatalf("BLPOP of a key moved in a migration: %q", r)
 		}

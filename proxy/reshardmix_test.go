@@ -35,23 +35,7 @@ func (l *reshardLoad) fail(kind, what string) {
 
 // rawDo sends cmds in one write and reads one reply each, for goroutines.
 func rawDo(c *rawClient, cmds ...[]string) ([]string, error) {
-	var b []byte
-	for _, cmd := range cmds {
-		b = resp.AppendCommandString(b, cmd...)
-	}
-	c.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.nc.Write(b); err != nil {
-		return nil, err
-	}
-	out := make([]string, len(cmds))
-	for i := range cmds {
-		r, err := resp.ReadReply(c.rd, nil)
-		if err != nil {
-			return out[:i], err
-		}
-		out[i] = string(r)
-	}
-	return out, nil
+	return roundTrip(c.nc, c.rd, pipeline(cmds...), len(cmds))
 }
 
 func intReply(r string) (int64, bool) {

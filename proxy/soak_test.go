@@ -53,13 +53,19 @@ func (c *soakConn) close() {
 
 // roundTrip sends raw and reads n replies, each within 10s.
 func (c *soakConn) roundTrip(raw []byte, n int) ([]string, error) {
-	c.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.nc.Write(raw); err != nil {
+	return roundTrip(c.nc, c.rd, raw, n)
+}
+
+// roundTrip writes raw and reads n replies, for goroutines: failures are
+// returned, with the replies read before them.
+func roundTrip(nc net.Conn, rd *bufio.Reader, raw []byte, n int) ([]string, error) {
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := nc.Write(raw); err != nil {
 		return nil, err
 	}
 	out := make([]string, n)
 	for i := range out {
-		r, err := resp.ReadReply(c.rd, nil)
+		r, err := resp.ReadReply(rd, nil)
 		if err != nil {
 			return out[:i], err
 		}

@@ -1242,9 +1242,7 @@ func TestClusterStreamModeFollowsAMigration(t *testing.T) {
 			t.Fatalf("SET: %q", r)
 		}
 		slot := cl.Slot(key)
-		to := otherMaster(t, cl, slot)
-		m := cl.BeginMigration(t, slot, to)
-		m.MoveKeys(t, 0)
+		m, to := migrationOf(t, cl, key, 0)
 		errPrefix := "-ERR rproxy: slot " + strconv.Itoa(slot) + " is on another master"
 		if tc.warned {
 			// Another client (not in stream mode) meets the ASK first, on
