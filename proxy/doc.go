@@ -12,7 +12,10 @@
 // upstream, or on a connection pinned to the session while it holds state
 // (pin.go: transactions, WATCH, SELECT, blocking commands; stream mode for
 // pub/sub, MONITOR and tracking). A transaction sent whole in one read
-// stays on the shared connections (sharedtx.go). Once the replies are in, the chain's
+// stays on the shared connections (sharedtx.go). On a cluster, a key that
+// moves under a pinned session is answered as one Redis would
+// (pinmoved.go), and a stream session's commands follow a migration
+// (streamasked.go). Once the replies are in, the chain's
 // replies phase runs (salted copies, the tier's written keys, flights
 // published). The engines behind the tier and the salted copies are
 // packages of their own (tier, salt): here is only their session side.

@@ -25,6 +25,8 @@
 // to its slot's master, splitting a batch that spans masters, and follows
 // MOVED, ASK and TRYAGAIN. A transaction's commands (InTransaction) are
 // never sent again alone: a transaction Redis discarded for redirects alone
-// (TRYAGAIN included) goes again whole (txredirect.go). Commands that come before the first
+// (TRYAGAIN included) goes again whole (txredirect.go). A slot an ASK was
+// met for is Migrating until the map names another master for it
+// (migrating.go). Commands that come before the first
 // slot map is read wait for it (Cluster.AwaitMap).
 package upstream
