@@ -36,6 +36,7 @@ const (
 	mergeDigest                      // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
 	mergeAfterPin                    // the pin's reply, made whole by the other masters' after it (clustertx.go)
 	mergeMade                        // no part: made when the batch's replies are in (clientTextAfterSelect)
+	mergeRedone                      // one part, a redirect the pin met: made again elsewhere in its turn (pinmoved.go)
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -250,7 +251,7 @@ type merge struct {
 	part, index []int32
 	// For mergeAfterPin: the reply, from the pin's (clustertx.go).
 	afterPin func(pinReply []byte) []byte
-	// For mergeMade: the reply.
+	// For mergeMade and mergeRedone: the reply.
 	made func() []byte
 }
 
@@ -585,6 +586,12 @@ func (ss *session) queueMerge(m merge) {
 	ss.order = append(ss.order, replySource{from: fromMerge, idx: int32(len(ss.route.merges) - 1)})
 }
 
+// queueMergeAt makes the reply at ss.order[j], one upstream reply, from m.
+func (ss *session) queueMergeAt(j int, m merge) {
+	ss.route.merges = append(ss.route.merges, m)
+	ss.order[j] = replySource{from: fromMerge, idx: int32(len(ss.route.merges) - 1)}
+}
+
 // pubsubSlot is the slot whose master is the pub/sub master: PUBLISH,
 // SUBSCRIBE and PSUBSCRIBE go there. A cluster node counts, in PUBLISH's
 // reply and PUBSUB NUMSUB/NUMPAT, its own subscribers only, while a
@@ -750,6 +757,9 @@ func (r *routing) multiSlot(ss *session) int {
 // reply merges the parts' replies, in order. An error from any part is the
 // reply.
 func (m *merge) reply(replies [][]byte) []byte {
+	if m.kind == mergeRedone {
+		return m.made()
+	}
 	for i := range m.parts {
 		if r := replies[i]; len(r) > 0 && (r[0] == '-' || r[0] == '!') {
 			return r

@@ -386,6 +386,13 @@ func TestClusterCrossSlotTransactions(t *testing.T) {
 		t.Errorf("GET, BLPOP of another master's keys while watching: %q", got)
 	}
 	c.do("UNWATCH")
+	// In the client's order with what runs on every master: the FLUSHDB
+	// (run on the pin, then on the other masters) comes before the SET
+	// (found by TestClusterPipelinesAsStandaloneRandomSequences, seed 197).
+	if got := sendAll(c, []string{"WATCH", "a"}, []string{"FLUSHDB"}, []string{"SETNX", other, "5"}); got[2] != ":1\r\n" {
+		t.Errorf("WATCH, FLUSHDB, SETNX of another master's key: %q, want the key set (flushed before)", got)
+	}
+	c.do("UNWATCH")
 	// A protocol switch while watching keeps the same master's commands going.
 	c.do("WATCH", "a")
 	c.do("HELLO", "3")

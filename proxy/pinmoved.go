@@ -86,7 +86,10 @@ var (
 
 // followPinnedRedirects answers the redirects of the batch just run on the
 // session's pin as the comment above says; the others stay for
-// HideRedirects.
+// HideRedirects. What runs elsewhere runs when its reply's turn comes in
+// the client's order (runInTurn), after what the commands before it do
+// elsewhere (a FLUSHALL under a WATCH flushes the other masters then:
+// clustertx.go).
 func (s *Server) followPinnedRedirects(ss *session, rt *upstream.Router) {
 	n := ss.batch.Len()
 	if len(ss.track) != n || ss.pinTracked {
@@ -94,8 +97,7 @@ func (s *Server) followPinnedRedirects(ss *session, rt *upstream.Router) {
 	}
 	table := s.table.Load()
 	in, watching := ss.inMulti, ss.watching
-	var again []int            // commands outside a transaction, to run on the shared connections
-	var answers map[int][]byte // replies to replace
+	var answers map[int][]byte // replies to replace now
 	answer := func(i int, r []byte) {
 		if answers == nil {
 			answers = map[int][]byte{}
@@ -118,8 +120,10 @@ func (s *Server) followPinnedRedirects(ss *session, rt *upstream.Router) {
 			if isExec && (tx.moved || redirected) && !tx.lost && (redirected || bytes.HasPrefix(r, execAbortPref)) {
 				if watching {
 					answer(i, nullArray(ss.proto))
-				} else if reply, ok := s.runTransactionAgain(ss, rt, slot); ok {
-					answer(i, reply)
+				} else if txSlot := tx.slotOf(slot); txSlot >= 0 {
+					cmds := tx.cmds
+					tx.cmds = nil // kept by the run
+					ss.runInTurn(i, func() []byte { return runTransaction(rt, cmds, txSlot) })
 				}
 			}
 			watching = false
@@ -142,18 +146,14 @@ func (s *Server) followPinnedRedirects(ss *session, rt *upstream.Router) {
 			watching = false
 		case redirected && t.kind == trackNone:
 			if info := table.Lookup(rawCommandName(ss.batch.Command(i))); info != nil && info.Handling == command.Forward {
-				again = append(again, i)
+				raw, cmdSlot := bytes.Clone(ss.batch.Command(i)), ss.batch.Slot(i)
+				ss.runInTurn(i, func() []byte {
+					b := upstream.NewBatch()
+					b.AddSlot(raw, cmdSlot)
+					rt.Do(b)
+					return bytes.Clone(b.Reply(0))
+				})
 			}
-		}
-	}
-	if len(again) > 0 {
-		b := upstream.NewBatch()
-		for _, i := range again {
-			b.AddSlot(ss.batch.Command(i), ss.batch.Slot(i))
-		}
-		rt.Do(b)
-		for k, i := range again {
-			answer(i, append([]byte(nil), b.Reply(k)...))
 		}
 	}
 	if answers != nil {
@@ -161,27 +161,57 @@ func (s *Server) followPinnedRedirects(ss *session, rt *upstream.Router) {
 	}
 }
 
-// runTransactionAgain runs the session's logged transaction whole on the
-// shared connections (marked as one, so the Router sends it again whole
-// after a redirect) and returns its EXEC's reply. execSlot is what the
-// EXEC's own redirect named, if it was one.
-func (s *Server) runTransactionAgain(ss *session, rt *upstream.Router, execSlot string) ([]byte, bool) {
-	slot := ss.pinTx.slot
+// runInTurn makes the client's reply to the batch's command i with run,
+// called when that reply's turn comes in flush, instead of Redis's (a
+// redirect). A reply already made from several (a merge) is left as it is.
+func (ss *session) runInTurn(i int, run func() []byte) {
+	up := 0
+	for j, o := range ss.order {
+		switch o.from {
+		case fromUpstream:
+			if up == i {
+				ss.queueMergeAt(j, merge{kind: mergeRedone, parts: 1, made: run})
+				return
+			}
+			up++
+		case fromDiscard:
+			up++
+		case fromMerge:
+			up += ss.route.merges[o.idx].parts
+		}
+		if up > i {
+			return
+		}
+	}
+}
+
+// slotOf is the slot the transaction runs again in: the one the EXEC's
+// redirect names (execSlot, "" if it was no redirect), else the last one
+// a queued command's named; -1 if none.
+func (tx *pinnedTx) slotOf(execSlot string) int {
+	slot := tx.slot
 	if execSlot != "" {
 		slot = slotNumber(execSlot)
 	}
 	if slot < 0 || slot >= upstream.Slots {
-		return nil, false
+		return -1
 	}
+	return slot
+}
+
+// runTransaction runs cmds as a transaction of slot on the shared
+// connections (marked as one, so the Router sends it again whole after a
+// redirect) and returns its EXEC's reply.
+func runTransaction(rt *upstream.Router, cmds [][]byte, slot int) []byte {
 	tx := upstream.InTransaction | slot
 	b := upstream.NewBatch()
 	b.AddSlot(multiCmd, tx|upstream.TransactionStart)
-	for _, c := range ss.pinTx.cmds {
+	for _, c := range cmds {
 		b.AddSlot(c, tx)
 	}
 	b.AddSlot(execCmd, tx)
 	rt.Do(b)
-	return append([]byte(nil), b.Reply(b.Len()-1)...), true
+	return bytes.Clone(b.Reply(b.Len() - 1))
 }
 
 var (
