@@ -12,8 +12,9 @@ import (
 // A stream-mode session on a cluster sends its commands on its own
 // connections (the pin, its branches). A plain command on a branch that
 // Redis redirects runs again where the redirect says, on the shared
-// connections (streamFollow, from the branch's copy goroutine), its reply
-// shown in its place. On the pin, whose replies the relay copies to the
+// connections (streamFollow), when the relay reaches its reply, after what
+// every command before it did (branchReply.followInTurn), its reply shown
+// in its place. On the pin, whose replies the relay copies to the
 // client as they come without knowing their commands, it cannot: the
 // client gets rproxy's error (streamRedirectError). A MOVED corrects the
 // slot map, so the session's next command of the slot goes to its new

@@ -66,8 +66,12 @@ type branchReply struct {
 	done  chan struct{}
 	reply []byte
 	// follow, for a plain command, runs it where a redirect says and
-	// makes its reply (streamasked.go); nil: rproxy's error instead.
-	follow func(slot int) []byte
+	// makes its reply (streamasked.go); nil: rproxy's error instead. It is
+	// run by the relay in the reply's turn (redirected: the slot the
+	// redirect named, the reply Redis's redirect until then).
+	follow     func(slot int) []byte
+	redirected bool
+	slot       int
 
 	// shard: for an SSUBSCRIBE or SUNSUBSCRIBE (streamshard.go), the
 	// branch's master, whose confirmations make the reply: shardLeft more
@@ -90,6 +94,17 @@ type branchReply struct {
 func (r *branchReply) wait() []byte {
 	<-r.done
 	return r.reply
+}
+
+// followInTurn runs, once the reply has come, the command Redis redirected
+// where the redirect says (follow), for the relay when the reply's turn
+// comes: after everything the session's commands before it did, on every
+// master.
+func (r *branchReply) followInTurn() {
+	<-r.done
+	if r.redirected {
+		r.reply, r.redirected = r.follow(r.slot), false
+	}
 }
 
 // holdPush keeps push to show after the reply, reporting false if the
@@ -270,11 +285,11 @@ func (b *streamBranch) Write(p []byte) (int, error) {
 		b.waiting = b.waiting[1:]
 		b.mu.Unlock()
 		if slot, redirect := upstream.RedirectSlot(reply); redirect {
-			// Moved since the branch was chosen: run where it now is, or
-			// the client gets rproxy's error.
+			// Moved since the branch was chosen: run where it now is, in
+			// its turn (followInTurn), or the client gets rproxy's error.
 			b.relay.movedSeen(reply)
 			if w != nil && w.follow != nil {
-				reply = w.follow(slotNumber(slot))
+				w.redirected, w.slot = true, slotNumber(slot)
 			} else {
 				reply = streamRedirectError(slot)
 			}

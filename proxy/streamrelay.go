@@ -498,7 +498,7 @@ func (r *streamRelay) finish() []byte {
 		// client's write lock is held from before it is marked shown, so
 		// that a push the branch sends after it cannot come first.
 		r.releaseFrames()
-		a.later.wait()
+		a.later.followInTurn()
 		r.frames.Lock()
 		r.framesHeld = true
 		if a.later.shard != "" {
