@@ -166,6 +166,7 @@ type session struct {
 	// first command decides where it goes (deferStreamMulti).
 	multiDeferred bool
 	streamWatch   bool           // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
+	divertedTx    *divertedTx    // a transaction of a migrating slot, run on the shared connections at its EXEC (streamasked.go)
 	watchPool     *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
 	trackingArgs  [][]byte
 	lastCaching   []byte

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 
 	"github.com/rproxy/rproxy/command"
@@ -29,11 +30,12 @@ import (
 // follow the ASK, and its reply is shown there. A read the session would
 // have had tracked (RESP3, tracking on, no REDIRECT) is followed by an
 // invalidation push of its keys, since no connection of the session's
-// tracks them where it ran: the client does not keep what it read. Not
-// diverted: blocking commands (they would hold a shared connection),
-// commands inside a transaction or under a WATCH, after CLIENT REPLY OFF or
-// SKIP, and a RESP2 tracking session's reads (its invalidations go to
-// another connection).
+// tracks them where it ran: the client does not keep what it read. A
+// transaction sent whole in one read, all of whose keys are in such a slot,
+// is diverted whole (divertedTx). Not diverted: blocking commands (they
+// would hold a shared connection), other transactions, commands under a
+// WATCH, after CLIENT REPLY OFF or SKIP, and a RESP2 tracking session's
+// reads (its invalidations go to another connection).
 
 // divertAsked diverts c, a plain command of slot, as the comment above
 // says, and reports whether it did.
@@ -107,4 +109,94 @@ func invalidationPush(keys [][]byte) []byte {
 		out = resp.AppendBulk(out, k)
 	}
 	return out
+}
+
+// divertedTx is a transaction of a stream session, all of whose keys are
+// in a slot marked migrating, sent whole in one read (a client library's
+// cached read: CLIENT CACHING YES, MULTI, PTTL, GET, EXEC): it runs whole
+// on the shared connections at its EXEC's turn (divertTransaction), which
+// follow the slot's redirects, where on the pin or a branch its commands
+// would meet them.
+type divertedTx struct {
+	slot  int
+	want  int      // the commands the read holds between MULTI and EXEC
+	cmds  [][]byte // copies of those diverted so far
+	reads bool     // a read among them: an invalidation push after EXEC's reply
+}
+
+// divertTransaction diverts the MULTI c and the transaction it starts, as
+// divertedTx says, if it fits: ending with EXEC in this read, plain
+// commands only (no blocking one), all keys in one slot marked migrating,
+// no WATCH held. It reports whether it did.
+func (s *Server) divertTransaction(ss *session, c *call) bool {
+	if s.routing == nil || !s.routing.cluster.AnyMigrating() || ss.streamWatch || ss.watching || ss.watchPool != nil ||
+		!ss.streamAnswered() || ss.skipNext {
+		return false
+	}
+	table := s.table.Load()
+	slot, keyed, n, reads := -1, false, 0, false
+	for _, rc := range ss.route.rest[ss.route.restAt:] {
+		info := table.Lookup(rc.Args[0])
+		if info != nil && info.Name == "exec" {
+			if !keyed || !s.routing.cluster.Migrating(slot) {
+				return false
+			}
+			ss.divertedTx = &divertedTx{slot: slot, want: n, reads: reads}
+			ss.noteTransaction("multi")
+			ss.relay.substitute([]byte("+OK\r\n"))
+			ss.streamCmds = append(ss.streamCmds, errorCmd)
+			return true
+		}
+		if info == nil || info.Handling != command.Forward {
+			return false
+		}
+		switch sl, keys := s.keysSlot(ss, info, rc.Args); {
+		case keys == keysNotPlain, keys == keysOneSlot && keyed && sl != slot:
+			return false
+		case keys == keysOneSlot:
+			slot, keyed = sl, true
+		}
+		reads = reads || info.Has(command.ReadOnly)
+		n++
+	}
+	return false // the read ends before the transaction does
+}
+
+// divertedCommand queues c, a command of the session's diverted
+// transaction (+QUEUED), or at its EXEC the transaction's run, made in
+// EXEC's turn; a command that did not come here (refused, answered by
+// rproxy) makes the EXEC fail as Redis's would (EXECABORT).
+func (s *Server) divertedCommand(ss *session, c *call) {
+	tx := ss.divertedTx
+	if c.info == nil || c.info.Name != "exec" {
+		tx.cmds = append(tx.cmds, bytes.Clone(c.cmd.Raw))
+		ss.relay.substitute([]byte("+QUEUED\r\n"))
+		ss.streamCmds = append(ss.streamCmds, errorCmd)
+		return
+	}
+	ss.divertedTx = nil
+	ss.noteTransaction("exec")
+	rt, ok := ss.pools[ss.proto].(*upstream.Router)
+	if !ok || len(tx.cmds) != tx.want {
+		ss.relay.substitute([]byte("-EXECABORT Transaction discarded because of previous errors.\r\n"))
+		ss.streamCmds = append(ss.streamCmds, errorCmd)
+		return
+	}
+	tracked := tx.reads && ss.redirect == 0 && ss.proto == 3
+	ss.relay.queue(relayAnswer{made: func() []byte {
+		reply := runTransaction(rt, tx.cmds, tx.slot)
+		if tracked {
+			var keys [][]byte
+			for _, cmd := range tx.cmds {
+				for _, k := range s.rawKeys(cmd) {
+					if !slices.ContainsFunc(keys, func(o []byte) bool { return bytes.Equal(o, k) }) {
+						keys = append(keys, k)
+					}
+				}
+			}
+			reply = append(reply, invalidationPush(keys)...)
+		}
+		return reply
+	}})
+	ss.streamCmds = append(ss.streamCmds, errorCmd)
 }

@@ -536,6 +536,10 @@ func (streamMulti) replies(*session) {}
 // master's keys (masterOf).
 func (s *Server) onBranch(ss *session, c *call) bool {
 	info := c.info
+	if ss.divertedTx != nil {
+		s.divertedCommand(ss, c) // a transaction of a migrating slot (streamasked.go)
+		return true
+	}
 	if ss.route.keylessTx {
 		s.keylessStreamTx(ss, c) // may move the transaction to a branch
 	}
@@ -573,6 +577,9 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 	}
 	switch info.Name {
 	case "multi":
+		if s.divertTransaction(ss, c) {
+			return true
+		}
 		pool := ss.watchPool // a WATCH holds there: the transaction goes there whole
 		if pool == nil {
 			var open bool

@@ -1267,6 +1267,13 @@ func TestClusterStreamModeFollowsAMigration(t *testing.T) {
 		if r := string(c.read()); r != ":11\r\n" {
 			t.Fatalf("on the pin %v: INCR: %q", onPin, r)
 		}
+		// A cached read as client libraries send it, a transaction in one
+		// write: run whole on the shared connections.
+		c.send(pipeline([]string{"MULTI"}, []string{"PTTL", key}, []string{"GET", key}, []string{"EXEC"}))
+		c.readPrefixes("+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n:-1\r\n$2\r\n11\r\n", invalidate)
+		// One with a command refused inside: discarded whole, as by Redis.
+		c.send(pipeline([]string{"MULTI"}, []string{"GET"}, []string{"INCR", key}, []string{"EXEC"}))
+		c.readPrefixes("+OK\r\n", "-ERR wrong number of arguments for 'get' command", "+QUEUED\r\n", "-EXECABORT")
 		m.Finish(t)
 		for range 3 { // the first may meet a MOVED, which corrects the map
 			if r := c.do("INCR", key); r[0] != ':' {
