@@ -147,12 +147,7 @@ func (s *Server) followPinnedRedirects(ss *session, rt *upstream.Router) {
 		case redirected && t.kind == trackNone:
 			if info := table.Lookup(rawCommandName(ss.batch.Command(i))); info != nil && info.Handling == command.Forward {
 				raw, cmdSlot := bytes.Clone(ss.batch.Command(i)), ss.batch.Slot(i)
-				ss.runInTurn(i, func() []byte {
-					b := upstream.NewBatch()
-					b.AddSlot(raw, cmdSlot)
-					rt.Do(b)
-					return bytes.Clone(b.Reply(0))
-				})
+				ss.runInTurn(i, func() []byte { return runAlone(rt, raw, cmdSlot) })
 			}
 		}
 	}
@@ -197,6 +192,15 @@ func (tx *pinnedTx) slotOf(execSlot string) int {
 		return -1
 	}
 	return slot
+}
+
+// runAlone runs raw, a command of slot, on the shared connections (which
+// follow redirects) and returns its reply.
+func runAlone(rt *upstream.Router, raw []byte, slot int) []byte {
+	b := upstream.NewBatch()
+	b.AddSlot(raw, slot)
+	rt.Do(b)
+	return bytes.Clone(b.Reply(0))
 }
 
 // runTransaction runs cmds as a transaction of slot on the shared

@@ -64,8 +64,8 @@ func (s *Server) streamFollow(ss *session, c *call) func(slot int) []byte {
 		return nil
 	}
 	read := info.Has(command.ReadOnly)
-	tracked := ss.redirect == 0 && ss.proto == 3
-	if read && ss.redirect != -1 && !tracked {
+	tracked, ok := ss.readsElsewhere()
+	if read && !ok {
 		return nil
 	}
 	rt, ok := ss.pools[ss.proto].(*upstream.Router)
@@ -74,15 +74,21 @@ func (s *Server) streamFollow(ss *session, c *call) func(slot int) []byte {
 	}
 	raw := bytes.Clone(c.cmd.Raw)
 	return func(slot int) []byte {
-		b := upstream.NewBatch()
-		b.AddSlot(raw, slot)
-		rt.Do(b)
-		reply := bytes.Clone(b.Reply(0))
+		reply := runAlone(rt, raw, slot)
 		if read && tracked {
 			reply = append(reply, invalidationPush(s.rawKeys(raw))...)
 		}
 		return reply
 	}
+}
+
+// readsElsewhere reports whether the session's reads may run on the
+// shared connections (ok), and whether they are followed there by an
+// invalidation push (tracked: RESP3, tracking on, no REDIRECT). A RESP2
+// tracking session's may not: its invalidations go to another connection.
+func (ss *session) readsElsewhere() (tracked, ok bool) {
+	tracked = ss.redirect == 0 && ss.proto == 3
+	return tracked, ss.redirect == -1 || tracked
 }
 
 // rawKeys returns the keys of raw, a command as the client sent it.
@@ -138,7 +144,7 @@ func (s *Server) divertTransaction(ss *session, c *call) bool {
 	for _, rc := range ss.route.rest[ss.route.restAt:] {
 		info := table.Lookup(rc.Args[0])
 		if info != nil && info.Name == "exec" {
-			if !keyed || !s.routing.cluster.Migrating(slot) {
+			if _, ok := ss.readsElsewhere(); !keyed || reads && !ok || !s.routing.cluster.Migrating(slot) {
 				return false
 			}
 			ss.divertedTx = &divertedTx{slot: slot, want: n, reads: reads}
@@ -182,7 +188,8 @@ func (s *Server) divertedCommand(ss *session, c *call) {
 		ss.streamCmds = append(ss.streamCmds, errorCmd)
 		return
 	}
-	tracked := tx.reads && ss.redirect == 0 && ss.proto == 3
+	tracked, _ := ss.readsElsewhere()
+	tracked = tracked && tx.reads
 	ss.relay.queue(relayAnswer{made: func() []byte {
 		reply := runTransaction(rt, tx.cmds, tx.slot)
 		if tracked {
