@@ -1285,3 +1285,97 @@ func TestClusterStreamModeFollowsAMigration(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRedirectTrackingReadsNotDiverted: a RESP2 session tracking
+// with REDIRECT (its invalidations go to another client's connection)
+// reads a key whose slot is migrating. Its write-only commands and
+// transactions are diverted to the shared connections, as a RESP3
+// tracking session's are; its reads are not, alone or in a cached-read
+// transaction (MULTI, PTTL, GET, EXEC), since no connection of its own
+// would track the key there and the target would never hear that it
+// changed: whatever value such a read returns, the target must get the
+// key's invalidation when it changes.
+func TestClusterRedirectTrackingReadsNotDiverted(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) { c.Cluster.Refresh = time.Hour })
+	target := dialClient(t, p.Addr)
+	id := strings.TrimSpace(strings.TrimPrefix(target.do("CLIENT", "ID"), ":"))
+	if r := target.do("SUBSCRIBE", "__redis__:invalidate"); !strings.HasPrefix(r, "*3\r\n$9\r\nsubscribe\r\n") {
+		t.Fatalf("SUBSCRIBE __redis__:invalidate: %q", r)
+	}
+	c := dialClient(t, p.Addr)
+	if r := c.do("CLIENT", "TRACKING", "on", "REDIRECT", id); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on REDIRECT %s: %q", id, r)
+	}
+	// The session's pin: its one tracking connection (the tier is off).
+	var pinned []*redistest.ClusterNode
+	for _, m := range cl.Masters() {
+		if strings.Contains(string(m.Do(t, "CLIENT", "LIST")), "flags=t ") {
+			pinned = append(pinned, m)
+		}
+	}
+	if len(pinned) != 1 {
+		t.Fatalf("%d masters have a tracking connection, want the session's pin's alone", len(pinned))
+	}
+	other := dialClient(t, p.Addr)
+	for i, tc := range []struct {
+		name string
+		read [][]string
+	}{
+		{"GET", [][]string{{"GET"}}},
+		{"cached-read transaction", [][]string{{"MULTI"}, {"PTTL"}, {"GET"}, {"EXEC"}}},
+	} {
+		var key string
+		for j := 0; ; j++ {
+			key = "{rdmig" + strconv.Itoa(i) + "-" + strconv.Itoa(j) + "}n"
+			if cl.MasterForSlot(t, cl.Slot(key)).Addr == pinned[0].Addr {
+				break
+			}
+		}
+		if r := other.do("SET", key, "10"); r != "+OK\r\n" {
+			t.Fatalf("%s: SET: %q", tc.name, r)
+		}
+		m, _ := migrationOf(t, cl, key, 0)
+		// Another client meets the ASK first: the slot is known to be
+		// migrating.
+		if r := other.do("GET", key); r != "$2\r\n10\r\n" {
+			t.Fatalf("%s: another client's GET: %q", tc.name, r)
+		}
+		// Writes are diverted: they follow the migration, no error.
+		if r := c.pipeline([]string{"MULTI"}, []string{"INCR", key}, []string{"EXEC"}); r != "+OK\r\n+QUEUED\r\n*1\r\n:11\r\n" {
+			t.Fatalf("%s: a write-only transaction: %q, want it run where the key is", tc.name, r)
+		}
+		if r := c.do("INCR", key); r != ":12\r\n" {
+			t.Fatalf("%s: INCR: %q, want it run where the key is", tc.name, r)
+		}
+		cmds := make([][]string, len(tc.read))
+		for j, cmd := range tc.read {
+			cmds[j] = cmd
+			if cmd[0] == "GET" || cmd[0] == "PTTL" {
+				cmds[j] = []string{cmd[0], key}
+			}
+		}
+		replies := c.pipeline(cmds...)
+		m.Finish(t)
+		if !strings.Contains(replies, "$2\r\n12\r\n") {
+			// Not read (rproxy's error for the redirect): nothing tracked,
+			// nothing owed.
+			if !strings.Contains(replies, "-ERR rproxy: slot") {
+				t.Fatalf("%s: %q, want the value or rproxy's error", tc.name, replies)
+			}
+			continue
+		}
+		// Read: the target must hear of the key's next change.
+		if r := other.do("SET", key, "13"); r != "+OK\r\n" {
+			t.Fatalf("%s: SET after the migration: %q", tc.name, r)
+		}
+		target.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		raw, err := resp.ReadReply(target.rd, nil)
+		if err != nil {
+			t.Fatalf("%s: read %q, then no invalidation of %s reached the target: %v", tc.name, replies, key, err)
+		}
+		if want := "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$" + strconv.Itoa(len(key)) + "\r\n" + key + "\r\n"; string(raw) != want {
+			t.Fatalf("%s: read %q, then the target got %q, want %q", tc.name, replies, raw, want)
+		}
+	}
+}
