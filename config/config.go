@@ -92,6 +92,12 @@ type UpstreamSentinel struct {
 	PasswordFile string `yaml:"password_file"` // path of a file holding the Sentinels' password
 	PasswordEnv  string `yaml:"password_env"`  // name of an environment variable holding the Sentinels' password
 	TLS          bool   `yaml:"tls"`           // connect to the Sentinels with TLS, as upstream.tls sets it (needs upstream.tls.enabled); default false
+	// FailoverHold: while a failover's leader promotes a replica (from its
+	// +failover-state-send-slaveof-noone to the +switch-master), commands
+	// wait, at most this long, instead of reaching the old master, where
+	// writes after the promotion are acknowledged and then lost. Default
+	// 5s; 0 turns the hold off.
+	FailoverHold Duration `yaml:"failover_hold"`
 	// ReplicaReadPrefixes: read-only commands whose keys are all under
 	// these prefixes go to one of the master's healthy replicas (as the
 	// Sentinels report them); their values may lag writes by the
@@ -470,7 +476,7 @@ func Default() Config {
 			Address:      "127.0.0.1:6379",
 			Mode:         "standalone",
 			Cluster:      UpstreamCluster{Seeds: []string{}, Refresh: Duration(10 * time.Second), MaxRedirects: 5, ReplicaReadPrefixes: []string{}},
-			Sentinel:     UpstreamSentinel{Addresses: []string{}, ReplicaReadPrefixes: []string{}},
+			Sentinel:     UpstreamSentinel{Addresses: []string{}, ReplicaReadPrefixes: []string{}, FailoverHold: Duration(5 * time.Second)},
 			Connections:  1,
 			DialTimeout:  Duration(time.Second),
 			Timeout:      Duration(5 * time.Second),
@@ -845,6 +851,9 @@ func (c Config) Validate() error {
 		}
 		if u.Sentinel.TLS && !u.TLS.Enabled {
 			add("upstream.sentinel.tls needs upstream.tls.enabled (its settings are used)")
+		}
+		if u.Sentinel.FailoverHold < 0 {
+			add("upstream.sentinel.failover_hold must be 0 (off) or more, got %s", u.Sentinel.FailoverHold)
 		}
 	default:
 		add("upstream.mode must be standalone, cluster or sentinel, got %q", u.Mode)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,11 @@ type conn struct {
 	isSpare bool
 	firstUp chan struct{}
 	stalled atomic.Bool
+	// gate: the pool's dial gate this connection's next dial reports to
+	// (nil once reported; not for spares). redialNow: the master changed
+	// (masterChanged): the next dial goes at once, without the backoff.
+	gate      atomic.Pointer[dialGate]
+	redialNow atomic.Bool
 	// heldBefore: the watcher's last look past Timeout found Redis holding
 	// the connection's command (a write pause): the watcher's own state.
 	heldBefore atomic.Bool
@@ -82,8 +88,13 @@ func (c *conn) up() bool {
 // with the reason, when the connection is down.
 func (c *conn) send(b *Batch) (string, bool) {
 	c.mu.Lock()
-	if c.nc == nil {
+	if c.nc == nil || c.closeReason != "" {
+		// Down, or closing: what is queued now would only fail with it
+		// (or, after a change of master, reach the old one).
 		r := c.downReason
+		if c.nc != nil {
+			r = c.closeReason
+		}
 		c.mu.Unlock()
 		return r, false
 	}
@@ -247,9 +258,8 @@ func (c *conn) run(ctx context.Context) {
 			c.mu.Lock()
 			c.downReason = err.Error()
 			c.mu.Unlock()
-			if first && !c.isSpare {
-				first = false
-				c.pool.firstDialDone(false)
+			if g := c.gate.Swap(nil); g != nil {
+				g.dialed(false)
 			}
 			c.pool.metrics.errors.WithLabelValues("dial").Inc()
 			if wasUp {
@@ -257,6 +267,9 @@ func (c *conn) run(ctx context.Context) {
 				wasUp = false
 			} else {
 				log.Debug("upstream connect failed", zap.Error(err), zap.Duration("backoff_seconds", backoff))
+			}
+			if c.redialNow.Swap(false) {
+				continue // the master changed during the dial: dial the new one at once
 			}
 			if !c.pool.backoff(ctx, backoff) {
 				break
@@ -274,13 +287,12 @@ func (c *conn) run(ctx context.Context) {
 		c.nc, c.closeReason = nc, ""
 		c.shut.Store(false)
 		c.mu.Unlock()
-		if first {
-			first = false
-			if c.isSpare {
-				close(c.firstUp)
-			} else {
-				c.pool.firstDialDone(true)
-			}
+		if first && c.isSpare {
+			close(c.firstUp)
+		}
+		first = false
+		if g := c.gate.Swap(nil); g != nil {
+			g.dialed(true)
 		}
 		c.pool.metrics.connected.Inc()
 		c.pool.metrics.connects.Inc()
@@ -310,6 +322,12 @@ func (c *conn) run(ctx context.Context) {
 		nc.Close()
 		c.nc, c.downReason = nil, reason
 		failed := c.inflight[c.head:]
+		var resend []*Batch
+		if n := len(c.unsent); c.redialNow.Load() && n <= len(failed) {
+			// The master changed: what was never written goes to the new
+			// one (the unsent batches are the newest in flight).
+			failed, resend = failed[:len(failed)-n], slices.Clone(c.unsent)
+		}
 		c.inflight, c.head = nil, 0
 		c.wbuf, c.wcount = c.wbuf[:0], 0
 		for _, b := range c.unsent {
@@ -317,6 +335,13 @@ func (c *conn) run(ctx context.Context) {
 		}
 		c.unsent = nil
 		c.mu.Unlock()
+		if len(resend) > 0 {
+			go func() {
+				for _, b := range resend {
+					c.pool.Send(b) // waits for the new master's first connection (the gate)
+				}
+			}()
+		}
 		c.pool.metrics.connected.Dec()
 		if cfg.OnState != nil && !c.isSpare {
 			cfg.OnState(false)
@@ -335,6 +360,10 @@ func (c *conn) run(ctx context.Context) {
 		wasUp = true
 		if cfg.Now().Sub(upSince) > cfg.BackoffMax {
 			backoff = cfg.BackoffMin
+		}
+		if c.redialNow.Swap(false) {
+			backoff = cfg.BackoffMin
+			continue // a new master: dial it at once
 		}
 		if !c.pool.backoff(ctx, backoff) {
 			break

@@ -218,6 +218,7 @@ func (p *Pool) handshakeCommand() ([]byte, string) {
 
 // Acquire lends a dedicated connection: a reset idle one, or a new one.
 func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
+	p.awaitHold() // for a connection to the new master, not one the change breaks
 	p.dmu.Lock()
 	if p.closed {
 		p.dmu.Unlock()
@@ -473,6 +474,7 @@ func (d *Dedicated) DoAsking(b *Batch, timeout time.Duration, queued []bool) {
 // may wait as long as the client asked). On failure the remaining commands
 // get "-ERR upstream unavailable: <reason>" and the connection is broken.
 func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
+	d.pool.awaitHold()
 	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
 	if d.broken.Load() {
 		b.fillErrors(unavailable("connection lost"))
@@ -544,6 +546,10 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 // Send writes raw commands without waiting for replies (stream mode, where
 // StreamTo delivers whatever Redis sends).
 func (d *Dedicated) Send(cmds [][]byte) error {
+	d.pool.awaitHold()
+	if d.broken.Load() {
+		return errors.New("connection lost")
+	}
 	d.nc.SetWriteDeadline(d.pool.cfg.Now().Add(d.pool.cfg.Timeout))
 	if err := d.write(cmds); err != nil {
 		d.broken.Store(true)

@@ -125,14 +125,12 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// firstTry is closed once a connection is up, or every connection
-	// has finished its first dial: until then a command waits for the
-	// dial (within Config.Timeout) instead of failing with "connecting"
-	// (a master just added to a cluster, a MOVED to a node never seen).
-	firstTry     chan struct{}
-	firstOnce    sync.Once
-	firstPending atomic.Int32
-	firstWaiters atomic.Int32 // sends waiting on firstTry
+	// gate is the dials a command that finds no connection up waits for
+	// (within Config.Timeout) instead of failing at once: the first
+	// dials (a master just added to a cluster, a MOVED to a node never
+	// seen), then those to a new master (Sentinel: masterChanged).
+	gate         atomic.Pointer[dialGate]
+	firstWaiters atomic.Int32 // sends waiting on gate
 
 	// redial is closed (and replaced) to cut short the reconnect backoff
 	// of every connection: the master changed (Sentinel).
@@ -167,18 +165,19 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
-		cfg:      cfg,
-		log:      log.With(zap.String("upstream", cfg.Address), zap.Int("protocol", cfg.Protocol)),
-		metrics:  m.forProtocol(cfg.Protocol),
-		cancel:   cancel,
-		firstTry: make(chan struct{}),
-		redial:   make(chan struct{}),
+		cfg:     cfg,
+		log:     log.With(zap.String("upstream", cfg.Address), zap.Int("protocol", cfg.Protocol)),
+		metrics: m.forProtocol(cfg.Protocol),
+		cancel:  cancel,
+		redial:  make(chan struct{}),
 	}
-	p.firstPending.Store(int32(cfg.Connections))
+	gate := newDialGate(cfg.Connections)
+	p.gate.Store(gate)
 	p.lent = make(map[*Dedicated]struct{})
 	p.ctx = ctx
 	for i := 0; i < cfg.Connections; i++ {
 		c := newConn(p, i)
+		c.gate.Store(gate)
 		p.conns = append(p.conns, c)
 		p.wg.Add(1)
 		go func() {
@@ -219,6 +218,7 @@ func (p *Pool) Do(b *Batch) {
 // Send queues the batch on one of the pool's connections (or fails it at
 // once when none is up) without waiting: the caller must call b.Wait.
 func (p *Pool) Send(b *Batch) {
+	p.awaitHold()
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	reason, ok := p.trySend(b)
@@ -352,13 +352,14 @@ func (sp *spare) stopIfIdle() {
 }
 
 // awaitFirstDial waits, within Config.Timeout, until a connection is up
-// or every first dial has finished, when that has not happened yet. The
-// caller, whose send failed, tries once more either way: the first dial
-// may have ended between its send and this check, and the send then
-// read the reason from before it ("connecting").
+// or every dial of the pool's gate has finished, when that has not
+// happened yet. The caller, whose send failed, tries once more either
+// way: the dial may have ended between its send and this check, and the
+// send then read the reason from before it ("connecting").
 func (p *Pool) awaitFirstDial() {
+	g := p.gate.Load()
 	select {
-	case <-p.firstTry:
+	case <-g.done:
 		return
 	default:
 	}
@@ -367,23 +368,47 @@ func (p *Pool) awaitFirstDial() {
 	t := time.NewTimer(p.cfg.Timeout)
 	defer t.Stop()
 	select {
-	case <-p.firstTry:
+	case <-g.done:
 	case <-t.C:
 	}
 }
 
-// firstDialDone records the end of a connection's first dial: the pool's
-// first connection up, or its last first dial failed, ends the wait.
-func (p *Pool) firstDialDone(up bool) {
-	if up || p.firstPending.Add(-1) <= 0 {
-		p.firstOnce.Do(func() { close(p.firstTry) })
+// awaitHold waits while the pool's Sentinel holds commands for a
+// failover (SentinelConfig.FailoverHold).
+func (p *Pool) awaitHold() {
+	if s := p.cfg.Sentinel; s != nil {
+		s.awaitHold()
 	}
 }
+
+// dialGate is closed once one of its dials has a connection up, or
+// every one has finished.
+type dialGate struct {
+	done    chan struct{}
+	once    sync.Once
+	pending atomic.Int32
+}
+
+func newDialGate(dials int) *dialGate {
+	g := &dialGate{done: make(chan struct{})}
+	g.pending.Store(int32(dials))
+	return g
+}
+
+// dialed records the end of one of the gate's dials.
+func (g *dialGate) dialed(up bool) {
+	if up || g.pending.Add(-1) <= 0 {
+		g.open()
+	}
+}
+
+func (g *dialGate) open() { g.once.Do(func() { close(g.done) }) }
 
 // SendOn is Send on connection h modulo the pool's connections, so that
 // batches sent with the same h are written, and run, in the order sent
 // (while that connection stays up). The caller must call b.Wait.
 func (p *Pool) SendOn(b *Batch, h uint32) {
+	p.awaitHold()
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
 	c := p.conns[h%uint32(len(p.conns))]
@@ -424,7 +449,7 @@ func (p *Pool) Close() {
 		p.cfg.Sentinel.unregister(p)
 	}
 	p.cancel()
-	p.firstOnce.Do(func() { close(p.firstTry) })
+	p.gate.Load().open()
 	p.closeDedicated()
 	for _, c := range p.all {
 		c.closeWith("proxy shutting down")
@@ -598,12 +623,24 @@ func (p *Pool) HasConn(addr string) bool {
 }
 
 // masterChanged moves the pool to a new master (Sentinel): shared
-// connections are closed and redialled at once, idle dedicated ones are
+// connections are closed and redialled at once, commands that find none
+// up meanwhile wait for those dials (the gate), idle dedicated ones are
 // dropped, and lent ones are broken, so a pinned session ends as on any
-// connection loss. What waits on the old master fails with reason.
+// connection loss. What was written to the old master and waits for its
+// reply fails with reason.
 func (p *Pool) masterChanged(reason string) {
+	gate := newDialGate(len(p.conns))
+	if old := p.gate.Swap(gate); old != nil {
+		old.open()
+	}
+	for _, c := range p.conns {
+		c.gate.Store(gate)
+	}
+	for _, c := range p.all {
+		c.redialNow.Store(true)
+	}
 	p.redialMu.Lock()
-	close(p.redial)
+	close(p.redial) // for connections already waiting in their backoff
 	p.redial = make(chan struct{})
 	p.redialMu.Unlock()
 	for _, c := range p.all {

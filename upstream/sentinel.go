@@ -33,6 +33,12 @@ type SentinelConfig struct {
 	// Check is how often the master's address is asked again besides the
 	// +switch-master subscription; 0 means 1s.
 	Check time.Duration
+	// FailoverHold: from a Sentinel's +failover-state-send-slaveof-noone
+	// (the failover's leader is about to promote a replica) until the
+	// +switch-master, at most this long, commands wait instead of going
+	// to the old master, where a write after the promotion would be
+	// acknowledged and then lost when it becomes a replica. 0: no hold.
+	FailoverHold time.Duration
 	// Replicas: each check also asks for the master's healthy replicas
 	// (SENTINEL REPLICAS), for reads that may go to one (ReplicaRouter).
 	Replicas bool
@@ -50,28 +56,33 @@ func (c SentinelConfig) Validate() error {
 	if len(c.Addresses) == 0 {
 		errs = append(errs, errors.New("upstream: sentinel mode needs at least one Sentinel address"))
 	}
-	if c.DialTimeout < 0 || c.Check < 0 {
-		errs = append(errs, fmt.Errorf("upstream: sentinel timeouts must not be negative (dial %v, check %v)", c.DialTimeout, c.Check))
+	if c.DialTimeout < 0 || c.Check < 0 || c.FailoverHold < 0 {
+		errs = append(errs, fmt.Errorf("upstream: sentinel timeouts must not be negative (dial %v, check %v, failover hold %v)", c.DialTimeout, c.Check, c.FailoverHold))
 	}
 	return errors.Join(errs...)
 }
 
 // Sentinel follows the master of a Redis Sentinel group: it asks the
 // Sentinels for the master's address (SENTINEL GET-MASTER-ADDR-BY-NAME),
-// listens for +switch-master on one of them, and asks again every Check.
+// listens for +switch-master on each of them, and asks again every Check.
 // Pools whose Config.Sentinel is set dial the address it holds, confirm
 // with ROLE that they reached a master, and are reset when it changes.
+// During a failover they hold their commands (SentinelConfig.FailoverHold).
 type Sentinel struct {
 	cfg SentinelConfig
 	log *zap.Logger
 
-	master    atomic.Pointer[string]   // "host:port"; "" while unknown
-	replicas  atomic.Pointer[[]string] // healthy replicas of master (Config.Replicas), as last asked
-	lastErr   atomic.Pointer[string]   // why the last ask failed ("" after a success)
-	failovers atomic.Int64             // master changes seen
-	gen       atomic.Uint64            // counts changes of master, so a dial or a query can tell it raced one
-	setMu     sync.Mutex               // makes a change of master and its gen one step
-	changedAt atomic.Int64             // unix nanos of the last change (cfg.Now), 0 if none
+	master    atomic.Pointer[string]       // "host:port"; "" while unknown
+	replicas  atomic.Pointer[[]string]     // healthy replicas of master (Config.Replicas), as last asked
+	lastErr   atomic.Pointer[string]       // why the last ask failed ("" after a success)
+	failovers atomic.Int64                 // master changes seen
+	gen       atomic.Uint64                // counts changes of master, so a dial or a query can tell it raced one
+	setMu     sync.Mutex                   // makes a change of master and its gen one step
+	changedAt atomic.Int64                 // unix nanos of the last change (cfg.Now), 0 if none
+	hold      atomic.Pointer[failoverHold] // the failover commands wait for, nil when none
+	holds     atomic.Int64                 // holds begun
+	holdsOut  atomic.Int64                 // holds that ended at FailoverHold with no new master
+	held      atomic.Int64                 // sends waiting in a hold now
 
 	mu    sync.Mutex
 	pools map[*Pool]struct{}
@@ -113,15 +124,17 @@ func NewSentinel(cfg SentinelConfig, log *zap.Logger) (*Sentinel, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.resolve(ctx)
-	s.wg.Add(2)
+	s.wg.Add(1 + len(cfg.Addresses))
 	go func() {
 		defer s.wg.Done()
 		s.checkLoop(ctx)
 	}()
-	go func() {
-		defer s.wg.Done()
-		s.subscribeLoop(ctx)
-	}()
+	for _, addr := range cfg.Addresses {
+		go func() {
+			defer s.wg.Done()
+			s.subscribeLoop(ctx, addr)
+		}()
+	}
 	return s, nil
 }
 
@@ -162,7 +175,57 @@ func (s *Sentinel) Close() {
 	s.once.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		s.endHold(s.hold.Load())
 	})
+}
+
+// failoverHold is one failover's hold on commands: done is closed when
+// it ends.
+type failoverHold struct {
+	done chan struct{}
+}
+
+// awaitHold waits while a failover holds commands.
+func (s *Sentinel) awaitHold() {
+	if h := s.hold.Load(); h != nil {
+		s.held.Add(1)
+		<-h.done
+		s.held.Add(-1)
+	}
+}
+
+// Holding reports whether a failover holds commands now.
+func (s *Sentinel) Holding() bool { return s.hold.Load() != nil }
+
+// beginHold holds commands (SentinelConfig.FailoverHold) until the
+// master changes, the failover is aborted, or FailoverHold passes.
+func (s *Sentinel) beginHold(via string) {
+	if s.cfg.FailoverHold <= 0 {
+		return
+	}
+	h := &failoverHold{done: make(chan struct{})}
+	if !s.hold.CompareAndSwap(nil, h) {
+		return // one is under way
+	}
+	s.holds.Add(1)
+	s.log.Warn("sentinel: a failover is promoting a replica: commands wait for the new master",
+		zap.String("via", via), zap.Duration("at_most_seconds", s.cfg.FailoverHold))
+	time.AfterFunc(s.cfg.FailoverHold, func() {
+		if s.endHold(h) {
+			s.holdsOut.Add(1)
+			s.log.Warn("sentinel: no new master within the failover hold: commands go to the master as known",
+				zap.String("master", s.Master()), zap.Duration("failover_hold_seconds", s.cfg.FailoverHold))
+		}
+	})
+}
+
+// endHold ends h if it is the hold under way, reporting whether it was.
+func (s *Sentinel) endHold(h *failoverHold) bool {
+	if h == nil || !s.hold.CompareAndSwap(h, nil) {
+		return false
+	}
+	close(h.done)
+	return true
 }
 
 func (s *Sentinel) register(p *Pool) {
@@ -214,6 +277,8 @@ func (s *Sentinel) setIfGen(addr, via string, gen *uint64) bool {
 	for _, p := range pools {
 		p.masterChanged("master changed from " + old + " to " + addr)
 	}
+	// Held commands go now: to the new master, whose dials they wait for.
+	s.endHold(s.hold.Load())
 	return true
 }
 
@@ -311,19 +376,28 @@ func (s *Sentinel) ask(ctx context.Context, addr string) (string, error) {
 	return net.JoinHostPort(string(v.Elems[0].Str), string(v.Elems[1].Str)), nil
 }
 
-var switchMasterCmd = resp.AppendCommandString(nil, "SUBSCRIBE", "+switch-master")
+// The Sentinel events followed: the master changed; the failover's
+// leader is about to promote a replica (beginHold); it gave up waiting
+// for the promotion (the hold ends).
+const (
+	eventSwitchMaster  = "+switch-master"
+	eventPromoting     = "+failover-state-send-slaveof-noone"
+	eventPromotionLost = "-failover-abort-slave-timeout"
+)
 
-// subscribeLoop listens for +switch-master on one Sentinel at a time,
-// moving to the next when the connection fails. Each (re)subscription is
-// followed by a check, for a switch missed while not subscribed.
-func (s *Sentinel) subscribeLoop(ctx context.Context) {
-	for i := 0; ctx.Err() == nil; i++ {
-		addr := s.cfg.Addresses[i%len(s.cfg.Addresses)]
+var subscribeEventsCmd = resp.AppendCommandString(nil, "SUBSCRIBE", eventSwitchMaster, eventPromoting, eventPromotionLost)
+
+// subscribeLoop listens for the events above on one Sentinel (each has
+// its own: only a failover's leader tells of its steps), resubscribing
+// when the connection fails. Each (re)subscription is followed by a
+// check, for a switch missed while not subscribed.
+func (s *Sentinel) subscribeLoop(ctx context.Context, addr string) {
+	for ctx.Err() == nil {
 		err := s.subscribe(ctx, addr)
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Debug("sentinel: +switch-master subscription ended", zap.String("sentinel", addr), zap.Error(err))
+		s.log.Debug("sentinel: event subscription ended", zap.String("sentinel", addr), zap.Error(err))
 		if !sleep(ctx, min(s.cfg.Check, s.cfg.DialTimeout)) {
 			return
 		}
@@ -339,7 +413,7 @@ func (s *Sentinel) subscribe(ctx context.Context, addr string) error {
 	defer stop()
 	defer nc.Close()
 	nc.SetWriteDeadline(s.cfg.Now().Add(s.cfg.DialTimeout))
-	if _, err := nc.Write(switchMasterCmd); err != nil {
+	if _, err := nc.Write(subscribeEventsCmd); err != nil {
 		return err
 	}
 	rd := bufio.NewReader(nc)
@@ -358,10 +432,28 @@ func (s *Sentinel) subscribe(ctx context.Context, addr string) error {
 		if len(v.Elems) != 3 || string(v.Elems[0].Str) != "message" {
 			continue
 		}
+		s.event(string(v.Elems[1].Str), string(v.Elems[2].Str), addr)
+	}
+}
+
+// event acts on one Sentinel event about the monitored master.
+func (s *Sentinel) event(channel, payload, from string) {
+	f := strings.Fields(payload)
+	switch channel {
+	case eventSwitchMaster:
 		// <name> <old ip> <old port> <new ip> <new port>
-		f := strings.Fields(string(v.Elems[2].Str))
 		if len(f) == 5 && f[0] == s.cfg.MasterName {
-			s.set(net.JoinHostPort(f[3], f[4]), "+switch-master from "+addr)
+			s.set(net.JoinHostPort(f[3], f[4]), "+switch-master from "+from)
+		}
+	case eventPromoting:
+		// slave <ip:port> <ip> <port> @ <name> <master ip> <master port>
+		if len(f) == 8 && f[0] == "slave" && f[4] == "@" && f[5] == s.cfg.MasterName {
+			s.beginHold(eventPromoting + " from " + from)
+		}
+	case eventPromotionLost:
+		// master <name> <ip> <port>
+		if len(f) == 4 && f[0] == "master" && f[1] == s.cfg.MasterName && s.endHold(s.hold.Load()) {
+			s.log.Warn("sentinel: the failover was aborted: commands go to the master as known", zap.String("via", from))
 		}
 	}
 }
@@ -371,6 +463,12 @@ var (
 		"Times the master named by the Sentinels changed (failovers followed).", nil, nil)
 	sentinelKnownDesc = prometheus.NewDesc("rproxy_upstream_sentinel_master_known",
 		"1 while the Sentinels have named a master, else 0.", nil, nil)
+	sentinelHoldsDesc = prometheus.NewDesc("rproxy_upstream_sentinel_failover_holds_total",
+		"Failovers during which commands waited for the new master (upstream.sentinel.failover_hold).", nil, nil)
+	sentinelHoldsExpiredDesc = prometheus.NewDesc("rproxy_upstream_sentinel_failover_holds_expired_total",
+		"Failover holds that ended at upstream.sentinel.failover_hold with no new master named.", nil, nil)
+	sentinelHeldDesc = prometheus.NewDesc("rproxy_upstream_sentinel_held_commands",
+		"Sends (batches of client commands) waiting in a failover hold now.", nil, nil)
 )
 
 // Collector exports, when scraped, how many master changes the Sentinel
@@ -382,6 +480,9 @@ type sentinelCollector struct{ s *Sentinel }
 func (c sentinelCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sentinelChangesDesc
 	ch <- sentinelKnownDesc
+	ch <- sentinelHoldsDesc
+	ch <- sentinelHoldsExpiredDesc
+	ch <- sentinelHeldDesc
 }
 
 func (c sentinelCollector) Collect(ch chan<- prometheus.Metric) {
@@ -391,6 +492,9 @@ func (c sentinelCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(sentinelChangesDesc, prometheus.CounterValue, float64(c.s.Failovers()))
 	ch <- prometheus.MustNewConstMetric(sentinelKnownDesc, prometheus.GaugeValue, known)
+	ch <- prometheus.MustNewConstMetric(sentinelHoldsDesc, prometheus.CounterValue, float64(c.s.holds.Load()))
+	ch <- prometheus.MustNewConstMetric(sentinelHoldsExpiredDesc, prometheus.CounterValue, float64(c.s.holdsOut.Load()))
+	ch <- prometheus.MustNewConstMetric(sentinelHeldDesc, prometheus.GaugeValue, float64(c.s.held.Load()))
 }
 
 // ReplicasOn reports whether the Sentinel asks for replicas

@@ -367,3 +367,91 @@ func TestSentinelReplicasHealthyOnly(t *testing.T) {
 		t.Errorf("a plain command: %q, want the master", got)
 	}
 }
+
+// TestSentinelFailoverHold: from a failover leader's
+// +failover-state-send-slaveof-noone for the monitored master, a pool's
+// sends and Acquires wait: at the +switch-master they go to the new
+// master (never the old one, which would acknowledge a write and lose
+// it); an abort of the promotion, or FailoverHold passing, sends them to
+// the master as known. Events about another master name hold nothing.
+func TestSentinelFailoverHold(t *testing.T) {
+	fs, addrs := startFakeSentinel(t, "A", "B")
+	fs.promote(addrs[0])
+	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
+		Check: time.Hour, FailoverHold: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	p := testPool(t, "sentinel/mymaster", 2, func(c *Config) { c.Sentinel = sen })
+	if got := ping(p); got != "+A\r\n" {
+		t.Fatalf("PING: %q, want A", got)
+	}
+	hostPort := func(addr string) string { h, port, _ := net.SplitHostPort(addr); return h + " " + port }
+	promoting := "slave " + addrs[1] + " " + hostPort(addrs[1]) + " @ mymaster " + hostPort(addrs[0])
+	from := "test"
+
+	sen.event(eventPromoting, strings.Replace(promoting, "mymaster", "other", 1), from)
+	if sen.Holding() {
+		t.Fatal("an event about another master holds commands")
+	}
+
+	// Held until the switch, then run on the new master.
+	sen.event(eventPromoting, promoting, from)
+	if !sen.Holding() {
+		t.Fatal("no hold after +failover-state-send-slaveof-noone")
+	}
+	got := make(chan string, 2)
+	go func() { got <- ping(p) }()
+	go func() {
+		d, err := p.Acquire(t.Context())
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b := NewBatch()
+		b.Add(resp.AppendCommandString(nil, "PING"))
+		d.Do(b, time.Second)
+		p.Release(d)
+		got <- string(b.Reply(0))
+	}()
+	waitFor(t, "both wait in the hold", func() bool { return sen.held.Load() == 2 })
+	fs.promote(addrs[1])
+	sen.event(eventSwitchMaster, "mymaster "+hostPort(addrs[0])+" "+hostPort(addrs[1]), from)
+	for range 2 {
+		select {
+		case r := <-got:
+			if r != "+B\r\n" {
+				t.Errorf("a command held during the failover: %q, want the new master's +B", r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a held command still waits after the switch")
+		}
+	}
+	if sen.Holding() || sen.holds.Load() != 1 || sen.holdsOut.Load() != 0 {
+		t.Errorf("after the switch: holding %v, holds %d, expired %d; want false, 1, 0", sen.Holding(), sen.holds.Load(), sen.holdsOut.Load())
+	}
+
+	// An aborted promotion ends the hold at once.
+	promotingA := "slave " + addrs[0] + " " + hostPort(addrs[0]) + " @ mymaster " + hostPort(addrs[1])
+	sen.event(eventPromoting, promotingA, from)
+	go func() { got <- ping(p) }()
+	waitFor(t, "the PING waits in the hold", func() bool { return sen.held.Load() == 1 })
+	sen.event(eventPromotionLost, "master mymaster "+hostPort(addrs[1]), from)
+	if r := <-got; r != "+B\r\n" {
+		t.Errorf("after the abort: %q, want +B", r)
+	}
+
+	// No switch and no abort: the hold ends after FailoverHold.
+	sen.event(eventPromoting, promotingA, from)
+	start := time.Now()
+	if r := ping(p); r != "+B\r\n" {
+		t.Errorf("after the hold expired: %q, want +B", r)
+	}
+	if waited := time.Since(start); waited < 250*time.Millisecond {
+		t.Errorf("a command waited %v in a hold of 300ms", waited)
+	}
+	if sen.holds.Load() != 3 || sen.holdsOut.Load() != 1 {
+		t.Errorf("holds %d, expired %d; want 3, 1", sen.holds.Load(), sen.holdsOut.Load())
+	}
+}

@@ -468,11 +468,12 @@ func loggerConfig(c config.Log) (zap.Config, error) {
 func newSentinel(c config.Config, upTLS *tls.Config, log *zap.Logger) (*upstream.Sentinel, error) {
 	sc := c.Upstream.Sentinel
 	scfg := upstream.SentinelConfig{
-		MasterName:  sc.MasterName,
-		Addresses:   sc.Addresses,
-		Username:    sc.Username,
-		DialTimeout: c.Upstream.DialTimeout.D(),
-		Replicas:    len(sc.ReplicaReadPrefixes) > 0,
+		MasterName:   sc.MasterName,
+		Addresses:    sc.Addresses,
+		Username:     sc.Username,
+		DialTimeout:  c.Upstream.DialTimeout.D(),
+		Replicas:     len(sc.ReplicaReadPrefixes) > 0,
+		FailoverHold: sc.FailoverHold.D(),
 	}
 	var err error
 	if scfg.Password, err = sc.Password(os.ReadFile, os.Getenv); err != nil {
