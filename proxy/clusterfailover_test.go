@@ -1,0 +1,72 @@
+package proxy_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/redistest"
+)
+
+// TestClusterManualFailoverUnderLoad: CLUSTER FAILOVER on a replica (a
+// planned failover: the master holds its clients' writes until the
+// replica has caught up, then redirects them) while clients increment
+// counters of that master's slots and of another master's, run one-write
+// transactions, read and run WATCH loops through rproxy: no client
+// error, every acknowledged increment where the key now lives.
+func TestClusterManualFailoverUnderLoad(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	p := startClusterProxy(t, cl)
+	masters := cl.Masters()
+	failing := masters[0]
+	var replica *redistest.ClusterNode
+	for _, n := range cl.Replicas() {
+		if n.Master == failing {
+			replica = n
+		}
+	}
+	if replica == nil {
+		t.Fatal("the master has no replica")
+	}
+	var workers []*loadWorker
+	for i, n := 0, 0; n < 4; i++ {
+		prefix := "mf" + strconv.Itoa(i)
+		onFailing := cl.MasterForSlot(t, cl.Slot("{"+prefix+"}")).Addr == failing.Addr
+		if onFailing && n < 3 || !onFailing && n == 3 {
+			workers = append(workers, counterWorkers(prefix)...)
+			n++
+		}
+	}
+	stop := runLoadWorkers(p.Addr, workers)
+	waitAcked := func(n int64, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ackedSum(workers) < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d acknowledged, want %d", what, ackedSum(workers), n)
+			}
+		}
+	}
+	waitAcked(300, "before the failover")
+	if r := string(replica.Do(t, "CLUSTER", "FAILOVER")); r != "+OK\r\n" {
+		t.Fatalf("CLUSTER FAILOVER: %q", r)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.HasPrefix(string(replica.Do(t, "ROLE")), "*3\r\n$6\r\nmaster\r\n"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica was not promoted within 30s")
+		}
+	}
+	waitAcked(ackedSum(workers)+300, "after the failover")
+	stop()
+	checkCounters(t, workers, func(key string) []byte { return replicaOrMaster(t, cl, replica, failing, key).Do(t, "GET", key) }, false)
+	t.Logf("redirects followed: moved %v, ask %v", redirects(t, p, "moved"), redirects(t, p, "ask"))
+}
+
+// replicaOrMaster is the node serving key after the failover: the
+// promoted replica for the failed-over master's keys.
+func replicaOrMaster(t *testing.T, cl *redistest.Cluster, promoted, old *redistest.ClusterNode, key string) *redistest.ClusterNode {
+	if n := cl.MasterForSlot(t, cl.Slot(key)); n.Addr != old.Addr {
+		return n
+	}
+	return promoted
+}
