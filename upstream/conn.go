@@ -319,6 +319,14 @@ func (c *conn) run(ctx context.Context) {
 			reason = readErrorReason(err)
 			c.pool.metrics.errors.WithLabelValues("read").Inc()
 		}
+		// A connection that lived a while (closed by Redis's idle timeout,
+		// a CLIENT KILL, a restart) is dialled again at once, and commands
+		// that find no connection up meanwhile wait for that dial: joined
+		// before this one is marked down, so none fails in between.
+		quick := c.redialNow.Load() || cfg.Now().Sub(upSince) >= quickRedialAfter
+		if quick && ctx.Err() == nil && !c.isSpare && c.gate.Load() == nil {
+			c.gate.Store(c.pool.joinGate())
+		}
 		nc.Close()
 		c.nc, c.downReason = nil, reason
 		failed := c.inflight[c.head:]
@@ -361,9 +369,9 @@ func (c *conn) run(ctx context.Context) {
 		if cfg.Now().Sub(upSince) > cfg.BackoffMax {
 			backoff = cfg.BackoffMin
 		}
-		if c.redialNow.Swap(false) {
+		if c.redialNow.Swap(false) || quick {
 			backoff = cfg.BackoffMin
-			continue // a new master: dial it at once
+			continue // a new master, or a connection that lived: dial at once
 		}
 		if !c.pool.backoff(ctx, backoff) {
 			break
@@ -373,7 +381,15 @@ func (c *conn) run(ctx context.Context) {
 	c.mu.Lock()
 	c.downReason = "proxy shutting down"
 	c.mu.Unlock()
+	if g := c.gate.Swap(nil); g != nil {
+		g.dialed(false)
+	}
 }
+
+// quickRedialAfter: a connection up at least this long is dialled again
+// at once when it ends; one that ends sooner (a server that accepts and
+// drops) waits the reconnect backoff.
+const quickRedialAfter = time.Second
 
 func readErrorReason(err error) string {
 	switch {

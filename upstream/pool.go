@@ -130,6 +130,7 @@ type Pool struct {
 	// dials (a master just added to a cluster, a MOVED to a node never
 	// seen), then those to a new master (Sentinel: masterChanged).
 	gate         atomic.Pointer[dialGate]
+	gateMu       sync.Mutex   // serialises replacing gate
 	firstWaiters atomic.Int32 // sends waiting on gate
 
 	// redial is closed (and replaced) to cut short the reconnect backoff
@@ -381,6 +382,24 @@ func (p *Pool) awaitHold() {
 	}
 }
 
+// joinGate returns the gate a redial starting now reports to: the pool's
+// gate while it still waits for dials, else a new one. A command that
+// then finds no connection up waits for the redial instead of failing
+// at once.
+func (p *Pool) joinGate() *dialGate {
+	p.gateMu.Lock()
+	defer p.gateMu.Unlock()
+	g := p.gate.Load()
+	select {
+	case <-g.done:
+		g = newDialGate(0)
+		p.gate.Store(g)
+	default:
+	}
+	g.pending.Add(1)
+	return g
+}
+
 // dialGate is closed once one of its dials has a connection up, or
 // every one has finished.
 type dialGate struct {
@@ -630,9 +649,10 @@ func (p *Pool) HasConn(addr string) bool {
 // reply fails with reason.
 func (p *Pool) masterChanged(reason string) {
 	gate := newDialGate(len(p.conns))
-	if old := p.gate.Swap(gate); old != nil {
-		old.open()
-	}
+	p.gateMu.Lock()
+	old := p.gate.Swap(gate)
+	p.gateMu.Unlock()
+	old.open()
 	for _, c := range p.conns {
 		c.gate.Store(gate)
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,5 +167,56 @@ func TestRouterHidesEndlessRedirects(t *testing.T) {
 	}
 	if moved := mv.GetCounter().GetValue(); moved < float64(c.cfg.MaxRedirects) {
 		t.Errorf("%v MOVED followed, want at least MaxRedirects (%d)", moved, c.cfg.MaxRedirects)
+	}
+}
+
+// TestPoolRedialsALivedConnectionAtOnce: when Redis closes connections
+// that lived a while (its idle timeout, CLIENT KILL, a restart), they are
+// dialled again at once, and a command sent while none is up waits for
+// those dials and gets Redis's reply, not "upstream unavailable: read:
+// EOF" for the reconnect backoff (Redis's timeout 1 with a command every
+// 1-2 s: 1 in 12 failed). A connection that ends sooner than
+// quickRedialAfter still waits the backoff.
+func TestPoolRedialsALivedConnectionAtOnce(t *testing.T) {
+	f := startFake(t, func([][]byte) string { return "+PONG\r\n" })
+	var (
+		held    atomic.Bool
+		release = make(chan struct{})
+		skew    atomic.Int64 // added to the pool's clock
+	)
+	p, err := NewPool(Config{Address: f.ln.Addr().String(), Connections: 2, Protocol: 2, DialTimeout: 5 * time.Second,
+		Timeout: 5 * time.Second, BackoffMin: time.Hour, BackoffMax: time.Hour,
+		Now:  func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
+		Dial: gatedDial(func(string) bool { return held.Load() }, release)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitReady(t, p)
+	skew.Store(int64(quickRedialAfter)) // the connections have lived long enough
+	held.Store(true)
+	f.killConns()
+	waitFor(t, "both connections lost", func() bool { return !p.conns[0].up() && !p.conns[1].up() })
+	got := make(chan string, 1)
+	go func() { got <- ping(p) }()
+	waitFor(t, "the command waits for the redial", func() bool { return p.firstWaiters.Load() == 1 })
+	close(release)
+	select {
+	case r := <-got:
+		if r != "+PONG\r\n" {
+			t.Fatalf("command sent while the connections redialled: %q, want +PONG", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the command still waits after the redial")
+	}
+
+	// Connections that end at once after their dial wait the backoff (an
+	// hour here): a command then fails at once.
+	skew.Store(0)
+	waitFor(t, "both connections up", func() bool { return p.conns[0].up() && p.conns[1].up() })
+	f.killConns()
+	waitFor(t, "both connections lost", func() bool { return !p.conns[0].up() && !p.conns[1].up() })
+	if r := ping(p); !strings.HasPrefix(r, "-ERR upstream unavailable") {
+		t.Fatalf("command while connections that just dialled are down: %q, want upstream unavailable", r)
 	}
 }
