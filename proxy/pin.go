@@ -191,6 +191,21 @@ func (s *Server) pinSession(ss *session, slot int) bool {
 // doPinned runs the batch on the pinned connection, then updates the
 // session's state from the replies, in order.
 func (s *Server) doPinned(ss *session) {
+	if ss.pin.ClosedWhileIdle(pinIdleCheck) {
+		// Redis closed the pin while the client sent nothing (its timeout
+		// on idle clients, a CLIENT KILL, a restart): it closed the
+		// client's connection, so rproxy closes the client's, before
+		// anything of this batch ran. The client then sees the end it
+		// would see directly, which its library reconnects and retries
+		// on, not errors.
+		s.log.Info("client closed: Redis closed its pinned connection while the client was idle",
+			zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.String("command", batchCommand(ss.batch)))
+		ss.pin.Do(ss.batch, 0) // broken: every command gets an error, unsent
+		ss.quit = true
+		ss.conn.NetConn().Close() // so none of them reaches the client
+		s.unpin(ss, false)
+		return
+	}
 	timeout := s.cfg.Upstream.Timeout
 	var stop func()
 	if ss.blocking {
@@ -267,6 +282,11 @@ func (s *Server) doPinned(ss *session) {
 		s.unpin(ss, false)
 	}
 }
+
+// pinIdleCheck: a pin its session left unused this long is checked
+// before its next batch (ClosedWhileIdle). Redis's timeout on idle
+// clients counts whole seconds.
+const pinIdleCheck = time.Second
 
 // maxPinMoves bounds the masters one pinned batch follows a redirect to.
 const maxPinMoves = 3

@@ -53,6 +53,25 @@ type Dedicated struct {
 	// streamed: a StreamTo ended at what its writer judged the stream's end
 	// (ErrStreamEnd); reset checks that no reply is left unread.
 	streamed bool
+	// lastDone: when its holder's last Do ended (the holder's own field).
+	lastDone time.Time
+}
+
+// ClosedWhileIdle reports whether Redis closed the connection while its
+// holder left it unused for at least idle (Redis's timeout on idle
+// clients, a CLIENT KILL, a restart): a peek, made only after such a
+// pause, finds its end before anything more is written. The connection is
+// then broken. A connection with something unread is not judged here.
+func (d *Dedicated) ClosedWhileIdle(idle time.Duration) bool {
+	if d.broken.Load() || d.lastDone.IsZero() || d.pool.cfg.Now().Sub(d.lastDone) < idle || d.r < d.w {
+		return false
+	}
+	if d.idleAlive() {
+		return false
+	}
+	d.broken.Store(true)
+	d.nc.Close()
+	return true
 }
 
 // newDedicated wraps a dialled connection.
@@ -475,6 +494,7 @@ func (d *Dedicated) DoAsking(b *Batch, timeout time.Duration, queued []bool) {
 // get "-ERR upstream unavailable: <reason>" and the connection is broken.
 func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 	d.pool.awaitHold()
+	defer func() { d.lastDone = d.pool.cfg.Now() }()
 	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
 	if d.broken.Load() {
 		b.fillErrors(unavailable("connection lost"))

@@ -211,8 +211,7 @@ func (s *Sentinel) beginHold(via string) {
 	s.log.Warn("sentinel: a failover is promoting a replica: commands wait for the new master",
 		zap.String("via", via), zap.Duration("at_most_seconds", s.cfg.FailoverHold))
 	time.AfterFunc(s.cfg.FailoverHold, func() {
-		if s.endHold(h) {
-			s.holdsOut.Add(1)
+		if s.endHoldExpired(h) {
 			s.log.Warn("sentinel: no new master within the failover hold: commands go to the master as known",
 				zap.String("master", s.Master()), zap.Duration("failover_hold_seconds", s.cfg.FailoverHold))
 		}
@@ -224,6 +223,17 @@ func (s *Sentinel) endHold(h *failoverHold) bool {
 	if h == nil || !s.hold.CompareAndSwap(h, nil) {
 		return false
 	}
+	close(h.done)
+	return true
+}
+
+// endHoldExpired is endHold at FailoverHold, counted before the held
+// commands go.
+func (s *Sentinel) endHoldExpired(h *failoverHold) bool {
+	if !s.hold.CompareAndSwap(h, nil) {
+		return false
+	}
+	s.holdsOut.Add(1)
 	close(h.done)
 	return true
 }
