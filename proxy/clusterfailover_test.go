@@ -39,15 +39,7 @@ func TestClusterManualFailoverUnderLoad(t *testing.T) {
 		}
 	}
 	stop := runLoadWorkers(p.Addr, workers)
-	waitAcked := func(n int64, what string) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ackedSum(workers) < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d acknowledged, want %d", what, ackedSum(workers), n)
-			}
-		}
-	}
-	waitAcked(300, "before the failover")
+	waitAcked(t, workers, 300, "before the failover")
 	if r := string(replica.Do(t, "CLUSTER", "FAILOVER")); r != "+OK\r\n" {
 		t.Fatalf("CLUSTER FAILOVER: %q", r)
 	}
@@ -56,7 +48,7 @@ func TestClusterManualFailoverUnderLoad(t *testing.T) {
 			t.Fatal("the replica was not promoted within 30s")
 		}
 	}
-	waitAcked(ackedSum(workers)+300, "after the failover")
+	waitAcked(t, workers, ackedSum(workers)+300, "after the failover")
 	stop()
 	checkCounters(t, workers, func(key string) []byte { return replicaOrMaster(t, cl, replica, failing, key).Do(t, "GET", key) }, false)
 	t.Logf("redirects followed: moved %v, ask %v", redirects(t, p, "moved"), redirects(t, p, "ask"))

@@ -56,15 +56,7 @@ func TestSentinelPlannedFailoverLosesNothing(t *testing.T) {
 		workers = append(workers, counterWorkers("sf"+strconv.Itoa(i))...)
 	}
 	stop := runLoadWorkers(p.Addr, workers)
-	waitAcked := func(n int64, what string) {
-		t.Helper()
-		for deadline := time.Now().Add(15 * time.Second); ackedSum(workers) < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d acknowledged, want %d", what, ackedSum(workers), n)
-			}
-		}
-	}
-	waitAcked(300, "before the failover")
+	waitAcked(t, workers, 300, "before the failover")
 	if r := g.Sentinels[0].Do(t, "SENTINEL", "FAILOVER", g.Name); string(r) != "+OK\r\n" {
 		t.Fatalf("SENTINEL FAILOVER: %q", r)
 	}
@@ -73,7 +65,7 @@ func TestSentinelPlannedFailoverLosesNothing(t *testing.T) {
 			t.Fatal("rproxy did not follow the failover within 30s")
 		}
 	}
-	waitAcked(ackedSum(workers)+300, "after the failover")
+	waitAcked(t, workers, ackedSum(workers)+300, "after the failover")
 	stop()
 	checkCounters(t, workers, func(key string) []byte { return g.Replica.Do(t, "GET", key) }, true)
 	for name, want := range map[string]float64{
@@ -171,6 +163,16 @@ func runLoadWorkers(addr string, workers []*loadWorker) (stop func()) {
 	return func() {
 		done.Store(true)
 		wg.Wait()
+	}
+}
+
+// waitAcked waits until workers have n replies acknowledged in all.
+func waitAcked(t *testing.T, workers []*loadWorker, n int64, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ackedSum(workers) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d acknowledged, want %d", what, ackedSum(workers), n)
+		}
 	}
 }
 
