@@ -10,6 +10,7 @@ import (
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
 )
 
 // TestPinnedSessionClosedAsRedisClosedItsConnection: Redis with timeout 1
@@ -20,6 +21,33 @@ import (
 // with DB 1 then reconnects and retries on its own: its GET after the
 // idle time succeeds, where before it got that error.
 func TestPinnedSessionClosedAsRedisClosedItsConnection(t *testing.T) {
+	// A pin Redis kept, idle past its last Do's deadline (upstream.timeout)
+	// and past the check's second, serves on: the first version read the
+	// expired deadline as the connection's end, and closed the Tcl suite's
+	// clients (db 9) after each of their pauses.
+	plain := redistest.Start(t)
+	kept := proxytest.Start(t, plain.Addr, func(c *proxy.Config) { c.Upstream.Timeout = 100 * time.Millisecond })
+	k := dialClient(t, kept.Addr)
+	if r := k.pipeline([]string{"SELECT", "1"}, []string{"SET", "k", "v"}); r != "+OK\r\n+OK\r\n" {
+		t.Fatalf("SELECT 1, SET: %q", r)
+	}
+	pinIdle2 := func() bool { // the db 1 connection's line
+		for _, line := range strings.Split(string(plain.Do(t, "CLIENT", "LIST")), "\n") {
+			if strings.Contains(line, " db=1 ") && strings.Contains(line, " idle=2 ") {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); !pinIdle2(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pin never showed idle=2 in CLIENT LIST")
+		}
+	}
+	if r := k.do("GET", "k"); r != "$1\r\nv\r\n" {
+		t.Fatalf("GET on a pin idle 2 s that Redis kept: %q", r)
+	}
+
 	srv := redistest.Start(t, "--timeout", "1")
 	p := proxytest.Start(t, srv.Addr)
 	// waitDb1Gone waits until Redis has closed every connection in db 1:

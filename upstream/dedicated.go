@@ -66,6 +66,7 @@ func (d *Dedicated) ClosedWhileIdle(idle time.Duration) bool {
 	if d.broken.Load() || d.lastDone.IsZero() || d.pool.cfg.Now().Sub(d.lastDone) < idle || d.r < d.w {
 		return false
 	}
+	d.nc.SetReadDeadline(time.Time{}) // Do's, long past: the peek would read it as an error
 	if d.idleAlive() {
 		return false
 	}

@@ -10,12 +10,13 @@ import (
 	"time"
 )
 
-// SentinelGroup is a master, its replica and three Sentinels monitoring
+// SentinelGroup is a master, its replicas and three Sentinels monitoring
 // the master under Name, started by StartSentinel.
 type SentinelGroup struct {
 	Name      string
-	Master    *Server // the master at start
-	Replica   *Server // its replica at start
+	Master    *Server   // the master at start
+	Replica   *Server   // its first replica at start
+	Replicas  []*Server // all its replicas at start, Replica first
 	Sentinels []*Server
 }
 
@@ -29,19 +30,29 @@ const sentinelDownAfter = "1000"
 // and every Sentinel knows the replica and the other two Sentinels.
 func StartSentinel(tb testing.TB, name string) *SentinelGroup {
 	tb.Helper()
+	return StartSentinelReplicas(tb, name, 1)
+}
+
+// StartSentinelReplicas is StartSentinel with replicas replicas.
+func StartSentinelReplicas(tb testing.TB, name string, replicas int) *SentinelGroup {
+	tb.Helper()
 	g := &SentinelGroup{Name: name}
-	g.Master = Start(tb)
-	g.Replica = Start(tb, "--replicaof", "127.0.0.1", strconv.Itoa(g.Master.Port), "--repl-diskless-sync-delay", "0")
-	waitUntil(tb, "replica link up", func() error {
-		info, err := g.Replica.Exec("INFO", "replication")
-		if err != nil {
-			return err
-		}
-		if v, _ := infoField(info, replicaLinkPrefix); v != "up" {
-			return fmt.Errorf("master_link_status:%s", v)
-		}
-		return nil
-	})
+	g.Master = Start(tb, "--repl-diskless-sync-delay", "0")
+	for range replicas {
+		r := Start(tb, "--replicaof", "127.0.0.1", strconv.Itoa(g.Master.Port), "--repl-diskless-sync-delay", "0")
+		g.Replicas = append(g.Replicas, r)
+		waitUntil(tb, "replica link up", func() error {
+			info, err := r.Exec("INFO", "replication")
+			if err != nil {
+				return err
+			}
+			if v, _ := infoField(info, replicaLinkPrefix); v != "up" {
+				return fmt.Errorf("master_link_status:%s", v)
+			}
+			return nil
+		})
+	}
+	g.Replica = g.Replicas[0]
 	for range 3 {
 		conf := func(dir string) string {
 			path := filepath.Join(dir, "sentinel.conf")
@@ -63,7 +74,8 @@ func StartSentinel(tb testing.TB, name string) *SentinelGroup {
 				return err
 			}
 			text := string(r)
-			for _, want := range []string{"num-slaves\r\n$1\r\n1\r\n", "num-other-sentinels\r\n$1\r\n2\r\n"} {
+			slaves := strconv.Itoa(replicas)
+			for _, want := range []string{"num-slaves\r\n$" + strconv.Itoa(len(slaves)) + "\r\n" + slaves + "\r\n", "num-other-sentinels\r\n$1\r\n2\r\n"} {
 				if !strings.Contains(text, want) {
 					return fmt.Errorf("%s: SENTINEL MASTER %s lacks %q", s.Addr, name, strings.TrimSpace(want))
 				}
