@@ -32,7 +32,7 @@ type metrics struct {
 
 // closeReasons are the values of client_closed_by_proxy_total's reason
 // label: every place that counts a close uses one of them.
-var closeReasons = [...]string{"max_clients", "input_limit", "idle", "write_timeout", "tls_handshake"}
+var closeReasons = [...]string{"max_clients", "input_limit", "idle", "write_timeout", "tls_handshake", "upstream_lost"}
 
 // callCounters are the per-command call counters of one command table,
 // indexed by command.Info.ID and created on first use, so only commands

@@ -41,7 +41,7 @@ const lintSecret = "SECRETKEY"
 // other client data. A new label goes here only if that holds for it.
 var metricLabels = map[string]bool{
 	"outcome":  true, // rproxy_proxy_commands_total: forwarded, local, refused
-	"reason":   true, // rproxy_proxy_client_closed_by_proxy_total: max_clients, input_limit, idle, write_timeout, tls_handshake
+	"reason":   true, // rproxy_proxy_client_closed_by_proxy_total: max_clients, input_limit, idle, write_timeout, tls_handshake, upstream_lost
 	"command":  true, // rproxy_proxy_command_calls_total: command table names, "unknown" for others
 	"stage":    true, // rproxy_proxy_batch_duration_seconds: client, upstream
 	"family":   true, // rproxy_proxy_command_duration_seconds: command families from the command table's flags (read, write, ...)

@@ -202,6 +202,7 @@ func (s *Server) doPinned(ss *session) {
 			zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.String("command", batchCommand(ss.batch)))
 		ss.pin.Do(ss.batch, 0) // broken: every command gets an error, unsent
 		ss.quit = true
+		s.metrics.rejected.WithLabelValues("upstream_lost").Inc()
 		ss.conn.NetConn().Close() // so none of them reaches the client
 		s.unpin(ss, false)
 		return
@@ -275,6 +276,7 @@ func (s *Server) doPinned(ss *session) {
 			zap.String("command", batchCommand(ss.batch))}
 		if held {
 			ss.quit = true
+			s.metrics.rejected.WithLabelValues("upstream_lost").Inc()
 			s.log.Warn("client closed: its pinned upstream connection was lost while it held connection state", fields...)
 		} else {
 			s.log.Info("pinned upstream connection lost", fields...)

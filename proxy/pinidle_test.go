@@ -70,6 +70,9 @@ func TestPinnedSessionClosedAsRedisClosedItsConnection(t *testing.T) {
 	if got := c.expectClosed(); got != "" {
 		t.Fatalf("after Redis closed the pin: %q before the close, want none", got)
 	}
+	if v, _ := metricSum(t, p.Registry, "rproxy_proxy_client_closed_by_proxy_total", map[string]string{"reason": "upstream_lost"}); v != 1 {
+		t.Errorf("client_closed_by_proxy_total{reason=upstream_lost} = %v, want 1", v)
+	}
 
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, DB: 1, PoolSize: 1})
 	t.Cleanup(func() { rdb.Close() })

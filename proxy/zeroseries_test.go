@@ -15,7 +15,7 @@ import (
 func TestZeroSeriesAtStart(t *testing.T) {
 	rs := redistest.Start(t)
 	p := proxytest.Start(t, rs.Addr)
-	for _, reason := range []string{"max_clients", "input_limit", "idle", "write_timeout", "tls_handshake"} {
+	for _, reason := range []string{"max_clients", "input_limit", "idle", "write_timeout", "tls_handshake", "upstream_lost"} {
 		labels := map[string]string{"reason": reason}
 		if n := seriesCount(t, p.Registry, "rproxy_proxy_client_closed_by_proxy_total", labels); n != 1 {
 			t.Errorf("client_closed_by_proxy_total%v: %d series right after start, want 1", labels, n)
