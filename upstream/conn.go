@@ -325,7 +325,9 @@ func (c *conn) run(ctx context.Context) {
 		// before this one is marked down, so none fails in between.
 		quick := c.redialNow.Load() || cfg.Now().Sub(upSince) >= quickRedialAfter
 		if quick && ctx.Err() == nil && !c.isSpare && c.gate.Load() == nil {
-			c.gate.Store(c.pool.joinGate())
+			if g := c.pool.joinGate(); !c.gate.CompareAndSwap(nil, g) {
+				g.dialed(false) // masterChanged gave it a gate meanwhile: this join is no dial of its own
+			}
 		}
 		nc.Close()
 		c.nc, c.downReason = nil, reason

@@ -61,14 +61,19 @@ type Dedicated struct {
 // holder left it unused for at least idle (Redis's timeout on idle
 // clients, a CLIENT KILL, a restart): a peek, made only after such a
 // pause, finds its end before anything more is written. The connection is
-// then broken. A connection with something unread is not judged here.
+// then broken. Only an end counts: a connection with bytes unread is
+// open.
 func (d *Dedicated) ClosedWhileIdle(idle time.Duration) bool {
 	if d.broken.Load() || d.lastDone.IsZero() || d.pool.cfg.Now().Sub(d.lastDone) < idle || d.r < d.w {
 		return false
 	}
 	d.nc.SetReadDeadline(time.Time{}) // Do's, long past: the peek would read it as an error
-	if d.idleAlive() {
-		return false
+	nc := d.nc
+	if tlsConn, ok := nc.(*tls.Conn); ok {
+		nc = tlsConn.NetConn()
+	}
+	if peekConn(nc) != peekClosed {
+		return false // open; bytes waiting (a late push) are Do's to read
 	}
 	d.broken.Store(true)
 	d.nc.Close()
