@@ -523,7 +523,7 @@ func (c *Cluster) readSlotMap(addr string) ([]shard, error) {
 	if !pool.Ready() && !c.loaded.Load() {
 		// The first read, at start: the seed's connection may still be
 		// dialling. That read is what AwaitMap's commands wait for.
-		pool.awaitFirstDial()
+		pool.awaitDial()
 	}
 	if !pool.Ready() {
 		return nil, errors.New("not connected")

@@ -129,9 +129,9 @@ type Pool struct {
 	// (within Config.Timeout) instead of failing at once: the first
 	// dials (a master just added to a cluster, a MOVED to a node never
 	// seen), then those to a new master (Sentinel: masterChanged).
-	gate         atomic.Pointer[dialGate]
-	gateMu       sync.Mutex   // serialises replacing gate
-	firstWaiters atomic.Int32 // sends waiting on gate
+	gate        atomic.Pointer[dialGate]
+	gateMu      sync.Mutex   // serialises replacing gate
+	dialWaiters atomic.Int32 // sends waiting on gate
 
 	// redial is closed (and replaced) to cut short the reconnect backoff
 	// of every connection: the master changed (Sentinel).
@@ -224,7 +224,7 @@ func (p *Pool) Send(b *Batch) {
 	b.replyEnds = b.replyEnds[:0]
 	reason, ok := p.trySend(b)
 	if !ok {
-		p.awaitFirstDial()
+		p.awaitDial()
 		reason, ok = p.trySend(b)
 	}
 	if !ok {
@@ -352,20 +352,20 @@ func (sp *spare) stopIfIdle() {
 	sp.c.closeWith("spare no longer needed")
 }
 
-// awaitFirstDial waits, within Config.Timeout, until a connection is up
+// awaitDial waits, within Config.Timeout, until a connection is up
 // or every dial of the pool's gate has finished, when that has not
 // happened yet. The caller, whose send failed, tries once more either
 // way: the dial may have ended between its send and this check, and the
 // send then read the reason from before it ("connecting").
-func (p *Pool) awaitFirstDial() {
+func (p *Pool) awaitDial() {
 	g := p.gate.Load()
 	select {
 	case <-g.done:
 		return
 	default:
 	}
-	p.firstWaiters.Add(1)
-	defer p.firstWaiters.Add(-1)
+	p.dialWaiters.Add(1)
+	defer p.dialWaiters.Add(-1)
 	t := time.NewTimer(p.cfg.Timeout)
 	defer t.Stop()
 	select {
@@ -433,7 +433,7 @@ func (p *Pool) SendOn(b *Batch, h uint32) {
 	c := p.conns[h%uint32(len(p.conns))]
 	r, ok := c.send(b)
 	if !ok {
-		p.awaitFirstDial()
+		p.awaitDial()
 		r, ok = c.send(b)
 	}
 	if !ok {

@@ -64,7 +64,7 @@ func TestPoolFirstCommandWaitsForDial(t *testing.T) {
 		p.Do(b)
 		got <- string(b.Reply(0))
 	}()
-	waitFor(t, "the command waits for the first dial", func() bool { return p.firstWaiters.Load() == 1 })
+	waitFor(t, "the command waits for the first dial", func() bool { return p.dialWaiters.Load() == 1 })
 	close(release)
 	if r := <-got; r != "+PONG\r\n" {
 		t.Fatalf("first command: %q, want +PONG", r)
@@ -125,7 +125,7 @@ func TestRouterMovedToNewNodeWaitsForItsDial(t *testing.T) {
 		c.mu.Lock()
 		i, ok := c.byAddr[addedAddr]
 		c.mu.Unlock()
-		return ok && (*c.nodes.Load())[i].pools[2].firstWaiters.Load() == 1
+		return ok && (*c.nodes.Load())[i].pools[2].dialWaiters.Load() == 1
 	})
 	close(release)
 	if rep := <-got; rep != "$1\r\nD\r\n" {
@@ -199,7 +199,7 @@ func TestPoolRedialsALivedConnectionAtOnce(t *testing.T) {
 	waitFor(t, "both connections lost", func() bool { return !p.conns[0].up() && !p.conns[1].up() })
 	got := make(chan string, 1)
 	go func() { got <- ping(p) }()
-	waitFor(t, "the command waits for the redial", func() bool { return p.firstWaiters.Load() == 1 })
+	waitFor(t, "the command waits for the redial", func() bool { return p.dialWaiters.Load() == 1 })
 	close(release)
 	select {
 	case r := <-got:
