@@ -258,9 +258,6 @@ func (c *conn) run(ctx context.Context) {
 			c.mu.Lock()
 			c.downReason = err.Error()
 			c.mu.Unlock()
-			if g := c.gate.Swap(nil); g != nil {
-				g.dialed(false)
-			}
 			c.pool.metrics.errors.WithLabelValues("dial").Inc()
 			if wasUp {
 				log.Warn("upstream connect failed", zap.Error(err))
@@ -269,7 +266,13 @@ func (c *conn) run(ctx context.Context) {
 				log.Debug("upstream connect failed", zap.Error(err), zap.Duration("backoff_seconds", backoff))
 			}
 			if c.redialNow.Swap(false) {
-				continue // the master changed during the dial: dial the new one at once
+				// The master changed during the dial: dial the new one at
+				// once. The gate masterChanged gave it waits for that dial,
+				// not this one, which was to the old master.
+				continue
+			}
+			if g := c.gate.Swap(nil); g != nil {
+				g.dialed(false)
 			}
 			if !c.pool.backoff(ctx, backoff) {
 				break

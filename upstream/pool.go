@@ -224,12 +224,33 @@ func (p *Pool) Send(b *Batch) {
 	b.replyEnds = b.replyEnds[:0]
 	reason, ok := p.trySend(b)
 	if !ok {
-		p.awaitDial()
-		reason, ok = p.trySend(b)
+		reason, ok = p.retryAfterDials(func() (string, bool) { return p.trySend(b) })
 	}
 	if !ok {
 		b.fail(unavailable(reason))
 	}
+}
+
+// retryAfterDials calls send again after the dials of the pool's gate
+// (awaitDial), and once more after those of the gate that replaced it
+// meanwhile, if one did (a new master's, while the old one's dials were
+// waited for). It returns send's last result.
+func (p *Pool) retryAfterDials(send func() (string, bool)) (string, bool) {
+	var reason string
+	var waited *dialGate
+	for range 2 {
+		g := p.gate.Load()
+		if g == waited {
+			break
+		}
+		waited = g
+		p.awaitDialOn(g)
+		var ok bool
+		if reason, ok = send(); ok {
+			return "", true
+		}
+	}
+	return reason, false
 }
 
 // trySend queues b on the first connection that is up, starting from the
@@ -357,8 +378,10 @@ func (sp *spare) stopIfIdle() {
 // happened yet. The caller, whose send failed, tries once more either
 // way: the dial may have ended between its send and this check, and the
 // send then read the reason from before it ("connecting").
-func (p *Pool) awaitDial() {
-	g := p.gate.Load()
+func (p *Pool) awaitDial() { p.awaitDialOn(p.gate.Load()) }
+
+// awaitDialOn is awaitDial on gate g.
+func (p *Pool) awaitDialOn(g *dialGate) {
 	select {
 	case <-g.done:
 		return
@@ -433,8 +456,7 @@ func (p *Pool) SendOn(b *Batch, h uint32) {
 	c := p.conns[h%uint32(len(p.conns))]
 	r, ok := c.send(b)
 	if !ok {
-		p.awaitDial()
-		r, ok = c.send(b)
+		r, ok = p.retryAfterDials(func() (string, bool) { return c.send(b) })
 	}
 	if !ok {
 		b.fail(unavailable(r))

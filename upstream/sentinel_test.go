@@ -455,3 +455,52 @@ func TestSentinelFailoverHold(t *testing.T) {
 		t.Errorf("holds %d, expired %d; want 3, 1", sen.holds.Load(), sen.holdsOut.Load())
 	}
 }
+
+// TestSentinelChangeWhileWaitingForADial: a command waiting for a redial
+// to the old master (its connection ended, the dial hangs) when the
+// Sentinel names a new one waits on for the new master's dial and gets
+// its reply, rather than failing when the old master's wait ends; the
+// hung dial, finished after the change, is not counted as the new
+// master's.
+func TestSentinelChangeWhileWaitingForADial(t *testing.T) {
+	fs, addrs := startFakeSentinel(t, "A", "B")
+	fs.promote(addrs[0])
+	sen, err := NewSentinel(SentinelConfig{MasterName: "mymaster", Addresses: []string{fs.sent.ln.Addr().String()},
+		Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sen.Close)
+	var (
+		held    atomic.Bool
+		release = make(chan struct{})
+		skew    atomic.Int64
+	)
+	p := testPool(t, "sentinel/mymaster", 2, func(c *Config) {
+		c.Sentinel, c.Connections, c.Timeout, c.BackoffMin, c.BackoffMax = sen, 1, 5*time.Second, time.Hour, time.Hour
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+		c.Dial = gatedDial(func(addr string) bool { return addr == addrs[0] && held.Load() }, release)
+	})
+	if got := ping(p); got != "+A\r\n" {
+		t.Fatalf("PING: %q, want A", got)
+	}
+	skew.Store(int64(quickRedialAfter))
+	held.Store(true)
+	fs.servers[addrs[0]].killConns()
+	waitFor(t, "the connection lost", func() bool { return !p.conns[0].up() })
+	got := make(chan string, 1)
+	go func() { got <- ping(p) }()
+	waitFor(t, "the command waits for the redial", func() bool { return p.dialWaiters.Load() == 1 })
+	fs.promote(addrs[1])
+	hostPort := func(addr string) string { h, port, _ := net.SplitHostPort(addr); return h + " " + port }
+	sen.event(eventSwitchMaster, "mymaster "+hostPort(addrs[0])+" "+hostPort(addrs[1]), "test")
+	close(release) // the dial to A ends, after the change: refused, and B is dialled
+	select {
+	case r := <-got:
+		if r != "+B\r\n" {
+			t.Fatalf("the command waiting across the change: %q, want the new master's +B", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the command still waits")
+	}
+}
