@@ -147,23 +147,18 @@ func runLoadWorkers(addr string, workers []*loadWorker) (stop func()) {
 					}
 					rd = bufio.NewReader(nc)
 				}
-				nc.SetDeadline(time.Now().Add(10 * time.Second))
-				nc.Write(req)
-				for i := range w.cmds {
-					r, err := resp.ReadReply(rd, nil)
-					if err != nil {
-						fail("read: " + err.Error())
-						nc.Close()
-						nc = nil
-						break
-					}
+				replies, err := roundTrip(nc, rd, req, len(w.cmds))
+				for i, r := range replies {
 					if r[0] == '-' {
-						fail(string(r))
-						continue
-					}
-					if i == len(w.cmds)-1 && (w.kind == "incr" || (w.kind == "tx" || w.kind == "watch") && r[0] == '*' && r[1] != '-') {
+						fail(r)
+					} else if i == len(w.cmds)-1 && (w.kind == "incr" || (w.kind == "tx" || w.kind == "watch") && r[0] == '*' && r[1] != '-') {
 						w.acked.Add(1)
 					}
+				}
+				if err != nil {
+					fail("read: " + err.Error())
+					nc.Close()
+					nc = nil
 				}
 			}
 			if nc != nil {

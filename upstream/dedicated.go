@@ -68,11 +68,7 @@ func (d *Dedicated) ClosedWhileIdle(idle time.Duration) bool {
 		return false
 	}
 	d.nc.SetReadDeadline(time.Time{}) // Do's, long past: the peek would read it as an error
-	nc := d.nc
-	if tlsConn, ok := nc.(*tls.Conn); ok {
-		nc = tlsConn.NetConn()
-	}
-	if peekConn(nc) != peekClosed {
+	if _, res := d.peek(); res != peekClosed {
 		return false // open; bytes waiting (a late push) are Do's to read
 	}
 	d.broken.Store(true)
@@ -422,12 +418,8 @@ func (d *Dedicated) idleAlive() bool {
 	if d.r < d.w {
 		return false // Redis sent something unasked: its state is unknown
 	}
-	nc := d.nc
-	tlsConn, isTLS := nc.(*tls.Conn)
-	if isTLS {
-		nc = tlsConn.NetConn()
-	}
-	switch peekConn(nc) {
+	isTLS, res := d.peek()
+	switch res {
 	case peekClosed:
 		return false
 	case peekData:
@@ -436,6 +428,16 @@ func (d *Dedicated) idleAlive() bool {
 		return isTLS
 	}
 	return true
+}
+
+// peek looks at the connection's socket without reading (under TLS, the
+// socket beneath it), reporting whether it is TLS.
+func (d *Dedicated) peek() (isTLS bool, res peekResult) {
+	nc := d.nc
+	if tlsConn, ok := nc.(*tls.Conn); ok {
+		nc, isTLS = tlsConn.NetConn(), true
+	}
+	return isTLS, peekConn(nc)
 }
 
 // LocalAddr is the connection's local address: the address Redis knows

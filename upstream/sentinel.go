@@ -175,7 +175,7 @@ func (s *Sentinel) Close() {
 	s.once.Do(func() {
 		s.cancel()
 		s.wg.Wait()
-		s.endHold(s.hold.Load())
+		s.endHold(s.hold.Load(), false)
 	})
 }
 
@@ -194,9 +194,6 @@ func (s *Sentinel) awaitHold() {
 	}
 }
 
-// Holding reports whether a failover holds commands now.
-func (s *Sentinel) Holding() bool { return s.hold.Load() != nil }
-
 // beginHold holds commands (SentinelConfig.FailoverHold) until the
 // master changes, the failover is aborted, or FailoverHold passes.
 func (s *Sentinel) beginHold(via string) {
@@ -211,29 +208,22 @@ func (s *Sentinel) beginHold(via string) {
 	s.log.Warn("sentinel: a failover is promoting a replica: commands wait for the new master",
 		zap.String("via", via), zap.Duration("at_most_seconds", s.cfg.FailoverHold))
 	time.AfterFunc(s.cfg.FailoverHold, func() {
-		if s.endHoldExpired(h) {
+		if s.endHold(h, true) {
 			s.log.Warn("sentinel: no new master within the failover hold: commands go to the master as known",
 				zap.String("master", s.Master()), zap.Duration("failover_hold_seconds", s.cfg.FailoverHold))
 		}
 	})
 }
 
-// endHold ends h if it is the hold under way, reporting whether it was.
-func (s *Sentinel) endHold(h *failoverHold) bool {
+// endHold ends h if it is the hold under way, reporting whether it was;
+// expired (FailoverHold passed) is counted before the held commands go.
+func (s *Sentinel) endHold(h *failoverHold, expired bool) bool {
 	if h == nil || !s.hold.CompareAndSwap(h, nil) {
 		return false
 	}
-	close(h.done)
-	return true
-}
-
-// endHoldExpired is endHold at FailoverHold, counted before the held
-// commands go.
-func (s *Sentinel) endHoldExpired(h *failoverHold) bool {
-	if !s.hold.CompareAndSwap(h, nil) {
-		return false
+	if expired {
+		s.holdsOut.Add(1)
 	}
-	s.holdsOut.Add(1)
 	close(h.done)
 	return true
 }
@@ -288,7 +278,7 @@ func (s *Sentinel) setIfGen(addr, via string, gen *uint64) bool {
 		p.masterChanged("master changed from " + old + " to " + addr)
 	}
 	// Held commands go now: to the new master, whose dials they wait for.
-	s.endHold(s.hold.Load())
+	s.endHold(s.hold.Load(), false)
 	return true
 }
 
@@ -462,7 +452,7 @@ func (s *Sentinel) event(channel, payload, from string) {
 		}
 	case eventPromotionLost:
 		// master <name> <ip> <port>
-		if len(f) == 4 && f[0] == "master" && f[1] == s.cfg.MasterName && s.endHold(s.hold.Load()) {
+		if len(f) == 4 && f[0] == "master" && f[1] == s.cfg.MasterName && s.endHold(s.hold.Load(), false) {
 			s.log.Warn("sentinel: the failover was aborted: commands go to the master as known", zap.String("via", from))
 		}
 	}

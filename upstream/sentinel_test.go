@@ -392,13 +392,13 @@ func TestSentinelFailoverHold(t *testing.T) {
 	from := "test"
 
 	sen.event(eventPromoting, strings.Replace(promoting, "mymaster", "other", 1), from)
-	if sen.Holding() {
+	if sen.hold.Load() != nil {
 		t.Fatal("an event about another master holds commands")
 	}
 
 	// Held until the switch, then run on the new master.
 	sen.event(eventPromoting, promoting, from)
-	if !sen.Holding() {
+	if !(sen.hold.Load() != nil) {
 		t.Fatal("no hold after +failover-state-send-slaveof-noone")
 	}
 	got := make(chan string, 2)
@@ -428,8 +428,8 @@ func TestSentinelFailoverHold(t *testing.T) {
 			t.Fatal("a held command still waits after the switch")
 		}
 	}
-	if sen.Holding() || sen.holds.Load() != 1 || sen.holdsOut.Load() != 0 {
-		t.Errorf("after the switch: holding %v, holds %d, expired %d; want false, 1, 0", sen.Holding(), sen.holds.Load(), sen.holdsOut.Load())
+	if (sen.hold.Load() != nil) || sen.holds.Load() != 1 || sen.holdsOut.Load() != 0 {
+		t.Errorf("after the switch: holding %v, holds %d, expired %d; want false, 1, 0", (sen.hold.Load() != nil), sen.holds.Load(), sen.holdsOut.Load())
 	}
 
 	// An aborted promotion ends the hold at once.
