@@ -27,9 +27,10 @@ import (
 // the new master: no client of the shared connections gets an error, and every
 // acknowledged increment is on the new master, no more, no fewer. Before,
 // the old master acknowledged about a second of writes after the
-// promotion (about 3,600 increments a key here), all lost when it became
-// a replica, and the shared connections' 50 ms reconnect backoff failed
-// some 1,200 commands with "upstream unavailable: master changed". A
+// promotion (about 3,600 increments a key, measured with one replica),
+// all lost when it became a replica, and the shared connections' 50 ms
+// reconnect backoff failed some 1,200 commands with "upstream
+// unavailable: master changed". A
 // WATCH session pinned across the change is closed, as on any connection
 // loss; its transactions that did run are counted once too.
 func TestSentinelPlannedFailoverLosesNothing(t *testing.T) {
