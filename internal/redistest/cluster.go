@@ -839,3 +839,30 @@ func (c *Cluster) AddMaster(tb testing.TB) *ClusterNode {
 	c.waitStable(tb, fmt.Sprintf("%s joined", n), true, nil)
 	return n
 }
+
+// RemoveNode takes n, a master that owns no slots, out of the cluster as
+// redis-cli --cluster del-node does: every other running node forgets it
+// (CLUSTER FORGET, within the minute its ban on gossip lasts), then it is
+// shut down. It waits until the rest agree and are healthy.
+func (c *Cluster) RemoveNode(tb testing.TB, n *ClusterNode) {
+	tb.Helper()
+	i := slices.Index(c.Nodes, n)
+	if i < 0 {
+		tb.Fatalf("redistest: RemoveNode: %s is not a node of the cluster", n)
+	}
+	c.Nodes = slices.Delete(c.Nodes, i, i+1)
+	for _, o := range c.Nodes {
+		if o.running() {
+			c.mustOK(tb, o, "CLUSTER", "FORGET", n.ID)
+		}
+	}
+	n.Stop()
+	c.waitStable(tb, fmt.Sprintf("%s removed", n), true, func(views []nodeView) error {
+		for _, v := range views {
+			if _, ok := v.peers[n.ID]; ok {
+				return fmt.Errorf("%s still knows %s", v.node, n)
+			}
+		}
+		return nil
+	})
+}
