@@ -324,7 +324,7 @@ func (a *authenticating) userPoolSet(user, pass string) (*poolSet, error) {
 			return nil, fmt.Errorf("too many distinct upstream credentials in use (%d)", maxUserPools)
 		}
 		ucfg := a.upstream
-		ucfg.Username, ucfg.Password = user, pass
+		ucfg.Username, ucfg.Password, ucfg.Credentials = user, pass, nil // the client's, not rproxy's own
 		checking := new(atomic.Bool)
 		ucfg.OnState = func(up bool) {
 			if !up && !a.draining.Load() {

@@ -218,21 +218,21 @@ func (p *Pool) setup(nc net.Conn) error {
 // for RESP3, with AUTH when a password is set; AUTH alone for RESP2. nil when
 // there is nothing to send. The name is for errors and never holds the secret.
 func (p *Pool) handshakeCommand() ([]byte, string) {
-	user := p.cfg.Username
+	user, password := p.cfg.Login()
 	if user == "" {
 		user = "default"
 	}
 	// A user other than default logs in even with an empty password: a
 	// nopass user accepts any, and without AUTH the connection would run
 	// as default.
-	auth := p.cfg.Password != "" || user != "default"
+	auth := password != "" || user != "default"
 	switch {
 	case p.cfg.Protocol == 3 && auth:
-		return resp.AppendCommandString(nil, "HELLO", "3", "AUTH", user, p.cfg.Password), "HELLO 3 AUTH"
+		return resp.AppendCommandString(nil, "HELLO", "3", "AUTH", user, password), "HELLO 3 AUTH"
 	case p.cfg.Protocol == 3:
 		return resp.AppendCommandString(nil, "HELLO", "3"), "HELLO 3"
 	case auth:
-		return resp.AppendCommandString(nil, "AUTH", user, p.cfg.Password), "AUTH"
+		return resp.AppendCommandString(nil, "AUTH", user, password), "AUTH"
 	}
 	return nil, ""
 }

@@ -27,8 +27,11 @@ type Config struct {
 	// AUTH); empty Password means none for the default user. An empty
 	// Username is "default"; another user always logs in (a nopass user
 	// with an empty password).
-	Username    string
-	Password    string
+	Username string
+	Password string
+	// Credentials, when set, stand for Username and Password (Login):
+	// rproxy's own upstream user, whose password a reload may change.
+	Credentials *Credentials
 	DialTimeout time.Duration // bound on dial plus handshake
 	// Timeout bounds how long a request waits with no reply progress: after it,
 	// the connection is reset and everything waiting on it fails.

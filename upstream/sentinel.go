@@ -27,6 +27,9 @@ type SentinelConfig struct {
 	// means none.
 	Username string
 	Password string
+	// Credentials, when set, stand for Username and Password: a reload
+	// may change them, for the Sentinel connections dialled after.
+	Credentials *Credentials
 	// TLS, when not nil, wraps every connection to a Sentinel in TLS.
 	TLS         *tls.Config
 	DialTimeout time.Duration // bound on a Sentinel's dial plus reply; 0 means 1s
@@ -341,10 +344,14 @@ func (s *Sentinel) dialSentinel(ctx context.Context, addr string) (net.Conn, err
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Password != "" {
-		auth := resp.AppendCommandString(nil, "AUTH", s.cfg.Password)
-		if s.cfg.Username != "" {
-			auth = resp.AppendCommandString(nil, "AUTH", s.cfg.Username, s.cfg.Password)
+	user, password := s.cfg.Username, s.cfg.Password
+	if s.cfg.Credentials != nil {
+		user, password = s.cfg.Credentials.Get()
+	}
+	if password != "" {
+		auth := resp.AppendCommandString(nil, "AUTH", password)
+		if user != "" {
+			auth = resp.AppendCommandString(nil, "AUTH", user, password)
 		}
 		if err := handshake(nc, s.cfg.Now().Add(s.cfg.DialTimeout), auth); err != nil {
 			nc.Close()

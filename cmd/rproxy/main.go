@@ -162,9 +162,14 @@ func run(args []string) error {
 			sec.requestCheck()
 		}
 	}
-	if pcfg.Upstream.Password, err = cfg.Upstream.Password(os.ReadFile, os.Getenv); err != nil {
+	password, err := cfg.Upstream.Password(os.ReadFile, os.Getenv)
+	if err != nil {
 		return err
 	}
+	// rproxy's upstream login, read again at each reload: a password
+	// rotated in its file reaches the connections dialled from then on.
+	creds := upstream.NewCredentials(cfg.Upstream.Username, password)
+	pcfg.Upstream.Credentials = creds
 	// Certificates and keys are read once, here: a missing or bad file
 	// stops start-up with an error naming the key and the file.
 	if pcfg.TLS, err = cfg.TLS.ServerConfig(os.ReadFile); err != nil {
@@ -188,8 +193,14 @@ func run(args []string) error {
 		}
 	}
 	sec.checkCerts()
+	var sentinelCreds *upstream.Credentials // the Sentinels' own login, read again at each reload
 	if cfg.Upstream.Mode == "sentinel" {
-		sen, err := newSentinel(cfg, pcfg.Upstream.TLS, log.Named("sentinel"))
+		password, err := cfg.Upstream.Sentinel.Password(os.ReadFile, os.Getenv)
+		if err != nil {
+			return err
+		}
+		sentinelCreds = upstream.NewCredentials(cfg.Upstream.Sentinel.Username, password)
+		sen, err := newSentinel(cfg, pcfg.Upstream.TLS, sentinelCreds, log.Named("sentinel"))
 		if err != nil {
 			return err
 		}
@@ -258,6 +269,18 @@ func run(args []string) error {
 		if err := next.Validate(); err != nil {
 			return reject(err)
 		}
+		// Read again whether or not the keys changed: the file's content
+		// is what a rotation changes.
+		password, err := next.Upstream.Password(os.ReadFile, os.Getenv)
+		if err != nil {
+			return reject(err)
+		}
+		var sentinelPassword string
+		if sentinelCreds != nil {
+			if sentinelPassword, err = next.Upstream.Sentinel.Password(os.ReadFile, os.Getenv); err != nil {
+				return reject(err)
+			}
+		}
 		hk, limits := next.HotKeyConfig(), next.ProxyLimits()
 		if err := srv.SetPolicy(next.PolicyConfig()); err != nil {
 			return reject(err)
@@ -272,6 +295,15 @@ func run(args []string) error {
 		if err := srv.SetLimits(limits); err != nil { // checked above: not expected
 			log.Warn("reload: limits not applied", zap.Error(err))
 			return "", err
+		}
+		if creds.Set(next.Upstream.Username, password) {
+			log.Warn("reload: upstream credentials changed: connections dialled from now on log in with them; those logged in stay",
+				zap.String("user", next.Upstream.Username))
+			sec.requestCheck()
+		}
+		if sentinelCreds != nil && sentinelCreds.Set(next.Upstream.Sentinel.Username, sentinelPassword) {
+			log.Warn("reload: the Sentinels' credentials changed: connections to them dialled from now on log in with them",
+				zap.String("user", next.Upstream.Sentinel.Username))
 		}
 		level.SetLevel(lvl)
 		srv.SetRequestLog(next.Log.Requests)
@@ -382,6 +414,9 @@ func reloadable(tierAtStart bool) func(key string) bool {
 		switch key {
 		case "hotkeys.tier":
 			return tierAtStart
+		case "upstream.username", "upstream.password_file", "upstream.password_env", // upstream.Credentials
+			"upstream.sentinel.username", "upstream.sentinel.password_file", "upstream.sentinel.password_env":
+			return true
 		case "log.level", "log.requests",
 			"limits.max_clients", "limits.max_bulk_len", "limits.max_query_buffer", "limits.max_reply_buffer", "limits.client_write_timeout",
 			"limits.idle_timeout":
@@ -465,19 +500,15 @@ func loggerConfig(c config.Log) (zap.Config, error) {
 // newSentinel starts following upstream.sentinel's master: the Sentinels'
 // own password is read here, their TLS is upstream.tls's when
 // upstream.sentinel.tls is set.
-func newSentinel(c config.Config, upTLS *tls.Config, log *zap.Logger) (*upstream.Sentinel, error) {
+func newSentinel(c config.Config, upTLS *tls.Config, creds *upstream.Credentials, log *zap.Logger) (*upstream.Sentinel, error) {
 	sc := c.Upstream.Sentinel
 	scfg := upstream.SentinelConfig{
 		MasterName:   sc.MasterName,
 		Addresses:    sc.Addresses,
-		Username:     sc.Username,
+		Credentials:  creds,
 		DialTimeout:  c.Upstream.DialTimeout.D(),
 		Replicas:     len(sc.ReplicaReadPrefixes) > 0,
 		FailoverHold: sc.FailoverHold.D(),
-	}
-	var err error
-	if scfg.Password, err = sc.Password(os.ReadFile, os.Getenv); err != nil {
-		return nil, err
 	}
 	if sc.TLS {
 		scfg.TLS = upTLS

@@ -201,3 +201,96 @@ func TestReloadRequestLog(t *testing.T) {
 		t.Errorf("the log holds a key or value:\n%s", out)
 	}
 }
+
+// TestReloadRotatesUpstreamPassword: the upstream password rotated as
+// Redis allows (the user given a second password, rproxy's file
+// rewritten and reloaded, the old password removed) reaches the
+// connections rproxy dials after the reload: once Redis has closed
+// them all, rproxy logs in again with the new one, and its clients,
+// connected throughout, carry on. A reload whose password file is
+// missing is rejected and the running login stays.
+func TestReloadRotatesUpstreamPassword(t *testing.T) {
+	bin := buildBinary(t)
+	rs := redistest.Start(t)
+	rs.Do(t, "ACL", "SETUSER", "app", "on", ">old-secret", "~*", "&*", "+@all")
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "pw")
+	writePassword := func(pw string) {
+		t.Helper()
+		if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePassword("old-secret")
+	path := filepath.Join(dir, "rproxy.yaml")
+	writeConfig := func(file string) {
+		t.Helper()
+		body := "log:\n  format: json\nupstream:\n  username: app\n  password_file: " + file + "\n"
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig(pwFile)
+	listen, admin := freeAddr(t), freeAddr(t)
+	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	do := func(args ...string) string {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write(resp.AppendCommandString(nil, args...))
+		r, err := resp.ReadReply(rd, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", args[0], err)
+		}
+		return string(r)
+	}
+	if r := do("SET", "k", "v1"); r != "+OK\r\n" {
+		t.Fatalf("SET as app: %q", r)
+	}
+
+	writeConfig(filepath.Join(dir, "missing"))
+	if r := do("PROXY", "RELOAD"); !strings.HasPrefix(r, "-") || !strings.Contains(r, "upstream.password_file") {
+		t.Fatalf("PROXY RELOAD with a missing password file = %q, want an error naming the key", r)
+	}
+	writeConfig(pwFile)
+
+	rs.Do(t, "ACL", "SETUSER", "app", ">new-secret")
+	writePassword("new-secret")
+	if r := do("PROXY", "RELOAD"); r != "+OK\r\n" {
+		t.Fatalf("PROXY RELOAD after the rotation = %q", r)
+	}
+	rs.Do(t, "ACL", "SETUSER", "app", "<old-secret")
+	if r := string(rs.Do(t, "CLIENT", "KILL", "USER", "app")); r == ":0\r\n" {
+		t.Fatalf("CLIENT KILL USER app killed nothing: %q", r)
+	}
+	// rproxy dials again; commands may fail while it does, then succeed.
+	var last string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if last = do("SET", "k", "v2"); last == "+OK\r\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SET after the old password was removed: %q, never OK (rproxy still logs in with it?)", last)
+		}
+	}
+	if got := string(rs.Do(t, "GET", "k")); got != "$2\r\nv2\r\n" {
+		t.Errorf("GET k on Redis = %q", got)
+	}
+	if r := do("INFO", "proxy"); !strings.Contains(r, "upstream_user:app\r\n") {
+		t.Errorf("INFO proxy after the rotation:\n%s", r)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	out := <-logs
+	cmd.Wait()
+	if !strings.Contains(out, "upstream credentials changed") {
+		t.Errorf("the log does not say the credentials changed:\n%s", out)
+	}
+	if strings.Contains(out, "new-secret") || strings.Contains(out, "old-secret") {
+		t.Errorf("the log holds a password:\n%s", out)
+	}
+}

@@ -383,10 +383,13 @@ func dialUpstreamUser(cfg upstream.Config) func(context.Context) (func(args ...s
 			}
 			return resp.ReadReply(rd, nil)
 		}
-		if cfg.Password != "" {
-			auth := []string{"AUTH", cfg.Password}
-			if cfg.Username != "" {
-				auth = []string{"AUTH", cfg.Username, cfg.Password}
+		// The login in force now (upstream.Credentials: a reload may
+		// have rotated the password), by the rule the pools' handshake
+		// follows: a user other than default logs in even without one.
+		if user, password := cfg.Login(); password != "" || user != "" && user != "default" {
+			auth := []string{"AUTH", password}
+			if user != "" {
+				auth = []string{"AUTH", user, password}
 			}
 			r, err := do(auth...)
 			if err == nil && string(r) != "+OK\r\n" {
