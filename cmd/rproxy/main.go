@@ -170,23 +170,16 @@ func run(args []string) error {
 	// rotated in its file reaches the connections dialled from then on.
 	creds := upstream.NewCredentials(cfg.Upstream.Username, password)
 	pcfg.Upstream.Credentials = creds
-	// Certificates and keys are read once, here: a missing or bad file
-	// stops start-up with an error naming the key and the file.
-	if pcfg.TLS, err = cfg.TLS.ServerConfig(os.ReadFile); err != nil {
+	// Certificates and keys are read here (a missing or bad file stops
+	// start-up with an error naming the key and the file) and again at
+	// each reload (tlsFiles).
+	tlsRead, err := readTLS(cfg, os.ReadFile)
+	if err != nil {
 		return err
 	}
-	if pcfg.Upstream.TLS, err = cfg.Upstream.TLSConfig(os.ReadFile); err != nil {
-		return err
-	}
-	if err := sec.addCerts("tls.cert_file", cfg.TLS.CertFile, pcfg.TLS); err != nil {
-		return err
-	}
-	if err := sec.addCerts("upstream.tls.cert_file", cfg.Upstream.TLS.CertFile, pcfg.Upstream.TLS); err != nil {
-		return err
-	}
-	if err := sec.addCAFile("tls.client_ca_file", cfg.TLS.ClientCAFile, os.ReadFile); err != nil {
-		return err
-	}
+	var tlsNow tlsFiles
+	pcfg.TLS, pcfg.Upstream.TLS = tlsNow.start(tlsRead)
+	sec.setCerts(tlsRead.certs)
 	if cfg.Upstream.TLS.Enabled {
 		if err := sec.addCAFile("upstream.tls.ca_file", cfg.Upstream.TLS.CAFile, os.ReadFile); err != nil {
 			return err
@@ -240,7 +233,7 @@ func run(args []string) error {
 	// file changes nothing. Changed keys that need a restart keep their
 	// running values; they are logged and returned, for the reply.
 	var reloadMu sync.Mutex
-	canReload := reloadable(cfg.HotKeys.Tier)
+	canReload := reloadable(cfg.HotKeys.Tier, pcfg.TLS != nil, pcfg.Upstream.TLS != nil)
 	reload = func() (string, error) {
 		reloadMu.Lock()
 		defer reloadMu.Unlock()
@@ -275,6 +268,13 @@ func run(args []string) error {
 		if err != nil {
 			return reject(err)
 		}
+		tlsRead, err := readTLS(next, os.ReadFile)
+		if err != nil {
+			return reject(err)
+		}
+		if err := tlsNow.check(tlsRead); err != nil {
+			return reject(err)
+		}
 		var sentinelPassword string
 		if sentinelCreds != nil {
 			if sentinelPassword, err = next.Upstream.Sentinel.Password(os.ReadFile, os.Getenv); err != nil {
@@ -301,6 +301,17 @@ func run(args []string) error {
 				zap.String("user", next.Upstream.Username))
 			sec.requestCheck()
 		}
+		tlsNow.apply(tlsRead)
+		certs := tlsRead.certs
+		for _, c := range sec.loadCerts() {
+			if c.key == "upstream.tls.ca_file" { // read at start only
+				certs = append(certs, c)
+			}
+		}
+		if keys := changedCerts(sec.loadCerts(), certs); len(keys) > 0 {
+			log.Warn("reload: TLS certificates changed: connections made from now on use them; those up keep theirs", zap.Strings("keys", keys))
+		}
+		sec.setCerts(certs)
 		if sentinelCreds != nil && sentinelCreds.Set(next.Upstream.Sentinel.Username, sentinelPassword) {
 			log.Warn("reload: the Sentinels' credentials changed: connections to them dialled from now on log in with them",
 				zap.String("user", next.Upstream.Sentinel.Username))
@@ -406,7 +417,7 @@ func logReload(log *zap.Logger, file string, rules int, ch config.Changes) {
 // reloadable reports whether a config key takes effect at a reload;
 // others need a restart. hotkeys.tier can be turned on only if it was on
 // at start (the tier's tracking connection is made at start).
-func reloadable(tierAtStart bool) func(key string) bool {
+func reloadable(tierAtStart, tlsAtStart, upstreamTLSAtStart bool) func(key string) bool {
 	return func(key string) bool {
 		if strings.HasPrefix(key, "hotkeys.salt.") {
 			return false // the salt engine is built at start
@@ -414,6 +425,10 @@ func reloadable(tierAtStart bool) func(key string) bool {
 		switch key {
 		case "hotkeys.tier":
 			return tierAtStart
+		case "tls.cert_file", "tls.key_file", "tls.client_ca_file", "tls.min_version": // tlsFiles
+			return tlsAtStart
+		case "upstream.tls.cert_file", "upstream.tls.key_file":
+			return upstreamTLSAtStart
 		case "upstream.username", "upstream.password_file", "upstream.password_env", // upstream.Credentials
 			"upstream.sentinel.username", "upstream.sentinel.password_file", "upstream.sentinel.password_env":
 			return true

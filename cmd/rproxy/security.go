@@ -38,7 +38,7 @@ type security struct {
 	reloads  *prometheus.CounterVec
 	reloadOK prometheus.Gauge
 
-	certs []namedCert // set once at start, before the registry is scraped
+	certs atomic.Pointer[[]namedCert] // replaced whole: at start, at each reload (tlsFiles)
 
 	// The upstream user check (see checkUpstreamUser).
 	pol     atomic.Pointer[policy.Policy] // the running policy, for the probes it denies
@@ -94,34 +94,63 @@ func (s *security) reloaded(ok bool) {
 
 // addCerts records the leaf certificate of c (nil: none) under key.
 func (s *security) addCerts(key, file string, c *tls.Config) error {
-	if c == nil || len(c.Certificates) == 0 {
-		return nil
+	nc, err := leafOf(key, file, c)
+	if err == nil && nc != nil {
+		s.setCerts(append(s.loadCerts(), *nc))
 	}
-	cert := c.Certificates[0]
-	leaf := cert.Leaf
-	if leaf == nil {
-		if len(cert.Certificate) == 0 {
-			return nil
-		}
-		var err error
-		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return fmt.Errorf("%s %s: %w", key, file, err)
-		}
-	}
-	s.certs = append(s.certs, namedCert{key: key, file: file, leaf: leaf})
-	return nil
+	return err
 }
 
 // addCAFile records the CA certificate of the PEM file at path (""
 // none) that expires first, under key: once it has expired, the peers it
 // verifies are refused.
 func (s *security) addCAFile(key, path string, readFile func(string) ([]byte, error)) error {
+	nc, err := firstCA(key, path, readFile)
+	if err == nil && nc != nil {
+		s.setCerts(append(s.loadCerts(), *nc))
+	}
+	return err
+}
+
+// setCerts replaces the certificates watched.
+func (s *security) setCerts(certs []namedCert) { s.certs.Store(&certs) }
+
+// loadCerts returns a copy of the certificates watched.
+func (s *security) loadCerts() []namedCert {
+	if p := s.certs.Load(); p != nil {
+		return slices.Clone(*p)
+	}
+	return nil
+}
+
+// leafOf returns the leaf certificate of c (nil: none) under key.
+func leafOf(key, file string, c *tls.Config) (*namedCert, error) {
+	if c == nil || len(c.Certificates) == 0 {
+		return nil, nil
+	}
+	cert := c.Certificates[0]
+	leaf := cert.Leaf
+	if leaf == nil {
+		if len(cert.Certificate) == 0 {
+			return nil, nil
+		}
+		var err error
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", key, file, err)
+		}
+	}
+	return &namedCert{key: key, file: file, leaf: leaf}, nil
+}
+
+// firstCA returns the CA certificate of the PEM file at path ("": none)
+// that expires first, under key.
+func firstCA(key, path string, readFile func(string) ([]byte, error)) (*namedCert, error) {
 	if path == "" {
-		return nil
+		return nil, nil
 	}
 	b, err := readFile(path)
 	if err != nil {
-		return fmt.Errorf("%s: %w", key, err)
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	var first *x509.Certificate
 	for {
@@ -134,31 +163,31 @@ func (s *security) addCAFile(key, path string, readFile func(string) ([]byte, er
 		}
 		c, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", key, path, err)
+			return nil, fmt.Errorf("%s %s: %w", key, path, err)
 		}
 		if first == nil || c.NotAfter.Before(first.NotAfter) {
 			first = c
 		}
 	}
-	if first != nil {
-		s.certs = append(s.certs, namedCert{key: key, file: path, leaf: first})
+	if first == nil {
+		return nil, nil
 	}
-	return nil
+	return &namedCert{key: key, file: path, leaf: first}, nil
 }
 
 // checkCerts warns about each certificate that has expired or expires
 // within certWarnBefore.
 func (s *security) checkCerts() {
 	now := s.now()
-	for _, c := range s.certs {
+	for _, c := range s.loadCerts() {
 		left := c.leaf.NotAfter.Sub(now)
 		fields := []zap.Field{zap.String("key", c.key), zap.String("file", c.file),
 			zap.Time("not_after", c.leaf.NotAfter), zap.String("subject", c.leaf.Subject.String())}
 		switch {
 		case left <= 0:
-			s.log.Warn("TLS certificate has expired: peers that verify it refuse the connection; replace the file and restart", fields...)
+			s.log.Warn("TLS certificate has expired: peers that verify it refuse the connection; replace the file and reload", fields...)
 		case left < certWarnBefore:
-			s.log.Warn("TLS certificate expires soon: replace the file and restart", append(fields, zap.Duration("left_seconds", left.Round(time.Second)))...)
+			s.log.Warn("TLS certificate expires soon: replace the file and reload", append(fields, zap.Duration("left_seconds", left.Round(time.Second)))...)
 		}
 	}
 }
@@ -175,7 +204,7 @@ func (c certCollector) Describe(ch chan<- *prometheus.Desc) { ch <- certExpiryDe
 
 func (c certCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.s.now()
-	for _, cert := range c.s.certs {
+	for _, cert := range c.s.loadCerts() {
 		ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue,
 			cert.leaf.NotAfter.Sub(now).Seconds(), cert.key)
 	}
@@ -359,7 +388,7 @@ func (s *security) infoFields() []string {
 			"upstream_user_can_run_denied:"+strings.Join(uc.canRun, ","))
 	}
 	now := s.now()
-	for _, c := range s.certs {
+	for _, c := range s.loadCerts() {
 		name := strings.ReplaceAll(strings.TrimSuffix(strings.TrimSuffix(c.key, "_file"), ".cert"), ".", "_")
 		out = append(out, name+"_cert_expiry_seconds:"+strconv.FormatInt(int64(c.leaf.NotAfter.Sub(now).Seconds()), 10))
 	}
