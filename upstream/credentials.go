@@ -28,8 +28,10 @@ func (c *Credentials) Set(user, password string) bool {
 
 // Get returns the user and password in force.
 func (c *Credentials) Get() (user, password string) {
-	l := c.v.Load()
-	return l.user, l.password
+	if l := c.v.Load(); l != nil {
+		return l.user, l.password
+	}
+	return "", ""
 }
 
 // Login returns the user and password a new connection logs in with:
