@@ -97,6 +97,12 @@ type Config struct {
 	// TableRetry is the longest wait between requests for the command
 	// table while the upstream does not answer; 0 means one second.
 	TableRetry time.Duration
+
+	// TableCheck is how often, once the command table came from the
+	// upstream, its COMMAND COUNT is compared with the table's, to load
+	// the table again when they differ; 0 means one minute, negative
+	// never.
+	TableCheck time.Duration
 }
 
 // Limits are the client limits that can change while the server runs

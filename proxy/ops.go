@@ -54,6 +54,7 @@ func (s *Server) proxyInfo() string {
 	field("upstream_ready", boolInt(s.pools[2].Ready()))
 	s.topologyInfo(field)
 	field("command_table", s.table.Load().Source())
+	field("command_table_commands", s.table.Load().Len())
 	field("coalesce", onOff(s.coalescing != nil))
 	field("policy", onOff(s.policing.current.Load() != nil))
 	s.latencyInfo(field)

@@ -91,6 +91,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	if cfg.TableRetry <= 0 {
 		cfg.TableRetry = time.Second
 	}
+	if cfg.TableCheck == 0 {
+		cfg.TableCheck = time.Minute
+	}
 	// One send sequence for every pool, user pools included, so sends and
 	// acknowledgements can be ordered (coalescing's inflight window).
 	cfg.Upstream.SendSeq = new(atomic.Uint64)
@@ -514,9 +517,18 @@ func (s *Server) closed(c *clientConn, err error) {
 }
 
 // loadTable replaces the built-in command table with the upstream's own
-// COMMAND reply, retrying until the upstream answers.
+// COMMAND reply, retrying until the upstream answers, then watches it
+// (watchTable).
 func (s *Server) loadTable(ctx context.Context) {
 	defer close(s.tableDone)
+	if s.firstTable(ctx) {
+		s.watchTable(ctx)
+	}
+}
+
+// firstTable loads the upstream's command table, retrying until the
+// upstream answers, and reports whether it came from the upstream.
+func (s *Server) firstTable(ctx context.Context) bool {
 	b := upstream.NewBatch()
 	// Start fast: at start-up the first try usually races the first connect.
 	retry := min(10*time.Millisecond, s.cfg.TableRetry)
@@ -532,7 +544,7 @@ func (s *Server) loadTable(ctx context.Context) {
 			// The server does not answer COMMAND: keep the built-in table.
 			s.log.Warn("upstream does not answer COMMAND; using the built-in command table", zap.ByteString("reply", reply))
 			s.tableLoaded.Store(true)
-			return
+			return false
 		default:
 			t, err := command.FromReply(reply)
 			if err != nil {
@@ -543,14 +555,55 @@ func (s *Server) loadTable(ctx context.Context) {
 				s.log.Info("command table loaded from upstream", zap.Int("commands", t.Len()))
 			}
 			s.tableLoaded.Store(true)
-			return
+			return err == nil
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(retry):
 		}
 		retry = min(retry*2, s.cfg.TableRetry)
+	}
+}
+
+// watchTable asks the upstream's COMMAND COUNT every Config.TableCheck
+// and loads the table again when it differs from the table's: a module
+// loaded, or Redis upgraded under rproxy (a failover to an upgraded
+// replica), brings commands the table lacks, which rproxy would forward
+// as unknown, not knowing their keys, that they block or that they hold
+// connection state.
+func (s *Server) watchTable(ctx context.Context) {
+	if s.cfg.TableCheck < 0 {
+		return
+	}
+	tick := time.NewTicker(s.cfg.TableCheck)
+	defer tick.Stop()
+	b := upstream.NewBatch()
+	ask := func(args ...string) []byte {
+		b.Reset()
+		b.Add(resp.AppendCommandString(nil, args...))
+		s.pools[2].Do(b)
+		return b.Reply(0)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		v, err := resp.Parse(ask("COMMAND", "COUNT"))
+		old := s.table.Load()
+		if err != nil || v.Kind != ':' || v.Int == int64(old.Len()) {
+			continue // unchanged, or not answered now: asked again at the next tick
+		}
+		t, err := command.FromReply(ask("COMMAND"))
+		if err != nil {
+			s.log.Warn("cannot read the upstream's COMMAND reply; the command table stays", zap.Error(err))
+			continue
+		}
+		s.setTable(t)
+		s.log.Info("command table loaded again from upstream: its command count changed",
+			zap.Int("commands_before", old.Len()), zap.Int("commands", t.Len()))
 	}
 }
 

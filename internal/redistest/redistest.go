@@ -179,6 +179,15 @@ func (s *Server) Restart(tb testing.TB) {
 	}
 }
 
+// RestartWith is Restart with args in place of the extra arguments given
+// to Start: the same server after an upgrade or a changed configuration.
+func (s *Server) RestartWith(tb testing.TB, args ...string) {
+	tb.Helper()
+	s.Stop()
+	s.extra = args
+	s.Restart(tb)
+}
+
 // Stop stops the server: SIGTERM, then SIGKILL if it has not exited after
 // 5s. It waits for the process to exit. Calling it again (or after Kill) is
 // a no-op. It is safe to call from any goroutine.
