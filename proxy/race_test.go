@@ -2,6 +2,6 @@
 
 package proxy_test
 
-// raceEnabled: the race detector doubles goroutine stacks, which
-// TestIdleConnectionMemory bounds.
+// raceEnabled: under the race detector sync.Pool drops a share of what
+// is put back, which TestShortLivedConnectionAllocs bounds.
 const raceEnabled = true
