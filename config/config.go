@@ -69,6 +69,12 @@ type Upstream struct {
 	// PAUSE WRITE or FAILOVER), to a spare connection if need be; default
 	// 100ms; 0 = off; at most half of Timeout applies.
 	StallDivert Duration `yaml:"stall_divert"`
+	// FollowMaster (mode standalone): once the address has answered as a
+	// master, a READONLY reply starts a search for a master at the
+	// address, and the connections move to one found there, so that a
+	// failover behind a DNS name or a load balancer reaches rproxy's
+	// long-lived connections; default true.
+	FollowMaster bool `yaml:"follow_master"`
 	// Username and a password from a file or an environment variable (never
 	// the config itself, never a flag) authenticate every upstream
 	// connection; no password means none.
@@ -484,6 +490,7 @@ func Default() Config {
 			BackoffMax:   Duration(2 * time.Second),
 			GatherYields: 4,
 			StallDivert:  Duration(100 * time.Millisecond),
+			FollowMaster: true,
 		},
 		Auth:     Auth{Mode: "none"},
 		Coalesce: Coalesce{Commands: []string{"get"}, Window: "unsent"},

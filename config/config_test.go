@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 101 {
-		t.Errorf("Config has %d yaml keys, test expects 101: %v", len(want), want)
+	if len(want) != 102 {
+		t.Errorf("Config has %d yaml keys, test expects 102: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {

@@ -98,6 +98,14 @@ type Config struct {
 	// table while the upstream does not answer; 0 means one second.
 	TableRetry time.Duration
 
+	// FollowMaster keeps a standalone upstream's connections on a master
+	// when its address moves to another server (upstream.MasterFollow);
+	// not with a Sentinel or a cluster, which name their masters.
+	FollowMaster bool
+	// FollowEvery is how often a search for the master dials; 0 means a
+	// second (tests make it shorter).
+	FollowEvery time.Duration
+
 	// TableCheck is how often, once the command table came from the
 	// upstream, its COMMAND COUNT is compared with the table's, to load
 	// the table again when they differ; 0 means one minute, negative

@@ -52,6 +52,10 @@ func (s *Server) proxyInfo() string {
 	field("connected_clients", s.clients.Load())
 	field("upstream_address", s.cfg.Upstream.Address)
 	field("upstream_ready", boolInt(s.pools[2].Ready()))
+	if f := s.cfg.Upstream.Follow; f != nil {
+		field("upstream_master_searching", boolInt(f.Searching())) // a READONLY came: a master is looked for at the address
+		field("upstream_master_follows", f.Changes())              // the connections moved to another master found there
+	}
 	s.topologyInfo(field)
 	field("command_table", s.table.Load().Source())
 	field("command_table_commands", s.table.Load().Len())

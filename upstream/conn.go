@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -523,6 +524,9 @@ func (c *conn) readLoop(nc net.Conn, buf []byte) error {
 	}
 }
 
+// readOnlyPrefix starts a replica's refusal of a write (MasterFollow).
+var readOnlyPrefix = []byte("-READONLY ")
+
 // replyReader is readLoop's state: the replies framed so far.
 type replyReader struct {
 	c       *conn
@@ -571,6 +575,9 @@ func (r *replyReader) feed(p []byte) error {
 		}
 		if cur == &r.discard {
 			return fmt.Errorf("%w: %q", errUnexpectedReply, truncate(cur.replies, 64))
+		}
+		if r.fr.Kind() == '-' && c.pool.cfg.Follow != nil && bytes.HasPrefix(cur.replies[r.start:], readOnlyPrefix) {
+			c.pool.cfg.Follow.readOnly(c.pool.cfg.Address)
 		}
 		cur.replyEnds = append(cur.replyEnds, len(cur.replies))
 		r.start = len(cur.replies)

@@ -170,7 +170,10 @@ func clientTLS(cfg Config) *tls.Config {
 
 // dial connects (with TLS when configured) and performs the handshake
 // (HELLO 3 for RESP3 pools).
-func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
+func (p *Pool) dial(ctx context.Context) (net.Conn, error) { return p.dialWith(ctx, true) }
+
+// dialWith is dial; role asks Config.Follow's ROLE.
+func (p *Pool) dialWith(ctx context.Context, role bool) (net.Conn, error) {
 	var gen uint64
 	if p.cfg.Sentinel != nil {
 		gen = p.cfg.Sentinel.gen.Load()
@@ -183,6 +186,12 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), cmd); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if role && p.cfg.Follow != nil && p.cfg.Sentinel == nil {
+		if err := p.followRole(nc); err != nil {
+			nc.Close()
+			return nil, err
 		}
 	}
 	if p.cfg.Sentinel != nil {
@@ -565,6 +574,9 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 			// supported yet, so nothing asks for these; drop them.
 			b.replies = b.replies[:start]
 			continue
+		}
+		if d.fr.Kind() == '-' && d.pool.cfg.Follow != nil && bytes.HasPrefix(b.replies[start:], readOnlyPrefix) {
+			d.pool.cfg.Follow.readOnly(d.pool.cfg.Address) // a pinned session's write too
 		}
 		b.replyEnds = append(b.replyEnds, len(b.replies))
 		start = len(b.replies)

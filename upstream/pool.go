@@ -85,6 +85,10 @@ type Config struct {
 	// confirms with ROLE that it is a master, and is moved when the
 	// master changes.
 	Sentinel *Sentinel
+
+	// Follow, when not nil (a standalone address), keeps the pool on a
+	// master when the address moves to another server (MasterFollow).
+	Follow *MasterFollow
 }
 
 // Validate reports every problem with c.
@@ -207,6 +211,9 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 	}()
 	if cfg.Sentinel != nil {
 		cfg.Sentinel.register(p)
+	}
+	if cfg.Follow != nil {
+		cfg.Follow.register(p)
 	}
 	return p, nil
 }
@@ -492,6 +499,9 @@ func (p *Pool) Close() {
 	if p.cfg.Sentinel != nil {
 		p.cfg.Sentinel.unregister(p)
 	}
+	if p.cfg.Follow != nil {
+		p.cfg.Follow.unregister(p)
+	}
 	p.cancel()
 	p.gate.Load().open()
 	p.closeDedicated()
@@ -734,5 +744,17 @@ func (p *Pool) confirmMaster(nc net.Conn) error {
 		p.cfg.Sentinel.Check()
 		return fmt.Errorf("ROLE: %s is not the master (%q)", nc.RemoteAddr(), truncate(r, 40))
 	}
+	return nil
+}
+
+// followRole asks a new connection's server for its ROLE, for
+// Config.Follow: whether the address has answered as a master. A ROLE
+// refused (an ACL without it) tells nothing.
+func (p *Pool) followRole(nc net.Conn) error {
+	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
+	if err != nil {
+		return fmt.Errorf("ROLE: %w", err)
+	}
+	p.cfg.Follow.noteRole(r)
 	return nil
 }
