@@ -188,7 +188,9 @@ func (p *Pool) dialWith(ctx context.Context, role bool) (net.Conn, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if role && p.cfg.Follow != nil && p.cfg.Sentinel == nil {
+	if role && p.cfg.Follow != nil && p.cfg.Sentinel == nil && !p.cfg.Follow.sawMaster.Load() {
+		// Until the address has answered as a master: one ROLE, at the
+		// first dial, is enough (MONITOR shows it).
 		if err := p.followRole(nc); err != nil {
 			nc.Close()
 			return nil, err

@@ -25,7 +25,8 @@ import (
 // replica lets them (reads, and Redis's READONLY for writes). A server
 // made master again itself (REPLICAOF NO ONE) ends the search with no
 // redial. An address that never answered as a master (rproxy in front of
-// a replica on purpose) starts none. Copies of a Config share one.
+// a replica on purpose) starts none; dials ask ROLE until one has. Copies
+// of a Config share one.
 type MasterFollow struct {
 	log       *zap.Logger
 	every     time.Duration
