@@ -225,6 +225,34 @@ func TestReloadPolicy(t *testing.T) {
 	}
 }
 
+// clientDo returns a do for c, a client connection to the binary: one
+// command and its reply, within 5 s; a lost connection fails the test.
+func clientDo(t *testing.T, c net.Conn) func(args ...string) string {
+	rd := bufio.NewReader(c)
+	return func(args ...string) string {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write(resp.AppendCommandString(nil, args...))
+		r, err := resp.ReadReply(rd, nil)
+		if err != nil {
+			t.Fatalf("%s: %v (connection lost?)", args[0], err)
+		}
+		return string(r)
+	}
+}
+
+// dialDo dials the binary at listen and returns clientDo of the
+// connection, closed when the test ends.
+func dialDo(t *testing.T, listen string) func(args ...string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return clientDo(t, c)
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -305,17 +333,7 @@ upstream:
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	rd := bufio.NewReader(nc)
-	do := func(args ...string) string {
-		t.Helper()
-		nc.Write(resp.AppendCommandString(nil, args...))
-		r, err := resp.ReadReply(rd, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", args[0], err)
-		}
-		return string(r)
-	}
+	do := clientDo(t, nc)
 	if r := do("SET", "k", "v"); r != "+OK\r\n" {
 		t.Fatalf("SET over TLS = %q", r)
 	}

@@ -40,22 +40,7 @@ func runReloadableAt(t *testing.T, first string) (write func(string), do func(..
 	}
 	write(first)
 	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
-	c, err := net.Dial("tcp", listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	rd := bufio.NewReader(c)
-	do = func(args ...string) string {
-		t.Helper()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		c.Write(resp.AppendCommandString(nil, args...))
-		r, err := resp.ReadReply(rd, nil)
-		if err != nil {
-			t.Fatalf("%s: %v (connection lost?)", args[0], err)
-		}
-		return string(r)
-	}
+	do = dialDo(t, listen)
 	stop = func() string {
 		cmd.Process.Signal(syscall.SIGTERM)
 		out := <-logs
@@ -233,22 +218,7 @@ func TestReloadRotatesUpstreamPassword(t *testing.T) {
 	writeConfig(pwFile)
 	listen, admin := freeAddr(t), freeAddr(t)
 	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
-	c, err := net.Dial("tcp", listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rd := bufio.NewReader(c)
-	do := func(args ...string) string {
-		t.Helper()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		c.Write(resp.AppendCommandString(nil, args...))
-		r, err := resp.ReadReply(rd, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", args[0], err)
-		}
-		return string(r)
-	}
+	do := dialDo(t, listen)
 	if r := do("SET", "k", "v1"); r != "+OK\r\n" {
 		t.Fatalf("SET as app: %q", r)
 	}

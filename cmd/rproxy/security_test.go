@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +23,6 @@ import (
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/internal/tlstest"
 	"github.com/rproxy/rproxy/policy"
-	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -336,22 +333,7 @@ func TestReloadRefusesEmptyFile(t *testing.T) {
 	first := "log:\n  format: json\nlimits:\n  max_clients: 100\npolicy:\n  rules:\n    - {name: no-secrets, commands: [get], keys: [\"secret:*\"], action: deny}\n"
 	write(first)
 	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-upstream", rs.Addr, "-admin", admin)
-	c, err := net.Dial("tcp", listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rd := bufio.NewReader(c)
-	do := func(args ...string) string {
-		t.Helper()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		c.Write(resp.AppendCommandString(nil, args...))
-		r, err := resp.ReadReply(rd, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", args[0], err)
-		}
-		return string(r)
-	}
+	do := dialDo(t, listen)
 	if r := do("GET", "secret:1"); !strings.HasPrefix(r, "-DENIED") {
 		t.Fatalf("GET secret:1 = %q, want the operator's rule to refuse it", r)
 	}
@@ -450,22 +432,7 @@ func TestLeastPrivilegeACLUser(t *testing.T) {
 	}
 	waitMetric("rproxy_policy_upstream_user_checked", 1)
 
-	c, err := net.Dial("tcp", listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rd := bufio.NewReader(c)
-	do := func(args ...string) string {
-		t.Helper()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		c.Write(resp.AppendCommandString(nil, args...))
-		r, err := resp.ReadReply(rd, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", args[0], err)
-		}
-		return string(r)
-	}
+	do := dialDo(t, listen)
 	for _, tc := range []struct{ args []string }{{[]string{"SET", "k", "v"}}, {[]string{"GET", "k"}}, {[]string{"EVAL", "return redis.call('get', KEYS[1])", "1", "k"}}} {
 		if r := do(tc.args...); strings.HasPrefix(r, "-") {
 			t.Errorf("%v as the least-privilege user: %q", tc.args, r)

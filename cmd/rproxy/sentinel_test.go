@@ -77,22 +77,7 @@ func TestReloadRotatesSentinelPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	startBinary(t, bin, admin, "-config", path, "-listen", listen, "-admin", admin)
-	c, err := net.Dial("tcp", listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rd := bufio.NewReader(c)
-	do := func(args ...string) string {
-		t.Helper()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		c.Write(resp.AppendCommandString(nil, args...))
-		r, err := resp.ReadReply(rd, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", args[0], err)
-		}
-		return string(r)
-	}
+	do := dialDo(t, listen)
 	waitInfo := func(what string, cond func(info string) bool) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
@@ -75,17 +74,7 @@ upstream:
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	rd := bufio.NewReader(nc)
-	do := func(args ...string) string {
-		t.Helper()
-		nc.SetDeadline(time.Now().Add(5 * time.Second))
-		nc.Write(resp.AppendCommandString(nil, args...))
-		r, err := resp.ReadReply(rd, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", args[0], err)
-		}
-		return string(r)
-	}
+	do := clientDo(t, nc)
 	if r := do("SET", "k", "v1"); r != "+OK\r\n" {
 		t.Fatalf("SET over TLS = %q", r)
 	}
