@@ -187,6 +187,19 @@ func TestReloadRequestLog(t *testing.T) {
 	}
 }
 
+// passwordFile returns the path of a password file in dir and what
+// writes a password to it (mode 0600, with a newline, as printf and echo
+// leave it).
+func passwordFile(t *testing.T, dir string) (path string, write func(pw string)) {
+	path = filepath.Join(dir, "pw")
+	return path, func(pw string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(pw+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestReloadRotatesUpstreamPassword: the upstream password rotated as
 // Redis allows (the user given a second password, rproxy's file
 // rewritten and reloaded, the old password removed) reaches the
@@ -199,13 +212,7 @@ func TestReloadRotatesUpstreamPassword(t *testing.T) {
 	rs := redistest.Start(t)
 	rs.Do(t, "ACL", "SETUSER", "app", "on", ">old-secret", "~*", "&*", "+@all")
 	dir := t.TempDir()
-	pwFile := filepath.Join(dir, "pw")
-	writePassword := func(pw string) {
-		t.Helper()
-		if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pwFile, writePassword := passwordFile(t, dir)
 	writePassword("old-secret")
 	path := filepath.Join(dir, "rproxy.yaml")
 	writeConfig := func(file string) {

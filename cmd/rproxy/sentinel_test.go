@@ -61,13 +61,7 @@ func TestReloadRotatesSentinelPassword(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	pwFile := filepath.Join(dir, "pw")
-	writePassword := func(pw string) {
-		t.Helper()
-		if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pwFile, writePassword := passwordFile(t, dir)
 	writePassword("old-secret")
 	listen, admin := freeAddr(t), freeAddr(t)
 	path := filepath.Join(dir, "rproxy.yaml")
