@@ -213,8 +213,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := activatedListener(os.Getenv, os.Unsetenv, os.Getpid())
 	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	if ln != nil {
+		log.Info("listening on the socket systemd passed (socket activation): listen is not used", zap.String("addr", ln.Addr().String()))
+	} else if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}

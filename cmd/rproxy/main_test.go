@@ -439,7 +439,12 @@ func TestTLSBadFilesStopStartup(t *testing.T) {
 // pipe).
 func startBinary(t *testing.T, bin, admin string, args ...string) (cmd *exec.Cmd, logs <-chan string) {
 	t.Helper()
-	cmd = exec.Command(bin, args...)
+	return startCmd(t, exec.Command(bin, args...), admin)
+}
+
+// startCmd is startBinary for a command made ready by the caller.
+func startCmd(t *testing.T, cmd *exec.Cmd, admin string) (*exec.Cmd, <-chan string) {
+	t.Helper()
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
