@@ -11,8 +11,9 @@ import (
 )
 
 // TestClusterRemoveMasterUnderLoad: a master is drained and taken out of
-// the cluster (its slots moved back to the others, then CLUSTER FORGET
-// everywhere and shut down, as redis-cli --cluster del-node does) while
+// the cluster (its slots moved back to the others, after which Redis may
+// make it a replica of the master that took its last slot, then CLUSTER
+// FORGET everywhere and shut down, as redis-cli --cluster del-node does) while
 // clients increment counters of its slots, run one-write transactions,
 // read and run WATCH loops through rproxy, with the local tier on: no
 // client error, every acknowledged increment where the key now lives,
