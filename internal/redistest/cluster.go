@@ -346,14 +346,17 @@ func (m *Migration) Finish(tb testing.TB) {
 	m.finished = true
 	s := strconv.Itoa(m.Slot)
 	m.c.mustOK(tb, m.To, "CLUSTER", "SETSLOT", s, "NODE", m.To.ID)
-	m.c.mustOK(tb, m.From, "CLUSTER", "SETSLOT", s, "NODE", m.To.ID)
+	targets := []*ClusterNode{m.From} // the source, then the other masters
 	for _, n := range m.c.Masters() {
-		if n == m.To || n == m.From {
-			continue
+		if n != m.To && n != m.From {
+			targets = append(targets, n)
 		}
-		// A master whose last slot moved away meanwhile may have become
-		// a replica of the master that took it (cluster-allow-replica-
-		// migration, on by default): it follows its master's view.
+	}
+	for _, n := range targets {
+		// The source (once this was its last slot) or another master
+		// emptied meanwhile may have become a replica of the master that
+		// took its slot (cluster-allow-replica-migration, on by default):
+		// it follows its master's view.
 		if _, err := m.c.query(n, "CLUSTER", "SETSLOT", s, "NODE", m.To.ID); err != nil && !strings.Contains(err.Error(), "only with masters") {
 			tb.Fatalf("redistest: %v", err)
 		}
