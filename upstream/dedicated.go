@@ -170,10 +170,7 @@ func clientTLS(cfg Config) *tls.Config {
 
 // dial connects (with TLS when configured) and performs the handshake
 // (HELLO 3 for RESP3 pools).
-func (p *Pool) dial(ctx context.Context) (net.Conn, error) { return p.dialWith(ctx, true) }
-
-// dialWith is dial; role asks Config.Follow's ROLE.
-func (p *Pool) dialWith(ctx context.Context, role bool) (net.Conn, error) {
+func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 	var gen uint64
 	if p.cfg.Sentinel != nil {
 		gen = p.cfg.Sentinel.gen.Load()
@@ -188,7 +185,7 @@ func (p *Pool) dialWith(ctx context.Context, role bool) (net.Conn, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if role && p.cfg.Follow != nil && p.cfg.Sentinel == nil && !p.cfg.Follow.sawMaster.Load() {
+	if p.cfg.Follow != nil && p.cfg.Sentinel == nil && !p.cfg.Follow.sawMaster.Load() {
 		// Until the address has answered as a master: one ROLE, at the
 		// first dial, is enough (MONITOR shows it).
 		if err := p.followRole(nc); err != nil {

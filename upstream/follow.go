@@ -3,7 +3,6 @@ package upstream
 import (
 	"bytes"
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,7 +149,7 @@ func (f *MasterFollow) search(addr string) {
 func (f *MasterFollow) masterAt(p *Pool) bool {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.DialTimeout)
 	defer cancel()
-	nc, err := p.dialOnly(ctx)
+	nc, err := p.dial(ctx)
 	if err != nil {
 		f.log.Debug("upstream: a search dial failed", zap.Error(err))
 		return false
@@ -167,10 +166,4 @@ func (f *MasterFollow) ask(p *Pool) []byte {
 	b.Add(roleCmd)
 	p.Do(b)
 	return b.Reply(0)
-}
-
-// dialOnly is dial without the follow's ROLE: a connection to the
-// address, logged in.
-func (p *Pool) dialOnly(ctx context.Context) (net.Conn, error) {
-	return p.dialWith(ctx, false)
 }
