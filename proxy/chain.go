@@ -455,6 +455,9 @@ func (st dispatch) command(ss *session, c *call) bool {
 		}
 		// Unknown here; Redis answers it (usually "unknown command").
 		ss.noteWrite(nil)
+		if !ss.stream {
+			ss.unknownAt = append(ss.unknownAt, ss.batch.Len())
+		}
 		ss.forward(cmd.Raw)
 		return true
 	}

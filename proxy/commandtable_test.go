@@ -60,3 +60,31 @@ func TestCommandTableFollowsTheUpstream(t *testing.T) {
 		t.Errorf("another client's PING took %v behind a blocked BLMPOP: it shares its connection", took)
 	}
 }
+
+// TestUnknownCommandChecksTheTable: a command rproxy's table lacks that
+// Redis answers otherwise than "unknown command" has the table checked at
+// once, not at the next TableCheck tick (an hour here): the second such
+// command is handled for what it is.
+func TestUnknownCommandChecksTheTable(t *testing.T) {
+	rs := redistest.Start(t, "--rename-command", "BLMPOP", "")
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.TableCheck = time.Hour })
+	c := dialClient(t, p.Addr)
+	tableSize := func() string {
+		_, rest, _ := strings.Cut(c.do("INFO", "proxy"), "command_table_commands:")
+		return strings.SplitN(rest, "\r\n", 2)[0]
+	}
+	waitFor(t, "the table loaded from the upstream", func() bool { return c.do("COMMAND", "COUNT") == ":"+tableSize()+"\r\n" })
+	if r := c.do("NOSUCHCOMMAND"); !strings.HasPrefix(r, "-ERR unknown command") {
+		t.Fatalf("NOSUCHCOMMAND = %q", r)
+	}
+	before := tableSize()
+	rs.RestartWith(t) // BLMPOP back
+	waitFor(t, "rproxy to reconnect", func() bool { return c.do("GET", "x") == "$-1\r\n" })
+	if r := c.do("BLMPOP", "0.01", "1", "empty-list", "LEFT"); r != "*-1\r\n" {
+		t.Fatalf("BLMPOP with a 10 ms timeout = %q", r)
+	}
+	waitFor(t, "the table loaded again", func() bool { return tableSize() != before })
+	if r := c.do("COMMAND", "COUNT"); r != ":"+tableSize()+"\r\n" {
+		t.Errorf("COMMAND COUNT %q, the table has %s", r, tableSize())
+	}
+}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -62,6 +63,7 @@ type Server struct {
 	tableLoaded atomic.Bool
 	stopTable   context.CancelFunc
 	tableDone   chan struct{}
+	tableNow    chan struct{} // watchTable checks at once (checkUnknown)
 
 	ln       *drainListener // set by Serve, under mu
 	nextID   atomic.Int64
@@ -101,6 +103,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		cfg.Upstream.Follow = upstream.NewMasterFollow(log.Named("upstream"), cfg.FollowEvery)
 	}
 	s := &Server{
+		tableNow: make(chan struct{}, 1),
 		cfg:      cfg,
 		log:      log,
 		metrics:  newMetrics(reg),
@@ -593,6 +596,7 @@ func (s *Server) watchTable(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-s.tableNow:
 		}
 		v, err := resp.Parse(ask("COMMAND", "COUNT"))
 		old := s.table.Load()
@@ -609,6 +613,25 @@ func (s *Server) watchTable(ctx context.Context) {
 			zap.Int("commands_before", old.Len()), zap.Int("commands", t.Len()))
 	}
 }
+
+// checkUnknown looks at the replies of the batch's commands that are not
+// in the command table: one that Redis did not answer "unknown command"
+// exists there, so the table is behind Redis's (a module loaded, an
+// upgrade), and watchTable checks at once rather than at its next tick.
+func (s *Server) checkUnknown(ss *session) {
+	for _, i := range ss.unknownAt {
+		if r := ss.batch.Reply(i); !bytes.HasPrefix(r, unknownCommandReply) {
+			select {
+			case s.tableNow <- struct{}{}:
+			default: // a check is due already
+			}
+			return
+		}
+	}
+}
+
+// unknownCommandReply starts Redis's answer to a command it does not have.
+var unknownCommandReply = []byte("-ERR unknown command")
 
 // setTable makes t the command table, with fresh per-command counters
 // (the series of a name live on in the CounterVec across tables).

@@ -219,6 +219,9 @@ type batchWork struct {
 	reqlog    reqLogState
 
 	infoAt []infoAt // the batch's INFO commands, whose replies infoReply rewrites
+	// unknownAt: the batch indexes of commands not in the command table
+	// (checkUnknown).
+	unknownAt []int
 
 	// Outcome counts of the batch, added to the metrics once per batch:
 	// per-command atomic adds on shared counters cost more than the rest of
@@ -617,6 +620,9 @@ func (s *Server) flush(ss *session) {
 		}
 	}
 	s.afterReplies(ss) // the chain's replies phase (chain.go)
+	if len(ss.unknownAt) > 0 {
+		s.checkUnknown(ss)
+	}
 	if ss.reqlog.on {
 		ss.reqlog.stats.upstream += ss.batch.Len()
 		ss.reqlog.stats.joined += len(ss.flights.joined)
@@ -675,7 +681,7 @@ func (s *Server) flush(ss *session) {
 		ss.hotWrites.misses = ss.hotWrites.misses[:0]
 	}
 	ss.batch.ResetKeep() // Shrink at the end of the client's read: boundReplies may send the rest in parts
-	ss.infoAt = ss.infoAt[:0]
+	ss.infoAt, ss.unknownAt = ss.infoAt[:0], ss.unknownAt[:0]
 	ss.localHigh = max(ss.localHigh, len(ss.local))
 	clear(ss.localRefs)
 	ss.local, ss.localEnds, ss.localRefs, ss.order = ss.local[:0], ss.localEnds[:0], ss.localRefs[:0], ss.order[:0]
