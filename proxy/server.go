@@ -591,13 +591,18 @@ func (s *Server) watchTable(ctx context.Context) {
 		s.pools[2].Do(b)
 		return b.Reply(0)
 	}
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		case <-s.tableNow:
+			if time.Since(last) < time.Second {
+				continue // a renamed command (rename-command) asks at every call: once a second
+			}
 		}
+		last = time.Now()
 		v, err := resp.Parse(ask("COMMAND", "COUNT"))
 		old := s.table.Load()
 		if err != nil || v.Kind != ':' || v.Int == int64(old.Len()) {
