@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -740,7 +739,7 @@ func (p *Pool) confirmMaster(nc net.Conn) error {
 	if err != nil {
 		return fmt.Errorf("ROLE: %w", err)
 	}
-	if !bytes.HasPrefix(r[bytes.IndexByte(r, '\n')+1:], []byte("$6\r\nmaster\r\n")) {
+	if !isMasterRole(r) {
 		p.cfg.Sentinel.Check()
 		return fmt.Errorf("ROLE: %s is not the master (%q)", nc.RemoteAddr(), truncate(r, 40))
 	}

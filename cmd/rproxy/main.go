@@ -162,38 +162,33 @@ func run(args []string) error {
 			sec.requestCheck()
 		}
 	}
-	password, err := cfg.Upstream.Password(os.ReadFile, os.Getenv)
+	// The passwords and TLS files are read here (a missing or bad file
+	// stops start-up with an error naming the key and the file) and again
+	// at each reload (liveFiles): a password rotated in its file, a
+	// certificate replaced, reach the connections made from then on.
+	live := &liveFiles{creds: upstream.NewCredentials("", ""), sec: sec, log: log}
+	if cfg.Upstream.Mode == "sentinel" {
+		live.sentinelCreds = upstream.NewCredentials("", "")
+	}
+	files, err := live.read(cfg)
 	if err != nil {
 		return err
 	}
-	// rproxy's upstream login, read again at each reload: a password
-	// rotated in its file reaches the connections dialled from then on.
-	creds := upstream.NewCredentials(cfg.Upstream.Username, password)
-	pcfg.Upstream.Credentials = creds
-	// Certificates and keys are read here (a missing or bad file stops
-	// start-up with an error naming the key and the file) and again at
-	// each reload (tlsFiles).
-	tlsRead, err := readTLS(cfg, os.ReadFile)
-	if err != nil {
-		return err
+	live.creds.Set(files.user, files.password)
+	if live.sentinelCreds != nil {
+		live.sentinelCreds.Set(files.sentinelUser, files.sentinelPassword)
 	}
-	var tlsNow tlsFiles
-	pcfg.TLS, pcfg.Upstream.TLS = tlsNow.start(tlsRead)
-	sec.setCerts(tlsRead.certs)
+	pcfg.Upstream.Credentials = live.creds
+	pcfg.TLS, pcfg.Upstream.TLS = live.tls.start(files.tls)
+	sec.setCerts(files.tls.certs)
 	if cfg.Upstream.TLS.Enabled {
 		if err := sec.addCAFile("upstream.tls.ca_file", cfg.Upstream.TLS.CAFile, os.ReadFile); err != nil {
 			return err
 		}
 	}
 	sec.checkCerts()
-	var sentinelCreds *upstream.Credentials // the Sentinels' own login, read again at each reload
 	if cfg.Upstream.Mode == "sentinel" {
-		password, err := cfg.Upstream.Sentinel.Password(os.ReadFile, os.Getenv)
-		if err != nil {
-			return err
-		}
-		sentinelCreds = upstream.NewCredentials(cfg.Upstream.Sentinel.Username, password)
-		sen, err := newSentinel(cfg, pcfg.Upstream.TLS, sentinelCreds, log.Named("sentinel"))
+		sen, err := newSentinel(cfg, pcfg.Upstream.TLS, live.sentinelCreds, log.Named("sentinel"))
 		if err != nil {
 			return err
 		}
@@ -268,24 +263,12 @@ func run(args []string) error {
 		if err := next.Validate(); err != nil {
 			return reject(err)
 		}
-		// Read again whether or not the keys changed: the file's content
-		// is what a rotation changes.
-		password, err := next.Upstream.Password(os.ReadFile, os.Getenv)
+		files, err := live.read(next) // whether or not their keys changed
+		if err == nil {
+			err = live.tls.check(files.tls)
+		}
 		if err != nil {
 			return reject(err)
-		}
-		tlsRead, err := readTLS(next, os.ReadFile)
-		if err != nil {
-			return reject(err)
-		}
-		if err := tlsNow.check(tlsRead); err != nil {
-			return reject(err)
-		}
-		var sentinelPassword string
-		if sentinelCreds != nil {
-			if sentinelPassword, err = next.Upstream.Sentinel.Password(os.ReadFile, os.Getenv); err != nil {
-				return reject(err)
-			}
 		}
 		hk, limits := next.HotKeyConfig(), next.ProxyLimits()
 		if err := srv.SetPolicy(next.PolicyConfig()); err != nil {
@@ -302,26 +285,7 @@ func run(args []string) error {
 			log.Warn("reload: limits not applied", zap.Error(err))
 			return "", err
 		}
-		if creds.Set(next.Upstream.Username, password) {
-			log.Warn("reload: upstream credentials changed: connections dialled from now on log in with them; those logged in stay",
-				zap.String("user", next.Upstream.Username))
-			sec.requestCheck()
-		}
-		tlsNow.apply(tlsRead)
-		certs := tlsRead.certs
-		for _, c := range sec.loadCerts() {
-			if c.key == "upstream.tls.ca_file" { // read at start only
-				certs = append(certs, c)
-			}
-		}
-		if keys := changedCerts(sec.loadCerts(), certs); len(keys) > 0 {
-			log.Warn("reload: TLS certificates changed: connections made from now on use them; those up keep theirs", zap.Strings("keys", keys))
-		}
-		sec.setCerts(certs)
-		if sentinelCreds != nil && sentinelCreds.Set(next.Upstream.Sentinel.Username, sentinelPassword) {
-			log.Warn("reload: the Sentinels' credentials changed: connections to them dialled from now on log in with them",
-				zap.String("user", next.Upstream.Sentinel.Username))
-		}
+		live.apply(files)
 		level.SetLevel(lvl)
 		srv.SetRequestLog(next.Log.Requests)
 		warnRequestLog(log, next.Log.Requests, lvl)
@@ -518,8 +482,8 @@ func loggerConfig(c config.Log) (zap.Config, error) {
 	return zc, nil
 }
 
-// newSentinel starts following upstream.sentinel's master: the Sentinels'
-// own password is read here, their TLS is upstream.tls's when
+// newSentinel starts following upstream.sentinel's master, logging in to
+// the Sentinels with creds; their TLS is upstream.tls's when
 // upstream.sentinel.tls is set.
 func newSentinel(c config.Config, upTLS *tls.Config, creds *upstream.Credentials, log *zap.Logger) (*upstream.Sentinel, error) {
 	sc := c.Upstream.Sentinel

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"os"
 	"slices"
 	"sync/atomic"
 
+	"go.uber.org/zap"
+
 	"github.com/rproxy/rproxy/config"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // tlsFiles is what rproxy reads from its TLS files, kept so that a
@@ -131,4 +135,63 @@ func changedCerts(old, next []namedCert) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// liveFiles are the files a reload reads again whether or not the config
+// file changed, since their content is what a rotation changes: rproxy's
+// upstream password, the Sentinels' and the TLS files.
+type liveFiles struct {
+	creds, sentinelCreds *upstream.Credentials // sentinelCreds nil: no Sentinel
+	tls                  tlsFiles
+	sec                  *security
+	log                  *zap.Logger
+}
+
+// liveReading is one reading of liveFiles, not yet in force.
+type liveReading struct {
+	user, password                 string
+	sentinelUser, sentinelPassword string
+	tls                            tlsReading
+}
+
+// read reads cfg's files: an error names the key and the file, and
+// nothing is in force yet.
+func (f *liveFiles) read(cfg config.Config) (liveReading, error) {
+	r := liveReading{user: cfg.Upstream.Username, sentinelUser: cfg.Upstream.Sentinel.Username}
+	var err error
+	if r.password, err = cfg.Upstream.Password(os.ReadFile, os.Getenv); err != nil {
+		return r, err
+	}
+	if f.sentinelCreds != nil {
+		if r.sentinelPassword, err = cfg.Upstream.Sentinel.Password(os.ReadFile, os.Getenv); err != nil {
+			return r, err
+		}
+	}
+	r.tls, err = readTLS(cfg, os.ReadFile)
+	return r, err
+}
+
+// apply puts r in force and logs what changed: connections made from
+// now on use it.
+func (f *liveFiles) apply(r liveReading) {
+	if f.creds.Set(r.user, r.password) {
+		f.log.Warn("reload: upstream credentials changed: connections dialled from now on log in with them; those logged in stay",
+			zap.String("user", r.user))
+		f.sec.requestCheck()
+	}
+	if f.sentinelCreds != nil && f.sentinelCreds.Set(r.sentinelUser, r.sentinelPassword) {
+		f.log.Warn("reload: the Sentinels' credentials changed: connections to them dialled from now on log in with them",
+			zap.String("user", r.sentinelUser))
+	}
+	f.tls.apply(r.tls)
+	certs := r.tls.certs
+	for _, c := range f.sec.loadCerts() {
+		if c.key == "upstream.tls.ca_file" { // read at start only
+			certs = append(certs, c)
+		}
+	}
+	if keys := changedCerts(f.sec.loadCerts(), certs); len(keys) > 0 {
+		f.log.Warn("reload: TLS certificates changed: connections made from now on use them; those up keep theirs", zap.Strings("keys", keys))
+	}
+	f.sec.setCerts(certs)
 }
