@@ -62,7 +62,7 @@ func (c Config) ProxyConfig() proxy.Config {
 		SlowLogLen:          c.SlowLog.MaxLen,
 		LogRequests:         c.Log.Requests,
 		Policy:              &pc,
-		FollowMaster:        c.Upstream.Mode == "standalone" && c.Upstream.FollowMaster,
+		FollowMaster:        c.Upstream.FollowMaster, // proxy.New: a standalone upstream only
 	}
 }
 

@@ -34,6 +34,21 @@ func (c *Credentials) Get() (user, password string) {
 	return "", ""
 }
 
+// AuthArgs returns the AUTH command a new connection logs in with (nil:
+// none): with the password when one is set, and for a user other than
+// default even without one (a nopass user accepts any; without AUTH the
+// connection would run as default).
+func (c Config) AuthArgs() []string {
+	user, password := c.Login()
+	if user == "" {
+		user = "default"
+	}
+	if password == "" && user == "default" {
+		return nil
+	}
+	return []string{"AUTH", user, password}
+}
+
 // Login returns the user and password a new connection logs in with:
 // Credentials' when set, else Username and Password.
 func (c Config) Login() (user, password string) {

@@ -226,21 +226,14 @@ func (p *Pool) setup(nc net.Conn) error {
 // for RESP3, with AUTH when a password is set; AUTH alone for RESP2. nil when
 // there is nothing to send. The name is for errors and never holds the secret.
 func (p *Pool) handshakeCommand() ([]byte, string) {
-	user, password := p.cfg.Login()
-	if user == "" {
-		user = "default"
-	}
-	// A user other than default logs in even with an empty password: a
-	// nopass user accepts any, and without AUTH the connection would run
-	// as default.
-	auth := password != "" || user != "default"
+	auth := p.cfg.AuthArgs()
 	switch {
-	case p.cfg.Protocol == 3 && auth:
-		return resp.AppendCommandString(nil, "HELLO", "3", "AUTH", user, password), "HELLO 3 AUTH"
+	case p.cfg.Protocol == 3 && auth != nil:
+		return resp.AppendCommandString(nil, append([]string{"HELLO", "3"}, auth...)...), "HELLO 3 AUTH"
 	case p.cfg.Protocol == 3:
 		return resp.AppendCommandString(nil, "HELLO", "3"), "HELLO 3"
-	case auth:
-		return resp.AppendCommandString(nil, "AUTH", user, password), "AUTH"
+	case auth != nil:
+		return resp.AppendCommandString(nil, auth...), "AUTH"
 	}
 	return nil, ""
 }

@@ -38,7 +38,7 @@ type security struct {
 	reloads  *prometheus.CounterVec
 	reloadOK prometheus.Gauge
 
-	certs atomic.Pointer[[]namedCert] // replaced whole: at start, at each reload (tlsFiles)
+	certs atomic.Pointer[[]namedCert] // replaced whole: at start, at each reload (liveFiles)
 
 	// The upstream user check (see checkUpstreamUser).
 	pol     atomic.Pointer[policy.Policy] // the running policy, for the probes it denies
@@ -90,15 +90,6 @@ func (s *security) reloaded(ok bool) {
 	}
 	s.reloads.WithLabelValues("failure").Inc()
 	s.reloadOK.Set(0)
-}
-
-// addCerts records the leaf certificate of c (nil: none) under key.
-func (s *security) addCerts(key, file string, c *tls.Config) error {
-	nc, err := leafOf(key, file, c)
-	if err == nil && nc != nil {
-		s.setCerts(append(s.loadCerts(), *nc))
-	}
-	return err
 }
 
 // addCAFile records the CA certificate of the PEM file at path (""
@@ -412,14 +403,9 @@ func dialUpstreamUser(cfg upstream.Config) func(context.Context) (func(args ...s
 			}
 			return resp.ReadReply(rd, nil)
 		}
-		// The login in force now (upstream.Credentials: a reload may
-		// have rotated the password), by the rule the pools' handshake
-		// follows: a user other than default logs in even without one.
-		if user, password := cfg.Login(); password != "" || user != "" && user != "default" {
-			auth := []string{"AUTH", password}
-			if user != "" {
-				auth = []string{"AUTH", user, password}
-			}
+		// The login in force now (a reload may have rotated the
+		// password), as the pools' handshake sends it.
+		if auth := cfg.AuthArgs(); auth != nil {
 			r, err := do(auth...)
 			if err == nil && string(r) != "+OK\r\n" {
 				err = errors.New(strings.TrimSpace(string(r))) // Redis's message, never the password

@@ -228,9 +228,11 @@ func TestCertExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err) // an expired certificate still loads: it is a warning, not an error
 		}
-		if err := s.addCerts(c.key, c.certs.ServerCert, tc); err != nil {
+		nc, err := leafOf(c.key, c.certs.ServerCert, tc)
+		if err != nil {
 			t.Fatal(err)
 		}
+		s.setCerts(append(s.loadCerts(), *nc))
 	}
 	// A CA file: its first CA to expire counts (tlstest's CAs run a day
 	// past their certificates).
