@@ -134,7 +134,7 @@ type UpstreamCluster struct {
 	// sooner (MOVED, an unreachable master and CLUSTERDOWN ask at once);
 	// default 10s; > 0.
 	Refresh      Duration `yaml:"refresh"`
-	MaxRedirects int      `yaml:"max_redirects"` // MOVED/ASK/TRYAGAIN replies followed per command before the client gets TRYAGAIN; default 5; 1..16
+	MaxRedirects int      `yaml:"max_redirects"` // MOVED/ASK/TRYAGAIN/CLUSTERDOWN replies followed per command before the client gets TRYAGAIN (or the CLUSTERDOWN); default 5; 1..16
 	// Announce is the host:port the cluster facade gives cluster-mode
 	// clients (CLUSTER SLOTS, SHARDS, NODES) as the one node owning every
 	// slot; default "" (the address each client connected to).

@@ -29,8 +29,9 @@ type ClusterConfig struct {
 	// MinRefreshGap bounds how often such requests read the map; 0 means
 	// 100ms.
 	MinRefreshGap time.Duration
-	// MaxRedirects bounds the MOVED/ASK/TRYAGAIN replies followed for one
-	// command before the last one is passed to the client; 0 means 5.
+	// MaxRedirects bounds the MOVED/ASK/TRYAGAIN/CLUSTERDOWN replies
+	// followed for one command before the last one is passed to the
+	// client; 0 means 5.
 	MaxRedirects int
 	// ReplicaReads sends READONLY on every connection and lets commands
 	// marked ReplicaRead go to replicas.

@@ -67,7 +67,10 @@ func TestParseRedirect(t *testing.T) {
 		{"-MOVED 3999 127.0.0.1:6381\r\n", "moved", 3999, "127.0.0.1:6381", true},
 		{"-ASK 1 [::1]:7000\r\n", "ask", 1, "[::1]:7000", true},
 		{"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", "tryagain", -1, "", true},
-		{"-MOVED 3999 :6381\r\n", "", 0, "", false}, // unknown endpoint
+		{"-CLUSTERDOWN The cluster is down\r\n", "clusterdown", -1, "", true},
+		{"-CLUSTERDOWN Hash slot not served\r\n", "clusterdown", -1, "", true},
+		{"-CLUSTERDOWN The cluster is down, a script says\r\n", "", 0, "", false}, // not Redis's own: may follow writes
+		{"-MOVED 3999 :6381\r\n", "", 0, "", false},                               // unknown endpoint
 		{"-MOVED x 127.0.0.1:6381\r\n", "", 0, "", false},
 		{"-MOVED\r\n", "", 0, "", false},
 	} {

@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "idle_dedicated_connections", Help: "Dedicated upstream connections ready to lend (reset after use, or dialled ahead) to the next session that comes to hold state."}, proto),
 		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "cluster_redirects_total", Help: "Cluster replies rproxy followed instead of passing them on, by kind (moved, ask, tryagain)."}, []string{"kind"}),
+			Name: "cluster_redirects_total", Help: "Cluster replies rproxy followed instead of passing them on, by kind (moved, ask, tryagain, clusterdown)."}, []string{"kind"}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "cluster_slot_map_refreshes_total", Help: "Cluster slot map reads, by outcome (changed, unchanged, error)."}, []string{"outcome"}),
 		clusterNodes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -69,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "diverted_batches_total", Help: "Batches sent around stalled shared upstream connections (upstream.stall_divert)."}, proto),
 	}
 	// Every kind and outcome exported from the start, at zero.
-	for _, k := range []string{"moved", "ask", "tryagain"} {
+	for _, k := range []string{"moved", "ask", "tryagain", "clusterdown"} {
 		m.redirects.WithLabelValues(k)
 	}
 	for _, o := range []string{"changed", "unchanged", "error"} {

@@ -23,8 +23,20 @@ type Router struct {
 }
 
 // tryAgainPause is the wait before a command that got TRYAGAIN (its keys
-// are split by a slot migration) is sent again.
+// are split by a slot migration) or CLUSTERDOWN is sent again the first
+// time; it doubles at each round (retryPause), so that the default five
+// rounds wait 620 ms in all, about what go-redis's and redis-py's cluster
+// clients give a failover before passing CLUSTERDOWN on.
 const tryAgainPause = 20 * time.Millisecond
+
+// retryPause is the wait before redirect round round (from 0) sends
+// again the commands Redis told to come back later.
+func retryPause(round int) time.Duration {
+	if round > 5 {
+		round = 5
+	}
+	return tryAgainPause << round
+}
 
 var subBatches = sync.Pool{New: func() any { return NewBatch() }}
 
@@ -215,11 +227,13 @@ func (r *Router) followRedirects(b *Batch) {
 			if len(rep) == 0 || rep[0] != '-' {
 				continue
 			}
+			down := isClusterDown(rep)
+			if down || bytes.HasPrefix(rep, unavailablePrefix) {
+				c.requestRefresh()
+			}
 			switch {
 			case inTransaction(b, i):
-				if bytes.HasPrefix(rep, clusterDownPrefix) || bytes.HasPrefix(rep, unavailablePrefix) {
-					c.requestRefresh()
-				} else if isRedirect(rep) || bytes.HasPrefix(rep, tryAgainPrefix) {
+				if down || isRedirect(rep) || bytes.HasPrefix(rep, tryAgainPrefix) {
 					hide = true
 					start, end, ok := transactionAt(b, i)
 					if ok && len(txs) > 0 && txs[len(txs)-1].start == start {
@@ -235,10 +249,11 @@ func (r *Router) followRedirects(b *Batch) {
 						c.NoteMoved(rep) // the client's retry finds the slot's master
 					}
 				}
-			case bytes.HasPrefix(rep, movedPrefix), bytes.HasPrefix(rep, askPrefix), bytes.HasPrefix(rep, tryAgainPrefix):
+			case down && b.slots[i] < 0:
+				// Only a command with keys is refused for the
+				// cluster's state.
+			case down, bytes.HasPrefix(rep, movedPrefix), bytes.HasPrefix(rep, askPrefix), bytes.HasPrefix(rep, tryAgainPrefix):
 				redo = append(redo, i)
-			case bytes.HasPrefix(rep, clusterDownPrefix), bytes.HasPrefix(rep, unavailablePrefix):
-				c.requestRefresh()
 			}
 		}
 		if hide {
@@ -281,9 +296,9 @@ func (r *Router) followRedirects(b *Batch) {
 				if kind == "moved" && slot >= 0 && slot < Slots {
 					c.learnMoved(slot, d)
 				}
-			case "tryagain":
+			case "tryagain", "clusterdown":
 				if !paused {
-					time.Sleep(tryAgainPause)
+					time.Sleep(retryPause(round))
 					paused = true
 				}
 				if s := b.slots[i]; s >= 0 {
@@ -308,9 +323,9 @@ func (r *Router) followRedirects(b *Batch) {
 			case "ask":
 				c.noteAsk(t.slot)
 				sc.add(t.node, askingCmd, t.slot) // kept through the MULTI by Redis; its reply is not the client's
-			case "tryagain":
+			case "tryagain", "clusterdown":
 				if !paused {
-					time.Sleep(tryAgainPause)
+					time.Sleep(retryPause(round))
 					paused = true
 				}
 			}
@@ -339,11 +354,39 @@ var (
 	unavailablePrefix = []byte("-ERR upstream unavailable")
 )
 
+// clusterDownReplies are the CLUSTERDOWN errors Redis answers, before
+// running a command, while the node sees the cluster down (a master
+// failed and not yet replaced, the node on the minority side of a
+// partition, for a moment during a failover) or the slot unassigned.
+// Only these exact replies are sent again: a script's own error that
+// reads CLUSTERDOWN may come after its writes.
+var clusterDownReplies = [][]byte{
+	[]byte("-CLUSTERDOWN The cluster is down\r\n"),
+	[]byte("-CLUSTERDOWN The cluster is down and only accepts read commands\r\n"),
+	[]byte("-CLUSTERDOWN Hash slot not served\r\n"),
+}
+
+// isClusterDown reports whether rep is one of clusterDownReplies.
+func isClusterDown(rep []byte) bool {
+	if !bytes.HasPrefix(rep, clusterDownPrefix) {
+		return false
+	}
+	for _, r := range clusterDownReplies {
+		if bytes.Equal(rep, r) {
+			return true
+		}
+	}
+	return false
+}
+
 // parseRedirect reads "-MOVED <slot> <host:port>", "-ASK <slot>
-// <host:port>" or "-TRYAGAIN ...".
+// <host:port>", "-TRYAGAIN ..." or one of clusterDownReplies.
 func parseRedirect(rep []byte) (kind string, slot int, addr string, ok bool) {
 	if bytes.HasPrefix(rep, tryAgainPrefix) {
 		return "tryagain", -1, "", true
+	}
+	if isClusterDown(rep) {
+		return "clusterdown", -1, "", true
 	}
 	if len(rep) == 0 {
 		return "", 0, "", false
@@ -488,7 +531,7 @@ func isRedirect(r []byte) bool {
 // pinned session's) to go where the redirect says.
 func (r *Router) RedirectPool(reply []byte) (pool *Pool, ask, ok bool) {
 	kind, slot, addr, ok := parseRedirect(reply)
-	if !ok || kind == "tryagain" || slot < 0 || slot >= Slots {
+	if !ok || kind == "tryagain" || kind == "clusterdown" || slot < 0 || slot >= Slots {
 		return nil, false, false
 	}
 	i, err := r.c.node(addr)

@@ -56,7 +56,8 @@ var (
 // keys of a command, or of the whole transaction at EXEC, are split
 // between the two nodes of a slot migration) counts as a redirect to the
 // slot's master, where it goes again after a pause, as a command alone
-// does. Anything else (a queue-time error, a DISCARD, an EXEC that ran) is
+// does; so does a CLUSTERDOWN (the node saw the cluster down, at queue
+// time or at EXEC, and ran nothing). Anything else (a queue-time error, a DISCARD, an EXEC that ran) is
 // the client's answer.
 func (c *Cluster) transactionRedirect(b *Batch, start, end int) (txRedirect, bool) {
 	t := txRedirect{start: start, end: end}
@@ -74,7 +75,7 @@ func (c *Cluster) transactionRedirect(b *Batch, start, end int) (txRedirect, boo
 			return t, false
 		}
 		var d int32
-		if kind == "tryagain" {
+		if kind == "tryagain" || kind == "clusterdown" {
 			slot = int(b.slots[start] & (Slots - 1))
 			if d = c.slots[slot].Load(); d < 0 {
 				return t, false

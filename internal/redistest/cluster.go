@@ -94,6 +94,13 @@ func StartCluster(tb testing.TB, masters, replicasPerMaster int, args ...string)
 	for i := 0; i < total; i++ {
 		c.Nodes = append(c.Nodes, c.startNode(tb))
 	}
+	// Run before the nodes stop: what the nodes saw (a state change, a
+	// failure report) explains many a failure of a test under load.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("redistest: the cluster's logs at the failure:\n%s", c.logTails())
+		}
+	})
 	for _, n := range c.Nodes {
 		c.readIdentity(tb, n)
 	}
