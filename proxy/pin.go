@@ -240,8 +240,12 @@ func (s *Server) doPinned(ss *session) {
 	}
 	ss.runPinned(timeout)
 	rt, cluster := ss.pools[ss.proto].(*upstream.Router)
-	for moves := 0; cluster && !heldBefore && moves < maxPinMoves; moves++ {
-		if !s.movePin(ss, rt) {
+	for moves, waits := 0, 0; cluster && !heldBefore && moves < maxPinMoves; {
+		if s.movePin(ss, rt) {
+			moves++
+		} else if ss.refusedWhole() && rt.PauseAfterClusterDown(waits) {
+			waits++
+		} else {
 			break
 		}
 		if stop != nil {
@@ -377,6 +381,33 @@ func (s *Server) movePin(ss *session, rt *upstream.Router) bool {
 	ss.pinAsking = ask
 	ss.pinAskSlot = slotNumber(slot)
 	return true
+}
+
+// refusedWhole reports whether the node refused every command of the
+// batch just run on the pin with CLUSTERDOWN (it saw the cluster down),
+// but a transaction's MULTI and the EXEC that then answered EXECABORT:
+// nothing ran and no state is left on the connection, so the batch can
+// run there again, as a cluster client retries a CLUSTERDOWN.
+func (ss *session) refusedWhole() bool {
+	n := ss.batch.Len()
+	if n == 0 || ss.pin.Broken() || len(ss.track) != n {
+		return false
+	}
+	refused, inMulti := false, false
+	for i := range n {
+		r := ss.batch.Reply(i)
+		switch k := ss.track[i].kind; {
+		case k == trackMulti && !inMulti && string(r) == "+OK\r\n":
+			inMulti = true
+		case k == trackExec && inMulti && bytes.HasPrefix(r, []byte("-EXECABORT")):
+			inMulti = false
+		case upstream.IsClusterDown(r):
+			refused = true
+		default:
+			return false
+		}
+	}
+	return refused && !inMulti
 }
 
 // leavesConnectionAsFound reports whether a command run on a pinned

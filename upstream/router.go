@@ -227,7 +227,7 @@ func (r *Router) followRedirects(b *Batch) {
 			if len(rep) == 0 || rep[0] != '-' {
 				continue
 			}
-			down := isClusterDown(rep)
+			down := IsClusterDown(rep)
 			if down || bytes.HasPrefix(rep, unavailablePrefix) {
 				c.requestRefresh()
 			}
@@ -367,7 +367,7 @@ var clusterDownReplies = [][]byte{
 }
 
 // isClusterDown reports whether rep is one of clusterDownReplies.
-func isClusterDown(rep []byte) bool {
+func IsClusterDown(rep []byte) bool {
 	if !bytes.HasPrefix(rep, clusterDownPrefix) {
 		return false
 	}
@@ -385,7 +385,7 @@ func parseRedirect(rep []byte) (kind string, slot int, addr string, ok bool) {
 	if bytes.HasPrefix(rep, tryAgainPrefix) {
 		return "tryagain", -1, "", true
 	}
-	if isClusterDown(rep) {
+	if IsClusterDown(rep) {
 		return "clusterdown", -1, "", true
 	}
 	if len(rep) == 0 {
@@ -414,6 +414,21 @@ func slotNotServed(slot int) []byte {
 		slot &= Slots - 1 // without ReplicaRead and InTransaction
 	}
 	return resp.AppendError(nil, "CLUSTERDOWN Hash slot not served (slot "+strconv.Itoa(slot)+")")
+}
+
+// PauseAfterClusterDown is, for a batch run on a connection of one master
+// (a pinned session's) that the node refused whole with CLUSTERDOWN, the
+// wait before round round (from 0) runs it there again, as Do's own
+// rounds wait; it asks for a new slot map. It reports false, without
+// waiting, once the rounds (MaxRedirects) are spent.
+func (r *Router) PauseAfterClusterDown(round int) bool {
+	if round >= r.c.cfg.MaxRedirects {
+		return false
+	}
+	r.c.requestRefresh()
+	r.c.metrics.redirects.WithLabelValues("clusterdown").Inc()
+	time.Sleep(retryPause(round))
+	return true
 }
 
 // SendOrdered sends a one-command batch to the master of its slot on the
