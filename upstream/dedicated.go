@@ -154,17 +154,26 @@ func Dial(ctx context.Context, cfg Config) (net.Conn, error) {
 }
 
 // clientTLS returns cfg.TLS with ServerName defaulted to the host of
-// cfg.Address (a copy when it changes; nil stays nil).
+// cfg.Address and RootCAs cfg.TLSRoots' current ones (a copy when either
+// changes; nil stays nil).
 func clientTLS(cfg Config) *tls.Config {
-	if cfg.TLS == nil || cfg.TLS.ServerName != "" {
-		return cfg.TLS
+	if cfg.TLS == nil {
+		return nil
 	}
-	host, _, err := net.SplitHostPort(cfg.Address)
-	if err != nil {
+	host := ""
+	if cfg.TLS.ServerName == "" {
+		host, _, _ = net.SplitHostPort(cfg.Address)
+	}
+	if host == "" && cfg.TLSRoots == nil {
 		return cfg.TLS
 	}
 	c := cfg.TLS.Clone()
-	c.ServerName = host
+	if host != "" {
+		c.ServerName = host
+	}
+	if cfg.TLSRoots != nil {
+		c.RootCAs = cfg.TLSRoots()
+	}
 	return c
 }
 

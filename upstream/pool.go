@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -78,6 +79,10 @@ type Config struct {
 	// TLS, when not nil, wraps every connection in TLS (see Dial); nil is
 	// plain TCP. An empty ServerName means the host of Address.
 	TLS *tls.Config
+	// TLSRoots, if set, gives the CAs that verify Redis at each dial in
+	// place of TLS.RootCAs (nil: the system's), so that a reload's new
+	// upstream.tls.ca_file applies to the connections dialled after it.
+	TLSRoots func() *x509.CertPool
 
 	// Sentinel, when not nil, gives the address to dial (Address is then
 	// only a name for logs): every connection dials the master it names,

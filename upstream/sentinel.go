@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -31,7 +32,9 @@ type SentinelConfig struct {
 	// may change them, for the Sentinel connections dialled after.
 	Credentials *Credentials
 	// TLS, when not nil, wraps every connection to a Sentinel in TLS.
-	TLS         *tls.Config
+	TLS *tls.Config
+	// TLSRoots is Config.TLSRoots, for the connections to the Sentinels.
+	TLSRoots    func() *x509.CertPool
 	DialTimeout time.Duration // bound on a Sentinel's dial plus reply; 0 means 1s
 	// Check is how often the master's address is asked again besides the
 	// +switch-master subscription; 0 means 1s.
@@ -340,7 +343,7 @@ func (s *Sentinel) resolve(ctx context.Context) {
 
 // dialSentinel connects and authenticates to one Sentinel.
 func (s *Sentinel) dialSentinel(ctx context.Context, addr string) (net.Conn, error) {
-	nc, err := Dial(ctx, Config{Address: addr, DialTimeout: s.cfg.DialTimeout, TLS: s.cfg.TLS, Dial: s.cfg.Dial})
+	nc, err := Dial(ctx, Config{Address: addr, DialTimeout: s.cfg.DialTimeout, TLS: s.cfg.TLS, TLSRoots: s.cfg.TLSRoots, Dial: s.cfg.Dial})
 	if err != nil {
 		return nil, err
 	}

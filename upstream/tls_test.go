@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"strconv"
@@ -175,5 +176,32 @@ func TestSentinelOverTLS(t *testing.T) {
 	plain.Close()
 	if plain.Master() != "" {
 		t.Fatalf("a plain-TCP Sentinel client got %q from a TLS-only Sentinel", plain.Master())
+	}
+}
+
+// TestClientTLSTakesTheCurrentRoots: each dial's TLS config has the CAs
+// TLSRoots gives then (a reload's new upstream.tls.ca_file) and the
+// address's host as ServerName; the shared config is not changed.
+func TestClientTLSTakesTheCurrentRoots(t *testing.T) {
+	first, second := x509.NewCertPool(), x509.NewCertPool()
+	roots := first
+	base := &tls.Config{MinVersion: tls.VersionTLS12}
+	cfg := Config{Address: "redis.example:6379", TLS: base, TLSRoots: func() *x509.CertPool { return roots }}
+	c := clientTLS(cfg)
+	if c.RootCAs != first || c.ServerName != "redis.example" || c.MinVersion != tls.VersionTLS12 {
+		t.Fatalf("first dial: RootCAs %p (want %p), ServerName %q", c.RootCAs, first, c.ServerName)
+	}
+	roots = second
+	if c := clientTLS(cfg); c.RootCAs != second {
+		t.Errorf("after the roots changed: RootCAs %p, want %p", c.RootCAs, second)
+	}
+	if base.RootCAs != nil || base.ServerName != "" {
+		t.Error("clientTLS changed the shared config")
+	}
+	if c := clientTLS(Config{Address: "h:1", TLS: &tls.Config{ServerName: "named"}}); c.ServerName != "named" || c.RootCAs != nil {
+		t.Errorf("without TLSRoots: ServerName %q, RootCAs %p", c.ServerName, c.RootCAs)
+	}
+	if clientTLS(Config{Address: "h:1"}) != nil {
+		t.Error("no TLS became TLS")
 	}
 }

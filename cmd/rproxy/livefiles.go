@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"os"
 	"slices"
@@ -19,12 +20,14 @@ import (
 // configuration (tls.cert_file, key_file, client_ca_file, min_version),
 // handed to each handshake (GetConfigForClient), and the certificate
 // rproxy shows Redis (upstream.tls.cert_file, key_file), handed to each
-// dial (GetClientCertificate). Connections made after a reload use the
-// new files; those up keep what they were made with. The CAs that verify
-// Redis (upstream.tls.ca_file) are read at start only.
+// dial (GetClientCertificate), and the CAs that verify Redis
+// (upstream.tls.ca_file), handed to each dial (upstream.Config.TLSRoots).
+// Connections made after a reload use the new files; those up keep what
+// they were made with.
 type tlsFiles struct {
-	server atomic.Pointer[tls.Config]      // nil: clients connect without TLS
-	upCert atomic.Pointer[tls.Certificate] // nil: none shown to Redis
+	server  atomic.Pointer[tls.Config]      // nil: clients connect without TLS
+	upCert  atomic.Pointer[tls.Certificate] // nil: none shown to Redis
+	upRoots atomic.Pointer[x509.CertPool]   // nil: the system's CAs
 }
 
 // tlsReading is one reading of the files, not yet in force.
@@ -32,7 +35,7 @@ type tlsReading struct {
 	server   *tls.Config      // nil: no client TLS
 	upstream *tls.Config      // nil: no upstream TLS
 	upCert   *tls.Certificate // nil: no client certificate to Redis
-	certs    []namedCert      // for the expiry checks, upstream.tls.ca_file aside
+	certs    []namedCert      // for the expiry checks
 }
 
 // readTLS reads cfg's TLS files: a missing or bad file is an error
@@ -61,12 +64,18 @@ func readTLS(cfg config.Config, readFile func(string) ([]byte, error)) (tlsReadi
 			r.certs = append(r.certs, *nc)
 		}
 	}
-	nc, err := firstCA("tls.client_ca_file", cfg.TLS.ClientCAFile, readFile)
-	if err != nil {
-		return r, err
+	cas := []struct{ key, file string }{{"tls.client_ca_file", cfg.TLS.ClientCAFile}}
+	if r.upstream != nil {
+		cas = append(cas, struct{ key, file string }{"upstream.tls.ca_file", cfg.Upstream.TLS.CAFile})
 	}
-	if nc != nil {
-		r.certs = append(r.certs, *nc)
+	for _, c := range cas {
+		nc, err := firstCA(c.key, c.file, readFile)
+		if err != nil {
+			return r, err
+		}
+		if nc != nil {
+			r.certs = append(r.certs, *nc)
+		}
 	}
 	return r, nil
 }
@@ -74,7 +83,8 @@ func readTLS(cfg config.Config, readFile func(string) ([]byte, error)) (tlsReadi
 // start puts r in force and returns the configurations rproxy starts
 // with: the client-facing one (nil: no TLS), which asks tlsFiles for
 // the files' current reading at each handshake, and the upstream one
-// (nil: no TLS), whose client certificate is tlsFiles' current one.
+// (nil: no TLS), whose client certificate is tlsFiles' current one, as
+// its CAs are (upRoots, for upstream.Config.TLSRoots).
 func (f *tlsFiles) start(r tlsReading) (server, up *tls.Config) {
 	f.apply(r)
 	if r.server != nil {
@@ -85,7 +95,7 @@ func (f *tlsFiles) start(r tlsReading) (server, up *tls.Config) {
 	}
 	if r.upstream != nil {
 		up = r.upstream.Clone()
-		up.Certificates = nil
+		up.Certificates, up.RootCAs = nil, nil
 		up.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			if c := f.upCert.Load(); c != nil {
 				return c, nil
@@ -109,7 +119,13 @@ func (f *tlsFiles) check(r tlsReading) error {
 func (f *tlsFiles) apply(r tlsReading) {
 	f.server.Store(r.server)
 	f.upCert.Store(r.upCert)
+	if r.upstream != nil {
+		f.upRoots.Store(r.upstream.RootCAs)
+	}
 }
+
+// roots returns the CAs in force that verify Redis (nil: the system's).
+func (f *tlsFiles) roots() *x509.CertPool { return f.upRoots.Load() }
 
 // changedCerts returns the keys whose certificate differs between old
 // and next, one added or gone included.
@@ -185,11 +201,6 @@ func (f *liveFiles) apply(r liveReading) {
 	}
 	f.tls.apply(r.tls)
 	certs := r.tls.certs
-	for _, c := range f.sec.loadCerts() {
-		if c.key == "upstream.tls.ca_file" { // read at start only
-			certs = append(certs, c)
-		}
-	}
 	if keys := changedCerts(f.sec.loadCerts(), certs); len(keys) > 0 {
 		f.log.Warn("reload: TLS certificates changed: connections made from now on use them; those up keep theirs", zap.Strings("keys", keys))
 	}

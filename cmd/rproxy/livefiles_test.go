@@ -33,15 +33,11 @@ func TestReloadRotatesTLSCertificates(t *testing.T) {
 	install := func(c *tlstest.Certs) {
 		t.Helper()
 		for src, dst := range map[string]string{c.ServerCert: "server.pem", c.ServerKey: "server-key.pem",
-			c.ClientCert: "client.pem", c.ClientKey: "client-key.pem", c.CA: "client-ca.pem"} {
-			data, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(file(dst), data, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			c.ClientCert: "client.pem", c.ClientKey: "client-key.pem"} {
+			copyFile(t, src, file(dst))
 		}
+		copyFile(t, c.CA, file("client-ca.pem"))
+		copyFile(t, c.CA, file("upstream-ca.pem")) // Redis's server certificate is of the same CA
 	}
 	install(a)
 	listen, admin := freeAddr(t), freeAddr(t)
@@ -58,7 +54,7 @@ upstream:
     ca_file: %s
     cert_file: %s
     key_file: %s
-`, file("server.pem"), file("server-key.pem"), file("client-ca.pem"), tlsPort, a.CA, file("client.pem"), file("client-key.pem"))), 0o644)
+`, file("server.pem"), file("server-key.pem"), file("client-ca.pem"), tlsPort, file("upstream-ca.pem"), file("client.pem"), file("client-key.pem"))), 0o644)
 	cmd, logs := startBinary(t, bin, admin, "-config", path, "-listen", listen, "-admin", admin)
 
 	both := x509.NewCertPool()
@@ -80,7 +76,9 @@ upstream:
 	}
 
 	// Rotate: Redis trusts both CAs, rproxy's files become B's, reload,
-	// then Redis trusts only B and closes every other connection.
+	// then Redis trusts only B, shows B's server certificate (which
+	// rproxy verifies with B's CA, its new upstream.tls.ca_file) and
+	// closes every other connection.
 	bundle := file("redis-ca.pem")
 	pa, _ := os.ReadFile(a.CA)
 	pb, _ := os.ReadFile(b.CA)
@@ -92,7 +90,9 @@ upstream:
 	if r := do("PROXY", "RELOAD"); r != "+OK\r\n" {
 		t.Fatalf("PROXY RELOAD = %q", r)
 	}
-	rs.Do(t, "CONFIG", "SET", "tls-ca-cert-file", b.CA)
+	if r := string(rs.Do(t, "CONFIG", "SET", "tls-ca-cert-file", b.CA, "tls-cert-file", b.ServerCert, "tls-key-file", b.ServerKey)); r != "+OK\r\n" {
+		t.Fatalf("CONFIG SET Redis's TLS files to B's: %q", r)
+	}
 	rs.Do(t, "CLIENT", "KILL", "SKIPME", "yes")
 	var last string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -100,7 +100,7 @@ upstream:
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("SET once Redis trusts only the new CA: %q, never OK (rproxy still shows the old certificate?)", last)
+			t.Fatalf("SET once Redis trusts only the new CA: %q, never OK (rproxy still shows the old certificate, or trusts the old CA only?)", last)
 		}
 	}
 
@@ -133,7 +133,18 @@ upstream:
 	cmd.Process.Signal(syscall.SIGTERM)
 	out := <-logs
 	cmd.Wait()
-	if !strings.Contains(out, `"msg":"reload: TLS certificates changed`) || !strings.Contains(out, `"keys":["tls.cert_file","tls.client_ca_file","upstream.tls.cert_file"]`) {
+	if !strings.Contains(out, `"msg":"reload: TLS certificates changed`) || !strings.Contains(out, `"keys":["tls.cert_file","tls.client_ca_file","upstream.tls.ca_file","upstream.tls.cert_file"]`) {
 		t.Errorf("the log does not name the certificates that changed:\n%s", out)
+	}
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -180,15 +181,13 @@ func run(args []string) error {
 	}
 	pcfg.Upstream.Credentials = live.creds
 	pcfg.TLS, pcfg.Upstream.TLS = live.tls.start(files.tls)
-	sec.setCerts(files.tls.certs)
-	if cfg.Upstream.TLS.Enabled {
-		if err := sec.addCAFile("upstream.tls.ca_file", cfg.Upstream.TLS.CAFile, os.ReadFile); err != nil {
-			return err
-		}
+	if pcfg.Upstream.TLS != nil {
+		pcfg.Upstream.TLSRoots = live.tls.roots
 	}
+	sec.setCerts(files.tls.certs)
 	sec.checkCerts()
 	if cfg.Upstream.Mode == "sentinel" {
-		sen, err := newSentinel(cfg, pcfg.Upstream.TLS, live.sentinelCreds, log.Named("sentinel"))
+		sen, err := newSentinel(cfg, pcfg.Upstream.TLS, pcfg.Upstream.TLSRoots, live.sentinelCreds, log.Named("sentinel"))
 		if err != nil {
 			return err
 		}
@@ -397,7 +396,7 @@ func reloadable(tierAtStart, tlsAtStart, upstreamTLSAtStart bool) func(key strin
 			return tierAtStart
 		case "tls.cert_file", "tls.key_file", "tls.client_ca_file", "tls.min_version": // tlsFiles
 			return tlsAtStart
-		case "upstream.tls.cert_file", "upstream.tls.key_file":
+		case "upstream.tls.cert_file", "upstream.tls.key_file", "upstream.tls.ca_file":
 			return upstreamTLSAtStart
 		case "upstream.username", "upstream.password_file", "upstream.password_env", // upstream.Credentials
 			"upstream.sentinel.username", "upstream.sentinel.password_file", "upstream.sentinel.password_env":
@@ -485,7 +484,7 @@ func loggerConfig(c config.Log) (zap.Config, error) {
 // newSentinel starts following upstream.sentinel's master, logging in to
 // the Sentinels with creds; their TLS is upstream.tls's when
 // upstream.sentinel.tls is set.
-func newSentinel(c config.Config, upTLS *tls.Config, creds *upstream.Credentials, log *zap.Logger) (*upstream.Sentinel, error) {
+func newSentinel(c config.Config, upTLS *tls.Config, roots func() *x509.CertPool, creds *upstream.Credentials, log *zap.Logger) (*upstream.Sentinel, error) {
 	sc := c.Upstream.Sentinel
 	scfg := upstream.SentinelConfig{
 		MasterName:   sc.MasterName,
@@ -496,7 +495,7 @@ func newSentinel(c config.Config, upTLS *tls.Config, creds *upstream.Credentials
 		FailoverHold: sc.FailoverHold.D(),
 	}
 	if sc.TLS {
-		scfg.TLS = upTLS
+		scfg.TLS, scfg.TLSRoots = upTLS, roots
 	}
 	sen, err := upstream.NewSentinel(scfg, log)
 	if err != nil {

@@ -92,17 +92,6 @@ func (s *security) reloaded(ok bool) {
 	s.reloadOK.Set(0)
 }
 
-// addCAFile records the CA certificate of the PEM file at path (""
-// none) that expires first, under key: once it has expired, the peers it
-// verifies are refused.
-func (s *security) addCAFile(key, path string, readFile func(string) ([]byte, error)) error {
-	nc, err := firstCA(key, path, readFile)
-	if err == nil && nc != nil {
-		s.setCerts(append(s.loadCerts(), *nc))
-	}
-	return err
-}
-
 // setCerts replaces the certificates watched.
 func (s *security) setCerts(certs []namedCert) { s.certs.Store(&certs) }
 

@@ -236,10 +236,12 @@ func TestCertExpiry(t *testing.T) {
 	}
 	// A CA file: its first CA to expire counts (tlstest's CAs run a day
 	// past their certificates).
-	if err := s.addCAFile("tls.client_ca_file", soon.CA, os.ReadFile); err != nil {
+	nc, err := firstCA("tls.client_ca_file", soon.CA, os.ReadFile)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.addCAFile("upstream.tls.ca_file", filepath.Join(t.TempDir(), "missing.pem"), os.ReadFile); err == nil {
+	s.setCerts(append(s.loadCerts(), *nc))
+	if _, err := firstCA("upstream.tls.ca_file", filepath.Join(t.TempDir(), "missing.pem"), os.ReadFile); err == nil {
 		t.Error("a missing CA file was accepted")
 	}
 	s.checkCerts()
