@@ -51,7 +51,9 @@ func TestClusterManualFailoverUnderLoad(t *testing.T) {
 	waitAcked(t, workers, ackedSum(workers)+300, "after the failover")
 	stop()
 	checkCounters(t, workers, func(key string) []byte { return replicaOrMaster(t, cl, replica, failing, key).Do(t, "GET", key) }, false)
-	t.Logf("redirects followed: moved %v, ask %v", redirects(t, p, "moved"), redirects(t, p, "ask"))
+	// A node that saw the cluster down for a moment (CI, 2026-11-30) shows
+	// as clusterdown rounds.
+	t.Logf("redirects followed: moved %v, ask %v, clusterdown %v", redirects(t, p, "moved"), redirects(t, p, "ask"), redirects(t, p, "clusterdown"))
 }
 
 // replicaOrMaster is the node serving key after the failover: the

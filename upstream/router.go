@@ -366,7 +366,8 @@ var clusterDownReplies = [][]byte{
 	[]byte("-CLUSTERDOWN Hash slot not served\r\n"),
 }
 
-// isClusterDown reports whether rep is one of clusterDownReplies.
+// IsClusterDown reports whether rep is one of clusterDownReplies: the
+// node refused the command and ran nothing.
 func IsClusterDown(rep []byte) bool {
 	if !bytes.HasPrefix(rep, clusterDownPrefix) {
 		return false

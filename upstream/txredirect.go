@@ -57,8 +57,8 @@ var (
 // between the two nodes of a slot migration) counts as a redirect to the
 // slot's master, where it goes again after a pause, as a command alone
 // does; so does a CLUSTERDOWN (the node saw the cluster down, at queue
-// time or at EXEC, and ran nothing). Anything else (a queue-time error, a DISCARD, an EXEC that ran) is
-// the client's answer.
+// time or at EXEC, and ran nothing). Anything else (a queue-time error,
+// a DISCARD, an EXEC that ran) is the client's answer.
 func (c *Cluster) transactionRedirect(b *Batch, start, end int) (txRedirect, bool) {
 	t := txRedirect{start: start, end: end}
 	if start == end || !bytes.Equal(b.Reply(start), okReply) {
