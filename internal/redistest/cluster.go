@@ -42,7 +42,8 @@ type Cluster struct {
 	// in the list.
 	Nodes []*ClusterNode
 
-	args []string // extra node arguments given to StartCluster
+	args     []string                  // extra node arguments given to StartCluster
+	nodeArgs func(testing.TB) []string // more, made for each node (StartClusterWith)
 }
 
 // ClusterNode is one node of a Cluster. The embedded *Server gives its
@@ -86,10 +87,18 @@ func (n *ClusterNode) String() string {
 // (Redis's CLUSTER_WRITABLE_DELAY), so startup takes at least that long.
 func StartCluster(tb testing.TB, masters, replicasPerMaster int, args ...string) *Cluster {
 	tb.Helper()
+	return StartClusterWith(tb, masters, replicasPerMaster, nil, args...)
+}
+
+// StartClusterWith is StartCluster with nodeArgs, if not nil, called for
+// each node (those AddMaster starts too) for arguments of its own, such
+// as a TLS port (--tls-port).
+func StartClusterWith(tb testing.TB, masters, replicasPerMaster int, nodeArgs func(testing.TB) []string, args ...string) *Cluster {
+	tb.Helper()
 	if masters < 1 || replicasPerMaster < 0 {
 		tb.Fatalf("redistest: StartCluster(%d masters, %d replicas per master): need at least one master", masters, replicasPerMaster)
 	}
-	c := &Cluster{args: args}
+	c := &Cluster{args: args, nodeArgs: nodeArgs}
 	total := masters * (1 + replicasPerMaster)
 	for i := 0; i < total; i++ {
 		c.Nodes = append(c.Nodes, c.startNode(tb))
@@ -823,6 +832,9 @@ func (c *Cluster) startNode(tb testing.TB) *ClusterNode {
 		// master's replication PING moves it: every 10 s by default.
 		"--repl-ping-replica-period", "1",
 	}, c.args...)
+	if c.nodeArgs != nil {
+		nodeArgs = append(nodeArgs, c.nodeArgs(tb)...)
+	}
 	return &ClusterNode{Server: Start(tb, nodeArgs...), BusPort: bus}
 }
 

@@ -1,0 +1,91 @@
+package proxy_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/internal/tlstest"
+	"github.com/rproxy/rproxy/proxy"
+	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
+)
+
+// TestClusterOverTLS: in front of a Redis Cluster that serves clients and
+// its bus over TLS only where rproxy looks (seeds given by their TLS
+// ports; tls-cluster yes, so CLUSTER SHARDS names each node's tls-port),
+// rproxy reaches every master over TLS, and a MOVED after a slot moved
+// (which names the TLS port to a TLS client) is followed there. A node's
+// TLS port taken for a plain one, or the other way round, fails the
+// handshake: every reply below would be an error.
+func TestClusterOverTLS(t *testing.T) {
+	certs := tlstest.New(t)
+	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB) []string {
+		// The bus verifies the connecting node's certificate as a
+		// client's: the server certificate is for servers only.
+		return append(certs.RedisArgs(redistest.FreePort(tb), "no"), "--tls-cluster", "yes",
+			"--tls-client-cert-file", certs.ClientCert, "--tls-client-key-file", certs.ClientKey)
+	})
+	var seeds []string
+	for _, n := range cl.Nodes {
+		seeds = append(seeds, "127.0.0.1:"+tlsPortOf(t, n))
+	}
+	p := proxytest.Start(t, seeds[0], func(c *proxy.Config) {
+		c.Cluster = &upstream.ClusterConfig{Seeds: seeds, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
+		c.HotKey.Tier = false
+		c.Upstream.TLS = certs.ClientConfig(false) // ServerName 127.0.0.1, every node's
+	})
+	c := dialClient(t, p.Addr)
+	masters := map[string]string{} // a key of each master
+	for i := 0; len(masters) < 3; i++ {
+		k := "tls" + strconv.Itoa(i)
+		if addr := cl.MasterForSlot(t, cl.Slot(k)).Addr; masters[addr] == "" {
+			masters[addr] = k
+		}
+	}
+	for _, k := range masters {
+		if r := c.do("SET", k, "v-"+k); r != "+OK\r\n" {
+			t.Fatalf("SET %s over TLS: %q", k, r)
+		}
+		if r := c.do("GET", k); r != "$"+strconv.Itoa(len("v-"+k))+"\r\nv-"+k+"\r\n" {
+			t.Fatalf("GET %s over TLS: %q", k, r)
+		}
+	}
+	// Move an empty slot to another master (MIGRATE would go over TLS to
+	// the harness's plain port, so no key moves): the SET meets a MOVED
+	// naming the new master's TLS port, and the key lands there.
+	from, to := cl.Masters()[0], cl.Masters()[1]
+	k := keyOnMaster(t, cl, from, "moving")
+	cl.MigrateSlot(t, cl.Slot(k), to)
+	if r := c.do("SET", k, "v"); r != "+OK\r\n" {
+		t.Fatalf("SET %s after its slot moved: %q", k, r)
+	}
+	if r := string(to.Do(t, "GET", k)); r != "$1\r\nv\r\n" {
+		t.Errorf("the key on its new master: %q", r)
+	}
+	if moved := redirects(t, p, "moved"); moved < 1 {
+		t.Errorf("no MOVED followed (%v): the move was not seen", moved)
+	}
+}
+
+// keyOnMaster returns a key named prefix+n whose slot is n's.
+func keyOnMaster(t *testing.T, cl *redistest.Cluster, n *redistest.ClusterNode, prefix string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		if k := prefix + strconv.Itoa(i); cl.MasterForSlot(t, cl.Slot(k)).Addr == n.Addr {
+			return k
+		}
+	}
+}
+
+// tlsPortOf returns n's tls-port setting.
+func tlsPortOf(t *testing.T, n *redistest.ClusterNode) string {
+	t.Helper()
+	v, err := resp.Parse(n.Do(t, "CONFIG", "GET", "tls-port"))
+	if err != nil || len(v.Elems) != 2 {
+		t.Fatalf("CONFIG GET tls-port on %s: %v %v", n.Addr, v, err)
+	}
+	return string(v.Elems[1].Str)
+}
