@@ -165,7 +165,7 @@ type UpstreamTLS struct {
 	// tls-auth-clients; both or neither.
 	CertFile   string `yaml:"cert_file"`
 	KeyFile    string `yaml:"key_file"`
-	ServerName string `yaml:"server_name"` // name verified in the server's certificate; "" = the host of upstream.address
+	ServerName string `yaml:"server_name"` // name verified in the server's certificate; "" = the host of upstream.address (in mode sentinel: of each server dialled)
 	// InsecureSkipVerify accepts any server certificate: for tests only.
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
@@ -199,7 +199,9 @@ func (t TLS) ServerConfig(readFile func(string) ([]byte, error)) (*tls.Config, e
 }
 
 // TLSConfig loads upstream.tls: nil when it is not enabled. The server name
-// defaults to the host of upstream.address.
+// defaults to the host of upstream.address, but in mode sentinel, where
+// upstream.address is unused: there each server is checked by the host it
+// is dialled at (the master the Sentinels name, each Sentinel).
 func (u Upstream) TLSConfig(readFile func(string) ([]byte, error)) (*tls.Config, error) {
 	t := u.TLS
 	if !t.Enabled {
@@ -213,7 +215,7 @@ func (u Upstream) TLSConfig(readFile func(string) ([]byte, error)) (*tls.Config,
 		// the handshake.
 		ClientSessionCache: tls.NewLRUClientSessionCache(0),
 	}
-	if c.ServerName == "" {
+	if c.ServerName == "" && u.Mode != "sentinel" {
 		if host, _, err := net.SplitHostPort(u.Address); err == nil {
 			c.ServerName = host
 		}

@@ -799,6 +799,11 @@ func TestTLSLoad(t *testing.T) {
 	if uc.ServerName != "redis.internal" || uc.RootCAs == nil || len(uc.Certificates) != 1 || uc.InsecureSkipVerify {
 		t.Fatalf("upstream config %+v", uc)
 	}
+	sentinel := up
+	sentinel.Mode = "sentinel" // upstream.address unused: each server by the host it is dialled at
+	if uc, _ := sentinel.TLSConfig(os.ReadFile); uc.ServerName != "" {
+		t.Fatalf("mode sentinel without server_name: ServerName %q, want none", uc.ServerName)
+	}
 	up.TLS.ServerName = "other.name"
 	if uc, _ := up.TLSConfig(os.ReadFile); uc.ServerName != "other.name" {
 		t.Fatalf("server_name %q", uc.ServerName)

@@ -145,7 +145,7 @@ func Dial(ctx context.Context, cfg Config) (net.Conn, error) {
 	if err != nil || cfg.TLS == nil {
 		return nc, err
 	}
-	tc := tls.Client(nc, clientTLS(cfg))
+	tc := tls.Client(nc, clientTLS(cfg, addr))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("TLS handshake: %w", err)
@@ -153,16 +153,17 @@ func Dial(ctx context.Context, cfg Config) (net.Conn, error) {
 	return tc, nil
 }
 
-// clientTLS returns cfg.TLS with ServerName defaulted to the host of
-// cfg.Address and RootCAs cfg.TLSRoots' current ones (a copy when either
-// changes; nil stays nil).
-func clientTLS(cfg Config) *tls.Config {
+// clientTLS returns cfg.TLS for a dial of addr, with ServerName defaulted
+// to addr's host (the master a Sentinel names, for a pool whose Address
+// is only a name) and RootCAs cfg.TLSRoots' current ones (a copy when
+// either changes; nil stays nil).
+func clientTLS(cfg Config, addr string) *tls.Config {
 	if cfg.TLS == nil {
 		return nil
 	}
 	host := ""
 	if cfg.TLS.ServerName == "" {
-		host, _, _ = net.SplitHostPort(cfg.Address)
+		host, _, _ = net.SplitHostPort(addr)
 	}
 	if host == "" && cfg.TLSRoots == nil {
 		return cfg.TLS

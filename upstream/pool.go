@@ -168,7 +168,7 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 		d := &net.Dialer{}
 		cfg.Dial = d.DialContext
 	}
-	cfg.TLS = clientTLS(cfg) // once, rather than on every dial
+	cfg.TLS = clientTLS(cfg, cfg.Address) // once, rather than on every dial
 	if m == nil {
 		m = NewMetrics(nil)
 	}

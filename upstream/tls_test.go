@@ -187,21 +187,53 @@ func TestClientTLSTakesTheCurrentRoots(t *testing.T) {
 	roots := first
 	base := &tls.Config{MinVersion: tls.VersionTLS12}
 	cfg := Config{Address: "redis.example:6379", TLS: base, TLSRoots: func() *x509.CertPool { return roots }}
-	c := clientTLS(cfg)
+	c := clientTLS(cfg, cfg.Address)
 	if c.RootCAs != first || c.ServerName != "redis.example" || c.MinVersion != tls.VersionTLS12 {
 		t.Fatalf("first dial: RootCAs %p (want %p), ServerName %q", c.RootCAs, first, c.ServerName)
 	}
 	roots = second
-	if c := clientTLS(cfg); c.RootCAs != second {
+	if c := clientTLS(cfg, cfg.Address); c.RootCAs != second {
 		t.Errorf("after the roots changed: RootCAs %p, want %p", c.RootCAs, second)
 	}
 	if base.RootCAs != nil || base.ServerName != "" {
 		t.Error("clientTLS changed the shared config")
 	}
-	if c := clientTLS(Config{Address: "h:1", TLS: &tls.Config{ServerName: "named"}}); c.ServerName != "named" || c.RootCAs != nil {
+	if c := clientTLS(Config{Address: "h:1", TLS: &tls.Config{ServerName: "named"}}, "h:1"); c.ServerName != "named" || c.RootCAs != nil {
 		t.Errorf("without TLSRoots: ServerName %q, RootCAs %p", c.ServerName, c.RootCAs)
 	}
-	if clientTLS(Config{Address: "h:1"}) != nil {
+	// A Sentinel pool's Address is only a name: the master's host is the
+	// name checked.
+	if c := clientTLS(Config{Address: "sentinel/mymaster", TLS: base}, "10.0.0.5:6379"); c.ServerName != "10.0.0.5" {
+		t.Errorf("a Sentinel's master: ServerName %q, want 10.0.0.5", c.ServerName)
+	}
+	if clientTLS(Config{Address: "h:1"}, "h:1") != nil {
 		t.Error("no TLS became TLS")
 	}
+}
+
+// TestSentinelMasterOverTLSByItsHost: a master the Sentinels name is
+// checked by the host it is dialled at when no server name is set (the
+// pool's Address is only a name); before, the handshake had no name at
+// all and failed.
+func TestSentinelMasterOverTLSByItsHost(t *testing.T) {
+	certs := tlstest.New(t)
+	_, addr := startTLSRedis(t, certs, "no")
+	host, port, _ := net.SplitHostPort(addr)
+	f := startFake(t, func(args [][]byte) string {
+		if strings.EqualFold(string(args[0]), "SENTINEL") {
+			return "*2\r\n$" + strconv.Itoa(len(host)) + "\r\n" + host + "\r\n$" + strconv.Itoa(len(port)) + "\r\n" + port + "\r\n"
+		}
+		return "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n"
+	})
+	sen, err := NewSentinel(SentinelConfig{MasterName: "m", Addresses: []string{f.ln.Addr().String()}, Check: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sen.Close()
+	nc, err := Dial(context.Background(), Config{Address: "sentinel/m", Sentinel: sen, DialTimeout: 2 * time.Second,
+		TLS: &tls.Config{RootCAs: certs.Pool}})
+	if err != nil {
+		t.Fatalf("dial of the master %s over TLS with no server name: %v", addr, err)
+	}
+	nc.Close()
 }
