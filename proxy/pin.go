@@ -349,12 +349,7 @@ func (s *Server) movePin(ss *session, rt *upstream.Router) bool {
 	ask, redirected, inMulti, slot := false, false, false, ""
 	for i := range n {
 		r := ss.batch.Reply(i)
-		switch k := ss.track[i].kind; {
-		case k == trackMulti && !inMulti && string(r) == "+OK\r\n":
-			inMulti = true
-			continue
-		case k == trackExec && inMulti && (bytes.HasPrefix(r, []byte("-EXECABORT")) || string(r) == "+OK\r\n"):
-			inMulti = false
+		if txControlRanNothing(ss.track[i].kind, &inMulti, r) {
 			continue
 		}
 		p, a, ok := rt.RedirectPool(r)
@@ -385,9 +380,10 @@ func (s *Server) movePin(ss *session, rt *upstream.Router) bool {
 
 // refusedWhole reports whether the node refused every command of the
 // batch just run on the pin with CLUSTERDOWN (it saw the cluster down),
-// but a transaction's MULTI and the EXEC that then answered EXECABORT:
-// nothing ran and no state is left on the connection, so the batch can
-// run there again, as a cluster client retries a CLUSTERDOWN.
+// but a transaction's MULTI and the EXEC or DISCARD that closed it
+// (txControlRanNothing): nothing ran and no state is left on the
+// connection, so the batch can run there again, as a cluster client
+// retries a CLUSTERDOWN.
 func (ss *session) refusedWhole() bool {
 	n := ss.batch.Len()
 	if n == 0 || ss.pin.Broken() || len(ss.track) != n {
@@ -396,11 +392,8 @@ func (ss *session) refusedWhole() bool {
 	refused, inMulti := false, false
 	for i := range n {
 		r := ss.batch.Reply(i)
-		switch k := ss.track[i].kind; {
-		case k == trackMulti && !inMulti && string(r) == "+OK\r\n":
-			inMulti = true
-		case k == trackExec && inMulti && bytes.HasPrefix(r, []byte("-EXECABORT")):
-			inMulti = false
+		switch {
+		case txControlRanNothing(ss.track[i].kind, &inMulti, r):
 		case upstream.IsClusterDown(r):
 			refused = true
 		default:
@@ -408,6 +401,22 @@ func (ss *session) refusedWhole() bool {
 		}
 	}
 	return refused && !inMulti
+}
+
+// txControlRanNothing reports whether r, the reply to a command of kind k
+// in a batch whose other commands ran nothing, is a transaction's control
+// reply that leaves nothing run either: its MULTI's +OK (inMulti becomes
+// true), or, closing it, its EXEC's EXECABORT or its DISCARD's +OK.
+func txControlRanNothing(k trackKind, inMulti *bool, r []byte) bool {
+	switch {
+	case k == trackMulti && !*inMulti && string(r) == "+OK\r\n":
+		*inMulti = true
+	case k == trackExec && *inMulti && (bytes.HasPrefix(r, []byte("-EXECABORT")) || string(r) == "+OK\r\n"):
+		*inMulti = false
+	default:
+		return false
+	}
+	return true
 }
 
 // leavesConnectionAsFound reports whether a command run on a pinned
