@@ -93,7 +93,7 @@ func (s *Server) newChain() chain {
 	add(&c.replies, s.coalescing != nil, s.coalescing)
 
 	add(&c.stream, true, arityCheck{s})
-	add(&c.stream, s.routing != nil, streamMulti{s}) // a MULTI deferred to its first command's master
+	add(&c.stream, s.routing != nil, streamMulti{s.stream}) // a MULTI deferred to its first command's master
 	add(&c.stream, true, s.policing)
 	add(&c.stream, s.tiering != nil, tw)
 	add(&c.stream, true, subscribedContext{s})
@@ -271,7 +271,7 @@ func (st subscribedContext) command(ss *session, c *call) bool {
 		return false
 	}
 	if c.info != nil && runsWhileSubscribed(c.info.Name) {
-		return st.s.subscribedPing(ss, c) // else Redis runs it
+		return st.s.stream.subscribedPing(ss, c) // else Redis runs it
 	}
 	// away: the mode may hold on the branches' shard channels alone, where
 	// the pin would run the command (streamshard.go).
@@ -294,7 +294,7 @@ func (st subscribedContext) command(ss *session, c *call) bool {
 		return false
 	}
 	if !ss.subscribedSure {
-		where, ok := st.s.modeElsewhere(ss)
+		where, ok := st.s.stream.modeElsewhere(ss)
 		switch {
 		case !ok:
 			return true // the session is closed
@@ -325,7 +325,7 @@ func (st subscribedContext) keysElsewhere(ss *session, c *call) bool {
 	if st.s.routing == nil || c.info == nil || ss.pinPool == nil {
 		return false
 	}
-	pool, keys := st.s.keysMaster(ss, c.info, c.cmd.Args)
+	pool, keys := st.s.stream.keysMaster(ss, c.info, c.cmd.Args)
 	return keys == keysOneSlot && !samePool(pool, ss.pinPool)
 }
 
@@ -511,7 +511,7 @@ func (st dispatch) command(ss *session, c *call) bool {
 		if ss.relay != nil && s.cfg.Cluster != nil && (info.Name == "ssubscribe" || info.Name == "sunsubscribe") {
 			ss.relay.shards.start() // confirmations counted from the first (streamshard.go)
 		}
-		s.notifyEverywhere(ss, info.Name, args)
+		s.stream.notifyEverywhere(ss, info.Name, args)
 		if ss.stream && strings.Contains(info.Name, "unsubscribe") && ss.leavesStream() {
 			s.leaveStreamUnsubscribed(ss) // an UNSUBSCRIBE of nothing: Redis answers, and that is all
 		}
@@ -596,10 +596,10 @@ type streamDispatch struct{ s *Server }
 
 func (st streamDispatch) command(ss *session, c *call) bool {
 	s, info, cmd := st.s, c.info, c.cmd
-	if s.onBranch(ss, c) {
+	if s.stream.onBranch(ss, c) {
 		return true // another master's (streambranch.go)
 	}
-	if s.streamQueue(ss, c) {
+	if s.stream.streamQueue(ss, c) {
 		return true // refused inside a transaction (streamfanout.go)
 	}
 	if info != nil && info.Handling == command.Reset && ss.role != 'S' {
@@ -609,7 +609,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		s.leaveStream(ss)
 		return true
 	}
-	if s.streamFanOut(ss, c) {
+	if s.stream.streamFanOut(ss, c) {
 		return true // every master's (streamfanout.go)
 	}
 	if info != nil && info.Handling == command.Quit {
@@ -638,7 +638,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		return true
 	}
 	if info != nil && info.Handling == command.Subscribe {
-		if s.shardOnBranch(ss, c) {
+		if s.stream.shardOnBranch(ss, c) {
 			// Another master's shard channels (streamshard.go).
 			if info.Name == "sunsubscribe" && ss.leavesStream() {
 				s.leaveStreamUnsubscribed(ss)
@@ -646,7 +646,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 			return true
 		}
 		ss.noteSubscriptions(info.Name, cmd.Args)
-		s.notifyEverywhere(ss, info.Name, cmd.Args)
+		s.stream.notifyEverywhere(ss, info.Name, cmd.Args)
 		if strings.Contains(info.Name, "unsubscribe") && ss.leavesStream() {
 			ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 			s.leaveStreamUnsubscribed(ss)
@@ -656,10 +656,10 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	if info != nil && info.Handling == command.Transaction {
 		switch {
 		case (info.Name == "exec" || info.Name == "discard") && ss.streamTx != nil:
-			s.streamTxEnd(ss, c) // EXEC's reply merged with every master's (streamfanout.go)
+			s.stream.streamTxEnd(ss, c) // EXEC's reply merged with every master's (streamfanout.go)
 			return true
-		case info.Name == "multi" && !ss.inTransaction() && s.mayFanOutInTransaction(ss):
-			s.armStreamTx(ss, relayAnswer{})
+		case info.Name == "multi" && !ss.inTransaction() && s.stream.mayFanOutInTransaction(ss):
+			s.stream.armStreamTx(ss, relayAnswer{})
 		case info.Name == "exec" || info.Name == "discard":
 			ss.route.txQueued, ss.route.txFanOut = 0, nil
 		}

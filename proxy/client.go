@@ -199,7 +199,7 @@ func (s *Server) readLoop(c *clientConn) error {
 					continue
 				}
 				if err == errWake {
-					s.woken(c.ss)
+					s.stream.woken(c.ss)
 					continue
 				}
 				return err

@@ -809,10 +809,10 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 			branchCmds, errReply = s.trackingOnBranches(ss, args)
 		}
 		if errReply == nil {
-			errReply = s.bcastRedirectReaches(ss, args)
+			errReply = s.stream.bcastRedirectReaches(ss, args)
 		}
 		if errReply == nil {
-			errReply = s.bcastEverywhere(ss, args)
+			errReply = s.stream.bcastEverywhere(ss, args)
 		}
 		if errReply == nil {
 			var raw []byte

@@ -529,7 +529,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	relay.monitoring.Store(ss.role == 'O')
 	relay.shards.pinAddr = pin.Address()
 	relay.redirect.Store(ss.redirect)
-	s.startShardMoves(ss, relay)
+	s.stream.startShardMoves(ss, relay)
 	ss.relay, ss.streamEnded = relay, ended
 	go func() {
 		err := pin.StreamTo(relay)

@@ -45,6 +45,7 @@ type Server struct {
 	cluster    *upstream.Cluster // the shared pools' cluster (nil: standalone)
 	salting    *salting          // nil: salted fan-out off (salting.go)
 	routing    *routing          // nil: not a cluster upstream (cluster.go)
+	stream     *clusterStream    // stream mode beyond the pin on a cluster (streamcluster.go)
 
 	idle      *idlepoll.Poller // parked idle clients (park.go); nil: none parked
 	parkAfter time.Duration    // Config.IdleParkAfter, resolved
@@ -184,6 +185,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		s.routing = &routing{cluster: s.cluster, table: &s.table, replicaPrefixes: cfg.ReplicaReadPrefixes,
 			passthrough: cfg.AuthPassthrough, salting: s.salting, scripts: newLoadedScripts(s.clock), facade: s.clusterCommand, pin: s.pinSession, flush: s.flush, refuse: s.refuseMsg, ownCommand: s.ownCommand, randN: rand.IntN}
 	}
+	s.stream = s.newClusterStream()
 	s.chain = s.newChain()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTable, s.tableDone = cancel, make(chan struct{})

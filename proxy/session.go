@@ -817,7 +817,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		refused := ss.trackingRefused(args)
 		errReply := s.trackingOverlapReply(args, refused)
 		if errReply == nil {
-			errReply = s.bcastRedirectReaches(ss, args)
+			errReply = s.stream.bcastRedirectReaches(ss, args)
 		}
 		var raw []byte
 		if errReply == nil {
@@ -831,7 +831,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		ss.pinTracked = ss.pinTracked || ss.stream
 		if ss.stream && !refused {
 			ss.trackingArgs = ss.branchTrackingArgs(args)
-			if refusal := s.bcastEverywhere(ss, args); refusal != nil {
+			if refusal := s.stream.bcastEverywhere(ss, args); refusal != nil {
 				// The pin refuses it too, and answers: tracking stays off.
 				ss.trackingArgs, ss.redirect, ss.trackBcast, ss.trackPrefixes = nil, -1, false, nil
 				ss.noteRedirect()

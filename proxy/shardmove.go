@@ -32,12 +32,12 @@ const shardMoveRetry = 20 * time.Millisecond
 // startShardMoves lets the session's relay queue shard channels to
 // subscribe again (shardCounts.takeUnasked), on a cluster upstream and a
 // client connection its goroutine can be woken on.
-func (s *Server) startShardMoves(ss *session, relay *streamRelay) {
+func (cs *clusterStream) startShardMoves(ss *session, relay *streamRelay) {
 	lc, ok := ss.conn.NetConn().(*limitedConn)
-	if s.routing == nil || !ok {
+	if cs.routing == nil || !ok {
 		return
 	}
-	cluster := s.routing.cluster
+	cluster := cs.routing.cluster
 	relay.noteMoved = func(reply []byte) {
 		cluster.NoteMoved(reply)
 		cluster.NoteAsk(reply)
@@ -52,9 +52,9 @@ func (s *Server) startShardMoves(ss *session, relay *streamRelay) {
 
 // woken runs, in the session's goroutine, what another goroutine asked it
 // to (limitedConn.wake).
-func (s *Server) woken(ss *session) {
+func (cs *clusterStream) woken(ss *session) {
 	if ss.stream && ss.relay != nil {
-		s.resubscribeMoved(ss)
+		cs.resubscribeMoved(ss)
 	}
 }
 
@@ -62,13 +62,13 @@ func (s *Server) woken(ss *session) {
 // channels masters unsubscribed on their own that the session still
 // wants; those it cannot yet wait for a new slot map, up to
 // upstream.timeout (see above).
-func (s *Server) resubscribeMoved(ss *session) {
+func (cs *clusterStream) resubscribeMoved(ss *session) {
 	shards := &ss.relay.shards
 	moved := shards.takeMoved()
 	if len(moved) == 0 {
 		return
 	}
-	now := s.clock()
+	now := cs.clock()
 	var later, onPin []movedShard
 	seen := make(map[string]bool, len(moved))
 	for _, m := range moved {
@@ -84,22 +84,22 @@ func (s *Server) resubscribeMoved(ss *session) {
 		}
 		pool := ss.pools[ss.proto].PinPool(upstream.Slot([]byte(m.channel)))
 		switch {
-		case pool == nil || pool.Address() == m.from || !s.mayResubscribe(ss, pool):
-			if now.Sub(m.since) >= s.cfg.Upstream.Timeout {
-				s.showUnsubscribed(ss, m)
+		case pool == nil || pool.Address() == m.from || !cs.mayResubscribe(ss, pool):
+			if now.Sub(m.since) >= cs.timeout {
+				cs.showUnsubscribed(ss, m)
 				continue
 			}
 			later = append(later, m)
 		case samePool(pool, ss.pinPool):
 			onPin = append(onPin, m)
 		default:
-			if !s.resubscribeOnBranch(ss, pool, m) {
+			if !cs.resubscribeOnBranch(ss, pool, m) {
 				later = append(later, m)
 			}
 		}
 	}
 	if len(onPin) > 0 {
-		s.resubscribeOnPin(ss, onPin)
+		cs.resubscribeOnPin(ss, onPin)
 	}
 	if len(later) > 0 {
 		shards.requeue(later...)
@@ -111,7 +111,7 @@ func (s *Server) resubscribeMoved(ss *session) {
 // the pin only where Redis answers the errorCmds around it (CLIENT REPLY,
 // a SKIP included)
 // and holds no CLIENT CACHING flag for the client's next command.
-func (s *Server) mayResubscribe(ss *session, pool *upstream.Pool) bool {
+func (cs *clusterStream) mayResubscribe(ss *session, pool *upstream.Pool) bool {
 	if ss.role != 0 || ss.pinPool == nil || ss.inTransaction() || ss.branchTx != nil || ss.multiDeferred {
 		return false
 	}
@@ -124,7 +124,7 @@ func (s *Server) mayResubscribe(ss *session, pool *upstream.Pool) bool {
 // resubscribeOnPin sends an SSUBSCRIBE of each of moved on the pin, their
 // replies hidden between two errorCmds' answers; an error among them (a
 // MOVED: the slot map was behind) has them all tried again.
-func (s *Server) resubscribeOnPin(ss *session, moved []movedShard) {
+func (cs *clusterStream) resubscribeOnPin(ss *session, moved []movedShard) {
 	shards := &ss.relay.shards
 	ss.relay.queue(relayAnswer{hide: &shardHide{retry: func() { shards.requeue(moved...) }}})
 	ss.streamCmds = append(ss.streamCmds, errorCmd)
@@ -134,14 +134,14 @@ func (s *Server) resubscribeOnPin(ss *session, moved []movedShard) {
 	ss.relay.queue(relayAnswer{unhide: true})
 	ss.streamCmds = append(ss.streamCmds, errorCmd)
 	ss.streamHelpers += len(moved) + 2
-	s.sendStreamBatch(ss)
+	cs.sendStreamBatch(ss)
 }
 
 // resubscribeOnBranch sends an SSUBSCRIBE of m on the session's branch to
 // pool, its reply unshown; an error has it tried again. It reports false
 // if the branch could not be made.
-func (s *Server) resubscribeOnBranch(ss *session, pool *upstream.Pool, m movedShard) bool {
-	b, err := s.branch(ss, pool)
+func (cs *clusterStream) resubscribeOnBranch(ss *session, pool *upstream.Pool, m movedShard) bool {
+	b, err := cs.branch(ss, pool)
 	if err != nil {
 		return false
 	}
@@ -159,8 +159,8 @@ func (s *Server) resubscribeOnBranch(ss *session, pool *upstream.Pool, m movedSh
 // showUnsubscribed gives up subscribing m again: the client gets the
 // sunsubscribe its master sent, with the session's count, as from Redis
 // Cluster, and the session no longer counts the channel as its own.
-func (s *Server) showUnsubscribed(ss *session, m movedShard) {
-	s.log.Info("shard channel unsubscribed by its master, not subscribed again within upstream.timeout",
+func (cs *clusterStream) showUnsubscribed(ss *session, m movedShard) {
+	cs.log.Info("shard channel unsubscribed by its master, not subscribed again within upstream.timeout",
 		zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.String("master", m.from))
 	delete(ss.subscribed['s'], m.channel)
 	ss.relay.shards.setWanted(ss.subscribed['s'])

@@ -39,11 +39,11 @@ import (
 
 // divertAsked diverts c, a plain command of slot, as the comment above
 // says, and reports whether it did.
-func (s *Server) divertAsked(ss *session, c *call, slot int) bool {
-	if !s.routing.cluster.Migrating(slot) {
+func (cs *clusterStream) divertAsked(ss *session, c *call, slot int) bool {
+	if !cs.routing.cluster.Migrating(slot) {
 		return false
 	}
-	follow := s.streamFollow(ss, c)
+	follow := cs.streamFollow(ss, c)
 	if follow == nil {
 		return false
 	}
@@ -57,7 +57,7 @@ func (s *Server) divertAsked(ss *session, c *call, slot int) bool {
 // redirects) for slot and makes its reply, with an invalidation push of
 // its keys after a read the session would have had tracked; nil when it
 // may not run there (the comment above).
-func (s *Server) streamFollow(ss *session, c *call) func(slot int) []byte {
+func (cs *clusterStream) streamFollow(ss *session, c *call) func(slot int) []byte {
 	info := c.info
 	if info == nil || info.Handling != command.Forward || ss.inTransaction() || ss.watching || ss.streamWatch ||
 		ss.watchPool != nil || ss.branchTx != nil || !ss.streamAnswered() {
@@ -76,7 +76,7 @@ func (s *Server) streamFollow(ss *session, c *call) func(slot int) []byte {
 	return func(slot int) []byte {
 		reply := runAlone(rt, raw, slot)
 		if read && tracked {
-			reply = append(reply, invalidationPush(s.rawKeys(raw))...)
+			reply = append(reply, invalidationPush(cs.rawKeys(raw))...)
 		}
 		return reply
 	}
@@ -92,7 +92,7 @@ func (ss *session) readsElsewhere() (tracked, ok bool) {
 }
 
 // rawKeys returns the keys of raw, a command as the client sent it.
-func (s *Server) rawKeys(raw []byte) [][]byte {
+func (cs *clusterStream) rawKeys(raw []byte) [][]byte {
 	v, err := resp.Parse(raw)
 	if err != nil || len(v.Elems) == 0 {
 		return nil
@@ -101,7 +101,7 @@ func (s *Server) rawKeys(raw []byte) [][]byte {
 	for i, e := range v.Elems {
 		args[i] = e.Str
 	}
-	table := s.table.Load()
+	table := cs.table.Load()
 	keys, _ := command.Keys(keyInfo(table, table.Lookup(args[0]), args), args, nil)
 	return keys
 }
@@ -134,17 +134,17 @@ type divertedTx struct {
 // divertedTx says, if it fits: ending with EXEC in this read, plain
 // commands only (no blocking one), all keys in one slot marked migrating,
 // no WATCH held. It reports whether it did.
-func (s *Server) divertTransaction(ss *session, c *call) bool {
-	if s.routing == nil || !s.routing.cluster.AnyMigrating() || ss.streamWatch || ss.watching || ss.watchPool != nil ||
+func (cs *clusterStream) divertTransaction(ss *session, c *call) bool {
+	if cs.routing == nil || !cs.routing.cluster.AnyMigrating() || ss.streamWatch || ss.watching || ss.watchPool != nil ||
 		!ss.streamAnswered() || ss.skipNext {
 		return false
 	}
-	table := s.table.Load()
+	table := cs.table.Load()
 	slot, keyed, n, reads := -1, false, 0, false
 	for _, rc := range ss.route.rest[ss.route.restAt:] {
 		info := table.Lookup(rc.Args[0])
 		if info != nil && info.Name == "exec" {
-			if _, ok := ss.readsElsewhere(); !keyed || reads && !ok || !s.routing.cluster.Migrating(slot) {
+			if _, ok := ss.readsElsewhere(); !keyed || reads && !ok || !cs.routing.cluster.Migrating(slot) {
 				return false
 			}
 			ss.divertedTx = &divertedTx{slot: slot, want: n, reads: reads}
@@ -156,7 +156,7 @@ func (s *Server) divertTransaction(ss *session, c *call) bool {
 		if info == nil || info.Handling != command.Forward {
 			return false
 		}
-		switch sl, keys := s.keysSlot(ss, info, rc.Args); {
+		switch sl, keys := cs.keysSlot(ss, info, rc.Args); {
 		case keys == keysNotPlain, keys == keysOneSlot && keyed && sl != slot:
 			return false
 		case keys == keysOneSlot:
@@ -172,7 +172,7 @@ func (s *Server) divertTransaction(ss *session, c *call) bool {
 // transaction (+QUEUED), or at its EXEC the transaction's run, made in
 // EXEC's turn; a command that did not come here (refused, answered by
 // rproxy) makes the EXEC fail as Redis's would (EXECABORT).
-func (s *Server) divertedCommand(ss *session, c *call) {
+func (cs *clusterStream) divertedCommand(ss *session, c *call) {
 	tx := ss.divertedTx
 	if c.info == nil || c.info.Name != "exec" {
 		tx.cmds = append(tx.cmds, bytes.Clone(c.cmd.Raw))
@@ -195,7 +195,7 @@ func (s *Server) divertedCommand(ss *session, c *call) {
 		if tracked {
 			var keys [][]byte
 			for _, cmd := range tx.cmds {
-				for _, k := range s.rawKeys(cmd) {
+				for _, k := range cs.rawKeys(cmd) {
 					if !slices.ContainsFunc(keys, func(o []byte) bool { return bytes.Equal(o, k) }) {
 						keys = append(keys, k)
 					}

@@ -377,8 +377,8 @@ func (r branchRefusal) Error() string { return string(bytes.TrimSpace(r)) }
 // without REDIRECT, or BCAST). After CLIENT REPLY OFF commands still go
 // where their keys are, their replies dropped (sendOnBranch): on the pin
 // they would not run at all.
-func (s *Server) branching(ss *session) bool {
-	if s.cfg.Cluster == nil || ss.role != 0 || ss.pinPool == nil {
+func (cs *clusterStream) branching(ss *session) bool {
+	if !cs.on || ss.role != 0 || ss.pinPool == nil {
 		return false
 	}
 	if ss.resp2Subscribed() {
@@ -400,16 +400,16 @@ const (
 // (Handling Forward, or a blocking command, which blocks the branch as it
 // would the client's connection; INFO is rewritten), when they are all in
 // one slot.
-func (s *Server) masterOf(ss *session, info *command.Info, args [][]byte) (*upstream.Pool, commandKeys) {
+func (cs *clusterStream) masterOf(ss *session, info *command.Info, args [][]byte) (*upstream.Pool, commandKeys) {
 	if info == nil || info.Handling != command.Forward && info.Handling != command.BlockingCmd || info.Name == "info" {
 		return nil, keysNotPlain
 	}
-	return s.keysMaster(ss, info, args)
+	return cs.keysMaster(ss, info, args)
 }
 
 // keysMaster is masterOf for any command with keys (WATCH too).
-func (s *Server) keysMaster(ss *session, info *command.Info, args [][]byte) (*upstream.Pool, commandKeys) {
-	slot, keys := s.keysSlot(ss, info, args)
+func (cs *clusterStream) keysMaster(ss *session, info *command.Info, args [][]byte) (*upstream.Pool, commandKeys) {
+	slot, keys := cs.keysSlot(ss, info, args)
 	if keys != keysOneSlot {
 		return nil, keys
 	}
@@ -418,8 +418,8 @@ func (s *Server) keysMaster(ss *session, info *command.Info, args [][]byte) (*up
 
 // keysSlot is keysMaster's slot: that of the command's keys, when they are
 // all in one.
-func (s *Server) keysSlot(ss *session, info *command.Info, args [][]byte) (int, commandKeys) {
-	keys, _ := command.Keys(keyInfo(s.table.Load(), info, args), args, ss.route.keys[:0])
+func (cs *clusterStream) keysSlot(ss *session, info *command.Info, args [][]byte) (int, commandKeys) {
+	keys, _ := command.Keys(keyInfo(cs.table.Load(), info, args), args, ss.route.keys[:0])
 	defer func() {
 		clear(keys)
 		ss.route.keys = keys[:0]
@@ -442,17 +442,17 @@ func (s *Server) keysSlot(ss *session, info *command.Info, args [][]byte) (int, 
 // than the pin's (client libraries send a cached read as CLIENT CACHING
 // YES, MULTI, PTTL, GET, EXEC). nil: on the pin, as before. open reports
 // that the read ends before the transaction does.
-func (s *Server) branchTransaction(ss *session) (pool *upstream.Pool, open bool) {
+func (cs *clusterStream) branchTransaction(ss *session) (pool *upstream.Pool, open bool) {
 	if ss.streamWatch || ss.watching {
 		return nil, false // a WATCH holds on the pin's master: the transaction goes there
 	}
-	table := s.table.Load()
+	table := cs.table.Load()
 	for _, c := range ss.route.rest[ss.route.restAt:] {
 		info := table.Lookup(c.Args[0])
 		if info != nil && (info.Name == "exec" || info.Name == "discard") {
 			return pool, false
 		}
-		p, keys := s.masterOf(ss, info, c.Args)
+		p, keys := cs.masterOf(ss, info, c.Args)
 		switch {
 		case keys == keysNotPlain:
 			return nil, false
@@ -472,7 +472,7 @@ func (s *Server) branchTransaction(ss *session) (pool *upstream.Pool, open bool)
 // first command decides where it runs (startDeferredStreamMulti), as
 // outside stream mode (deferMulti). Sent to the pin, a first command of
 // another master's key could only fail. It reports whether it deferred.
-func (s *Server) deferStreamMulti(ss *session, raw []byte) bool {
+func (cs *clusterStream) deferStreamMulti(ss *session, raw []byte) bool {
 	if !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
 		return false // Redis's own handling of the reply, or of the caching flag, is kept
 	}
@@ -489,12 +489,12 @@ func (s *Server) deferStreamMulti(ss *session, raw []byte) bool {
 // startDeferredStreamMulti sends the MULTI deferStreamMulti answered, its
 // reply hidden, to where c, the transaction's first command, goes: the
 // branch of its keys' master, or else the pin.
-func (s *Server) startDeferredStreamMulti(ss *session, c *call) {
+func (cs *clusterStream) startDeferredStreamMulti(ss *session, c *call) {
 	ss.multiDeferred = false
-	if s.branching(ss) {
-		pool, keys := s.masterOf(ss, c.info, c.cmd.Args)
+	if cs.branching(ss) {
+		pool, keys := cs.masterOf(ss, c.info, c.cmd.Args)
 		if keys == keysOneSlot && !samePool(pool, ss.pinPool) {
-			if b, err := s.branch(ss, pool); err == nil {
+			if b, err := cs.branch(ss, pool); err == nil {
 				b.send([][]byte{ss.route.multiRaw}, []bool{false})
 				ss.branchTx = pool
 				return
@@ -505,8 +505,8 @@ func (s *Server) startDeferredStreamMulti(ss *session, c *call) {
 		ss.route.keylessTx = keys == keysNone || c.info == nil // an unknown command: Redis's queue-time error
 	}
 	drop := relayAnswer{rewrite: func([]byte) []byte { return nil }}
-	if s.routing != nil {
-		s.armStreamTx(ss, drop) // its errorCmd, which the transaction's EXEC may need (streamfanout.go)
+	if cs.routing != nil {
+		cs.armStreamTx(ss, drop) // its errorCmd, which the transaction's EXEC may need (streamfanout.go)
 	} else {
 		ss.relay.queue(drop)
 		ss.streamCmds = append(ss.streamCmds, errorCmd)
@@ -518,11 +518,11 @@ func (s *Server) startDeferredStreamMulti(ss *session, c *call) {
 // streamMulti is the stream chain's first stage: a MULTI deferred
 // (deferStreamMulti) is sent before its first command passes the other
 // stages, which may queue their answers in the transaction.
-type streamMulti struct{ s *Server }
+type streamMulti struct{ cs *clusterStream }
 
 func (st streamMulti) command(ss *session, c *call) bool {
 	if ss.multiDeferred {
-		st.s.startDeferredStreamMulti(ss, c)
+		st.cs.startDeferredStreamMulti(ss, c)
 	}
 	return false
 }
@@ -534,14 +534,14 @@ func (streamMulti) replies(*session) {}
 // the transaction after it, and its UNWATCH), a transaction of another
 // master's keys (branchTransaction), or a plain command of another
 // master's keys (masterOf).
-func (s *Server) onBranch(ss *session, c *call) bool {
+func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 	info := c.info
 	if ss.divertedTx != nil {
-		s.divertedCommand(ss, c) // a transaction of a migrating slot (streamasked.go)
+		cs.divertedCommand(ss, c) // a transaction of a migrating slot (streamasked.go)
 		return true
 	}
 	if ss.route.keylessTx {
-		s.keylessStreamTx(ss, c) // may move the transaction to a branch
+		cs.keylessStreamTx(ss, c) // may move the transaction to a branch
 	}
 	if pool := ss.branchTx; pool != nil {
 		if info != nil && (info.Handling == command.Reset || info.Handling == command.Quit) {
@@ -551,10 +551,10 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 			// Answered or acted on by rproxy on the session's own
 			// connection (CLIENT, HELLO, SUBSCRIBE...): not inside another
 			// master's transaction. The refusal aborts it (EXECABORT).
-			s.refuseMsg(ss, strings.ToUpper(commandLabel(info, c.cmd.Args))+" inside a transaction on another cluster master than this connection's is not supported through rproxy; send it before MULTI or after EXEC")
+			cs.refuseMsg(ss, strings.ToUpper(commandLabel(info, c.cmd.Args))+" inside a transaction on another cluster master than this connection's is not supported through rproxy; send it before MULTI or after EXEC")
 			return true
 		}
-		if info != nil && info.Name == "exec" && s.branchExecFanOut(ss, c, pool) {
+		if info != nil && info.Name == "exec" && cs.branchExecFanOut(ss, c, pool) {
 			return true // merged with every master's (streamfanout.go)
 		}
 		if info != nil && info.Handling == command.Transaction {
@@ -563,42 +563,42 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 				ss.branchTx, ss.watchPool = nil, nil
 				ss.route.txQueued, ss.route.txFanOut = 0, nil
 			}
-		} else if s.streamQueue(ss, c) {
+		} else if cs.streamQueue(ss, c) {
 			return true // refused
 		}
-		s.sendOnBranch(ss, c, pool)
+		cs.sendOnBranch(ss, c, pool)
 		return true
 	}
 	// A WATCH on a branch keeps its transaction there even if the session
 	// may no longer branch (HELLO 2): on the pin, EXEC would run unwatched.
-	branching := s.branching(ss)
+	branching := cs.branching(ss)
 	if info == nil || ss.inTransaction() || ss.watchPool == nil && !branching {
 		return false
 	}
 	switch info.Name {
 	case "multi":
-		if s.divertTransaction(ss, c) {
+		if cs.divertTransaction(ss, c) {
 			return true
 		}
 		pool := ss.watchPool // a WATCH holds there: the transaction goes there whole
 		if pool == nil {
 			var open bool
-			if pool, open = s.branchTransaction(ss); open && branching && !ss.streamWatch && !ss.watching {
-				return s.deferStreamMulti(ss, c.cmd.Raw)
+			if pool, open = cs.branchTransaction(ss); open && branching && !ss.streamWatch && !ss.watching {
+				return cs.deferStreamMulti(ss, c.cmd.Raw)
 			}
 		}
-		if pool == nil || !s.hasBranch(ss, pool) {
+		if pool == nil || !cs.hasBranch(ss, pool) {
 			return false
 		}
 		ss.route.txQueued, ss.route.txFanOut = 0, nil
 		ss.noteTransaction(info.Name)
 		ss.branchTx = pool
-		s.sendOnBranch(ss, c, pool)
+		cs.sendOnBranch(ss, c, pool)
 		return true
 	case "watch":
 		pool := ss.watchPool // later WATCHes go where the first went (other masters' keys: an error there)
 		if pool == nil && branching && !ss.streamWatch && !ss.watching {
-			if p, keys := s.keysMaster(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(p, ss.pinPool) && s.hasBranch(ss, p) {
+			if p, keys := cs.keysMaster(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(p, ss.pinPool) && cs.hasBranch(ss, p) {
 				pool = p
 			}
 		}
@@ -606,7 +606,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 			return false
 		}
 		ss.watchPool = pool
-		s.sendOnBranch(ss, c, pool)
+		cs.sendOnBranch(ss, c, pool)
 		return true
 	case "unwatch":
 		pool := ss.watchPool
@@ -614,7 +614,7 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 			return false
 		}
 		ss.watchPool = nil
-		s.sendOnBranch(ss, c, pool)
+		cs.sendOnBranch(ss, c, pool)
 		return true
 	}
 	if !branching {
@@ -624,13 +624,13 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 	// all in one slot of another master than the pin's: tracked there; or
 	// of a slot rproxy met an ASK for: diverted (streamasked.go).
 	// Anything else goes to the pin as before.
-	if info.Handling == command.Forward && s.routing != nil && s.routing.cluster.AnyMigrating() {
-		if slot, keys := s.keysSlot(ss, info, c.cmd.Args); keys == keysOneSlot && s.divertAsked(ss, c, slot) {
+	if info.Handling == command.Forward && cs.routing != nil && cs.routing.cluster.AnyMigrating() {
+		if slot, keys := cs.keysSlot(ss, info, c.cmd.Args); keys == keysOneSlot && cs.divertAsked(ss, c, slot) {
 			return true
 		}
 	}
-	if pool, keys := s.masterOf(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(pool, ss.pinPool) {
-		s.sendOnBranchFollowed(ss, c, pool, s.streamFollow(ss, c))
+	if pool, keys := cs.masterOf(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(pool, ss.pinPool) {
+		cs.sendOnBranchFollowed(ss, c, pool, cs.streamFollow(ss, c))
 		return true
 	}
 	return false
@@ -648,9 +648,9 @@ func (s *Server) onBranch(ss *session, c *call) bool {
 // answered EXECABORT. A key of the pin's master, a command rproxy acts on
 // (masterOf: keysNotPlain), or the end of the transaction leaves it on
 // the pin.
-func (s *Server) keylessStreamTx(ss *session, c *call) {
-	if !ss.inTransaction() || ss.branchTx != nil || !s.branching(ss) {
-		s.routing.endKeyless(ss)
+func (cs *clusterStream) keylessStreamTx(ss *session, c *call) {
+	if !ss.inTransaction() || ss.branchTx != nil || !cs.branching(ss) {
+		cs.routing.endKeyless(ss)
 		return
 	}
 	// A command Redis does not know (no info) is kept as keyless: queued
@@ -658,24 +658,24 @@ func (s *Server) keylessStreamTx(ss *session, c *call) {
 	var pool *upstream.Pool
 	keys := keysNone
 	if c.info != nil {
-		pool, keys = s.masterOf(ss, c.info, c.cmd.Args) // keysNotPlain for what rproxy acts on: it stays
+		pool, keys = cs.masterOf(ss, c.info, c.cmd.Args) // keysNotPlain for what rproxy acts on: it stays
 	}
 	switch {
 	case keys == keysNone:
 		if ss.route.keylessBytes += len(c.cmd.Raw); ss.route.keylessBytes > maxKeylessBytes {
-			s.routing.endKeyless(ss)
+			cs.routing.endKeyless(ss)
 			return
 		}
 		ss.route.keyless = append(ss.route.keyless, bytes.Clone(c.cmd.Raw))
 		return
 	case keys != keysOneSlot || samePool(pool, ss.pinPool) || !ss.streamAnswered() || ss.skipNext ||
 		cachingHeldAfter(ss.cachingSent, ss.streamCmds):
-		s.routing.endKeyless(ss) // stays on the pin
+		cs.routing.endKeyless(ss) // stays on the pin
 		return
 	}
-	b, err := s.branch(ss, pool)
+	b, err := cs.branch(ss, pool)
 	queued := ss.route.keyless
-	s.routing.endKeyless(ss)
+	cs.routing.endKeyless(ss)
 	if err != nil {
 		return // stays on the pin, where c fails as before
 	}
@@ -702,14 +702,14 @@ func (s *Server) keylessStreamTx(ss *session, c *call) {
 // and queues, in the pin's stream, the place its reply is shown in. A
 // CLIENT CACHING flag the pin holds for the client's next command goes to
 // the branch first, as the command does.
-func (s *Server) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
-	s.sendOnBranchFollowed(ss, c, pool, nil)
+func (cs *clusterStream) sendOnBranch(ss *session, c *call, pool *upstream.Pool) {
+	cs.sendOnBranchFollowed(ss, c, pool, nil)
 }
 
 // sendOnBranchFollowed is sendOnBranch, with follow making c's reply if
 // Redis redirects it (streamFollow).
-func (s *Server) sendOnBranchFollowed(ss *session, c *call, pool *upstream.Pool, follow func(slot int) []byte) {
-	b, err := s.branch(ss, pool)
+func (cs *clusterStream) sendOnBranchFollowed(ss *session, c *call, pool *upstream.Pool, follow func(slot int) []byte) {
+	b, err := cs.branch(ss, pool)
 	if err != nil {
 		ss.errorInStream(branchError(err))
 		return
@@ -732,20 +732,20 @@ func (s *Server) sendOnBranchFollowed(ss *session, c *call, pool *upstream.Pool,
 // branch returns the session's branch to pool, making it: a dedicated
 // connection of the pool (in the session's protocol, as its user), with
 // tracking turned on as the client last turned it on, if it is on.
-func (s *Server) branch(ss *session, pool *upstream.Pool) (*streamBranch, error) {
-	return s.branchTracking(ss, pool, ss.trackingArgs)
+func (cs *clusterStream) branch(ss *session, pool *upstream.Pool) (*streamBranch, error) {
+	return cs.branchTracking(ss, pool, ss.trackingArgs)
 }
 
 // branchTracking is branch, a new branch tracking as the CLIENT TRACKING
 // tracking says (nil: off).
-func (s *Server) branchTracking(ss *session, pool *upstream.Pool, tracking [][]byte) (*streamBranch, error) {
+func (cs *clusterStream) branchTracking(ss *session, pool *upstream.Pool, tracking [][]byte) (*streamBranch, error) {
 	if b := ss.branchTo(pool); b != nil {
 		return b, nil
 	}
 	var cmd []byte
 	if tracking != nil {
 		var errReply []byte
-		if cmd, errReply = s.trackingOnServer(tracking, pool.Address()); errReply != nil {
+		if cmd, errReply = cs.trackingOnServer(tracking, pool.Address()); errReply != nil {
 			return nil, branchRefusal(errReply)
 		}
 	}
@@ -756,7 +756,7 @@ func (s *Server) branchTracking(ss *session, pool *upstream.Pool, tracking [][]b
 	if cmd != nil {
 		batch := &upstream.Batch{}
 		batch.Add(cmd)
-		d.Do(batch, s.cfg.Upstream.Timeout)
+		d.Do(batch, cs.timeout)
 		if r := batch.Reply(0); !bytes.Equal(r, []byte("+OK\r\n")) {
 			pool.Discard(d)
 			return nil, &trackingRefused{reply: bytes.Clone(r)}
@@ -791,8 +791,8 @@ func (e *trackingRefused) Error() string {
 // Redis's refusal of args on a new branch (the session's own connection
 // refuses them too, and the client gets that), nil if none. A branch that
 // cannot be made otherwise closes the client, as one that fails does.
-func (s *Server) bcastEverywhere(ss *session, args [][]byte) []byte {
-	if !bcastOn(args) || s.cfg.Cluster == nil || ss.role != 0 || ss.pinPool == nil || ss.resp2Subscribed() {
+func (cs *clusterStream) bcastEverywhere(ss *session, args [][]byte) []byte {
+	if !bcastOn(args) || !cs.on || ss.role != 0 || ss.pinPool == nil || ss.resp2Subscribed() {
 		return nil
 	}
 	backend := ss.pools[ss.proto]
@@ -801,13 +801,13 @@ func (s *Server) bcastEverywhere(ss *session, args [][]byte) []byte {
 		if samePool(pool, ss.pinPool) {
 			continue
 		}
-		_, err := s.branchTracking(ss, pool, args)
+		_, err := cs.branchTracking(ss, pool, args)
 		var refused *trackingRefused
 		switch {
 		case errors.As(err, &refused):
 			return refused.reply
 		case err != nil:
-			s.log.Info("closing a client tracking in BCAST mode: no connection to every master",
+			cs.log.Info("closing a client tracking in BCAST mode: no connection to every master",
 				zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
 			ss.conn.NetConn().Close()
 			return nil
@@ -825,13 +825,13 @@ func bcastOn(args [][]byte) bool {
 // bcastRedirectReaches checks, before a CLIENT TRACKING ON BCAST with
 // REDIRECT on a cluster runs, that the target can be redirected to on
 // every master (bcastEverywhere): else the error to reply.
-func (s *Server) bcastRedirectReaches(ss *session, args [][]byte) []byte {
-	if s.cfg.Cluster == nil || ss.role != 0 || !bcastOn(args) {
+func (cs *clusterStream) bcastRedirectReaches(ss *session, args [][]byte) []byte {
+	if !cs.on || ss.role != 0 || !bcastOn(args) {
 		return nil
 	}
 	backend := ss.pools[ss.proto]
 	for _, slot := range backend.Shards() {
-		if _, errReply := s.trackingOnServer(args, backend.PinPool(slot).Address()); errReply != nil {
+		if _, errReply := cs.trackingOnServer(args, backend.PinPool(slot).Address()); errReply != nil {
 			return errReply
 		}
 	}
@@ -857,8 +857,8 @@ func (ss *session) branchTo(pool *upstream.Pool) *streamBranch {
 
 // hasBranch reports whether the session has, or can make, a branch to
 // pool.
-func (s *Server) hasBranch(ss *session, pool *upstream.Pool) bool {
-	_, err := s.branch(ss, pool)
+func (cs *clusterStream) hasBranch(ss *session, pool *upstream.Pool) bool {
+	_, err := cs.branch(ss, pool)
 	return err == nil
 }
 

@@ -27,21 +27,21 @@ import (
 
 // streamFanOut sends c to every master when it is one of fanOutCommands,
 // or refuses it (clusterRefusal), reporting whether it took it.
-func (s *Server) streamFanOut(ss *session, c *call) bool {
+func (cs *clusterStream) streamFanOut(ss *session, c *call) bool {
 	info, args := c.info, c.cmd.Args
-	if s.cfg.Cluster == nil || info == nil || ss.inTransaction() {
+	if !cs.on || info == nil || ss.inTransaction() {
 		return false
 	}
 	name := fanOutName(info.Name, args)
 	if info.Name == "scan" && len(args) > 1 {
-		return s.streamScan(ss, c)
+		return cs.streamScan(ss, c)
 	}
 	if msg := clusterRefusal(name, args); msg != "" {
-		s.refuseMsg(ss, msg)
+		cs.refuseMsg(ss, msg)
 		return true
 	}
 	kind, ok := fanOutCommands[name]
-	if !ok || !s.branching(ss) || !ss.streamAnswered() {
+	if !ok || !cs.branching(ss) || !ss.streamAnswered() {
 		return false
 	}
 	backend := ss.pools[ss.proto]
@@ -55,7 +55,7 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 		if samePool(pool, ss.pinPool) {
 			continue
 		}
-		b, err := s.branch(ss, pool)
+		b, err := cs.branch(ss, pool)
 		if err != nil {
 			ss.errorInStream(branchError(err)) // sent nowhere
 			return true
@@ -71,7 +71,7 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 		}
 		parts[i] = b.send([][]byte{raw}, []bool{true})[0]
 	}
-	m := s.routing.fanOutMerge(kind, len(parts)+1, args, ss.proto)
+	m := cs.routing.fanOutMerge(kind, len(parts)+1, args, ss.proto)
 	withProxy := info.Name == "info" && infoWantsProxy(args)
 	ss.joinInStream(raw, func(pinReply []byte) []byte {
 		replies := [][]byte{pinReply}
@@ -83,7 +83,7 @@ func (s *Server) streamFanOut(ss *session, c *call) bool {
 		}
 		out := m.reply(replies)
 		if info.Name == "info" {
-			out = s.infoReply(out, nil, withProxy)
+			out = cs.infoReply(out, nil, withProxy)
 		}
 		return append(out, pushes...)
 	})
@@ -103,9 +103,9 @@ func (ss *session) joinInStream(raw []byte, f func([]byte) []byte) {
 // be. On a branch the pin runs it too (read-only; its reply is dropped) so
 // that the reply keeps its place among the pin's. A session that may not
 // branch is refused.
-func (s *Server) streamScan(ss *session, c *call) bool {
+func (cs *clusterStream) streamScan(ss *session, c *call) bool {
 	backend := ss.pools[ss.proto]
-	slot, raw, m, ok := s.routing.scanPart(backend.Shards(), c.cmd.Args)
+	slot, raw, m, ok := cs.routing.scanPart(backend.Shards(), c.cmd.Args)
 	if !ok {
 		ss.errorInStream(resp.AppendError(nil, "ERR invalid cursor"))
 		return true
@@ -115,11 +115,11 @@ func (s *Server) streamScan(ss *session, c *call) bool {
 		ss.joinInStream(raw, func(pinReply []byte) []byte { return m.reply([][]byte{pinReply}) })
 		return true
 	}
-	if !s.branching(ss) || !ss.streamAnswered() {
-		s.refuseMsg(ss, "SCAN of another master than this connection's is not supported here (pub/sub in RESP2, MONITOR, CLIENT REPLY OFF); scan from a connection without them")
+	if !cs.branching(ss) || !ss.streamAnswered() {
+		cs.refuseMsg(ss, "SCAN of another master than this connection's is not supported here (pub/sub in RESP2, MONITOR, CLIENT REPLY OFF); scan from a connection without them")
 		return true
 	}
-	b, err := s.branch(ss, pool)
+	b, err := cs.branch(ss, pool)
 	if err != nil {
 		ss.errorInStream(branchError(err)) // sent nowhere
 		return true
@@ -209,18 +209,18 @@ type streamTx struct {
 // queues and notes those of fanOutCommands among them, and refuses, inside
 // one, a CONFIG SET of a node's own setting (clusterRefusal, aborting the
 // transaction), reporting whether it did.
-func (s *Server) streamQueue(ss *session, c *call) bool {
-	if s.routing == nil || c.info == nil {
+func (cs *clusterStream) streamQueue(ss *session, c *call) bool {
+	if cs.routing == nil || c.info == nil {
 		return false
 	}
-	s.routing.countQueued(ss, c.info.Name)
+	cs.routing.countQueued(ss, c.info.Name)
 	if !ss.inTransaction() {
 		return false
 	}
 	args := c.cmd.Args
 	name := fanOutName(c.info.Name, args)
 	if msg := clusterRefusal(name, args); msg != "" {
-		s.refuseMsg(ss, msg)
+		cs.refuseMsg(ss, msg)
 		return true
 	}
 	if kind, ok := fanOutCommands[name]; ok && fansOutWhenPinned(kind) && len(ss.pools[ss.proto].Shards()) > 1 {
@@ -234,7 +234,7 @@ func (s *Server) streamQueue(ss *session, c *call) bool {
 // client may send a server-wide command in it (one in this read, or the
 // read ends before EXEC). a is the relayAnswer for the errorCmd, which
 // armStreamTx queues.
-func (s *Server) armStreamTx(ss *session, a relayAnswer) {
+func (cs *clusterStream) armStreamTx(ss *session, a relayAnswer) {
 	t := &streamTx{}
 	a.tx = t
 	ss.relay.queue(a)
@@ -247,11 +247,11 @@ func (s *Server) armStreamTx(ss *session, a relayAnswer) {
 // mayFanOutInTransaction reports whether a transaction starting now on the
 // pin may hold a command of fanOutCommands: one among the read's commands
 // before its EXEC or DISCARD, or the read ends before them.
-func (s *Server) mayFanOutInTransaction(ss *session) bool {
-	if s.routing == nil || !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+func (cs *clusterStream) mayFanOutInTransaction(ss *session) bool {
+	if cs.routing == nil || !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
 		return false // no reply to merge into, or to the errorCmd; an errorCmd would drop the client's CLIENT CACHING flag
 	}
-	table := s.table.Load()
+	table := cs.table.Load()
 	for _, c := range ss.route.rest[ss.route.restAt:] {
 		info := table.Lookup(c.Args[0])
 		if info == nil {
@@ -270,7 +270,7 @@ func (s *Server) mayFanOutInTransaction(ss *session) bool {
 // streamTxEnd sends the EXEC or DISCARD, c, of the transaction the relay
 // follows on the pin, with EXEC's reply merged with the other masters'
 // when it queued commands of fanOutCommands (then waiting for that).
-func (s *Server) streamTxEnd(ss *session, c *call) {
+func (cs *clusterStream) streamTxEnd(ss *session, c *call) {
 	t := ss.streamTx
 	ss.streamTx = nil
 	queued, count := ss.route.txFanOut, ss.route.txQueued
@@ -283,27 +283,27 @@ func (s *Server) streamTxEnd(ss *session, c *call) {
 		drops, flushes := ss.flushDrops(pinAddr, queued)
 		t.f = func(reply []byte) []byte {
 			defer close(done)
-			return s.routing.execReply(be, proto, pinAddr, queued, count, reply, dropping(drops, flushes))
+			return cs.routing.execReply(be, proto, pinAddr, queued, count, reply, dropping(drops, flushes))
 		}
 	}
 	t.execAt.Store(int64(ss.pinSent + len(ss.streamCmds) - t.multiAt + 1))
 	ss.streamCmds = append(ss.streamCmds, c.cmd.Raw)
 	if done != nil {
-		s.sendStreamBatch(ss)
-		s.waitExecFanOut(ss, done)
+		cs.sendStreamBatch(ss)
+		cs.waitExecFanOut(ss, done)
 	}
 }
 
 // branchExecFanOut sends the EXEC, c, of a transaction on the session's
 // branch to pool that queued commands of fanOutCommands, its reply merged
 // with the other masters', and waits for that, reporting whether it did.
-func (s *Server) branchExecFanOut(ss *session, c *call, pool *upstream.Pool) bool {
+func (cs *clusterStream) branchExecFanOut(ss *session, c *call, pool *upstream.Pool) bool {
 	queued, count := ss.route.txFanOut, ss.route.txQueued
 	ss.route.txFanOut, ss.route.txQueued = nil, 0
 	if len(queued) == 0 || !ss.streamAnswered() {
 		return false
 	}
-	b, err := s.branch(ss, pool)
+	b, err := cs.branch(ss, pool)
 	if err != nil {
 		return false // sendOnBranch answers it
 	}
@@ -315,11 +315,11 @@ func (s *Server) branchExecFanOut(ss *session, c *call, pool *upstream.Pool) boo
 	w := b.send([][]byte{c.cmd.Raw}, []bool{true})[0]
 	ss.relay.queue(relayAnswer{later: w, then: func(reply []byte) []byte {
 		defer close(done)
-		return s.routing.execReply(be, proto, pool.Address(), queued, count, reply, dropping(drops, flushes))
+		return cs.routing.execReply(be, proto, pool.Address(), queued, count, reply, dropping(drops, flushes))
 	}})
 	ss.streamCmds = append(ss.streamCmds, errorCmd)
-	s.sendStreamBatch(ss)
-	s.waitExecFanOut(ss, done)
+	cs.sendStreamBatch(ss)
+	cs.waitExecFanOut(ss, done)
 	return true
 }
 
@@ -342,15 +342,15 @@ func dropping(drops []*atomic.Int32, flushes int32) func() {
 // transaction, or a CLIENT REPLY OFF queued in it, which leaves EXEC's
 // reply incomplete) the session goes on: the other masters' part may
 // then run after its next commands.
-func (s *Server) waitExecFanOut(ss *session, done <-chan struct{}) {
-	timer := time.NewTimer(s.cfg.Upstream.Timeout)
+func (cs *clusterStream) waitExecFanOut(ss *session, done <-chan struct{}) {
+	timer := time.NewTimer(cs.timeout)
 	defer timer.Stop()
 	select {
 	case <-done:
 	case <-ss.streamEnded:
 		ss.quit = true
 	case <-timer.C:
-		s.log.Info("stream-mode EXEC: no reply within upstream.timeout; later commands go on before the other masters' part of its server-wide commands",
+		cs.log.Info("stream-mode EXEC: no reply within upstream.timeout; later commands go on before the other masters' part of its server-wide commands",
 			zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id))
 	}
 }

@@ -148,8 +148,8 @@ func notifyArgs(name string, args [][]byte) [][]byte {
 // branch on every master but its pin's, making the branches on first use.
 // A subscription when none was made before, or an unsubscription, that
 // concerns none sends nothing.
-func (s *Server) notifyEverywhere(ss *session, name string, args [][]byte) {
-	if s.cfg.Cluster == nil || ss.pinPool == nil || ss.relay == nil {
+func (cs *clusterStream) notifyEverywhere(ss *session, name string, args [][]byte) {
+	if !cs.on || ss.pinPool == nil || ss.relay == nil {
 		return
 	}
 	send := notifyArgs(name, args)
@@ -163,9 +163,9 @@ func (s *Server) notifyEverywhere(ss *session, name string, args [][]byte) {
 		if samePool(pool, ss.pinPool) {
 			continue
 		}
-		b, err := s.notifyBranch(ss, pool)
+		b, err := cs.notifyBranch(ss, pool)
 		if err != nil {
-			s.log.Info("closing a subscriber: no connection to another master for its keyspace notifications",
+			cs.log.Info("closing a subscriber: no connection to another master for its keyspace notifications",
 				zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
 			ss.conn.NetConn().Close()
 			return
@@ -182,7 +182,7 @@ func (s *Server) notifyEverywhere(ss *session, name string, args [][]byte) {
 }
 
 // notifyBranch returns the session's notify branch to pool, making it.
-func (s *Server) notifyBranch(ss *session, pool *upstream.Pool) (*notifyBranch, error) {
+func (cs *clusterStream) notifyBranch(ss *session, pool *upstream.Pool) (*notifyBranch, error) {
 	for _, b := range ss.notifyBranches {
 		if samePool(b.pool, pool) {
 			return b, nil
@@ -200,7 +200,7 @@ func (s *Server) notifyBranch(ss *session, pool *upstream.Pool) (*notifyBranch, 
 	go func() {
 		err := d.StreamTo(b)
 		if !b.dropped.Load() {
-			s.log.Info("closing a subscriber: its keyspace notifications from another master ended",
+			cs.log.Info("closing a subscriber: its keyspace notifications from another master ended",
 				zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.Error(err))
 			nc.Close()
 		}

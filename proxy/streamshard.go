@@ -281,12 +281,12 @@ func (ss *session) shardsElsewhere() bool {
 // branch there; an SUNSUBSCRIBE of every channel goes to every master that
 // holds some of the session's (shardUnsubscribeAll). It first marks that
 // confirmations are to be counted (shardCounts).
-func (s *Server) shardOnBranch(ss *session, c *call) bool {
+func (cs *clusterStream) shardOnBranch(ss *session, c *call) bool {
 	info := c.info
 	if info == nil || info.Name != "ssubscribe" && info.Name != "sunsubscribe" || ss.relay == nil {
 		return false
 	}
-	if s.cfg.Cluster == nil {
+	if !cs.on {
 		return false
 	}
 	ss.relay.shards.start()
@@ -295,13 +295,13 @@ func (s *Server) shardOnBranch(ss *session, c *call) bool {
 	}
 	args := c.cmd.Args
 	if len(args) == 1 {
-		return s.shardUnsubscribeAll(ss, c)
+		return cs.shardUnsubscribeAll(ss, c)
 	}
-	pool, keys := s.keysMaster(ss, info, args)
+	pool, keys := cs.keysMaster(ss, info, args)
 	if keys != keysOneSlot || samePool(pool, ss.pinPool) {
 		return false
 	}
-	b, err := s.branch(ss, pool)
+	b, err := cs.branch(ss, pool)
 	if err != nil {
 		ss.errorInStream(branchError(err))
 		return true
@@ -310,14 +310,14 @@ func (s *Server) shardOnBranch(ss *session, c *call) bool {
 	if info.Name == "ssubscribe" {
 		ss.shardBranched = true
 	}
-	s.shardSend(ss, b, c.cmd.Raw, len(args)-1)
+	cs.shardSend(ss, b, c.cmd.Raw, len(args)-1)
 	return true
 }
 
 // shardSend sends raw, an SSUBSCRIBE or SUNSUBSCRIBE, on branch b and
 // queues its confirmations in the pin's stream: frames of them, or with
 // 0 every one until the branch's count is 0 (an SUNSUBSCRIBE of all).
-func (s *Server) shardSend(ss *session, b *streamBranch, raw []byte, frames int) {
+func (cs *clusterStream) shardSend(ss *session, b *streamBranch, raw []byte, frames int) {
 	answered := ss.streamAnswered()
 	w := b.sendShard(raw, frames, answered)
 	if answered {
@@ -331,7 +331,7 @@ func (s *Server) shardSend(ss *session, b *streamBranch, raw []byte, frames int)
 // first; if none does, the pin alone answers, as one Redis does, with a
 // confirmation of no channel. It reports whether it took c (false: the
 // pin alone).
-func (s *Server) shardUnsubscribeAll(ss *session, c *call) bool {
+func (cs *clusterStream) shardUnsubscribeAll(ss *session, c *call) bool {
 	backend := ss.pools[ss.proto]
 	var pools []*upstream.Pool
 	pin := false
@@ -352,12 +352,12 @@ func (s *Server) shardUnsubscribeAll(ss *session, c *call) bool {
 		ss.streamCmds = append(ss.streamCmds, c.cmd.Raw)
 	}
 	for _, pool := range pools {
-		b, err := s.branch(ss, pool)
+		b, err := cs.branch(ss, pool)
 		if err != nil {
 			ss.errorInStream(branchError(err))
 			continue
 		}
-		s.shardSend(ss, b, c.cmd.Raw, 0)
+		cs.shardSend(ss, b, c.cmd.Raw, 0)
 	}
 	return true
 }
@@ -366,14 +366,14 @@ func (s *Server) shardUnsubscribeAll(ss *session, c *call) bool {
 // answer outside it (its only subscriptions on branches: shardsElsewhere),
 // as Redis does in the mode: ["pong", the argument or ""]. It reports
 // whether it answered.
-func (s *Server) subscribedPing(ss *session, c *call) bool {
+func (cs *clusterStream) subscribedPing(ss *session, c *call) bool {
 	if c.info == nil || c.info.Name != "ping" || !ss.shardsElsewhere() || ss.proto != 2 || ss.inTransaction() || !ss.streamAnswered() {
 		return false
 	}
 	if ss.subscribedSure {
 		return false // the pin is in the mode: it answers so
 	}
-	switch where, ok := s.modeElsewhere(ss); {
+	switch where, ok := cs.modeElsewhere(ss); {
 	case !ok:
 		return true // the session is closed
 	case where == subscribedNowhere:
@@ -403,8 +403,8 @@ const (
 // (redisSubscribed); if not, whether the branches hold shard channels of
 // the session's (counted from the confirmations shown before the probe's
 // answer). ok false: the session is closed.
-func (s *Server) modeElsewhere(ss *session) (where subscribedWhere, ok bool) {
-	subscribed, ok := s.redisSubscribed(ss)
+func (cs *clusterStream) modeElsewhere(ss *session) (where subscribedWhere, ok bool) {
+	subscribed, ok := cs.redisSubscribed(ss)
 	switch {
 	case !ok:
 		return subscribedNowhere, false
