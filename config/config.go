@@ -165,7 +165,7 @@ type UpstreamTLS struct {
 	// tls-auth-clients; both or neither.
 	CertFile   string `yaml:"cert_file"`
 	KeyFile    string `yaml:"key_file"`
-	ServerName string `yaml:"server_name"` // name verified in the server's certificate; "" = the host of upstream.address (in mode sentinel: of each server dialled)
+	ServerName string `yaml:"server_name"` // name verified in the server's certificate; "" = the host of upstream.address in mode standalone, of each server dialled in mode sentinel, of each node dialled or upstream.address's in mode cluster
 	// InsecureSkipVerify accepts any server certificate: for tests only.
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
@@ -199,9 +199,10 @@ func (t TLS) ServerConfig(readFile func(string) ([]byte, error)) (*tls.Config, e
 }
 
 // TLSConfig loads upstream.tls: nil when it is not enabled. The server name
-// defaults to the host of upstream.address, but in mode sentinel, where
-// upstream.address is unused: there each server is checked by the host it
-// is dialled at (the master the Sentinels name, each Sentinel).
+// defaults to the host of upstream.address in mode standalone. In the other
+// modes each server is checked by the host it is dialled at (the master the
+// Sentinels name, each Sentinel, each cluster node), and on a cluster by
+// TLSOtherName too.
 func (u Upstream) TLSConfig(readFile func(string) ([]byte, error)) (*tls.Config, error) {
 	t := u.TLS
 	if !t.Enabled {
@@ -215,7 +216,7 @@ func (u Upstream) TLSConfig(readFile func(string) ([]byte, error)) (*tls.Config,
 		// the handshake.
 		ClientSessionCache: tls.NewLRUClientSessionCache(0),
 	}
-	if c.ServerName == "" && u.Mode != "sentinel" {
+	if c.ServerName == "" && u.Mode != "sentinel" && u.Mode != "cluster" {
 		if host, _, err := net.SplitHostPort(u.Address); err == nil {
 			c.ServerName = host
 		}
@@ -234,6 +235,21 @@ func (u Upstream) TLSConfig(readFile func(string) ([]byte, error)) (*tls.Config,
 		c.Certificates = []tls.Certificate{cert}
 	}
 	return c, nil
+}
+
+// TLSOtherName is upstream.Config.TLSOtherName: in mode cluster without
+// upstream.tls.server_name, the host of upstream.address (the first seed),
+// so that nodes sharing the seed's certificate are accepted as well as
+// nodes whose certificates carry their own address.
+func (u Upstream) TLSOtherName() string {
+	if !u.TLS.Enabled || u.TLS.ServerName != "" || u.Mode != "cluster" {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(u.Address)
+	if err != nil {
+		return ""
+	}
+	return host
 }
 
 // loadKeyPair reads a PEM certificate and its key; errors name the keys

@@ -804,9 +804,25 @@ func TestTLSLoad(t *testing.T) {
 	if uc, _ := sentinel.TLSConfig(os.ReadFile); uc.ServerName != "" {
 		t.Fatalf("mode sentinel without server_name: ServerName %q, want none", uc.ServerName)
 	}
+	if other := sentinel.TLSOtherName(); other != "" {
+		t.Fatalf("mode sentinel: other name %q, want none", other)
+	}
+	cluster := up
+	cluster.Mode = "cluster" // each node by the host it is dialled at, or the seed's
+	if uc, _ := cluster.TLSConfig(os.ReadFile); uc.ServerName != "" || cluster.TLSOtherName() != "redis.internal" {
+		t.Fatalf("mode cluster without server_name: ServerName %q, other name %q; want none, redis.internal",
+			uc.ServerName, cluster.TLSOtherName())
+	}
+	if other := up.TLSOtherName(); other != "" {
+		t.Fatalf("mode standalone: other name %q, want none", other)
+	}
 	up.TLS.ServerName = "other.name"
 	if uc, _ := up.TLSConfig(os.ReadFile); uc.ServerName != "other.name" {
 		t.Fatalf("server_name %q", uc.ServerName)
+	}
+	cluster.TLS.ServerName = "other.name"
+	if uc, _ := cluster.TLSConfig(os.ReadFile); uc.ServerName != "other.name" || cluster.TLSOtherName() != "" {
+		t.Fatalf("mode cluster with server_name: ServerName %q, other name %q", uc.ServerName, cluster.TLSOtherName())
 	}
 	if uc, err := Default().Upstream.TLSConfig(os.ReadFile); uc != nil || err != nil {
 		t.Fatalf("upstream.tls off: %v, %v; want nil, nil", uc, err)

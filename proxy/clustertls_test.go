@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"crypto/tls"
 	"strconv"
 	"testing"
 	"time"
@@ -67,6 +68,49 @@ func TestClusterOverTLS(t *testing.T) {
 	}
 	if moved := redirects(t, p, "moved"); moved < 1 {
 		t.Errorf("no MOVED followed (%v): the move was not seen", moved)
+	}
+}
+
+// TestClusterNodesWithCertificatesOfTheirOwn: nodes announced at
+// addresses of their own (127.0.0.1, .2 and .3, all on the loopback) each
+// serve a certificate for one name. With no server name set, as
+// upstream.tls without server_name gives in mode cluster, a node's
+// certificate passes for the address rproxy dials it at (.2's) or for the
+// seed's host (.3's certificate is for 127.0.0.1 only, a name shared with
+// the seed). Checking every node by the seed's name alone, as before, fails
+// the handshake with .2: its keys would get errors.
+func TestClusterNodesWithCertificatesOfTheirOwn(t *testing.T) {
+	certs := tlstest.New(t)
+	ips := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+	certNames := []string{"127.0.0.1", "127.0.0.2", "127.0.0.1"}
+	node := 0
+	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB) []string {
+		ip, name := ips[node], certNames[node]
+		node++
+		certFile, keyFile := certs.ServerCertFor(tb, name)
+		args := append(certs.RedisArgs(redistest.FreePort(tb), "no"), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+			"--tls-cluster", "yes", "--tls-client-cert-file", certs.ClientCert, "--tls-client-key-file", certs.ClientKey)
+		if ip != "127.0.0.1" {
+			args = append(args, "--bind", "127.0.0.1", ip, "--cluster-announce-ip", ip)
+		}
+		return args
+	})
+	seed := "127.0.0.1:" + tlsPortOf(t, cl.Nodes[0])
+	p := proxytest.Start(t, seed, func(c *proxy.Config) {
+		c.Cluster = &upstream.ClusterConfig{Seeds: []string{seed}, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
+		c.HotKey.Tier = false
+		c.Upstream.TLS = &tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12}
+		c.Upstream.TLSOtherName = "127.0.0.1"
+	})
+	c := dialClient(t, p.Addr)
+	for i, n := range cl.Nodes {
+		k := keyOnMaster(t, cl, n, "own")
+		if r := c.do("SET", k, ips[i]); r != "+OK\r\n" {
+			t.Fatalf("SET %s, a key of the node at %s: %q", k, ips[i], r)
+		}
+		if r := string(n.Do(t, "GET", k)); r != "$"+strconv.Itoa(len(ips[i]))+"\r\n"+ips[i]+"\r\n" {
+			t.Errorf("%s on its node: %q", k, r)
+		}
 	}
 }
 

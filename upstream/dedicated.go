@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -154,9 +155,11 @@ func Dial(ctx context.Context, cfg Config) (net.Conn, error) {
 }
 
 // clientTLS returns cfg.TLS for a dial of addr, with ServerName defaulted
-// to addr's host (the master a Sentinel names, for a pool whose Address
-// is only a name) and RootCAs cfg.TLSRoots' current ones (a copy when
-// either changes; nil stays nil).
+// to addr's host (the master a Sentinel names, a cluster node the map
+// names, for a pool whose Address is only a name) and RootCAs cfg.TLSRoots'
+// current ones (a copy when either changes; nil stays nil). With
+// cfg.TLSOtherName, a certificate for either name is accepted
+// (verifyEitherName).
 func clientTLS(cfg Config, addr string) *tls.Config {
 	if cfg.TLS == nil {
 		return nil
@@ -165,7 +168,11 @@ func clientTLS(cfg Config, addr string) *tls.Config {
 	if cfg.TLS.ServerName == "" {
 		host, _, _ = net.SplitHostPort(addr)
 	}
-	if host == "" && cfg.TLSRoots == nil {
+	other := cfg.TLSOtherName
+	if other == host || cfg.TLS.InsecureSkipVerify || cfg.TLS.VerifyConnection != nil {
+		other = "" // one name, verification off, or installed by an earlier call
+	}
+	if host == "" && cfg.TLSRoots == nil && other == "" {
 		return cfg.TLS
 	}
 	c := cfg.TLS.Clone()
@@ -175,7 +182,43 @@ func clientTLS(cfg Config, addr string) *tls.Config {
 	if cfg.TLSRoots != nil {
 		c.RootCAs = cfg.TLSRoots()
 	}
+	if other != "" && c.ServerName != "" && c.ServerName != other {
+		roots := func() *x509.CertPool { return c.RootCAs }
+		if cfg.TLSRoots != nil {
+			roots = cfg.TLSRoots
+		}
+		c.VerifyConnection = verifyEitherName(roots, c.ServerName, other, c.Time)
+		c.InsecureSkipVerify = true // Go's own check knows one name; verifyEitherName does all of it
+	}
 	return c
+}
+
+// verifyEitherName is a tls.Config.VerifyConnection doing what Go's client
+// does for one name (the chain to roots, a server-auth certificate valid
+// now), with a certificate for name or for other accepted. It runs for
+// resumed sessions too.
+func verifyEitherName(roots func() *x509.CertPool, name, other string, clock func() time.Time) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: the server sent no certificate")
+		}
+		opts := x509.VerifyOptions{Roots: roots(), Intermediates: x509.NewCertPool()}
+		if clock != nil {
+			opts.CurrentTime = clock()
+		}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		leaf := cs.PeerCertificates[0]
+		if _, err := leaf.Verify(opts); err != nil {
+			return err
+		}
+		err := leaf.VerifyHostname(name)
+		if err == nil || leaf.VerifyHostname(other) == nil {
+			return nil
+		}
+		return fmt.Errorf("%w (nor for %s)", err, other)
+	}
 }
 
 // dial connects (with TLS when configured) and performs the handshake

@@ -83,6 +83,11 @@ type Config struct {
 	// place of TLS.RootCAs (nil: the system's), so that a reload's new
 	// upstream.tls.ca_file applies to the connections dialled after it.
 	TLSRoots func() *x509.CertPool
+	// TLSOtherName, when TLS.ServerName is empty, is a second name a
+	// server's certificate may carry instead of the host it is dialled at:
+	// on a cluster, the seed's host, for nodes that share one certificate
+	// while the map names them by address.
+	TLSOtherName string
 
 	// Sentinel, when not nil, gives the address to dial (Address is then
 	// only a name for logs): every connection dials the master it names,

@@ -237,3 +237,64 @@ func TestSentinelMasterOverTLSByItsHost(t *testing.T) {
 	}
 	nc.Close()
 }
+
+// TestDialAcceptsTheOtherName: with TLSOtherName (a cluster's seed host), a
+// certificate for the dialled host or for the other name passes, one for
+// neither or from another CA fails, and the chain is still checked when the
+// pool's config was made by an earlier clientTLS (Pool does that once).
+func TestDialAcceptsTheOtherName(t *testing.T) {
+	certs, stranger := tlstest.New(t), tlstest.New(t)
+	serve := func(c *tlstest.Certs, name string) string {
+		certFile, keyFile := c.ServerCertFor(t, name)
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { c.(*tls.Conn).Handshake(); c.Close() }()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	for _, tc := range []struct {
+		certs       *tlstest.Certs
+		certFor     string
+		other, want string // want: "" for a handshake that passes, else part of its error
+	}{
+		{certs, "127.0.0.1", "seed.example", ""},                   // the node's own address
+		{certs, "seed.example", "seed.example", ""},                // the seed's certificate, shared
+		{certs, "seed.example", "", "doesn't contain any IP SANs"}, // no other name: its own only
+		{certs, "node9.example", "seed.example", "nor for seed.example"},
+		{stranger, "seed.example", "seed.example", "unknown authority"},
+		{stranger, "127.0.0.1", "seed.example", "unknown authority"},
+	} {
+		addr := serve(tc.certs, tc.certFor)
+		for _, earlier := range []bool{false, true} {
+			cfg := Config{Address: addr, DialTimeout: 2 * time.Second, TLSOtherName: tc.other,
+				TLS: &tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12}}
+			if earlier {
+				cfg.TLS = clientTLS(cfg, addr)
+			}
+			nc, err := Dial(context.Background(), cfg)
+			if err == nil {
+				nc.Close()
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("certificate for %s, other name %q (earlier %v): %v", tc.certFor, tc.other, earlier, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("certificate for %s, other name %q (earlier %v): %v, want an error with %q", tc.certFor, tc.other, earlier, err, tc.want)
+			}
+		}
+	}
+}

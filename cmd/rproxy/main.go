@@ -183,6 +183,7 @@ func run(args []string) error {
 	pcfg.TLS, pcfg.Upstream.TLS = live.tls.start(files.tls)
 	if pcfg.Upstream.TLS != nil {
 		pcfg.Upstream.TLSRoots = live.tls.roots
+		pcfg.Upstream.TLSOtherName = cfg.Upstream.TLSOtherName()
 	}
 	sec.setCerts(files.tls.certs)
 	sec.checkCerts()

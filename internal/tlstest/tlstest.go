@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,6 +44,10 @@ type Certs struct {
 	Pool   *x509.CertPool  // holds the CA
 	Server tls.Certificate // ServerCert with ServerKey
 	Client tls.Certificate // ClientCert with ClientKey
+
+	caCert              *x509.Certificate
+	caKey               *ecdsa.PrivateKey
+	notBefore, notAfter time.Time
 }
 
 // New generates a CA, a server and a client certificate and writes them to
@@ -96,38 +101,60 @@ func NewValid(tb testing.TB, notBefore, notAfter time.Time) *Certs {
 	c.Pool = x509.NewCertPool()
 	c.Pool.AddCert(caCert)
 
-	leaf := func(cn string, usage x509.ExtKeyUsage, certFile, keyFile string, dns []string, ips []net.IP) tls.Certificate {
-		key := newKey(tb)
-		tmpl := &x509.Certificate{
-			SerialNumber: serial(tb),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    notBefore,
-			NotAfter:     notAfter,
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			DNSNames:     dns,
-			IPAddresses:  ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			tb.Fatalf("tlstest: %s: %v", cn, err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			tb.Fatalf("tlstest: %s key: %v", cn, err)
-		}
-		writePEM(tb, certFile, "CERTIFICATE", der)
-		writePEM(tb, keyFile, "PRIVATE KEY", keyDER)
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			tb.Fatalf("tlstest: %s: %v", cn, err)
-		}
-		return pair
-	}
-	c.Server = leaf("localhost", x509.ExtKeyUsageServerAuth, c.ServerCert, c.ServerKey,
+	c.caCert, c.caKey, c.notBefore, c.notAfter = caCert, caKey, notBefore, notAfter
+	c.Server = c.leaf(tb, "localhost", x509.ExtKeyUsageServerAuth, c.ServerCert, c.ServerKey,
 		[]string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback})
-	c.Client = leaf("rproxy-test-client", x509.ExtKeyUsageClientAuth, c.ClientCert, c.ClientKey, nil, nil)
+	c.Client = c.leaf(tb, "rproxy-test-client", x509.ExtKeyUsageClientAuth, c.ClientCert, c.ClientKey, nil, nil)
 	return c
+}
+
+// ServerCertFor writes a server certificate signed by the CA that is valid
+// for name alone (an IP address or a DNS name), and returns its PEM files:
+// a server that is not 127.0.0.1 to the client though it listens there.
+func (c *Certs) ServerCertFor(tb testing.TB, name string) (certFile, keyFile string) {
+	tb.Helper()
+	var dns []string
+	var ips []net.IP
+	if ip := net.ParseIP(name); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		dns = []string{name}
+	}
+	base := filepath.Join(c.Dir, "server-"+strings.NewReplacer(":", "_", "/", "_").Replace(name))
+	certFile, keyFile = base+".pem", base+"-key.pem"
+	c.leaf(tb, name, x509.ExtKeyUsageServerAuth, certFile, keyFile, dns, ips)
+	return certFile, keyFile
+}
+
+// leaf makes a certificate signed by the CA and writes it and its key.
+func (c *Certs) leaf(tb testing.TB, cn string, usage x509.ExtKeyUsage, certFile, keyFile string, dns []string, ips []net.IP) tls.Certificate {
+	tb.Helper()
+	key := newKey(tb)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(tb),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    c.notBefore,
+		NotAfter:     c.notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     dns,
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.caCert, &key.PublicKey, c.caKey)
+	if err != nil {
+		tb.Fatalf("tlstest: %s: %v", cn, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		tb.Fatalf("tlstest: %s key: %v", cn, err)
+	}
+	writePEM(tb, certFile, "CERTIFICATE", der)
+	writePEM(tb, keyFile, "PRIVATE KEY", keyDER)
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		tb.Fatalf("tlstest: %s: %v", cn, err)
+	}
+	return pair
 }
 
 // ClientConfig returns a client configuration that trusts the CA, for a
