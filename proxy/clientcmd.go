@@ -701,11 +701,11 @@ func redirectElsewhere(id int64) []byte {
 // CLIENT TRACKING command args make: with REDIRECT, the target's id on
 // that branch's master. The error is the reply, before anything is sent.
 func (s *Server) trackingOnBranches(ss *session, args [][]byte) ([][]byte, []byte) {
-	if len(ss.branches) == 0 {
+	if len(ss.cstream.branches) == 0 {
 		return nil, nil
 	}
-	cmds := make([][]byte, len(ss.branches))
-	for i, b := range ss.branches {
+	cmds := make([][]byte, len(ss.cstream.branches))
+	for i, b := range ss.cstream.branches {
 		cmd, errReply := s.trackingOnServer(args, b.pool.Address())
 		if errReply != nil {
 			return nil, errReply
@@ -822,7 +822,7 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 					ss.trackingArgs = ss.branchTrackingArgs(args)
 				}
 				for i, cmd := range branchCmds { // the branches made before bcastEverywhere's
-					ss.branches[i].send([][]byte{cmd}, []bool{false})
+					ss.cstream.branches[i].send([][]byte{cmd}, []bool{false})
 				}
 				ss.streamCmds = append(ss.streamCmds, raw)
 				return true
@@ -922,7 +922,7 @@ func (ss *session) replyClientText(text []byte) {
 // database it names, which Redis may refuse: the answer is then made when
 // its turn comes, with the database the replies before it settled.
 func (ss *session) answerClientText(text []byte) {
-	if ss.selectSettled() || ss.inTransaction() || !ss.streamAnswered() || ss.branchTx != nil ||
+	if ss.selectSettled() || ss.inTransaction() || !ss.streamAnswered() || ss.cstream.branchTx != nil ||
 		cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
 		ss.answerInStream(appendText(nil, ss.proto, text), func() []byte { return scriptText(text) })
 		return
@@ -1010,7 +1010,7 @@ func (s *Server) trackingInfoOfBranches(ss *session, raw []byte) []*branchReply 
 		return nil
 	}
 	var parts []*branchReply
-	for _, b := range ss.branches {
+	for _, b := range ss.cstream.branches {
 		if b.tracks {
 			parts = append(parts, b.send([][]byte{raw}, []bool{true})[0])
 		}
@@ -1077,7 +1077,7 @@ func (ss *session) forgetSubscriptions() {
 // Redis, and so does errorCmd (inside MULTI Redis keeps the flag until
 // EXEC).
 func (ss *session) substituteInStream(r []byte) {
-	if b := ss.branchTo(ss.branchTx); b != nil {
+	if b := ss.branchTo(ss.cstream.branchTx); b != nil {
 		// Inside a transaction on a branch: Redis rejects errorCmd there
 		// too, which makes its EXEC fail (EXECABORT), as on the pin; the
 		// client sees r in its place.

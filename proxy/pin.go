@@ -580,7 +580,7 @@ func (s *Server) leaveStream(ss *session) {
 	s.backToShared(ss)
 	s.resetSession(ss)
 	ss.redirect, ss.trackBcast, ss.trackPrefixes, ss.role = -1, false, nil, 0
-	ss.trackingArgs, ss.lastCaching = nil, nil // a later stream's branches must not track
+	ss.trackingArgs, ss.cstream.lastCaching = nil, nil // a later stream's branches must not track
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
 	// Redis's +RESET, held back by the relay: the client reads it once the
@@ -615,7 +615,7 @@ func (s *Server) leaveStreamUnsubscribed(ss *session) {
 func (ss *session) leavesStream() bool {
 	return ss.stream && ss.role == 0 && ss.redirect == -1 && !ss.trackBcast && ss.trackingArgs == nil &&
 		len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) == 0 &&
-		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.watchPool == nil && ss.branchTx == nil &&
+		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.cstream.watchPool == nil && ss.cstream.branchTx == nil &&
 		ss.db == 0 && !ss.dbUnknown && !ss.streamHeld
 }
 

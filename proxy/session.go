@@ -110,11 +110,9 @@ type session struct {
 	// subscribedSure: a modeProbe found Redis in RESP2's subscribed mode,
 	// and no unsubscribe went since, so no other probe is needed.
 	subscribedSure bool
-	// shardBranched: an SSUBSCRIBE went to a branch (streamshard.go).
-	shardBranched bool
-	killed        atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
-	blockedNow    atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
-	multiSent     bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
+	killed         atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
+	blockedNow     atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
+	multiSent      bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
 	// pinnedState: db, dbUnknown, inMulti, watching and the open
 	// transaction's queued SELECTs, as Redis's replies settle them.
 	pinnedState
@@ -156,29 +154,17 @@ type session struct {
 	// connection to Redis would stay with its entries, and closed when the
 	// client leaves.
 	pinTracked bool
-	// Tracking across a cluster's masters (streambranch.go): the session's
-	// connections to masters other than the pin's, the arguments of the
-	// CLIENT TRACKING ON that turns tracking on on a new one (nil: off),
-	// and the last CLIENT CACHING sent.
-	branches []*streamBranch
-	branchTx *upstream.Pool // a transaction sent on this master's branch, until its EXEC
-	// multiDeferred: a MULTI answered and not sent yet; the transaction's
-	// first command decides where it goes (deferStreamMulti).
-	multiDeferred bool
-	streamWatch   bool           // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
-	divertedTx    *divertedTx    // a transaction of a migrating slot, run on the shared connections at its EXEC (streamasked.go)
-	watchPool     *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
-	trackingArgs  [][]byte
-	lastCaching   []byte
+	// The state of stream mode beyond the pin on a cluster (clusterStream).
+	cstream clusterStreamState
+	// trackingArgs: the arguments of the CLIENT TRACKING ON in force in
+	// stream mode (nil: off), which a branch to another master is given.
+	trackingArgs [][]byte
+	streamWatch  bool // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
 	// streamHeld: the pin holds state the session does not follow (a
 	// SELECT sent in stream mode, CLIENT NO-EVICT or NO-TOUCH), so stream
 	// mode lasts until RESET (leavesStream).
 	streamHeld bool
 	noEvict    bool // CLIENT NO-EVICT ON sent (CLIENT LIST's e flag)
-	// Keyspace notifications from masters other than the pin's
-	// (streamnotify.go).
-	notifyBranches []*notifyBranch
-	notifyRef      atomic.Pointer[[]*notifyBranch] // notifyBranches, for other sessions (TRACKING REDIRECT)
 	// A CLIENT PAUSE or UNPAUSE queued in the open transaction, followed
 	// from its EXEC (pausewatch.go).
 	queuedPause [][]byte

@@ -479,7 +479,7 @@ func (cs *clusterStream) deferStreamMulti(ss *session, raw []byte) bool {
 	ss.route.multiRaw = bytes.Clone(raw) // sent later as the client spelled it (deferMulti)
 	ss.route.txQueued, ss.route.txFanOut = 0, nil
 	ss.noteTransaction("multi")
-	ss.multiDeferred = true
+	ss.cstream.multiDeferred = true
 	ss.relay.substitute([]byte("+OK\r\n"))
 	ss.streamCmds = append(ss.streamCmds, errorCmd)
 	ss.streamHelpers++
@@ -490,13 +490,13 @@ func (cs *clusterStream) deferStreamMulti(ss *session, raw []byte) bool {
 // reply hidden, to where c, the transaction's first command, goes: the
 // branch of its keys' master, or else the pin.
 func (cs *clusterStream) startDeferredStreamMulti(ss *session, c *call) {
-	ss.multiDeferred = false
+	ss.cstream.multiDeferred = false
 	if cs.branching(ss) {
 		pool, keys := cs.masterOf(ss, c.info, c.cmd.Args)
 		if keys == keysOneSlot && !samePool(pool, ss.pinPool) {
 			if b, err := cs.branch(ss, pool); err == nil {
 				b.send([][]byte{ss.route.multiRaw}, []bool{false})
-				ss.branchTx = pool
+				ss.cstream.branchTx = pool
 				return
 			}
 		}
@@ -521,7 +521,7 @@ func (cs *clusterStream) startDeferredStreamMulti(ss *session, c *call) {
 type streamMulti struct{ cs *clusterStream }
 
 func (st streamMulti) command(ss *session, c *call) bool {
-	if ss.multiDeferred {
+	if ss.cstream.multiDeferred {
 		st.cs.startDeferredStreamMulti(ss, c)
 	}
 	return false
@@ -536,14 +536,14 @@ func (streamMulti) replies(*session) {}
 // master's keys (masterOf).
 func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 	info := c.info
-	if ss.divertedTx != nil {
+	if ss.cstream.divertedTx != nil {
 		cs.divertedCommand(ss, c) // a transaction of a migrating slot (streamasked.go)
 		return true
 	}
 	if ss.route.keylessTx {
 		cs.keylessStreamTx(ss, c) // may move the transaction to a branch
 	}
-	if pool := ss.branchTx; pool != nil {
+	if pool := ss.cstream.branchTx; pool != nil {
 		if info != nil && (info.Handling == command.Reset || info.Handling == command.Quit) {
 			return false // run at once, inside MULTI too, as on Redis: RESET drops the branches
 		}
@@ -560,7 +560,7 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 		if info != nil && info.Handling == command.Transaction {
 			ss.noteTransaction(info.Name)
 			if !ss.multiSent { // EXEC or DISCARD: the WATCH ends too
-				ss.branchTx, ss.watchPool = nil, nil
+				ss.cstream.branchTx, ss.cstream.watchPool = nil, nil
 				ss.route.txQueued, ss.route.txFanOut = 0, nil
 			}
 		} else if cs.streamQueue(ss, c) {
@@ -572,7 +572,7 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 	// A WATCH on a branch keeps its transaction there even if the session
 	// may no longer branch (HELLO 2): on the pin, EXEC would run unwatched.
 	branching := cs.branching(ss)
-	if info == nil || ss.inTransaction() || ss.watchPool == nil && !branching {
+	if info == nil || ss.inTransaction() || ss.cstream.watchPool == nil && !branching {
 		return false
 	}
 	switch info.Name {
@@ -580,7 +580,7 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 		if cs.divertTransaction(ss, c) {
 			return true
 		}
-		pool := ss.watchPool // a WATCH holds there: the transaction goes there whole
+		pool := ss.cstream.watchPool // a WATCH holds there: the transaction goes there whole
 		if pool == nil {
 			var open bool
 			if pool, open = cs.branchTransaction(ss); open && branching && !ss.streamWatch && !ss.watching {
@@ -592,11 +592,11 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 		}
 		ss.route.txQueued, ss.route.txFanOut = 0, nil
 		ss.noteTransaction(info.Name)
-		ss.branchTx = pool
+		ss.cstream.branchTx = pool
 		cs.sendOnBranch(ss, c, pool)
 		return true
 	case "watch":
-		pool := ss.watchPool // later WATCHes go where the first went (other masters' keys: an error there)
+		pool := ss.cstream.watchPool // later WATCHes go where the first went (other masters' keys: an error there)
 		if pool == nil && branching && !ss.streamWatch && !ss.watching {
 			if p, keys := cs.keysMaster(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(p, ss.pinPool) && cs.hasBranch(ss, p) {
 				pool = p
@@ -605,15 +605,15 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 		if pool == nil {
 			return false
 		}
-		ss.watchPool = pool
+		ss.cstream.watchPool = pool
 		cs.sendOnBranch(ss, c, pool)
 		return true
 	case "unwatch":
-		pool := ss.watchPool
+		pool := ss.cstream.watchPool
 		if pool == nil {
 			return false
 		}
-		ss.watchPool = nil
+		ss.cstream.watchPool = nil
 		cs.sendOnBranch(ss, c, pool)
 		return true
 	}
@@ -644,12 +644,12 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 // transaction there: the pin's is discarded, and MULTI and those commands
 // are queued again on the session's branch to that master (replies not
 // shown: the client has had the pin's), where c and the rest go
-// (ss.branchTx). Before, that key's command failed on the pin and EXEC
+// (ss.cstream.branchTx). Before, that key's command failed on the pin and EXEC
 // answered EXECABORT. A key of the pin's master, a command rproxy acts on
 // (masterOf: keysNotPlain), or the end of the transaction leaves it on
 // the pin.
 func (cs *clusterStream) keylessStreamTx(ss *session, c *call) {
-	if !ss.inTransaction() || ss.branchTx != nil || !cs.branching(ss) {
+	if !ss.inTransaction() || ss.cstream.branchTx != nil || !cs.branching(ss) {
 		cs.routing.endKeyless(ss)
 		return
 	}
@@ -695,7 +695,7 @@ func (cs *clusterStream) keylessStreamTx(ss *session, c *call) {
 	}
 	cmds := append([][]byte{ss.route.multiRaw}, queued...)
 	b.send(cmds, make([]bool, len(cmds)))
-	ss.branchTx = pool
+	ss.cstream.branchTx = pool
 }
 
 // sendOnBranch sends c on the session's branch to pool (made on first use)
@@ -718,8 +718,8 @@ func (cs *clusterStream) sendOnBranchFollowed(ss *session, c *call, pool *upstre
 	// branch's is dropped, and the pin answers nothing.
 	answered := ss.streamAnswered()
 	cmds, want := [][]byte{c.cmd.Raw}, []bool{answered}
-	if ss.lastCaching != nil && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
-		cmds, want = [][]byte{ss.lastCaching, c.cmd.Raw}, []bool{false, answered}
+	if ss.cstream.lastCaching != nil && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		cmds, want = [][]byte{ss.cstream.lastCaching, c.cmd.Raw}, []bool{false, answered}
 	}
 	replies := b.sendFollowed(cmds, want, follow)
 	if answered {
@@ -763,7 +763,7 @@ func (cs *clusterStream) branchTracking(ss *session, pool *upstream.Pool, tracki
 		}
 	}
 	b := &streamBranch{pool: pool, d: d, relay: ss.relay, tracks: tracking != nil}
-	ss.branches = append(ss.branches, b)
+	ss.cstream.branches = append(ss.cstream.branches, b)
 	nc := ss.conn.NetConn()
 	go func() {
 		err := d.StreamTo(b)
@@ -847,7 +847,7 @@ func samePool(a, b *upstream.Pool) bool {
 
 // branchTo returns the session's branch to pool, nil if it has none.
 func (ss *session) branchTo(pool *upstream.Pool) *streamBranch {
-	for _, b := range ss.branches {
+	for _, b := range ss.cstream.branches {
 		if samePool(b.pool, pool) {
 			return b
 		}
@@ -869,10 +869,10 @@ func (cs *clusterStream) hasBranch(ss *session, pool *upstream.Pool) bool {
 // pushes). A notify branch that cannot send closes the client, as in
 // notifyEverywhere.
 func (ss *session) toBranches(cmd []byte) {
-	for _, b := range ss.branches {
+	for _, b := range ss.cstream.branches {
 		b.send([][]byte{cmd}, []bool{false})
 	}
-	for _, b := range ss.notifyBranches {
+	for _, b := range ss.cstream.notifyBranches {
 		if err := b.d.Send([][]byte{cmd}); err != nil {
 			ss.conn.NetConn().Close()
 			return
@@ -884,19 +884,19 @@ func (ss *session) toBranches(cmd []byte) {
 // and with them a transaction or WATCH sent on one.
 func (ss *session) dropBranches() {
 	ss.dropNotifyBranches()
-	for _, b := range ss.branches {
+	for _, b := range ss.cstream.branches {
 		b.dropped.Store(true)
 		b.pool.Discard(b.d)
 	}
-	ss.branches, ss.branchTx, ss.watchPool = nil, nil, nil
-	ss.shardBranched = false
+	ss.cstream.branches, ss.cstream.branchTx, ss.cstream.watchPool = nil, nil, nil
+	ss.cstream.shardBranched = false
 }
 
 // noteCaching remembers a CLIENT CACHING the client sent, for the branch
 // its next command may go to.
 func (ss *session) noteCaching(args [][]byte, raw []byte) {
 	if len(args) > 1 && bytes.EqualFold(args[1], []byte("caching")) {
-		ss.lastCaching = bytes.Clone(raw)
+		ss.cstream.lastCaching = bytes.Clone(raw)
 	}
 }
 

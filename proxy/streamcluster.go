@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // clusterStream is stream mode's reach beyond a session's pin on a
@@ -31,6 +32,26 @@ type clusterStream struct {
 	trackingOnServer func(args [][]byte, addr string) ([]byte, []byte) // CLIENT TRACKING as one master is sent it
 	redisSubscribed  func(ss *session) (subscribed, ok bool)           // the pin's RESP2 subscribed mode as Redis sees it
 	infoReply        func(reply []byte, caller *session, withProxy bool) []byte
+}
+
+// clusterStreamState is a session's state in clusterStream.
+type clusterStreamState struct {
+	// Tracking across a cluster's masters (streambranch.go): the session's
+	// connections to masters other than the pin's, and the last CLIENT
+	// CACHING sent.
+	branches    []*streamBranch
+	lastCaching []byte
+	branchTx    *upstream.Pool // a transaction sent on this master's branch, until its EXEC
+	watchPool   *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
+	// multiDeferred: a MULTI answered and not sent yet; the transaction's
+	// first command decides where it goes (deferStreamMulti).
+	multiDeferred bool
+	divertedTx    *divertedTx // a transaction of a migrating slot, run on the shared connections at its EXEC (streamasked.go)
+	shardBranched bool        // an SSUBSCRIBE went to a branch (streamshard.go)
+	// Keyspace notifications from masters other than the pin's
+	// (streamnotify.go).
+	notifyBranches []*notifyBranch
+	notifyRef      atomic.Pointer[[]*notifyBranch] // notifyBranches, for other sessions (TRACKING REDIRECT)
 }
 
 func (s *Server) newClusterStream() *clusterStream {
