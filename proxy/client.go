@@ -112,11 +112,7 @@ func (c *clientConn) Close() error {
 // gets a goroutine running its read loop.
 func (s *Server) serveClients(ln net.Listener) error {
 	defer func() {
-		s.mu.Lock()
-		for ss := range s.sessions {
-			ss.conn.nc.Close()
-		}
-		s.mu.Unlock()
+		s.sessions.each(func(ss *session) { ss.conn.nc.Close() })
 	}()
 	for {
 		nc, err := ln.Accept()

@@ -17,64 +17,6 @@ import (
 // KILL closes sessions, and UNBLOCK and TRACKING REDIRECT are sent to Redis
 // with the id Redis knows for the named session's pinned connection.
 
-// sessionsByID returns the sessions, oldest first.
-func (s *Server) sessionsByID() []*session {
-	all := s.liveSessions()
-	slices.SortFunc(all, func(a, b *session) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
-	return all
-}
-
-// liveSessions returns the sessions not killed, in no order.
-func (s *Server) liveSessions() []*session {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	all := make([]*session, 0, len(s.sessions))
-	for ss := range s.sessions {
-		if !ss.killed.Load() {
-			all = append(all, ss)
-		}
-	}
-	return all
-}
-
-// sessionByID returns the session with rproxy id id, or nil.
-func (s *Server) sessionByID(id int64) *session {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ss := range s.sessions {
-		if ss.id == id && !ss.killed.Load() {
-			return ss
-		}
-	}
-	return nil
-}
-
-// pinnedRedisID returns the Redis client id of the pinned connection of
-// session id, or 0 when there is no such session or it has none.
-func (s *Server) pinnedRedisID(id int64) int64 {
-	if d := s.pinOf(id); d != nil {
-		return d.RedisID()
-	}
-	return 0
-}
-
-// pinOf is the connection of its own that session id holds (nil: none).
-func (s *Server) pinOf(id int64) *upstream.Dedicated {
-	target := s.sessionByID(id)
-	if target == nil {
-		return nil
-	}
-	return target.pinRef.Load()
-}
-
 // clientStateOf returns what other sessions may read of ss: its live fields
 // when ss is the caller, else what it published after its last batch.
 func (s *Server) clientStateOf(ss, caller *session) clientState {
@@ -252,7 +194,7 @@ func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) 
 	}
 	now := s.clock()
 	var text []byte
-	for _, other := range s.sessionsByID() {
+	for _, other := range s.sessions.live() {
 		if ids != nil && !slices.Contains(ids, other.id) {
 			continue
 		}
@@ -273,7 +215,7 @@ func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) 
 func (s *Server) clientKill(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) == 3 {
-		for _, other := range s.sessionsByID() {
+		for _, other := range s.sessions.live() {
 			if other.conn.RemoteAddr() != string(args[2]) {
 				continue
 			}
@@ -348,7 +290,7 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 		return
 	}
 	var victims []*session
-	for _, other := range s.sessionsByID() {
+	for _, other := range s.sessions.live() {
 		st := s.clientStateOf(other, ss)
 		u := st.user
 		if u == "" {
@@ -433,7 +375,7 @@ func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 		return
 	}
 	var upstreamID int64
-	d := s.pinOf(id)
+	d := s.sessions.pinOf(id)
 	if d != nil {
 		upstreamID = d.RedisID()
 	}
@@ -681,7 +623,7 @@ func (s *Server) redirectTarget(args [][]byte) (int, *session, []byte) {
 		if !ok {
 			return 0, nil, []byte("-ERR value is not an integer or out of range\r\n")
 		}
-		target := s.sessionByID(id)
+		target := s.sessions.byID(id)
 		if target == nil || target.pinRef.Load() == nil {
 			return 0, nil, []byte("-ERR The client ID you want redirect to does not exist\r\n")
 		}

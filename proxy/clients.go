@@ -3,7 +3,6 @@ package proxy
 import (
 	"fmt"
 	"path"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,13 +93,7 @@ func (s *Server) publishView(ss *session) {
 // in seconds, db, the last command, user, and upstream=shared|pinned).
 // The asking session appears as it is now.
 func (s *Server) clientsList(caller *session) []byte {
-	s.mu.Lock()
-	sessions := make([]*session, 0, len(s.sessions))
-	for ss := range s.sessions {
-		sessions = append(sessions, ss)
-	}
-	s.mu.Unlock()
-	slices.SortFunc(sessions, func(a, b *session) int { return int(a.id - b.id) })
+	sessions := s.sessions.all()
 	now := s.clock()
 	var b strings.Builder
 	for _, ss := range sessions {

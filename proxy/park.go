@@ -191,13 +191,11 @@ func (s *Server) parkSweep(stop <-chan struct{}) {
 		// while the proxy is idle (clock.go).
 		now := time.Now()
 		idle := s.limits.Load().IdleTimeout
-		s.mu.Lock()
-		for ss := range s.sessions {
+		s.sessions.each(func(ss *session) {
 			if lc, ok := ss.conn.nc.(*limitedConn); ok && lc.poller != nil {
 				lc.sweep(now, s.parkAfter, idle)
 			}
-		}
-		s.mu.Unlock()
+		})
 	}
 }
 

@@ -77,8 +77,8 @@ type Server struct {
 	clock     func() time.Time // millisecond clock, cheap to read (coarse.now)
 	coarse    *coarseClock
 	stopClock context.CancelFunc
-	mu        sync.Mutex
-	sessions  map[*session]struct{}
+	mu        sync.Mutex    // guards ln and idle, and Shutdown against Serve
+	sessions  sessionSet    // every client's session (sessionset.go)
 	served    chan struct{} // closed when serve returns
 }
 
@@ -108,7 +108,6 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		cfg:      cfg,
 		log:      log,
 		metrics:  newMetrics(reg),
-		sessions: make(map[*session]struct{}),
 		served:   make(chan struct{}),
 		started:  time.Now(),
 	}
@@ -131,7 +130,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	s.clock = s.coarse.now
 	s.authing = &authenticating{users: cfg.Users, passthrough: cfg.AuthPassthrough, upstream: s.cfg.Upstream,
 		failures: s.metrics.authFailures, log: log, clock: s.clock, checker: newAuthChecker(s.cfg.Upstream),
-		draining: &s.draining, newPools: s.newPoolSet, sessionsOn: s.sessionsOn, flush: s.flush}
+		draining: &s.draining, newPools: s.newPoolSet, sessionsOn: s.sessions.on, flush: s.flush}
 	summaryDone := s.startConnSummary(clockCtx, cfg.ConnSummaryEvery)
 	s.stopClock = func() { stopClock(); <-summaryDone } // the last summary line is written
 	s.metricsUp = upstream.NewMetrics(reg)
@@ -271,13 +270,11 @@ func (s *Server) SetLimits(l Limits) error {
 	}
 	old := s.limits.Swap(&l)
 	if old.IdleTimeout != l.IdleTimeout {
-		s.mu.Lock()
-		for ss := range s.sessions {
+		s.sessions.each(func(ss *session) {
 			if lc, ok := ss.conn.NetConn().(*limitedConn); ok {
 				lc.setIdle(l.IdleTimeout)
 			}
-		}
-		s.mu.Unlock()
+		})
 	}
 	return nil
 }
@@ -356,12 +353,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for {
 		// Idle sessions are closed now; busy ones close themselves after
 		// writing their replies.
-		s.mu.Lock()
-		left := len(s.sessions)
-		for ss := range s.sessions {
+		left := 0
+		s.sessions.each(func(ss *session) {
+			left++
 			ss.closeIfIdle()
-		}
-		s.mu.Unlock()
+		})
 		if left == 0 {
 			break
 		}
@@ -433,19 +429,6 @@ func (s *Server) newPoolSet(ps *poolSet, ucfg upstream.Config) error {
 	return nil
 }
 
-// sessionsOn returns the sessions on the shared connections ps.
-func (s *Server) sessionsOn(ps *poolSet) []*session {
-	var on []*session
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ss := range s.sessions {
-		if ss.poolsRef.Load() == ps {
-			on = append(on, ss)
-		}
-	}
-	return on
-}
-
 func (s *Server) closePools() {
 	if s.hot != nil {
 		s.hot.Close()
@@ -478,9 +461,7 @@ func (s *Server) accept(c *clientConn) bool {
 	}
 	ss := newSession(s.nextID.Add(1), c, &s.pools, s.cfg.Users == nil)
 	c.ss = ss
-	s.mu.Lock()
-	s.sessions[ss] = struct{}{}
-	s.mu.Unlock()
+	s.sessions.add(ss)
 	s.metrics.clients.Inc()
 	s.metrics.accepted.Inc()
 	s.log.Debug("client connected", zap.String("client", c.RemoteAddr()), zap.Int64("id", ss.id)) // info: the summary (connlog.go)
@@ -489,9 +470,7 @@ func (s *Server) accept(c *clientConn) bool {
 
 func (s *Server) closed(c *clientConn, err error) {
 	ss := c.ss
-	s.mu.Lock()
-	delete(s.sessions, ss)
-	s.mu.Unlock()
+	s.sessions.remove(ss)
 	// A client gone mid-transaction, mid-watch or in another database takes
 	// its pinned connection with it, as its own connection would end.
 	s.unpin(ss, true)

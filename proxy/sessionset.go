@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/rproxy/rproxy/upstream"
+)
+
+// sessionSet is the sessions the proxy serves, each from its accept to its
+// close: what CLIENT LIST, KILL and UNBLOCK, PROXY CLIENTS, the drain, the
+// park sweep and a deleted user's close look through. Its zero value is
+// empty and ready.
+type sessionSet struct {
+	mu sync.Mutex
+	m  map[*session]struct{}
+}
+
+func (set *sessionSet) add(ss *session) {
+	set.mu.Lock()
+	if set.m == nil {
+		set.m = make(map[*session]struct{})
+	}
+	set.m[ss] = struct{}{}
+	set.mu.Unlock()
+}
+
+func (set *sessionSet) remove(ss *session) {
+	set.mu.Lock()
+	delete(set.m, ss)
+	set.mu.Unlock()
+}
+
+// each calls f for every session, killed ones too, under the set's lock:
+// f must not wait, nor add or remove sessions.
+func (set *sessionSet) each(f func(ss *session)) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	for ss := range set.m {
+		f(ss)
+	}
+}
+
+// all returns every session, killed ones too, oldest first.
+func (set *sessionSet) all() []*session {
+	return set.filtered(func(*session) bool { return true })
+}
+
+// live returns the sessions not killed, oldest first.
+func (set *sessionSet) live() []*session {
+	return set.filtered(func(ss *session) bool { return !ss.killed.Load() })
+}
+
+// on returns the sessions on the shared connections ps, oldest first.
+func (set *sessionSet) on(ps *poolSet) []*session {
+	return set.filtered(func(ss *session) bool { return ss.poolsRef.Load() == ps })
+}
+
+func (set *sessionSet) filtered(keep func(ss *session) bool) []*session {
+	set.mu.Lock()
+	out := make([]*session, 0, len(set.m))
+	for ss := range set.m {
+		if keep(ss) {
+			out = append(out, ss)
+		}
+	}
+	set.mu.Unlock()
+	slices.SortFunc(out, func(a, b *session) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// byID returns the session with rproxy id id, or nil (also when killed).
+func (set *sessionSet) byID(id int64) *session {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	for ss := range set.m {
+		if ss.id == id && !ss.killed.Load() {
+			return ss
+		}
+	}
+	return nil
+}
+
+// pinOf is the connection of its own that session id holds (nil: none).
+func (set *sessionSet) pinOf(id int64) *upstream.Dedicated {
+	if target := set.byID(id); target != nil {
+		return target.pinRef.Load()
+	}
+	return nil
+}
