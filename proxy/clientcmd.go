@@ -152,15 +152,6 @@ func validClientType(t []byte) bool {
 	return false
 }
 
-// clientList answers CLIENT LIST [TYPE type] [ID id ...].
-func (s *Server) clientList(ss *session, cmd resp.Command) []byte {
-	text, errReply := s.clientListText(ss, cmd)
-	if errReply != nil {
-		return errReply
-	}
-	return appendText(nil, ss.proto, text)
-}
-
 // clientListText is CLIENT LIST's text, or the error reply for bad
 // arguments.
 func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) {

@@ -255,14 +255,6 @@ type merge struct {
 	made func() []byte
 }
 
-// slotOf is key's hash slot on a cluster upstream; SlotAny otherwise.
-func (s *Server) slotOf(key []byte) int {
-	if s.cfg.Cluster == nil {
-		return upstream.SlotAny
-	}
-	return upstream.Slot(key)
-}
-
 // routing is the cluster routing stage: it presents a cluster as one
 // Redis. CLUSTER commands are answered by the facade (facade.go), each
 // command goes to its first key's master (slot), multi-key commands whose

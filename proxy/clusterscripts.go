@@ -36,7 +36,7 @@ type loadedScripts struct {
 	bodies  map[uint64]struct{}
 	// shown: the bodies of the SCRIPT LOADs rproxy sent lately, as MONITOR
 	// shows them (monitorRepr), and until when a MONITOR line of one is
-	// rproxy's own (ownMonitorLine).
+	// rproxy's own (ownMonitorCommand).
 	shown map[string]time.Time
 }
 

@@ -206,15 +206,6 @@ func lintGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
 	return mfs
 }
 
-func lintFamily(mfs []*dto.MetricFamily, name string) *dto.MetricFamily {
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf
-		}
-	}
-	return nil
-}
-
 // Every metric rproxy registers follows the Prometheus naming conventions
 // (promlint: _total on counters only, base units, help text, snake case).
 func TestMetricsLint(t *testing.T) {

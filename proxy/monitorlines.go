@@ -7,7 +7,7 @@ import (
 )
 
 // monitorLines is what a session in MONITOR mode is not shown of the lines
-// the masters send: rproxy's own housekeeping (Server.ownMonitorLine) and,
+// the masters send: rproxy's own housekeeping (Server.ownMonitorCommand) and,
 // on a cluster, all but the first line of a command rproxy sent to every
 // master (fanOutCommands: CONFIG SET, FLUSHALL, INFO...), which each master
 // shows, where one Redis would show one line. Its state is the session's:

@@ -639,20 +639,6 @@ func (r *streamRelay) writeFrame(b []byte) error {
 	return err
 }
 
-// ownMonitorLine reports whether line, a MONITOR line (+<time> [<db>
-// <addr>] <command>), shows one of rproxy's own housekeeping commands,
-// which no client sent and a MONITOR of Redis without rproxy would not
-// show: the local tier's PINGs on its tracking connections (its lag
-// probe, four a second while the tier holds something, and the barrier
-// after a write whose keys rproxy cannot see), and on a cluster the slot
-// map's CLUSTER SHARDS or SLOTS (a client's are answered by rproxy), and
-// the SCRIPT LOAD it sends every master before a script's first EVAL. The tier's fills, reads of what
-// clients asked for, still show.
-func (s *Server) ownMonitorLine(line []byte) bool {
-	addr, cmd, ok := monitorLineParts(line)
-	return ok && s.ownMonitorCommand(addr, cmd)
-}
-
 // monitorLineParts splits a MONITOR line (+<time> [<db> <addr>] <command>)
 // into the client's address and the command as MONITOR quotes it.
 func monitorLineParts(line []byte) (addr, cmd []byte, ok bool) {
@@ -668,7 +654,15 @@ func monitorLineParts(line []byte) (addr, cmd []byte, ok bool) {
 	return addr, line[end+2 : len(line)-2], true
 }
 
-// ownMonitorCommand is ownMonitorLine for a line's address and command.
+// ownMonitorCommand reports whether a MONITOR line's address and command
+// (monitorLineParts) show one of rproxy's own housekeeping commands,
+// which no client sent and a MONITOR of Redis without rproxy would not
+// show: the local tier's PINGs on its tracking connections (its lag
+// probe, four a second while the tier holds something, and the barrier
+// after a write whose keys rproxy cannot see), and on a cluster the slot
+// map's CLUSTER SHARDS or SLOTS (a client's are answered by rproxy), and
+// the SCRIPT LOAD it sends every master before a script's first EVAL. The
+// tier's fills, reads of what clients asked for, still show.
 func (s *Server) ownMonitorCommand(addr, cmd []byte) bool {
 	if body, ok := bytes.CutPrefix(cmd, []byte(`"SCRIPT" "LOAD" `)); ok {
 		// The SCRIPT LOAD rproxy sends every master before a script's
@@ -694,7 +688,7 @@ var (
 
 // ownCommand reports whether args, which a master logged (MONITOR,
 // SLOWLOG) as sent from addr, is one of rproxy's own housekeeping commands
-// (ownMonitorLine says which), spelled as rproxy sends them.
+// (ownMonitorCommand says which), spelled as rproxy sends them.
 func (s *Server) ownCommand(addr string, args [][]byte) bool {
 	owns := func(addr string) bool { return s.tiering != nil && s.tiering.engine.OwnsConn(addr) }
 	switch {
