@@ -22,7 +22,9 @@ import (
 // passes chain.stream instead: the same policy and tier stages; in RESP2's
 // subscribed mode, once Redis confirms it, what Redis refuses there goes
 // to Redis as sent (subscribedContext); then the transaction guard, auth, and
-// streamDispatch, which sends each command as it comes.
+// streamDispatch, which sends each command as it comes: to the pin, or on
+// a cluster through clusterStream (streamcluster.go) to a connection of
+// the session's own on the master its keys are on, or to every master.
 //
 // Stages that are off in the configuration are not in the chain, so the
 // path pays nothing for them.
