@@ -5,6 +5,8 @@ GOFMT     ?= $(shell $(GO) env GOROOT)/bin/gofmt
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   ?= -X main.version=$(VERSION)
 FUZZTIME  ?= 10s
+# golang.org/x/tools, whose cmd/deadcode `make lint` runs (from the Go module proxy).
+DEADCODE_VERSION ?= v0.52.0
 BENCHFLAGS ?=
 LISTEN    ?= 127.0.0.1:6380
 ADMIN     ?= 127.0.0.1:9121
@@ -108,10 +110,12 @@ bench: ## benchmark suite vs redis and twemproxy, ~6.5 min; report in bench/resu
 bench-quick: ## the suite with short runs, under 2 min: run it for every change
 	$(GO) run ./bench/cmd/suite -quick $(BENCHFLAGS)
 
-lint: ## gofmt -l must be empty; go vet
+lint: ## gofmt -l must be empty; go vet; no unreachable function (deadcode -test)
 	@files=$$(find . \( $(PRUNE) \) -prune -o -name '*.go' -type f -print | xargs -r $(GOFMT) -l); \
 	if [ -n "$$files" ]; then echo "gofmt needed on:"; echo "$$files"; exit 1; fi
 	$(GO) vet ./...
+	@dead=$$($(GO) run golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION) -test ./... 2>&1 | grep -v '^go: downloading'); \
+	if [ -n "$$dead" ]; then echo "unreachable code (golang.org/x/tools/cmd/deadcode -test):"; echo "$$dead"; exit 1; fi
 
 docker: ## build the rproxy container image
 	docker build --build-arg VERSION=$(VERSION) -t rproxy .
