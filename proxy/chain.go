@@ -622,7 +622,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 	}
 	if info != nil && info.Handling == command.Client {
 		defer ss.noteRedirect()
-		if s.streamClient(ss, cmd) {
+		if s.clientCmds.streamClient(ss, cmd) {
 			return true
 		}
 		ss.noteClientReply(cmd.Args) // Redis applies it to the pinned connection

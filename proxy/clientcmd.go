@@ -11,15 +11,24 @@ import (
 	"github.com/rproxy/rproxy/upstream"
 )
 
-// The CLIENT subcommands that name clients speak in the ids rproxy hands
-// out (CLIENT ID), since those are the only ids a client of rproxy knows:
-// LIST and INFO describe rproxy's sessions in Redis's own line format,
-// KILL closes sessions, and UNBLOCK and TRACKING REDIRECT are sent to Redis
-// with the id Redis knows for the named session's pinned connection.
+// clientCommands answers the CLIENT subcommands that name clients. They
+// speak in the ids rproxy hands out (CLIENT ID), since those are the only
+// ids a client of rproxy knows: LIST and INFO describe rproxy's sessions in
+// Redis's own line format, KILL closes sessions, and UNBLOCK and TRACKING
+// REDIRECT are sent to Redis with the id Redis knows for the named
+// session's pinned connection.
+type clientCommands struct {
+	sessions *sessionSet
+	stream   *clusterStream // a tracking session's branches on a cluster
+	users    Users          // rproxy's users (auth.mode proxy; nil: none), for KILL USER
+	cluster  bool           // a cluster upstream
+	pools    *poolSet       // the shared connections (ACL GETUSER)
+	clock    func() time.Time
+}
 
 // clientStateOf returns what other sessions may read of ss: its live fields
 // when ss is the caller, else what it published after its last batch.
-func (s *Server) clientStateOf(ss, caller *session) clientState {
+func (cc *clientCommands) clientStateOf(ss, caller *session) clientState {
 	if ss == caller {
 		return ss.liveState()
 	}
@@ -30,8 +39,8 @@ func (s *Server) clientStateOf(ss, caller *session) clientState {
 // Fields rproxy has no counterpart for (buffers, memory) are given as Redis
 // gives them for an idle client; the caller's own query buffer is its
 // command's length, as on Redis.
-func (s *Server) clientLine(dst []byte, ss, caller *session, cmd resp.Command, now time.Time) []byte {
-	st := s.clientStateOf(ss, caller)
+func (cc *clientCommands) clientLine(dst []byte, ss, caller *session, cmd resp.Command, now time.Time) []byte {
+	st := cc.clientStateOf(ss, caller)
 	cmdName := st.cmd
 	qbuf := 0
 	idle := now.Sub(ss.view.created)
@@ -154,7 +163,7 @@ func validClientType(t []byte) bool {
 
 // clientListText is CLIENT LIST's text, or the error reply for bad
 // arguments.
-func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) {
+func (cc *clientCommands) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) {
 	args := cmd.Args
 	var typ []byte
 	var ids []int64
@@ -183,16 +192,16 @@ func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) 
 			return nil, resp.AppendError(nil, "ERR syntax error")
 		}
 	}
-	now := s.clock()
+	now := cc.clock()
 	var text []byte
-	for _, other := range s.sessions.live() {
+	for _, other := range cc.sessions.live() {
 		if ids != nil && !slices.Contains(ids, other.id) {
 			continue
 		}
-		if typ != nil && clientType(s.clientStateOf(other, ss)) != string(typ) {
+		if typ != nil && clientType(cc.clientStateOf(other, ss)) != string(typ) {
 			continue
 		}
-		text = s.clientLine(text, other, ss, cmd, now)
+		text = cc.clientLine(text, other, ss, cmd, now)
 	}
 	return text, nil
 }
@@ -203,10 +212,10 @@ func (s *Server) clientListText(ss *session, cmd resp.Command) ([]byte, []byte) 
 // Redis would kill whichever of its connections matched, possibly one that
 // every client shares. A killed session is closed; the caller, when it
 // asked for itself (SKIPME no, or the old form), after the reply.
-func (s *Server) clientKill(ss *session, cmd resp.Command) {
+func (cc *clientCommands) clientKill(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) == 3 {
-		for _, other := range s.sessions.live() {
+		for _, other := range cc.sessions.live() {
 			if other.conn.RemoteAddr() != string(args[2]) {
 				continue
 			}
@@ -216,7 +225,7 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 				return
 			}
 			ss.replyInMode([]byte("+OK\r\n"))
-			s.killSession(ss, other)
+			cc.killSession(ss, other)
 			return
 		}
 		ss.replyInMode([]byte("-ERR No such client\r\n"))
@@ -276,13 +285,13 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 			return
 		}
 	}
-	if user != nil && !s.userExists(user) {
+	if user != nil && !cc.userExists(user) {
 		ss.replyInMode(resp.AppendError(nil, "ERR No such user '"+string(user)+"'"))
 		return
 	}
 	var victims []*session
-	for _, other := range s.sessions.live() {
-		st := s.clientStateOf(other, ss)
+	for _, other := range cc.sessions.live() {
+		st := cc.clientStateOf(other, ss)
 		u := st.user
 		if u == "" {
 			u = "default"
@@ -308,7 +317,7 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 	}
 	ss.replyInMode(resp.AppendInt(nil, int64(len(victims))))
 	for _, v := range victims {
-		s.killSession(ss, v)
+		cc.killSession(ss, v)
 	}
 }
 
@@ -317,17 +326,17 @@ func (s *Server) clientKill(ss *session, cmd resp.Command) {
 // Redis's ACL users, as Redis answers "No such user" for the rest. When
 // Redis will not say (rproxy's upstream user may not run ACL GETUSER), the
 // user is taken to exist: the kill then matches no session.
-func (s *Server) userExists(user []byte) bool {
+func (cc *clientCommands) userExists(user []byte) bool {
 	if string(user) == "default" {
 		return true
 	}
-	if s.cfg.Users != nil {
-		_, ok := s.cfg.Users[string(user)]
+	if cc.users != nil {
+		_, ok := cc.users[string(user)]
 		return ok
 	}
 	b := upstream.NewBatch()
 	b.Add(resp.AppendCommand(nil, []byte("ACL"), []byte("GETUSER"), user))
-	s.pools[2].Do(b)
+	cc.pools[2].Do(b)
 	switch string(b.Reply(0)) {
 	case "$-1\r\n", "*-1\r\n", "_\r\n":
 		return false
@@ -337,7 +346,7 @@ func (s *Server) userExists(user []byte) bool {
 
 // killSession closes victim: at once, or, when it is the caller, after the
 // replies of its batch.
-func (s *Server) killSession(caller, victim *session) {
+func (cc *clientCommands) killSession(caller, victim *session) {
 	victim.killed.Store(true)
 	if victim == caller {
 		caller.quit = true
@@ -349,7 +358,7 @@ func (s *Server) killSession(caller, victim *session) {
 // clientUnblock answers CLIENT UNBLOCK id [TIMEOUT|ERROR]: the session's
 // blocking command waits on its pinned connection, so Redis is asked to
 // unblock that connection, by the id Redis knows it by.
-func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
+func (cc *clientCommands) clientUnblock(ss *session, cmd resp.Command) {
 	args := cmd.Args
 	if len(args) != 3 && len(args) != 4 {
 		ss.forwardInMode(cmd.Raw) // Redis's arity error
@@ -366,7 +375,7 @@ func (s *Server) clientUnblock(ss *session, cmd resp.Command) {
 		return
 	}
 	var upstreamID int64
-	d := s.sessions.pinOf(id)
+	d := cc.sessions.pinOf(id)
 	if d != nil {
 		upstreamID = d.RedisID()
 	}
@@ -406,9 +415,9 @@ func slotOfServer(b backend, addr string) int {
 // GETREDIR unless Redis refuses the command (refused: trackingRefused,
 // asked before). A session with no pin yet takes one on the target's pin's
 // master. It returns the command to send, or the error to reply.
-func (s *Server) trackingRedirect(ss *session, cmd resp.Command, refused bool) ([]byte, []byte) {
+func (cc *clientCommands) trackingRedirect(ss *session, cmd resp.Command, refused bool) ([]byte, []byte) {
 	args := cmd.Args
-	at, target, errReply := s.redirectTarget(args)
+	at, target, errReply := cc.redirectTarget(args)
 	if errReply != nil {
 		return nil, errReply
 	}
@@ -418,7 +427,7 @@ func (s *Server) trackingRedirect(ss *session, cmd resp.Command, refused bool) (
 		switch {
 		case ss.pin != nil:
 			addr = ss.pin.Address()
-		case !ss.stream && s.cfg.Cluster != nil:
+		case !ss.stream && cc.cluster:
 			ss.slot = slotOfServer(ss.pools[ss.proto], addr)
 		}
 		if upstreamID = redirectIDOn(target, addr); upstreamID == 0 {
@@ -562,11 +571,11 @@ func prefixesOverlap(a, b []byte) bool {
 // of step, and turns tracking on with them; later Redis refuses it
 // (redis/redis#15073). rproxy answers Redis's error alone and sends
 // nothing. nil: the command goes to Redis.
-func (s *Server) trackingOverlapReply(args [][]byte, refused bool) []byte {
+func (cc *clientCommands) trackingOverlapReply(args [][]byte, refused bool) []byte {
 	if refused || !bcastOn(args) {
 		return nil
 	}
-	if _, _, errReply := s.redirectTarget(args); errReply != nil {
+	if _, _, errReply := cc.redirectTarget(args); errReply != nil {
 		return nil // Redis checks the target first
 	}
 	cString := func(b []byte) string { // as Redis's %s prints it
@@ -605,7 +614,7 @@ func trackingPrefixes(args [][]byte) [][]byte {
 // redirectTarget finds CLIENT TRACKING's REDIRECT argument: its index and
 // the session it names, which has a pin (nil: no REDIRECT), or Redis's
 // error for it.
-func (s *Server) redirectTarget(args [][]byte) (int, *session, []byte) {
+func (cc *clientCommands) redirectTarget(args [][]byte) (int, *session, []byte) {
 	for i := 2; i+1 < len(args); i++ {
 		if !bytes.EqualFold(args[i], []byte("redirect")) {
 			continue
@@ -614,7 +623,7 @@ func (s *Server) redirectTarget(args [][]byte) (int, *session, []byte) {
 		if !ok {
 			return 0, nil, []byte("-ERR value is not an integer or out of range\r\n")
 		}
-		target := s.sessions.byID(id)
+		target := cc.sessions.byID(id)
 		if target == nil || target.pinRef.Load() == nil {
 			return 0, nil, []byte("-ERR The client ID you want redirect to does not exist\r\n")
 		}
@@ -633,13 +642,13 @@ func redirectElsewhere(id int64) []byte {
 // trackingOnBranches returns, for each of the session's branches, the
 // CLIENT TRACKING command args make: with REDIRECT, the target's id on
 // that branch's master. The error is the reply, before anything is sent.
-func (s *Server) trackingOnBranches(ss *session, args [][]byte) ([][]byte, []byte) {
+func (cc *clientCommands) trackingOnBranches(ss *session, args [][]byte) ([][]byte, []byte) {
 	if len(ss.cstream.branches) == 0 {
 		return nil, nil
 	}
 	cmds := make([][]byte, len(ss.cstream.branches))
 	for i, b := range ss.cstream.branches {
-		cmd, errReply := s.trackingOnServer(args, b.pool.Address())
+		cmd, errReply := cc.trackingOnServer(args, b.pool.Address())
 		if errReply != nil {
 			return nil, errReply
 		}
@@ -651,8 +660,8 @@ func (s *Server) trackingOnBranches(ss *session, args [][]byte) ([][]byte, []byt
 // trackingOnServer returns the CLIENT TRACKING command args make on the
 // server at addr: a REDIRECT names the target's connection there
 // (redirectIDOn).
-func (s *Server) trackingOnServer(args [][]byte, addr string) ([]byte, []byte) {
-	at, target, errReply := s.redirectTarget(args)
+func (cc *clientCommands) trackingOnServer(args [][]byte, addr string) ([]byte, []byte) {
+	at, target, errReply := cc.redirectTarget(args)
 	if errReply != nil {
 		return nil, errReply
 	}
@@ -672,7 +681,7 @@ func (s *Server) trackingOnServer(args [][]byte, addr string) ([]byte, []byte) {
 // client ids, which Redis would answer with the pinned connection's: the
 // reply must still come in order with what Redis sends (answerInStream).
 // It reports whether it queued cmd.
-func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
+func (cc *clientCommands) streamClient(ss *session, cmd resp.Command) bool {
 	args := cmd.Args
 	if len(args) < 2 {
 		return false // Redis's arity error
@@ -689,7 +698,7 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		// session's connections: Redis sets it on the connection that
 		// failed to redirect an invalidation, that of the key's master.
 		redirect := ss.redirect
-		parts := s.trackingInfoOfBranches(ss, cmd.Raw)
+		parts := cc.trackingInfoOfBranches(ss, cmd.Raw)
 		if redirect <= 0 && len(parts) == 0 {
 			return false
 		}
@@ -719,7 +728,7 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		ss.answerInStream(ss.nameReply(), func() []byte { return scriptName(ss.name) })
 	case bytes.EqualFold(args[1], []byte("list")):
 		ss.settleSelect()
-		text, errReply := s.clientListText(ss, cmd)
+		text, errReply := cc.clientListText(ss, cmd)
 		if errReply != nil {
 			ss.replyInMode(errReply) // Redis's error for the arguments
 			return true
@@ -727,29 +736,29 @@ func (s *Server) streamClient(ss *session, cmd resp.Command) bool {
 		ss.answerClientText(text)
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("info")):
 		ss.settleSelect()
-		ss.answerClientText(s.clientLine(nil, ss, ss, cmd, s.clock()))
+		ss.answerClientText(cc.clientLine(nil, ss, ss, cmd, cc.clock()))
 	case bytes.EqualFold(args[1], []byte("kill")):
-		s.clientKill(ss, cmd)
+		cc.clientKill(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("unblock")):
-		s.clientUnblock(ss, cmd)
+		cc.clientUnblock(ss, cmd)
 	case bytes.EqualFold(args[1], []byte("tracking")):
 		// The branches it would make first: Redis's refusal there is the
 		// answer, and nothing has changed.
 		refused := ss.trackingRefused(args)
-		errReply := s.trackingOverlapReply(args, refused)
+		errReply := cc.trackingOverlapReply(args, refused)
 		var branchCmds [][]byte
 		if errReply == nil {
-			branchCmds, errReply = s.trackingOnBranches(ss, args)
+			branchCmds, errReply = cc.trackingOnBranches(ss, args)
 		}
 		if errReply == nil {
-			errReply = s.stream.bcastRedirectReaches(ss, args)
+			errReply = cc.stream.bcastRedirectReaches(ss, args)
 		}
 		if errReply == nil {
-			errReply = s.stream.bcastEverywhere(ss, args)
+			errReply = cc.stream.bcastEverywhere(ss, args)
 		}
 		if errReply == nil {
 			var raw []byte
-			if raw, errReply = s.trackingRedirect(ss, cmd, refused); errReply == nil {
+			if raw, errReply = cc.trackingRedirect(ss, cmd, refused); errReply == nil {
 				ss.pinTracked = true
 				if !refused {
 					ss.trackingArgs = ss.branchTrackingArgs(args)
@@ -938,8 +947,8 @@ var brokenRedirectFlag = []byte("$15\r\nbroken_redirect\r\n")
 // to each of the session's branches that track, for the pin's reply to
 // take their broken_redirect flag (streamClient); none where that reply is
 // not rewritten (rewriteInStream).
-func (s *Server) trackingInfoOfBranches(ss *session, raw []byte) []*branchReply {
-	if s.cfg.Cluster == nil || !ss.streamAnswered() || ss.inTransaction() || ss.redirect <= 0 {
+func (cc *clientCommands) trackingInfoOfBranches(ss *session, raw []byte) []*branchReply {
+	if !cc.cluster || !ss.streamAnswered() || ss.inTransaction() || ss.redirect <= 0 {
 		return nil
 	}
 	var parts []*branchReply

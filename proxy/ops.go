@@ -189,7 +189,7 @@ func replaceInfoField(text []byte, field string, v int) ([]byte, []byte) {
 // state is its live one (nil: none is, see infoReply).
 func (s *Server) clientCounts(caller *session) (connected, tracking int) {
 	for _, ss := range s.sessions.live() {
-		st := s.clientStateOf(ss, caller)
+		st := s.clientCmds.clientStateOf(ss, caller)
 		if st.role != 'S' {
 			connected++
 		}

@@ -46,6 +46,7 @@ type Server struct {
 	salting    *salting          // nil: salted fan-out off (salting.go)
 	routing    *routing          // nil: not a cluster upstream (cluster.go)
 	stream     *clusterStream    // stream mode beyond the pin on a cluster (streamcluster.go)
+	clientCmds *clientCommands   // CLIENT LIST, KILL, UNBLOCK, TRACKING REDIRECT (clientcmd.go)
 
 	idle      *idlepoll.Poller // parked idle clients (park.go); nil: none parked
 	parkAfter time.Duration    // Config.IdleParkAfter, resolved
@@ -184,7 +185,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		s.routing = &routing{cluster: s.cluster, table: &s.table, replicaPrefixes: cfg.ReplicaReadPrefixes,
 			passthrough: cfg.AuthPassthrough, salting: s.salting, scripts: newLoadedScripts(s.clock), facade: s.clusterCommand, pin: s.pinSession, flush: s.flush, refuse: s.refuseMsg, ownCommand: s.ownCommand, randN: rand.IntN}
 	}
+	s.clientCmds = &clientCommands{sessions: &s.sessions, users: cfg.Users, cluster: cfg.Cluster != nil, pools: &s.pools, clock: s.clock}
 	s.stream = s.newClusterStream()
+	s.clientCmds.stream = s.stream
 	s.chain = s.newChain()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopTable, s.tableDone = cancel, make(chan struct{})

@@ -780,9 +780,9 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		}
 		s.clientSetInfo(ss, args)
 	case "kill":
-		s.clientKill(ss, cmd)
+		s.clientCmds.clientKill(ss, cmd)
 	case "list":
-		text, errReply := s.clientListText(ss, cmd)
+		text, errReply := s.clientCmds.clientListText(ss, cmd)
 		if errReply != nil {
 			ss.reply(errReply)
 			return
@@ -793,21 +793,21 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			ss.forward(cmd.Raw)
 			return
 		}
-		ss.replyClientText(s.clientLine(nil, ss, ss, cmd, s.clock()))
+		ss.replyClientText(s.clientCmds.clientLine(nil, ss, ss, cmd, s.clock()))
 	case "unblock":
-		s.clientUnblock(ss, cmd)
+		s.clientCmds.clientUnblock(ss, cmd)
 	case "pause", "unpause", "help", "getredir", "trackinginfo":
 		// Read-only or server-wide: safe on a shared connection.
 		ss.forward(cmd.Raw)
 	case "tracking":
 		refused := ss.trackingRefused(args)
-		errReply := s.trackingOverlapReply(args, refused)
+		errReply := s.clientCmds.trackingOverlapReply(args, refused)
 		if errReply == nil {
 			errReply = s.stream.bcastRedirectReaches(ss, args)
 		}
 		var raw []byte
 		if errReply == nil {
-			raw, errReply = s.trackingRedirect(ss, cmd, refused)
+			raw, errReply = s.clientCmds.trackingRedirect(ss, cmd, refused)
 		}
 		if errReply != nil {
 			ss.reply(errReply)

@@ -57,5 +57,5 @@ type clusterStreamState struct {
 func (s *Server) newClusterStream() *clusterStream {
 	return &clusterStream{on: s.cfg.Cluster != nil, routing: s.routing, table: &s.table, timeout: s.cfg.Upstream.Timeout,
 		log: s.log, clock: s.clock, refuseMsg: s.refuseMsg, sendStreamBatch: s.sendStreamBatch,
-		trackingOnServer: s.trackingOnServer, redisSubscribed: s.redisSubscribed, infoReply: s.infoReply}
+		trackingOnServer: s.clientCmds.trackingOnServer, redisSubscribed: s.redisSubscribed, infoReply: s.infoReply}
 }
