@@ -101,7 +101,7 @@ func (s *Server) newChain() chain {
 	add(&c.stream, true, subscribedContext{s})
 	add(&c.stream, true, transactionGuard{s})
 	add(&c.stream, true, s.authing)
-	add(&c.stream, s.routing != nil, streamFacade{s}) // CLUSTER SLOTS and the like: rproxy's topology, not the master's
+	add(&c.stream, s.routing != nil, streamFacade{s.facade}) // CLUSTER SLOTS and the like: rproxy's topology, not the master's
 	add(&c.stream, true, streamDispatch{s})
 	return c
 }

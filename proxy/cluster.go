@@ -274,7 +274,7 @@ type routing struct {
 	passthrough     bool                           // auth.mode passthrough: sessions run as Redis users (aclRefusal)
 	salting         *salting                       // notes writes of salted keys (nil: off)
 	scripts         *loadedScripts                 // scripts EVAL has loaded on every master
-	facade          func(ss *session, cmd resp.Command) bool
+	facade          *facade                        // the CLUSTER commands rproxy answers (facade.go)
 	pin             func(ss *session, slot int) bool
 	flush           func(ss *session)
 	refuse          func(ss *session, msg string)
@@ -291,7 +291,7 @@ func (r *routing) command(ss *session, c *call) bool {
 		r.sharedTransactionCommand(ss, c.info)
 		return false
 	}
-	if c.info != nil && c.info.Name == "cluster" && r.facade(ss, c.cmd) {
+	if c.info != nil && c.info.Name == "cluster" && r.facade.clusterCommand(ss, c.cmd) {
 		return true
 	}
 	if c.info != nil && c.info.Name == "asking" && len(c.cmd.Args) == 1 && ss.pin == nil && !ss.inTransaction() {

@@ -18,12 +18,18 @@ import (
 // rproxy, which routes it to the real masters. COUNTKEYSINSLOT and
 // GETKEYSINSLOT go to the slot's master; other subcommands (HELP, LINKS,
 // topology changes the policy lets through) are forwarded as before.
+type facade struct {
+	cluster      *upstream.Cluster
+	announceAddr string // Config.ClusterAnnounce ("": the client's connection's local address)
+	tls          bool   // clients connect with TLS (CLUSTER SHARDS's tls-port)
+	refuseMsg    func(ss *session, msg string)
+}
 
 // clusterFacade answers a CLUSTER command for a cluster upstream, or queues
 // it for the right master; it reports false for the subcommands it leaves
 // to the normal path.
-func (s *Server) clusterFacade(ss *session, cmd resp.Command) bool {
-	if r, ok := s.facadeAnswer(ss, cmd.Args); ok {
+func (f *facade) clusterFacade(ss *session, cmd resp.Command) bool {
+	if r, ok := f.facadeAnswer(ss, cmd.Args); ok {
 		ss.reply(r)
 		return true
 	}
@@ -41,7 +47,7 @@ func (s *Server) clusterFacade(ss *session, cmd resp.Command) bool {
 // facadeAnswer is the facade's own answer to CLUSTER SLOTS, SHARDS, NODES,
 // INFO, MYID or KEYSLOT (args, with Redis's arity); false for any other
 // command.
-func (s *Server) facadeAnswer(ss *session, args [][]byte) ([]byte, bool) {
+func (f *facade) facadeAnswer(ss *session, args [][]byte) ([]byte, bool) {
 	if !isFacadeCommand(args) {
 		return nil, false
 	}
@@ -49,14 +55,14 @@ func (s *Server) facadeAnswer(ss *session, args [][]byte) ([]byte, bool) {
 	if sub == "keyslot" {
 		return resp.AppendInt(nil, int64(upstream.Slot(args[2]))), true
 	}
-	host, port := s.announce(ss)
+	host, port := f.announce(ss)
 	id := facadeID(host, port)
-	assigned := s.cluster.SlotsAssigned()
+	assigned := f.cluster.SlotsAssigned()
 	switch sub {
 	case "slots":
 		return appendFacadeSlots(nil, ss.proto, host, port, id, assigned), true
 	case "shards":
-		return appendFacadeShards(nil, ss.proto, host, port, id, assigned, s.cfg.TLS != nil), true
+		return appendFacadeShards(nil, ss.proto, host, port, id, assigned, f.tls), true
 	case "nodes":
 		return appendText(nil, ss.proto, facadeNodes(host, port, id, assigned)), true
 	case "info":
@@ -89,14 +95,14 @@ func isFacadeCommand(args [][]byte) bool {
 // and routing. Inside MULTI they are refused, as outside stream mode; in
 // RESP2's subscribed mode Redis refuses them (subscribedContext sends them
 // as they came).
-type streamFacade struct{ s *Server }
+type streamFacade struct{ f *facade }
 
 func (st streamFacade) command(ss *session, c *call) bool {
 	if c.info == nil || c.info.Name != "cluster" || !isFacadeCommand(c.cmd.Args) {
 		return false
 	}
-	if !st.s.refuseFacadeInMulti(ss, c.cmd.Args) {
-		r, _ := st.s.facadeAnswer(ss, c.cmd.Args)
+	if !st.f.refuseFacadeInMulti(ss, c.cmd.Args) {
+		r, _ := st.f.facadeAnswer(ss, c.cmd.Args)
 		ss.replyInMode(r) // in order with what Redis sends
 	}
 	return true
@@ -105,11 +111,11 @@ func (st streamFacade) command(ss *session, c *call) bool {
 // refuseFacadeInMulti refuses, inside a transaction, a CLUSTER command the
 // facade answers (args, isFacadeCommand): Redis would run it at EXEC, in
 // the array it returns. It reports whether it refused.
-func (s *Server) refuseFacadeInMulti(ss *session, args [][]byte) bool {
+func (f *facade) refuseFacadeInMulti(ss *session, args [][]byte) bool {
 	if !ss.inTransaction() {
 		return false
 	}
-	s.refuseMsg(ss, "CLUSTER "+string(bytes.ToUpper(args[1]))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
+	f.refuseMsg(ss, "CLUSTER "+string(bytes.ToUpper(args[1]))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
 	return true
 }
 
@@ -118,8 +124,8 @@ func (streamFacade) replies(*session) {}
 // announce is the address the facade gives clients: Config.ClusterAnnounce,
 // or the local address of the client's own connection (the address it
 // reached rproxy at).
-func (s *Server) announce(ss *session) (host string, port int) {
-	addr := s.cfg.ClusterAnnounce
+func (f *facade) announce(ss *session) (host string, port int) {
+	addr := f.announceAddr
 	if addr == "" {
 		if la := ss.conn.NetConn().LocalAddr(); la != nil {
 			addr = la.String()
@@ -243,12 +249,12 @@ func facadeInfo(assigned int) []byte {
 // facade's own answers are refused, as rproxy's other answers are
 // (refuseFacadeInMulti); the rest is queued on the transaction's master,
 // which gives a wrong arity Redis's own error.
-func (s *Server) clusterCommand(ss *session, cmd resp.Command) bool {
-	if isFacadeCommand(cmd.Args) && s.refuseFacadeInMulti(ss, cmd.Args) {
+func (f *facade) clusterCommand(ss *session, cmd resp.Command) bool {
+	if isFacadeCommand(cmd.Args) && f.refuseFacadeInMulti(ss, cmd.Args) {
 		return true
 	}
 	if ss.inTransaction() {
 		return false // queued in the transaction, on its master
 	}
-	return s.clusterFacade(ss, cmd)
+	return f.clusterFacade(ss, cmd)
 }

@@ -45,6 +45,7 @@ type Server struct {
 	cluster    *upstream.Cluster // the shared pools' cluster (nil: standalone)
 	salting    *salting          // nil: salted fan-out off (salting.go)
 	routing    *routing          // nil: not a cluster upstream (cluster.go)
+	facade     *facade           // the CLUSTER commands rproxy answers; nil when routing is (facade.go)
 	stream     *clusterStream    // stream mode beyond the pin on a cluster (streamcluster.go)
 	clientCmds *clientCommands   // CLIENT LIST, KILL, UNBLOCK, TRACKING REDIRECT (clientcmd.go)
 
@@ -182,8 +183,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		s.salting = &salting{engine: salted, tier: s.hot, coalescing: s.coalescing, shared: &s.pools}
 	}
 	if s.cluster != nil {
+		s.facade = &facade{cluster: s.cluster, announceAddr: cfg.ClusterAnnounce, tls: cfg.TLS != nil, refuseMsg: s.refuseMsg}
 		s.routing = &routing{cluster: s.cluster, table: &s.table, replicaPrefixes: cfg.ReplicaReadPrefixes,
-			passthrough: cfg.AuthPassthrough, salting: s.salting, scripts: newLoadedScripts(s.clock), facade: s.clusterCommand, pin: s.pinSession, flush: s.flush, refuse: s.refuseMsg, ownCommand: s.ownCommand, randN: rand.IntN}
+			passthrough: cfg.AuthPassthrough, salting: s.salting, scripts: newLoadedScripts(s.clock), facade: s.facade, pin: s.pinSession, flush: s.flush, refuse: s.refuseMsg, ownCommand: s.ownCommand, randN: rand.IntN}
 	}
 	s.clientCmds = &clientCommands{sessions: &s.sessions, users: cfg.Users, cluster: cfg.Cluster != nil, pools: &s.pools, clock: s.clock}
 	s.stream = s.newClusterStream()
