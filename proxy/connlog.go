@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,10 +22,18 @@ type connCounts struct {
 	byWhy  [len(closeReasons)]float64 // client_closed_by_proxy_total by reason
 }
 
-func (s *Server) connCounts() connCounts {
-	c := connCounts{opened: counterValue(s.metrics.accepted), open: s.clients.Load()}
+// connSummary writes the client connection summary lines
+// (start) from the metrics and the count of open clients.
+type connSummary struct {
+	metrics *metrics
+	open    *atomic.Int64 // Server.clients
+	log     *zap.Logger
+}
+
+func (cs connSummary) counts() connCounts {
+	c := connCounts{opened: counterValue(cs.metrics.accepted), open: cs.open.Load()}
 	for i, r := range closeReasons {
-		c.byWhy[i] = counterValue(s.metrics.rejected.WithLabelValues(r))
+		c.byWhy[i] = counterValue(cs.metrics.rejected.WithLabelValues(r))
 	}
 	return c
 }
@@ -38,13 +47,13 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// startConnSummary logs, every interval until ctx ends (and once more
+// start logs, every interval until ctx ends (and once more
 // then), one info line with the client connections opened and closed
 // since the last line and why rproxy closed or refused any: connection
 // events themselves are logged at debug, so short-lived clients do not
 // flood the journal. An interval with no connection event writes no line.
 // The returned channel is closed once the last line is written.
-func (s *Server) startConnSummary(ctx context.Context, every time.Duration) <-chan struct{} {
+func (cs connSummary) start(ctx context.Context, every time.Duration) <-chan struct{} {
 	done := make(chan struct{})
 	if every < 0 {
 		close(done)
@@ -57,15 +66,15 @@ func (s *Server) startConnSummary(ctx context.Context, every time.Duration) <-ch
 		defer close(done)
 		t := time.NewTicker(every)
 		defer t.Stop()
-		last := s.connCounts()
+		last := cs.counts()
 		for {
 			select {
 			case <-ctx.Done():
-				s.logConnSummary(last, s.connCounts(), every)
+				cs.write(last, cs.counts(), every)
 				return
 			case <-t.C:
-				now := s.connCounts()
-				s.logConnSummary(last, now, every)
+				now := cs.counts()
+				cs.write(last, now, every)
 				last = now
 			}
 		}
@@ -73,8 +82,8 @@ func (s *Server) startConnSummary(ctx context.Context, every time.Duration) <-ch
 	return done
 }
 
-// logConnSummary writes the summary of what changed from last to now.
-func (s *Server) logConnSummary(last, now connCounts, every time.Duration) {
+// write writes the summary of what changed from last to now.
+func (cs connSummary) write(last, now connCounts, every time.Duration) {
 	opened := int64(now.opened - last.opened)
 	closed := opened - (now.open - last.open)
 	fields := []zap.Field{zap.Int64("opened", opened), zap.Int64("closed", closed), zap.Int64("open", now.open),
@@ -95,6 +104,6 @@ func (s *Server) logConnSummary(last, now connCounts, every time.Duration) {
 		fields = append(fields, zap.Int64(key, n))
 	}
 	if changed {
-		s.log.Info("client connections", fields...)
+		cs.log.Info("client connections", fields...)
 	}
 }

@@ -133,7 +133,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	s.authing = &authenticating{users: cfg.Users, passthrough: cfg.AuthPassthrough, upstream: s.cfg.Upstream,
 		failures: s.metrics.authFailures, log: log, clock: s.clock, checker: newAuthChecker(s.cfg.Upstream),
 		draining: &s.draining, newPools: s.newPoolSet, sessionsOn: s.sessions.on, flush: s.flush}
-	summaryDone := s.startConnSummary(clockCtx, cfg.ConnSummaryEvery)
+	summaryDone := connSummary{metrics: s.metrics, open: &s.clients, log: log}.start(clockCtx, cfg.ConnSummaryEvery)
 	s.stopClock = func() { stopClock(); <-summaryDone } // the last summary line is written
 	s.metricsUp = upstream.NewMetrics(reg)
 	if err := s.newPoolSet(&s.pools, cfg.Upstream); err != nil {
