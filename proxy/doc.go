@@ -22,6 +22,14 @@
 // Then flush (session.go) writes every reply back in the
 // client's order, byte for byte as Redis sent it or as a stage made it.
 //
+// Besides the stages, the parts that need no Server are types of their
+// own holding only what they use: clusterStream (streamcluster.go: stream
+// mode beyond the pin on a cluster, with a session's state for it in
+// clusterStreamState), clientCommands (clientcmd.go: the CLIENT commands
+// that name clients), facade (facade.go: the CLUSTER commands rproxy
+// answers), sessionSet (sessionset.go: the sessions served) and
+// connSummary (connlog.go).
+//
 // Each client's read loop runs on a goroutine of its own while the client
 // is active; a client idle for limits.idle_park_after is parked (park.go):
 // its goroutine ends and its socket waits in an epoll set of rproxy's own
