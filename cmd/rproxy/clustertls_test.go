@@ -27,15 +27,8 @@ func TestClusterTLSNamesFromTheConfigFile(t *testing.T) {
 	certNames := []string{"127.0.0.1", "127.0.0.2", "127.0.0.1"}
 	node := 0
 	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB) []string {
-		ip, name := ips[node], certNames[node]
 		node++
-		certFile, keyFile := certs.ServerCertFor(tb, name)
-		args := append(certs.RedisArgs(redistest.FreePort(tb), "no"), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-			"--tls-cluster", "yes", "--tls-client-cert-file", certs.ClientCert, "--tls-client-key-file", certs.ClientKey)
-		if ip != "127.0.0.1" {
-			args = append(args, "--bind", "127.0.0.1", ip, "--cluster-announce-ip", ip)
-		}
-		return args
+		return certs.ClusterNodeArgs(tb, redistest.FreePort(tb), certNames[node-1], ips[node-1])
 	})
 	v, err := resp.Parse(cl.Nodes[0].Do(t, "CONFIG", "GET", "tls-port"))
 	if err != nil || len(v.Elems) != 2 {

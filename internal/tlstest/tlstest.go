@@ -192,6 +192,23 @@ func (c *Certs) RedisArgs(tlsPort int, authClients string) []string {
 	}
 }
 
+// ClusterNodeArgs returns the redis-server arguments of a cluster node
+// serving TLS on tlsPort, to clients and on its bus (tls-cluster yes, with
+// the client certificate for the bus's outgoing links), with a server
+// certificate for certName alone (ServerCertFor). A node whose announceIP
+// is not 127.0.0.1 binds it too and announces it (any 127/8 address is
+// the loopback): CLUSTER SHARDS then names it there.
+func (c *Certs) ClusterNodeArgs(tb testing.TB, tlsPort int, certName, announceIP string) []string {
+	tb.Helper()
+	certFile, keyFile := c.ServerCertFor(tb, certName)
+	args := append(c.RedisArgs(tlsPort, "no"), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-cluster", "yes", "--tls-client-cert-file", c.ClientCert, "--tls-client-key-file", c.ClientKey)
+	if announceIP != "127.0.0.1" {
+		args = append(args, "--bind", "127.0.0.1", announceIP, "--cluster-announce-ip", announceIP)
+	}
+	return args
+}
+
 func newKey(tb testing.TB) *ecdsa.PrivateKey {
 	tb.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
