@@ -682,7 +682,7 @@ func (streamDispatch) replies(*session) {}
 // tracking-redir-broken push names (streamRelay.redirect).
 func (ss *session) noteRedirect() {
 	if ss.relay != nil {
-		ss.relay.redirect.Store(ss.redirect)
+		ss.relay.redirect.Store(ss.tracking.redirect)
 	}
 }
 

@@ -437,14 +437,14 @@ func (cc *clientCommands) trackingRedirect(ss *session, cmd resp.Command, refuse
 	if len(args) > 2 && !refused {
 		switch {
 		case bytes.EqualFold(args[2], []byte("off")):
-			ss.redirect, ss.trackBcast, ss.trackPrefixes = -1, false, nil
+			ss.tracking.redirect, ss.tracking.trackBcast, ss.tracking.trackPrefixes = -1, false, nil
 		case bytes.EqualFold(args[2], []byte("on")):
-			ss.redirect, ss.trackBcast = 0, false
+			ss.tracking.redirect, ss.tracking.trackBcast = 0, false
 			for _, a := range args[3:] {
-				ss.trackBcast = ss.trackBcast || bytes.EqualFold(a, []byte("bcast"))
+				ss.tracking.trackBcast = ss.tracking.trackBcast || bytes.EqualFold(a, []byte("bcast"))
 			}
-			if !ss.trackBcast {
-				ss.trackPrefixes = nil
+			if !ss.tracking.trackBcast {
+				ss.tracking.trackPrefixes = nil
 				break
 			}
 			prefixes := trackingPrefixes(args)
@@ -452,8 +452,8 @@ func (cc *clientCommands) trackingRedirect(ss *session, cmd resp.Command, refuse
 				prefixes = [][]byte{{}} // Redis's prefix for BCAST alone
 			}
 			for _, p := range prefixes {
-				if !slices.ContainsFunc(ss.trackPrefixes, func(q []byte) bool { return bytes.Equal(p, q) }) {
-					ss.trackPrefixes = append(ss.trackPrefixes, bytes.Clone(p))
+				if !slices.ContainsFunc(ss.tracking.trackPrefixes, func(q []byte) bool { return bytes.Equal(p, q) }) {
+					ss.tracking.trackPrefixes = append(ss.tracking.trackPrefixes, bytes.Clone(p))
 				}
 			}
 		}
@@ -462,7 +462,7 @@ func (cc *clientCommands) trackingRedirect(ss *session, cmd resp.Command, refuse
 		return cmd.Raw, nil
 	}
 	if !refused {
-		ss.redirect = target.id
+		ss.tracking.redirect = target.id
 	}
 	out := slices.Clone(args)
 	out[at] = strconv.AppendInt(nil, upstreamID, 10)
@@ -472,8 +472,8 @@ func (cc *clientCommands) trackingRedirect(ss *session, cmd resp.Command, refuse
 // trackingRefused reports whether Redis refuses CLIENT TRACKING args (its
 // reply an error, its tracking state unchanged), as Redis 7.0's
 // clientCommand decides from the arguments and from what the session's
-// tracking is now (ss.redirect, ss.trackBcast, ss.trackingArgs,
-// ss.trackPrefixes): a syntax error, PREFIX without BCAST, BCAST with
+// tracking is now (ss.tracking.redirect, ss.tracking.trackBcast, ss.tracking.trackingArgs,
+// ss.tracking.trackPrefixes): a syntax error, PREFIX without BCAST, BCAST with
 // OPTIN or OPTOUT, both OPTIN and OPTOUT, two REDIRECTs, a switch of BCAST
 // or of OPTIN/OPTOUT while tracking is on, or a prefix that overlaps one
 // Redis holds (either starts the other) or, for the first prefix given,
@@ -524,18 +524,18 @@ func (ss *session) trackingRefused(args [][]byte) bool {
 	if prefixes > 0 && !bcast || bcast && (optin || optout) || optin && optout {
 		return true
 	}
-	if ss.redirect != -1 { // tracking is on: its mode may not switch
+	if ss.tracking.redirect != -1 { // tracking is on: its mode may not switch
 		var wasIn, wasOut bool
-		for _, a := range ss.trackingArgs {
+		for _, a := range ss.tracking.trackingArgs {
 			wasIn = wasIn || bytes.EqualFold(a, []byte("optin"))
 			wasOut = wasOut || bytes.EqualFold(a, []byte("optout"))
 		}
-		if bcast != ss.trackBcast || optin && wasOut || optout && wasIn {
+		if bcast != ss.tracking.trackBcast || optin && wasOut || optout && wasIn {
 			return true
 		}
 	}
 	if bcast {
-		return prefixesCollide(ss.trackPrefixes, trackingPrefixes(args))
+		return prefixesCollide(ss.tracking.trackPrefixes, trackingPrefixes(args))
 	}
 	return false
 }
@@ -690,14 +690,14 @@ func (cc *clientCommands) streamClient(ss *session, cmd resp.Command) bool {
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("id")):
 		ss.replyInMode(resp.AppendInt(nil, ss.id))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("getredir")):
-		ss.replyInMode(resp.AppendInt(nil, ss.redirect))
+		ss.replyInMode(resp.AppendInt(nil, ss.tracking.redirect))
 	case len(args) == 2 && bytes.EqualFold(args[1], []byte("trackinginfo")):
 		// Redis's reply, with the redirect in rproxy's ids: the id the
 		// client gave, also after its session is gone (broken_redirect),
 		// and on a cluster the broken_redirect flag of any of the
 		// session's connections: Redis sets it on the connection that
 		// failed to redirect an invalidation, that of the key's master.
-		redirect := ss.redirect
+		redirect := ss.tracking.redirect
 		parts := cc.trackingInfoOfBranches(ss, cmd.Raw)
 		if redirect <= 0 && len(parts) == 0 {
 			return false
@@ -759,9 +759,9 @@ func (cc *clientCommands) streamClient(ss *session, cmd resp.Command) bool {
 		if errReply == nil {
 			var raw []byte
 			if raw, errReply = cc.trackingRedirect(ss, cmd, refused); errReply == nil {
-				ss.pinTracked = true
+				ss.tracking.pinTracked = true
 				if !refused {
-					ss.trackingArgs = ss.branchTrackingArgs(args)
+					ss.tracking.trackingArgs = ss.branchTrackingArgs(args)
 				}
 				for i, cmd := range branchCmds { // the branches made before bcastEverywhere's
 					ss.cstream.branches[i].send([][]byte{cmd}, []bool{false})
@@ -865,7 +865,7 @@ func (ss *session) replyClientText(text []byte) {
 // its turn comes, with the database the replies before it settled.
 func (ss *session) answerClientText(text []byte) {
 	if ss.selectSettled() || ss.inTransaction() || !ss.streamAnswered() || ss.cstream.branchTx != nil ||
-		cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
 		ss.answerInStream(appendText(nil, ss.proto, text), func() []byte { return scriptText(text) })
 		return
 	}
@@ -948,7 +948,7 @@ var brokenRedirectFlag = []byte("$15\r\nbroken_redirect\r\n")
 // take their broken_redirect flag (streamClient); none where that reply is
 // not rewritten (rewriteInStream).
 func (cc *clientCommands) trackingInfoOfBranches(ss *session, raw []byte) []*branchReply {
-	if !cc.cluster || !ss.streamAnswered() || ss.inTransaction() || ss.redirect <= 0 {
+	if !cc.cluster || !ss.streamAnswered() || ss.inTransaction() || ss.tracking.redirect <= 0 {
 		return nil
 	}
 	var parts []*branchReply
@@ -1030,7 +1030,7 @@ func (ss *session) substituteInStream(r []byte) {
 	}
 	marker := errorCmd
 	if args := ss.call.cmd.Args; len(args) > 0 && bytes.EqualFold(args[0], []byte("client")) &&
-		!ss.inTransaction() && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+		!ss.inTransaction() && cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
 		marker = clientErrorCmd
 	}
 	ss.streamCmds = append(ss.streamCmds, marker)

@@ -53,8 +53,8 @@ type clientState struct {
 func (ss *session) liveState() clientState {
 	return clientState{name: ss.name, user: ss.user, cmd: ss.lastCmd, db: ss.db, pinned: ss.pin != nil || ss.stream,
 		multi: ss.inTransaction(), stream: ss.stream, role: ss.role, proto: ss.proto,
-		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.redirect >= 0,
-		redirect: ss.redirect, bcast: ss.trackBcast, noEvict: ss.noEvict, selectSeq: ss.selectSeq}
+		subs: len(ss.subscribed['c']), psubs: len(ss.subscribed['p']), ssubs: len(ss.subscribed['s']), tracking: ss.tracking.redirect >= 0,
+		redirect: ss.tracking.redirect, bcast: ss.tracking.trackBcast, noEvict: ss.noEvict, selectSeq: ss.selectSeq}
 }
 
 // publishedState is ss's state as published for other sessions, its db

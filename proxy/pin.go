@@ -171,7 +171,7 @@ func (s *Server) pinSession(ss *session, slot int) bool {
 	pool := ss.pools[ss.proto].PinPool(slot)
 	d := ss.takeKept(pool)
 	if d != nil {
-		ss.pinTracked = true // its keys are still tracked
+		ss.tracking.pinTracked = true // its keys are still tracked
 	} else {
 		var err error
 		if d, err = pool.Acquire(context.Background()); err != nil {
@@ -223,7 +223,7 @@ func (s *Server) doPinned(ss *session) {
 	held := ss.inMulti || ss.multiSent || ss.watching || ss.db != 0 || ss.dbUnknown
 	// Before this batch (movePin): Redis's state, not the client's view,
 	// which counts a MULTI sent in this batch.
-	heldBefore := ss.inMulti || ss.watching || ss.db != 0 || ss.dbUnknown || ss.pinDirty || ss.pinTracked
+	heldBefore := ss.inMulti || ss.watching || ss.db != 0 || ss.dbUnknown || ss.pinDirty || ss.tracking.pinTracked
 	for _, t := range ss.track {
 		held = held || t.kind != trackNone
 	}
@@ -467,7 +467,7 @@ func (ss *session) pinHoldsAtMostATransaction() bool {
 // the client has left (clientGone) and a reset would be needed: Redis then
 // sees the client's connection end, not a RESET in SLOWLOG and MONITOR
 // after the client is gone. One that tracked keys stays the session's
-// (session.pinTracked).
+// (trackingState.pinTracked).
 func (s *Server) unpin(ss *session, clientGone bool) {
 	if ss.pin == nil {
 		return
@@ -480,9 +480,9 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 	switch {
 	case ss.stream:
 		ss.pinPool.Release(ss.pin) // interrupted above: closed, not reused
-	case (needsReset || ss.pinTracked) && clientGone:
+	case (needsReset || ss.tracking.pinTracked) && clientGone:
 		ss.pinPool.Discard(ss.pin)
-	case ss.pinTracked:
+	case ss.tracking.pinTracked:
 		if !needsReset || ss.pinPool.ResetLent(ss.pin) {
 			ss.kept = append(ss.kept, keptPin{pool: ss.pinPool, d: ss.pin})
 		}
@@ -491,7 +491,7 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 	default:
 		ss.pinPool.ReleaseClean(ss.pin) // nothing ran on it that a RESET would clear
 	}
-	ss.pin, ss.pinDirty, ss.pinTracked, ss.pinAsking = nil, false, false, false
+	ss.pin, ss.pinDirty, ss.tracking.pinTracked, ss.pinAsking = nil, false, false, false
 	ss.pinTx.reset()
 	ss.pinSlots = ss.pinSlots[:0]
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
@@ -512,7 +512,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	if err := ss.conn.Flush(); err != nil {
 		return
 	}
-	ss.stream, ss.cachingSent = true, false
+	ss.stream, ss.tracking.cachingSent = true, false
 	// A WATCH the pin holds from before is stream mode's to follow now
 	// (noteTransaction): an UNSUBSCRIBE of nothing must not leave the mode
 	// and reset the connection under it (TestStreamModeKeepsAWatchFromBefore).
@@ -528,7 +528,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	}
 	relay.monitoring.Store(ss.role == 'O')
 	relay.shards.pinAddr = pin.Address()
-	relay.redirect.Store(ss.redirect)
+	relay.redirect.Store(ss.tracking.redirect)
 	s.stream.startShardMoves(ss, relay)
 	ss.relay, ss.streamEnded = relay, ended
 	go func() {
@@ -552,7 +552,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 // of ss.streamCmds: the copy ends at Redis's answer to an end marker sent
 // after it (streamEnd), Redis's +RESET is queued as the batch's reply, the
 // connection goes back to its pool (one that tracked keys stays the
-// session's: session.pinTracked), and the session goes on as a new one,
+// session's: trackingState.pinTracked), and the session goes on as a new one,
 // on the shared connections (as the RESET left it on Redis: no
 // subscriptions, no tracking, no MONITOR, RESP2, database 0, and in auth
 // modes proxy and passthrough, not logged in). Staying on the pinned
@@ -576,11 +576,11 @@ func (s *Server) leaveStream(ss *session) {
 	// its pool, which resets it and logs it in again as after any pinned
 	// session (a pipeline of SUBSCRIBE and RESET costs Redis no connection
 	// per pair). One that tracked keys is reset the same way and kept by
-	// the session instead (session.pinTracked).
+	// the session instead (trackingState.pinTracked).
 	s.backToShared(ss)
 	s.resetSession(ss)
-	ss.redirect, ss.trackBcast, ss.trackPrefixes, ss.role = -1, false, nil, 0
-	ss.trackingArgs, ss.cstream.lastCaching = nil, nil // a later stream's branches must not track
+	ss.tracking.redirect, ss.tracking.trackBcast, ss.tracking.trackPrefixes, ss.role = -1, false, nil, 0
+	ss.tracking.trackingArgs, ss.cstream.lastCaching = nil, nil // a later stream's branches must not track
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
 	// Redis's +RESET, held back by the relay: the client reads it once the
@@ -613,7 +613,7 @@ func (s *Server) leaveStreamUnsubscribed(ss *session) {
 // ordinary connection on Redis that rproxy can serve outside it
 // (leaveStreamUnsubscribed).
 func (ss *session) leavesStream() bool {
-	return ss.stream && ss.role == 0 && ss.redirect == -1 && !ss.trackBcast && ss.trackingArgs == nil &&
+	return ss.stream && ss.role == 0 && ss.tracking.redirect == -1 && !ss.tracking.trackBcast && ss.tracking.trackingArgs == nil &&
 		len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) == 0 &&
 		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.cstream.watchPool == nil && ss.cstream.branchTx == nil &&
 		ss.db == 0 && !ss.dbUnknown && !ss.streamHeld
@@ -684,7 +684,7 @@ func (s *Server) redisSubscribed(ss *session) (subscribed, ok bool) {
 
 // sendStream writes the batch's commands to the pinned connection.
 func (s *Server) sendStream(ss *session) {
-	ss.cachingSent = cachingHeldAfter(ss.cachingSent, ss.streamCmds)
+	ss.tracking.cachingSent = cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds)
 	ss.pinSent += len(ss.streamCmds)
 	if err := ss.pin.Send(ss.streamCmds); err != nil {
 		s.log.Info("pub/sub upstream write failed", zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id),

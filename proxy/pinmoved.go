@@ -92,7 +92,7 @@ var (
 // clustertx.go).
 func (s *Server) followPinnedRedirects(ss *session, rt *upstream.Router) {
 	n := ss.batch.Len()
-	if len(ss.track) != n || ss.pinTracked {
+	if len(ss.track) != n || ss.tracking.pinTracked {
 		return
 	}
 	table := s.table.Load()

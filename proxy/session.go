@@ -99,11 +99,6 @@ type session struct {
 	pinAskSlot int
 	pinTx      pinnedTx // the open transaction on a cluster's pin (pinmoved.go)
 	pinSlots   []int    // the slots of the keys the pin ran commands of, on a cluster (pinServed)
-	redirect   int64    // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
-	trackBcast bool     // CLIENT TRACKING on in BCAST mode
-	// trackPrefixes: in BCAST mode, the prefixes Redis holds for the
-	// session ("" for none given); each CLIENT TRACKING on adds to them.
-	trackPrefixes [][]byte
 	// The channels, patterns and shard channels subscribed, by kind
 	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
 	subscribed map[byte]map[string]struct{}
@@ -141,25 +136,12 @@ type session struct {
 	// nor the command after a SKIP (replySkipped while it runs): no relay
 	// answer may wait for such a command's reply.
 	replyOff, skipNext, replySkipped bool
-	// cachingSent: Redis holds a CLIENT CACHING flag after the stream-mode
-	// commands sent so far (cachingHeldAfter).
-	cachingSent bool
-	role        byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
-	// pinTracked: CLIENT TRACKING went to the pinned connection. Redis keeps
-	// the connection's id in its tracking table for the keys read while
-	// tracking, until they change, RESET or not: another session that
-	// turned tracking on on it would get invalidations of this one's keys.
-	// So it is never pooled: once the session no longer needs it, it is
-	// kept for this session's next pin (kept), as the client's own
-	// connection to Redis would stay with its entries, and closed when the
-	// client leaves.
-	pinTracked bool
+	role                             byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 	// The state of stream mode beyond the pin on a cluster (clusterStream).
 	cstream clusterStreamState
-	// trackingArgs: the arguments of the CLIENT TRACKING ON in force in
-	// stream mode (nil: off), which a branch to another master is given.
-	trackingArgs [][]byte
-	streamWatch  bool // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
+	// CLIENT TRACKING as the session set it up (trackingState).
+	tracking    trackingState
+	streamWatch bool // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
 	// streamHeld: the pin holds state the session does not follow (a
 	// SELECT sent in stream mode, CLIENT NO-EVICT or NO-TOUCH), so stream
 	// mode lasts until RESET (leavesStream).
@@ -221,7 +203,7 @@ type batchWork struct {
 }
 
 func newSession(id int64, c *clientConn, pools *poolSet, authed bool) *session {
-	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, slot: upstream.SlotAny, redirect: -1}
+	ss := &session{id: id, conn: c, proto: 2, pools: pools, authed: authed, slot: upstream.SlotAny, tracking: trackingState{redirect: -1}}
 	ss.view.created = time.Now()
 	ss.poolsRef.Store(pools)
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr()); err == nil {
@@ -814,12 +796,12 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			return
 		}
 		s.startStream(ss, raw)
-		ss.pinTracked = ss.pinTracked || ss.stream
+		ss.tracking.pinTracked = ss.tracking.pinTracked || ss.stream
 		if ss.stream && !refused {
-			ss.trackingArgs = ss.branchTrackingArgs(args)
+			ss.tracking.trackingArgs = ss.branchTrackingArgs(args)
 			if refusal := s.stream.bcastEverywhere(ss, args); refusal != nil {
 				// The pin refuses it too, and answers: tracking stays off.
-				ss.trackingArgs, ss.redirect, ss.trackBcast, ss.trackPrefixes = nil, -1, false, nil
+				ss.tracking.trackingArgs, ss.tracking.redirect, ss.tracking.trackBcast, ss.tracking.trackPrefixes = nil, -1, false, nil
 				ss.noteRedirect()
 			}
 		}
@@ -1113,4 +1095,30 @@ func (s *Server) countLocal(ss *session) {
 		s.metrics.refused.Add(float64(ss.refusedCount))
 		ss.refusedCount = 0
 	}
+}
+
+// trackingState is what a session's CLIENT TRACKING set up: what CLIENT
+// GETREDIR and TRACKINGINFO report, what a cluster's branches are given,
+// and whether its pinned connection holds Redis's tracking entries.
+type trackingState struct {
+	redirect   int64 // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
+	trackBcast bool  // CLIENT TRACKING on in BCAST mode
+	// trackPrefixes: in BCAST mode, the prefixes Redis holds for the
+	// session ("" for none given); each CLIENT TRACKING on adds to them.
+	trackPrefixes [][]byte
+	// trackingArgs: the arguments of the CLIENT TRACKING ON in force in
+	// stream mode (nil: off), which a branch to another master is given.
+	trackingArgs [][]byte
+	// cachingSent: Redis holds a CLIENT CACHING flag after the stream-mode
+	// commands sent so far (cachingHeldAfter).
+	cachingSent bool
+	// pinTracked: CLIENT TRACKING went to the pinned connection. Redis keeps
+	// the connection's id in its tracking table for the keys read while
+	// tracking, until they change, RESET or not: another session that
+	// turned tracking on on it would get invalidations of this one's keys.
+	// So it is never pooled: once the session no longer needs it, it is
+	// kept for this session's next pin (kept), as the client's own
+	// connection to Redis would stay with its entries, and closed when the
+	// client leaves.
+	pinTracked bool
 }

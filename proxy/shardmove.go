@@ -116,7 +116,7 @@ func (cs *clusterStream) mayResubscribe(ss *session, pool *upstream.Pool) bool {
 		return false
 	}
 	if samePool(pool, ss.pinPool) {
-		return ss.streamAnswered() && !ss.skipNext && !cachingHeldAfter(ss.cachingSent, ss.streamCmds)
+		return ss.streamAnswered() && !ss.skipNext && !cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds)
 	}
 	return true
 }

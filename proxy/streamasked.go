@@ -87,8 +87,8 @@ func (cs *clusterStream) streamFollow(ss *session, c *call) func(slot int) []byt
 // invalidation push (tracked: RESP3, tracking on, no REDIRECT). A RESP2
 // tracking session's may not: its invalidations go to another connection.
 func (ss *session) readsElsewhere() (tracked, ok bool) {
-	tracked = ss.redirect == 0 && ss.proto == 3
-	return tracked, ss.redirect == -1 || tracked
+	tracked = ss.tracking.redirect == 0 && ss.proto == 3
+	return tracked, ss.tracking.redirect == -1 || tracked
 }
 
 // rawKeys returns the keys of raw, a command as the client sent it.

@@ -384,7 +384,7 @@ func (cs *clusterStream) branching(ss *session) bool {
 	if ss.resp2Subscribed() {
 		return false
 	}
-	return ss.redirect == -1 || ss.trackingArgs != nil
+	return ss.tracking.redirect == -1 || ss.tracking.trackingArgs != nil
 }
 
 // commandKeys is what masterOf found of a command's keys.
@@ -473,7 +473,7 @@ func (cs *clusterStream) branchTransaction(ss *session) (pool *upstream.Pool, op
 // outside stream mode (deferMulti). Sent to the pin, a first command of
 // another master's key could only fail. It reports whether it deferred.
 func (cs *clusterStream) deferStreamMulti(ss *session, raw []byte) bool {
-	if !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+	if !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
 		return false // Redis's own handling of the reply, or of the caching flag, is kept
 	}
 	ss.route.multiRaw = bytes.Clone(raw) // sent later as the client spelled it (deferMulti)
@@ -669,7 +669,7 @@ func (cs *clusterStream) keylessStreamTx(ss *session, c *call) {
 		ss.route.keyless = append(ss.route.keyless, bytes.Clone(c.cmd.Raw))
 		return
 	case keys != keysOneSlot || samePool(pool, ss.pinPool) || !ss.streamAnswered() || ss.skipNext ||
-		cachingHeldAfter(ss.cachingSent, ss.streamCmds):
+		cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds):
 		cs.routing.endKeyless(ss) // stays on the pin
 		return
 	}
@@ -718,7 +718,7 @@ func (cs *clusterStream) sendOnBranchFollowed(ss *session, c *call, pool *upstre
 	// branch's is dropped, and the pin answers nothing.
 	answered := ss.streamAnswered()
 	cmds, want := [][]byte{c.cmd.Raw}, []bool{answered}
-	if ss.cstream.lastCaching != nil && cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+	if ss.cstream.lastCaching != nil && cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
 		cmds, want = [][]byte{ss.cstream.lastCaching, c.cmd.Raw}, []bool{false, answered}
 	}
 	replies := b.sendFollowed(cmds, want, follow)
@@ -733,7 +733,7 @@ func (cs *clusterStream) sendOnBranchFollowed(ss *session, c *call, pool *upstre
 // connection of the pool (in the session's protocol, as its user), with
 // tracking turned on as the client last turned it on, if it is on.
 func (cs *clusterStream) branch(ss *session, pool *upstream.Pool) (*streamBranch, error) {
-	return cs.branchTracking(ss, pool, ss.trackingArgs)
+	return cs.branchTracking(ss, pool, ss.tracking.trackingArgs)
 }
 
 // branchTracking is branch, a new branch tracking as the CLIENT TRACKING
@@ -903,13 +903,13 @@ func (ss *session) noteCaching(args [][]byte, raw []byte) {
 // branchTrackingArgs returns the arguments of a CLIENT TRACKING that turns
 // tracking on as args leave it, for a new branch (nil: args turn it off):
 // in BCAST mode with every prefix Redis holds for the session
-// (ss.trackPrefixes, updated from args before), not only args' own.
+// (ss.tracking.trackPrefixes, updated from args before), not only args' own.
 func (ss *session) branchTrackingArgs(args [][]byte) [][]byte {
 	out := trackingOn(args)
-	if out == nil || !ss.trackBcast {
+	if out == nil || !ss.tracking.trackBcast {
 		return out
 	}
-	kept := append(make([][]byte, 0, len(out)+2*len(ss.trackPrefixes)), out[:3]...)
+	kept := append(make([][]byte, 0, len(out)+2*len(ss.tracking.trackPrefixes)), out[:3]...)
 	for j := 3; j < len(out); j++ {
 		switch {
 		case bytes.EqualFold(out[j], []byte("prefix")) && j+1 < len(out):
@@ -921,7 +921,7 @@ func (ss *session) branchTrackingArgs(args [][]byte) [][]byte {
 			kept = append(kept, out[j])
 		}
 	}
-	for _, p := range ss.trackPrefixes {
+	for _, p := range ss.tracking.trackPrefixes {
 		if len(p) > 0 {
 			kept = append(kept, []byte("PREFIX"), bytes.Clone(p))
 		}

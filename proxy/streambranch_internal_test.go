@@ -29,9 +29,9 @@ func TestBranchTrackingArgsKeepsEveryPrefix(t *testing.T) {
 		{false, nil, "CLIENT TRACKING on OPTIN NOLOOP", "CLIENT TRACKING on OPTIN NOLOOP"},
 		{false, nil, "CLIENT TRACKING off", ""},
 	} {
-		ss := &session{trackBcast: tc.bcast}
+		ss := &session{tracking: trackingState{trackBcast: tc.bcast}}
 		for _, p := range tc.prefixes {
-			ss.trackPrefixes = append(ss.trackPrefixes, []byte(p))
+			ss.tracking.trackPrefixes = append(ss.tracking.trackPrefixes, []byte(p))
 		}
 		got := bytes.Join(ss.branchTrackingArgs(split(tc.args)), []byte(" "))
 		if string(got) != tc.want {

@@ -159,7 +159,7 @@ func isFlush(name string) bool { return name == "flushall" || name == "flushdb" 
 // a flush's included, as pushes on its own connections (RESP3 tracking
 // without REDIRECT): on each of its connections, the pin and every branch.
 func (ss *session) tracksPushes() bool {
-	return ss.proto == 3 && ss.redirect == 0 && ss.trackingArgs != nil
+	return ss.proto == 3 && ss.tracking.redirect == 0 && ss.tracking.trackingArgs != nil
 }
 
 // flushDrops returns, for a transaction on the connection txAddr that
@@ -248,7 +248,7 @@ func (cs *clusterStream) armStreamTx(ss *session, a relayAnswer) {
 // pin may hold a command of fanOutCommands: one among the read's commands
 // before its EXEC or DISCARD, or the read ends before them.
 func (cs *clusterStream) mayFanOutInTransaction(ss *session) bool {
-	if cs.routing == nil || !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.cachingSent, ss.streamCmds) {
+	if cs.routing == nil || !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
 		return false // no reply to merge into, or to the errorCmd; an errorCmd would drop the client's CLIENT CACHING flag
 	}
 	table := cs.table.Load()
