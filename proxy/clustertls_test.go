@@ -83,11 +83,7 @@ func TestClusterNodesWithCertificatesOfTheirOwn(t *testing.T) {
 	certs := tlstest.New(t)
 	ips := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
 	certNames := []string{"127.0.0.1", "127.0.0.2", "127.0.0.1"}
-	node := 0
-	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB) []string {
-		node++
-		return certs.ClusterNodeArgs(tb, redistest.FreePort(tb), certNames[node-1], ips[node-1])
-	})
+	cl := redistest.StartClusterWith(t, 3, 0, redistest.TLSNodes(certs, ips, certNames))
 	seed := "127.0.0.1:" + tlsPortOf(t, cl.Nodes[0])
 	p := proxytest.Start(t, seed, func(c *proxy.Config) {
 		c.Cluster = &upstream.ClusterConfig{Seeds: []string{seed}, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}

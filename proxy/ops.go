@@ -188,7 +188,7 @@ func replaceInfoField(text []byte, field string, v int) ([]byte, []byte) {
 // those killed), tracking_clients those with tracking on. caller's own
 // state is its live one (nil: none is, see infoReply).
 func (s *Server) clientCounts(caller *session) (connected, tracking int) {
-	for _, ss := range s.sessions.live() {
+	for _, ss := range s.sessions.unordered() {
 		st := s.clientCmds.clientStateOf(ss, caller)
 		if st.role != 'S' {
 			connected++

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 
@@ -43,38 +44,42 @@ func (set *sessionSet) each(f func(ss *session)) {
 
 // all returns every session, killed ones too, oldest first.
 func (set *sessionSet) all() []*session {
-	return set.filtered(func(*session) bool { return true })
+	return oldestFirst(set.filtered(func(*session) bool { return true }))
 }
 
 // live returns the sessions not killed, oldest first.
 func (set *sessionSet) live() []*session {
+	return oldestFirst(set.unordered())
+}
+
+// unordered returns the sessions not killed, in no order: for counts.
+func (set *sessionSet) unordered() []*session {
 	return set.filtered(func(ss *session) bool { return !ss.killed.Load() })
 }
 
-// on returns the sessions on the shared connections ps, oldest first.
+// on returns the sessions on the shared connections ps, in no order.
 func (set *sessionSet) on(ps *poolSet) []*session {
 	return set.filtered(func(ss *session) bool { return ss.poolsRef.Load() == ps })
 }
 
+// filtered copies the sessions keep accepts, under the lock, so that the
+// caller may then wait or take other locks.
 func (set *sessionSet) filtered(keep func(ss *session) bool) []*session {
 	set.mu.Lock()
+	defer set.mu.Unlock()
 	out := make([]*session, 0, len(set.m))
 	for ss := range set.m {
 		if keep(ss) {
 			out = append(out, ss)
 		}
 	}
-	set.mu.Unlock()
-	slices.SortFunc(out, func(a, b *session) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
 	return out
+}
+
+// oldestFirst sorts sessions by rproxy id, as CLIENT LIST lists them.
+func oldestFirst(sessions []*session) []*session {
+	slices.SortFunc(sessions, func(a, b *session) int { return cmp.Compare(a.id, b.id) })
+	return sessions
 }
 
 // byID returns the session with rproxy id id, or nil (also when killed).

@@ -169,8 +169,10 @@ func clientTLS(cfg Config, addr string) *tls.Config {
 		host, _, _ = net.SplitHostPort(addr)
 	}
 	other := cfg.TLSOtherName
-	if other == host || cfg.TLS.InsecureSkipVerify || cfg.TLS.VerifyConnection != nil {
-		other = "" // one name, verification off, or installed by an earlier call
+	if other == host || cfg.TLS.InsecureSkipVerify {
+		// One name, or Go's check off: by insecure_skip_verify, or by the
+		// Pool's earlier call, whose verifyEitherName stays in the config.
+		other = ""
 	}
 	if host == "" && cfg.TLSRoots == nil && other == "" {
 		return cfg.TLS

@@ -25,11 +25,7 @@ func TestClusterTLSNamesFromTheConfigFile(t *testing.T) {
 	certs := tlstest.New(t)
 	ips := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
 	certNames := []string{"127.0.0.1", "127.0.0.2", "127.0.0.1"}
-	node := 0
-	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB) []string {
-		node++
-		return certs.ClusterNodeArgs(tb, redistest.FreePort(tb), certNames[node-1], ips[node-1])
-	})
+	cl := redistest.StartClusterWith(t, 3, 0, redistest.TLSNodes(certs, ips, certNames))
 	v, err := resp.Parse(cl.Nodes[0].Do(t, "CONFIG", "GET", "tls-port"))
 	if err != nil || len(v.Elems) != 2 {
 		t.Fatalf("CONFIG GET tls-port: %v %v", v, err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rproxy/rproxy/internal/tlstest"
 	"github.com/rproxy/rproxy/resp"
 )
 
@@ -88,6 +89,19 @@ func (n *ClusterNode) String() string {
 func StartCluster(tb testing.TB, masters, replicasPerMaster int, args ...string) *Cluster {
 	tb.Helper()
 	return StartClusterWith(tb, masters, replicasPerMaster, nil, args...)
+}
+
+// TLSNodes is a nodeArgs for StartClusterWith: a cluster serving TLS to
+// clients and on its bus, whose node i (in start order; ips and certNames
+// give one entry per node it starts) is announced at ips[i] and serves a
+// certificate for certNames[i] alone (tlstest.Certs.ClusterNodeArgs).
+func TLSNodes(certs *tlstest.Certs, ips, certNames []string) func(testing.TB) []string {
+	next := 0
+	return func(tb testing.TB) []string {
+		i := next
+		next++
+		return certs.ClusterNodeArgs(tb, FreePort(tb), certNames[i], ips[i])
+	}
 }
 
 // StartClusterWith is StartCluster with nodeArgs, if not nil, called for

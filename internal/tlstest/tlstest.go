@@ -10,7 +10,9 @@
 //
 // Each New makes an independent CA, so a second set's client certificate
 // is one the first set's CA did not sign. RedisArgs starts a redis-server
-// (through internal/redistest) that serves TLS with the same files.
+// (through internal/redistest) that serves TLS with the same files;
+// ServerCertFor makes a server certificate for one name, and
+// ClusterNodeArgs a cluster node serving one (redistest.TLSNodes).
 package tlstest
 
 import (
