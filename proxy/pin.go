@@ -238,6 +238,7 @@ func (s *Server) doPinned(ss *session) {
 			ss.pinDirty = !leavesConnectionAsFound(table.Lookup(rawCommandName(ss.batch.Command(i))))
 		}
 	}
+	sentAt := s.clock()
 	ss.runPinned(timeout)
 	rt, cluster := ss.pools[ss.proto].(*upstream.Router)
 	for moves, waits := 0, 0; cluster && !heldBefore && moves < maxPinMoves; {
@@ -248,10 +249,16 @@ func (s *Server) doPinned(ss *session) {
 		} else {
 			break
 		}
+		if ss.blocking {
+			// Redis may have held it a while before refusing it
+			// (blockretry.go): it waits only what is left.
+			ss.lowerBlockingTimeouts(s.table.Load(), s.clock().Sub(sentAt))
+		}
 		if stop != nil {
 			stop() // the client's leaving interrupts the new pin's wait
 			stop = ss.conn.NetConn().(*limitedConn).watch(ss.pin.Interrupt)
 		}
+		sentAt = s.clock()
 		ss.runPinned(timeout)
 	}
 	ss.blockedNow.Store(false)

@@ -135,6 +135,10 @@ func (b *Batch) Len() int { return len(b.cmds) }
 // Command returns command i as queued (a RESP array), for logging its name.
 func (b *Batch) Command(i int) []byte { return b.cmds[i] }
 
+// SetCommand replaces command i (same slot) before the batch is sent
+// again; raw must stay unchanged until Pool.Do returns, as Add's.
+func (b *Batch) SetCommand(i int, raw []byte) { b.cmds[i] = raw }
+
 // Reply returns reply i. Valid after Wait returns, until Reset.
 func (b *Batch) Reply(i int) []byte {
 	start := 0

@@ -1,0 +1,47 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/rproxy/rproxy/resp"
+)
+
+func TestLowerTimeout(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		ms   int64
+		want []string // nil: left as sent
+	}{
+		{"blpop", []string{"BLPOP", "a", "b", "5"}, 1200, []string{"BLPOP", "a", "b", "3.800"}},
+		{"brpop", []string{"BRPOP", "a", "0.25"}, 100, []string{"BRPOP", "a", "0.150"}},
+		{"brpop", []string{"BRPOP", "a", "0.0001"}, 5, []string{"BRPOP", "a", "0.001"}}, // Redis waits 1 ms for it
+		{"blpop", []string{"BLPOP", "a", "2"}, 3000, []string{"BLPOP", "a", "0.001"}},   // spent: the least wait
+		{"blpop", []string{"BLPOP", "a", "0"}, 3000, nil},                               // for ever
+		{"blpop", []string{"BLPOP", "a", "-1"}, 3000, nil},                              // Redis's error
+		{"blpop", []string{"BLPOP", "a", "0x10"}, 3000, nil},                            // read differently: left to Redis
+		{"blpop", []string{"BLPOP", "a", "inf"}, 3000, nil},
+		{"blmove", []string{"BLMOVE", "a", "b", "LEFT", "RIGHT", "1.5"}, 500, []string{"BLMOVE", "a", "b", "LEFT", "RIGHT", "1.000"}},
+		{"brpoplpush", []string{"BRPOPLPUSH", "a", "b", "10"}, 1, []string{"BRPOPLPUSH", "a", "b", "9.999"}},
+		{"bzpopmin", []string{"BZPOPMIN", "z", "3"}, 1000, []string{"BZPOPMIN", "z", "2.000"}},
+		{"blmpop", []string{"BLMPOP", "4", "1", "a", "LEFT"}, 1000, []string{"BLMPOP", "3.000", "1", "a", "LEFT"}},
+		{"bzmpop", []string{"BZMPOP", "4", "1", "z", "MIN"}, 1000, []string{"BZMPOP", "3.000", "1", "z", "MIN"}},
+		{"xread", []string{"XREAD", "COUNT", "2", "BLOCK", "5000", "STREAMS", "s", "$"}, 1200, []string{"XREAD", "COUNT", "2", "BLOCK", "3800", "STREAMS", "s", "$"}},
+		{"xread", []string{"XREAD", "BLOCK", "0", "STREAMS", "s", "$"}, 1200, nil},
+		{"xread", []string{"XREAD", "STREAMS", "block", "$"}, 1200, nil}, // a stream named block
+		{"xreadgroup", []string{"XREADGROUP", "GROUP", "block", "count", "NOACK", "BLOCK", "100", "STREAMS", "s", ">"}, 300, []string{"XREADGROUP", "GROUP", "block", "count", "NOACK", "BLOCK", "1", "STREAMS", "s", ">"}},
+		{"xreadgroup", []string{"XREADGROUP", "GROUP", "g", "c", "BLOCK"}, 300, nil},
+	} {
+		raw := resp.AppendCommandString(nil, c.args...)
+		got, ok := lowerTimeout(raw, c.name, c.ms)
+		if c.want == nil {
+			if ok {
+				t.Errorf("%q less %d ms: changed to %q, want it left as sent", c.args, c.ms, got)
+			}
+			continue
+		}
+		if want := resp.AppendCommandString(nil, c.want...); !ok || string(got) != string(want) {
+			t.Errorf("%q less %d ms: %q (%v), want %q", c.args, c.ms, got, ok, want)
+		}
+	}
+}
