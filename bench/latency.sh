@@ -5,7 +5,10 @@
 # proxy adds to a round trip); MODE open: 50 clients, 40,000 GET/s for 5 s
 # (issue 18's open-loop target; RATE=n for another rate). Prints per round: target, ops/s, p50, p99,
 # p99.9 (µs) and the target process's CPU µs per op (utime+stime from
-# /proc). Needs redis-server, nutcracker, python3.
+# /proc); in open loop also the p99 of the service time (from the actual
+# send) and of the send lag (how late the generator sent), which tell a
+# slow target from a schedule that slipped. Needs redis-server, nutcracker,
+# python3.
 set -euo pipefail
 old=${1:?usage: bench/latency.sh OLD NEW rtt|open [rounds]}
 new=${2:?usage: bench/latency.sh OLD NEW rtt|open [rounds]}
@@ -38,7 +41,7 @@ for p in "$rp" "$tp" "$op" "$np"; do
 done
 "$dir/load" -addr "127.0.0.1:$rp" -prepopulate -requests 1 -json >/dev/null
 targets=(direct twemproxy old new)
-echo "round target ops_per_s p50_us p99_us p99_9_us cpu_us_per_op"
+echo "round target ops_per_s p50_us p99_us p99_9_us cpu_us_per_op service_p99_us send_lag_p99_us"
 for r in $(seq "$rounds"); do
 	for i in 0 1 2 3; do
 		t=${targets[$(((i + r) % 4))]}
@@ -56,7 +59,9 @@ for r in $(seq "$rounds"); do
 import json, sys
 d = json.load(open(sys.argv[1])); l = d["latency_us"]
 cpu = (float(sys.argv[5]) - float(sys.argv[4])) / float(sys.argv[6]) * 1e6 / d["total_ops"]
-print(sys.argv[2], sys.argv[3], round(d["ops_per_sec"]), l["p50"], l["p99"], l["p99_9"], round(cpu, 2))
+svc, lag = d.get("service_latency_us") or {}, d.get("send_lag_us") or {}
+print(sys.argv[2], sys.argv[3], round(d["ops_per_sec"]), l["p50"], l["p99"], l["p99_9"], round(cpu, 2),
+      svc.get("p99", "-"), lag.get("p99", "-"))
 PY
 	done
 done
