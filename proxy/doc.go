@@ -27,8 +27,9 @@
 // mode beyond the pin on a cluster, with a session's state for it in
 // clusterStreamState), clientCommands (clientcmd.go: the CLIENT commands
 // that name clients), facade (facade.go: the CLUSTER commands rproxy
-// answers), sessionSet (sessionset.go: the sessions served) and
-// connSummary (connlog.go).
+// answers), sessionSet (sessionset.go: the sessions served),
+// commandTable (commandtable.go: the command table kept in step with
+// Redis's) and connSummary (connlog.go).
 //
 // Each client's read loop runs on a goroutine of its own while the client
 // is active; a client idle for limits.idle_park_after is parked (park.go):

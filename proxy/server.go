@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -19,7 +18,6 @@ import (
 	"github.com/rproxy/rproxy/hotkey"
 	"github.com/rproxy/rproxy/internal/idlepoll"
 	"github.com/rproxy/rproxy/policy"
-	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/salt"
 	"github.com/rproxy/rproxy/tier"
 	"github.com/rproxy/rproxy/upstream"
@@ -61,12 +59,9 @@ type Server struct {
 	pauses   *pauseWatch // CLIENT PAUSE sent through rproxy (pausewatch.go)
 	reqLog   atomic.Bool // log every client batch at debug (SetRequestLog)
 
-	table       atomic.Pointer[command.Table]
-	calls       atomic.Pointer[callCounters] // for the current table
-	tableLoaded atomic.Bool
-	stopTable   context.CancelFunc
-	tableDone   chan struct{}
-	tableNow    chan struct{} // watchTable checks at once (checkUnknown)
+	table    atomic.Pointer[command.Table]
+	calls    atomic.Pointer[callCounters] // for the current table
+	commands *commandTable                // keeps table in step with Redis's (commandtable.go)
 
 	ln       *drainListener // set by Serve, under mu
 	nextID   atomic.Int64
@@ -106,19 +101,20 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		cfg.Upstream.Follow = upstream.NewMasterFollow(log.Named("upstream"), cfg.FollowEvery)
 	}
 	s := &Server{
-		tableNow: make(chan struct{}, 1),
-		cfg:      cfg,
-		log:      log,
-		metrics:  newMetrics(reg),
-		served:   make(chan struct{}),
-		started:  time.Now(),
+		cfg:     cfg,
+		log:     log,
+		metrics: newMetrics(reg),
+		served:  make(chan struct{}),
+		started: time.Now(),
 	}
 	if cfg.SlowLogThreshold > 0 {
 		s.slow = &slowLog{max: cfg.SlowLogLen}
 	}
 	lim := cfg.Limits
 	s.limits.Store(&lim)
-	s.setTable(command.Builtin())
+	s.commands = &commandTable{table: &s.table, calls: &s.calls, retry: cfg.TableRetry, check: cfg.TableCheck,
+		fromServer: s.metrics.tableFromServer, log: log, ask: func(b *upstream.Batch) { s.pools[2].Do(b) }}
+	s.commands.set(command.Builtin())
 	s.reqLog.Store(cfg.LogRequests)
 	s.sendSeq = cfg.Upstream.SendSeq
 	var onTick func()
@@ -191,9 +187,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	s.stream = s.newClusterStream()
 	s.clientCmds.stream = s.stream
 	s.chain = s.newChain()
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stopTable, s.tableDone = cancel, make(chan struct{})
-	go s.loadTable(ctx)
+	s.commands.start()
 	return s, nil
 }
 
@@ -336,7 +330,7 @@ func (s *Server) TierStats() (hotkey.TierStats, bool) {
 // Ready reports whether the upstream is reachable and the command table has
 // been loaded from it.
 func (s *Server) Ready() bool {
-	return s.tableLoaded.Load() && s.pools[2].Ready()
+	return s.commands.loaded.Load() && s.pools[2].Ready()
 }
 
 // Shutdown stops accepting, lets every in-flight batch's replies reach its
@@ -378,8 +372,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		ln.release()
 		<-s.served
 	}
-	s.stopTable()
-	<-s.tableDone
+	s.commands.close()
 	s.closePools()
 	if s.idle != nil {
 		s.stopParkOnce.Do(func() { close(s.stopParkSweep) }) // Shutdown may be called again
@@ -506,131 +499,4 @@ func (s *Server) closed(c *clientConn, err error) {
 	default:
 		s.log.Debug("client disconnected", fields...)
 	}
-}
-
-// loadTable replaces the built-in command table with the upstream's own
-// COMMAND reply, retrying until the upstream answers, then watches it
-// (watchTable).
-func (s *Server) loadTable(ctx context.Context) {
-	defer close(s.tableDone)
-	if s.firstTable(ctx) {
-		s.watchTable(ctx)
-	}
-}
-
-// firstTable loads the upstream's command table, retrying until the
-// upstream answers, and reports whether it came from the upstream.
-func (s *Server) firstTable(ctx context.Context) bool {
-	b := upstream.NewBatch()
-	// Start fast: at start-up the first try usually races the first connect.
-	retry := min(10*time.Millisecond, s.cfg.TableRetry)
-	for {
-		b.Reset()
-		b.Add(resp.AppendCommandString(nil, "COMMAND"))
-		s.pools[2].Do(b)
-		reply := b.Reply(0)
-		switch {
-		case bytesHasPrefix(reply, "-ERR upstream unavailable"):
-			// not connected yet: retry
-		case len(reply) > 0 && reply[0] == '-':
-			// The server does not answer COMMAND: keep the built-in table.
-			s.log.Warn("upstream does not answer COMMAND; using the built-in command table", zap.ByteString("reply", reply))
-			s.tableLoaded.Store(true)
-			return false
-		default:
-			t, err := command.FromReply(reply)
-			if err != nil {
-				s.log.Warn("cannot read the upstream's COMMAND reply; using the built-in command table", zap.Error(err))
-			} else {
-				s.setTable(t)
-				s.metrics.tableFromServer.Set(1)
-				s.log.Info("command table loaded from upstream", zap.Int("commands", t.Len()))
-			}
-			s.tableLoaded.Store(true)
-			return err == nil
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(retry):
-		}
-		retry = min(retry*2, s.cfg.TableRetry)
-	}
-}
-
-// watchTable asks the upstream's COMMAND COUNT every Config.TableCheck
-// and loads the table again when it differs from the table's: a module
-// loaded, or Redis upgraded under rproxy (a failover to an upgraded
-// replica), brings commands the table lacks, which rproxy would forward
-// as unknown, not knowing their keys, that they block or that they hold
-// connection state.
-func (s *Server) watchTable(ctx context.Context) {
-	if s.cfg.TableCheck < 0 {
-		return
-	}
-	tick := time.NewTicker(s.cfg.TableCheck)
-	defer tick.Stop()
-	b := upstream.NewBatch()
-	ask := func(args ...string) []byte {
-		b.Reset()
-		b.Add(resp.AppendCommandString(nil, args...))
-		s.pools[2].Do(b)
-		return b.Reply(0)
-	}
-	var last time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-s.tableNow:
-			if time.Since(last) < time.Second {
-				continue // a renamed command (rename-command) asks at every call: once a second
-			}
-		}
-		last = time.Now()
-		v, err := resp.Parse(ask("COMMAND", "COUNT"))
-		old := s.table.Load()
-		if err != nil || v.Kind != ':' || v.Int == int64(old.Len()) {
-			continue // unchanged, or not answered now: asked again at the next tick
-		}
-		t, err := command.FromReply(ask("COMMAND"))
-		if err != nil {
-			s.log.Warn("cannot read the upstream's COMMAND reply; the command table stays", zap.Error(err))
-			continue
-		}
-		s.setTable(t)
-		s.log.Info("command table loaded again from upstream: its command count changed",
-			zap.Int("commands_before", old.Len()), zap.Int("commands", t.Len()))
-	}
-}
-
-// checkUnknown looks at the replies of the batch's commands that are not
-// in the command table: one that Redis did not answer "unknown command"
-// exists there, so the table is behind Redis's (a module loaded, an
-// upgrade), and watchTable checks at once rather than at its next tick.
-func (s *Server) checkUnknown(ss *session) {
-	for _, i := range ss.unknownAt {
-		if r := ss.batch.Reply(i); !bytes.HasPrefix(r, unknownCommandReply) {
-			select {
-			case s.tableNow <- struct{}{}:
-			default: // a check is due already
-			}
-			return
-		}
-	}
-}
-
-// unknownCommandReply starts Redis's answer to a command it does not have.
-var unknownCommandReply = []byte("-ERR unknown command")
-
-// setTable makes t the command table, with fresh per-command counters
-// (the series of a name live on in the CounterVec across tables).
-func (s *Server) setTable(t *command.Table) {
-	s.calls.Store(newCallCounters(t))
-	s.table.Store(t)
-}
-
-func bytesHasPrefix(b []byte, prefix string) bool {
-	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
 }

@@ -188,7 +188,7 @@ type batchWork struct {
 
 	infoAt []infoAt // the batch's INFO commands, whose replies infoReply rewrites
 	// unknownAt: the batch indexes of commands not in the command table
-	// (checkUnknown).
+	// (commandTable.noteReplies).
 	unknownAt []int
 
 	// Outcome counts of the batch, added to the metrics once per batch:
@@ -589,7 +589,7 @@ func (s *Server) flush(ss *session) {
 	}
 	s.afterReplies(ss) // the chain's replies phase (chain.go)
 	if len(ss.unknownAt) > 0 {
-		s.checkUnknown(ss)
+		s.commands.noteReplies(ss.batch, ss.unknownAt)
 	}
 	if ss.reqlog.on {
 		ss.reqlog.stats.upstream += ss.batch.Len()
@@ -755,7 +755,7 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		ss.name = string(args[2])
 		ss.reply([]byte("+OK\r\n"))
 	case "setinfo":
-		if !s.upstreamKnows("client", "setinfo") || len(args) != 4 {
+		if !tableKnows(s.table.Load(), "client", "setinfo") || len(args) != 4 {
 			// A server without CLIENT SETINFO answers with its own error.
 			ss.forward(cmd.Raw)
 			return
@@ -835,16 +835,6 @@ func (s *Server) clientSetInfo(ss *session, args [][]byte) {
 		return
 	}
 	ss.reply([]byte("+OK\r\n"))
-}
-
-// upstreamKnows reports whether the loaded command table has the subcommand.
-func (s *Server) upstreamKnows(cmd, sub string) bool {
-	info := s.table.Load().Lookup([]byte(cmd))
-	if info == nil || info.Subcommands == nil {
-		return false
-	}
-	_, ok := info.Subcommands[sub]
-	return ok
 }
 
 // validClientName applies Redis's rule: printable ASCII without spaces.
