@@ -111,11 +111,10 @@ func familyOf(info *command.Info) uint8 {
 	return famOther
 }
 
-// batchFamily is the family of a batch's commands: theirs when they share
-// one, else famMixed. Called for timed batches only (a table lookup per
-// command).
-func (s *Server) batchFamily(first resp.Command, rest []resp.Command) uint8 {
-	t := s.table.Load()
+// batchFamily is the family of a batch's commands in t: theirs when they
+// share one, else famMixed. Called for timed batches only (a table lookup
+// per command).
+func batchFamily(t *command.Table, first resp.Command, rest []resp.Command) uint8 {
 	f := familyOf(t.LookupArgs(first.Args))
 	for _, c := range rest {
 		if familyOf(t.LookupArgs(c.Args)) != f {
@@ -145,11 +144,12 @@ func newLatencyMetrics(reg prometheus.Registerer) *latencyMetrics {
 	return m
 }
 
-// observeBatch records a timed batch that started at start.
-func (s *Server) observeBatch(start time.Time, first resp.Command, rest []resp.Command) {
+// observeBatch records a timed batch that started at start, whose
+// commands are read with t.
+func (m *metrics) observeBatch(t *command.Table, start time.Time, first resp.Command, rest []resp.Command) {
 	d := time.Since(start).Seconds()
-	s.metrics.batchSeconds.Observe(d)
-	s.metrics.latency.family[s.batchFamily(first, rest)].Observe(d)
+	m.batchSeconds.Observe(d)
+	m.latency.family[batchFamily(t, first, rest)].Observe(d)
 }
 
 // latencyInfo renders the INFO lines of the timed batches: all of them,
@@ -157,7 +157,7 @@ func (s *Server) observeBatch(start time.Time, first resp.Command, rest []resp.C
 // start (interpolated within the histogram's buckets, as
 // histogram_quantile does) and the count, in the form of Redis's
 // latency_percentiles_usec_<command> lines.
-func (s *Server) latencyInfo(field func(k string, v any)) {
+func (m *metrics) latencyInfo(field func(k string, v any)) {
 	line := func(o prometheus.Observer) (string, bool) {
 		m, ok := o.(prometheus.Metric)
 		if !ok {
@@ -170,13 +170,13 @@ func (s *Server) latencyInfo(field func(k string, v any)) {
 		h := pb.Histogram
 		return fmt.Sprintf("p50=%s,p99=%s,count=%d", usec(quantile(h, 0.5)), usec(quantile(h, 0.99)), h.GetSampleCount()), true
 	}
-	if l, ok := line(s.metrics.batchSeconds); ok {
+	if l, ok := line(m.batchSeconds); ok {
 		field("batch_latency_usec", l)
 	} else {
 		field("batch_latency_usec", "count=0")
 	}
 	for f, name := range familyNames {
-		if l, ok := line(s.metrics.latency.family[f]); ok {
+		if l, ok := line(m.latency.family[f]); ok {
 			field("latency_percentiles_usec_"+name, l)
 		}
 	}

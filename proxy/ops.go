@@ -61,7 +61,7 @@ func (s *Server) proxyInfo() string {
 	field("command_table_commands", s.table.Load().Len())
 	field("coalesce", onOff(s.coalescing != nil))
 	field("policy", onOff(s.policing.current.Load() != nil))
-	s.latencyInfo(field)
+	s.metrics.latencyInfo(field)
 	if s.hot != nil {
 		field("hot_keys", len(s.hot.HotKeys()))
 		if st, ok := s.TierStats(); ok {
@@ -251,7 +251,7 @@ func (s *Server) proxyCommand(ss *session, args [][]byte) {
 			}
 		}
 	case sub == "slowlog" && s.slow != nil:
-		r = s.slowLogCommand(args)
+		r = s.slow.command(args)
 	case sub == "slowlog":
 		r = resp.AppendError(nil, "ERR rproxy: the slow log is off (slowlog.threshold: 0)")
 	case sub == "help" && len(args) == 2:

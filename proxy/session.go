@@ -334,12 +334,12 @@ func (s *Server) handle(c *clientConn, cmds []resp.Command) {
 	ss.batch.ShrinkTo(ss.replyHigh)
 	ss.localHigh, ss.replyHigh = 0, 0
 	if ss.timed {
-		s.observeBatch(start, cmd, rest)
+		s.metrics.observeBatch(s.table.Load(), start, cmd, rest)
 		ss.timed = false
 	}
 	if s.slow != nil {
 		if took := s.clock().Sub(slowStart); took >= s.cfg.SlowLogThreshold && !ss.slowlog.skip {
-			s.noteSlow(ss, took)
+			s.slow.note(ss, took)
 		}
 	}
 	if ss.reqlog.on {

@@ -132,28 +132,28 @@ func (l *slowLog) reset() {
 	l.mu.Unlock()
 }
 
-// noteSlow records the batch just served if it took at least the
+// note records the batch just served if it took at least the
 // threshold. names are the batch's command names, gathered by exec.
-func (s *Server) noteSlow(ss *session, took time.Duration) {
+func (l *slowLog) note(ss *session, took time.Duration) {
 	names := ss.slowlog.names[:min(len(ss.slowlog.names), slowLogNames)]
 	e := slowEntry{at: time.Now(), duration: took, names: append([]string(nil), names...),
 		count: ss.slowlog.count, addr: ss.conn.RemoteAddr(), client: ss.name}
-	s.slow.add(e)
+	l.add(e)
 }
 
-// slowLogCommand answers PROXY SLOWLOG GET [n] | LEN | RESET in the shape
+// command answers PROXY SLOWLOG GET [n] | LEN | RESET in the shape
 // of Redis's SLOWLOG GET: id, unix time, microseconds, the command names
 // (with "... (N commands)" when the batch had more), client address, name.
-func (s *Server) slowLogCommand(args [][]byte) []byte {
+func (l *slowLog) command(args [][]byte) []byte {
 	sub := ""
 	if len(args) > 2 {
 		sub = strings.ToLower(string(args[2]))
 	}
 	switch {
 	case sub == "len" && len(args) == 3:
-		return resp.AppendInt(nil, int64(s.slow.len()))
+		return resp.AppendInt(nil, int64(l.len()))
 	case sub == "reset" && len(args) == 3:
-		s.slow.reset()
+		l.reset()
 		return []byte("+OK\r\n")
 	case sub == "get" && len(args) <= 4:
 		n := 10
@@ -164,7 +164,7 @@ func (s *Server) slowLogCommand(args [][]byte) []byte {
 			}
 			n = v
 		}
-		entries := s.slow.get(n)
+		entries := l.get(n)
 		r := fmt.Appendf(nil, "*%d\r\n", len(entries))
 		for _, e := range entries {
 			r = append(r, "*6\r\n"...)
