@@ -22,13 +22,14 @@ import (
 
 // lowerBlockingTimeouts rewrites, in the session's batch about to run
 // again, the timeout of each blocking command to what is left of it after
-// waited. A timeout of 0 (wait for ever) and one that cannot be read are
-// left as sent; so is every command when less than a millisecond has
-// passed (a redirect met at once, before any wait).
-func (ss *session) lowerBlockingTimeouts(table *command.Table, waited time.Duration) {
+// waited, in whole milliseconds (Redis's unit), and returns the part of
+// waited it took off. A timeout of 0 (wait for ever) and one that cannot
+// be read are left as sent; so is every command when less than a
+// millisecond has passed (a redirect met at once, before any wait).
+func (ss *session) lowerBlockingTimeouts(table *command.Table, waited time.Duration) time.Duration {
 	ms := waited.Milliseconds()
 	if ms < 1 {
-		return
+		return 0
 	}
 	for i := range ss.batch.Len() {
 		raw := ss.batch.Command(i)
@@ -40,6 +41,7 @@ func (ss *session) lowerBlockingTimeouts(table *command.Table, waited time.Durat
 			ss.batch.SetCommand(i, lowered)
 		}
 	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // lowerTimeout returns raw, a blocking command named name, with its

@@ -238,7 +238,10 @@ func (s *Server) doPinned(ss *session) {
 			ss.pinDirty = !leavesConnectionAsFound(table.Lookup(rawCommandName(ss.batch.Command(i))))
 		}
 	}
-	sentAt := s.clock()
+	var sentAt time.Time // a blocking batch's send (lowerBlockingTimeouts)
+	if ss.blocking {
+		sentAt = time.Now() // not the coarse clock, which may lag behind by more than Redis's 1 ms
+	}
 	ss.runPinned(timeout)
 	rt, cluster := ss.pools[ss.proto].(*upstream.Router)
 	for moves, waits := 0, 0; cluster && !heldBefore && moves < maxPinMoves; {
@@ -252,13 +255,12 @@ func (s *Server) doPinned(ss *session) {
 		if ss.blocking {
 			// Redis may have held it a while before refusing it
 			// (blockretry.go): it waits only what is left.
-			ss.lowerBlockingTimeouts(s.table.Load(), s.clock().Sub(sentAt))
+			sentAt = sentAt.Add(ss.lowerBlockingTimeouts(s.table.Load(), time.Since(sentAt)))
 		}
 		if stop != nil {
 			stop() // the client's leaving interrupts the new pin's wait
 			stop = ss.conn.NetConn().(*limitedConn).watch(ss.pin.Interrupt)
 		}
-		sentAt = s.clock()
 		ss.runPinned(timeout)
 	}
 	ss.blockedNow.Store(false)
