@@ -66,8 +66,8 @@ func lowerTimeout(raw []byte, name string, ms int64) ([]byte, bool) {
 	}
 	if millis {
 		n, err := strconv.ParseInt(string(args[at]), 10, 64)
-		if err != nil {
-			return nil, false
+		if err != nil || strconv.FormatInt(n, 10) != string(args[at]) {
+			return nil, false // Redis reads integers strictly: no sign but '-', no leading 0
 		}
 		total = n
 	} else {

@@ -28,6 +28,8 @@ func TestLowerTimeout(t *testing.T) {
 		{"bzmpop", []string{"BZMPOP", "4", "1", "z", "MIN"}, 1000, []string{"BZMPOP", "3.000", "1", "z", "MIN"}},
 		{"xread", []string{"XREAD", "COUNT", "2", "BLOCK", "5000", "STREAMS", "s", "$"}, 1200, []string{"XREAD", "COUNT", "2", "BLOCK", "3800", "STREAMS", "s", "$"}},
 		{"xread", []string{"XREAD", "BLOCK", "0", "STREAMS", "s", "$"}, 1200, nil},
+		{"xread", []string{"XREAD", "BLOCK", "+5000", "STREAMS", "s", "$"}, 1200, nil}, // Redis's error to give
+		{"xread", []string{"XREAD", "BLOCK", "05000", "STREAMS", "s", "$"}, 1200, nil},
 		{"xread", []string{"XREAD", "STREAMS", "block", "$"}, 1200, nil}, // a stream named block
 		{"xreadgroup", []string{"XREADGROUP", "GROUP", "block", "count", "NOACK", "BLOCK", "100", "STREAMS", "s", ">"}, 300, []string{"XREADGROUP", "GROUP", "block", "count", "NOACK", "BLOCK", "1", "STREAMS", "s", ">"}},
 		{"xreadgroup", []string{"XREADGROUP", "GROUP", "g", "c", "BLOCK"}, 300, nil},
