@@ -460,12 +460,15 @@ func (c *Cluster) Failover(tb testing.TB, master *ClusterNode) (*ClusterNode, ti
 
 // nodeView is one running node's view of the cluster.
 type nodeView struct {
-	node   *ClusterNode
-	state  string            // cluster_state from CLUSTER INFO
-	slots  []slotRange       // CLUSTER SLOTS, canonical
-	peers  map[string]string // node id -> flags, from CLUSTER NODES, without myself
-	master string            // id of the node it replicates (own view), "" for a master
-	linkUp bool              // master_link_status:up (replicas only)
+	node  *ClusterNode
+	state string // cluster_state from CLUSTER INFO
+	// slotCounts is CLUSTER INFO's slot counters (assigned, ok, pfail,
+	// fail), for the message of a node not "ok".
+	slotCounts string
+	slots      []slotRange       // CLUSTER SLOTS, canonical
+	peers      map[string]string // node id -> flags, from CLUSTER NODES, without myself
+	master     string            // id of the node it replicates (own view), "" for a master
+	linkUp     bool              // master_link_status:up (replicas only)
 	// masterEpochs is the configEpoch of each master, itself included, as
 	// this node sees them.
 	masterEpochs map[string]string
@@ -564,6 +567,10 @@ func (c *Cluster) observe() ([]nodeView, error) {
 			return nil, err
 		}
 		v.state, _ = infoField(info.Str, clusterStatePrefix)
+		for _, f := range []string{"assigned", "ok", "pfail", "fail"} {
+			n, _ := infoField(info.Str, "cluster_slots_"+f+":")
+			v.slotCounts += " slots_" + f + ":" + n
+		}
 		if v.slots, err = c.clusterSlots(n); err != nil {
 			return nil, err
 		}
@@ -595,7 +602,15 @@ func (c *Cluster) checkStable(views []nodeView, links bool) error {
 	ref := views[0]
 	for _, v := range views {
 		if v.state != "ok" {
-			return fmt.Errorf("%s: cluster_state:%s", v.node, v.state)
+			// What the node sees of the others says why: a peer flagged
+			// fail? or fail (unreachable for cluster-node-timeout), or
+			// slots it finds unassigned.
+			peers := make([]string, 0, len(v.peers))
+			for id, flags := range v.peers {
+				peers = append(peers, id[:min(8, len(id))]+":"+flags)
+			}
+			slices.Sort(peers)
+			return fmt.Errorf("%s: cluster_state:%s (%s; its peers: %s)", v.node, v.state, strings.TrimSpace(v.slotCounts), strings.Join(peers, " "))
 		}
 		if !slices.EqualFunc(v.slots, ref.slots, slotRange.equal) {
 			return fmt.Errorf("slot maps differ: %s has %v, %s has %v", ref.node, ref.slots, v.node, v.slots)
