@@ -21,11 +21,14 @@ import (
 // timeout, in the client's protocol, or with what arrived meanwhile.
 
 // lowerBlockingTimeouts rewrites, in the session's batch about to run
-// again, the timeout of each blocking command to what is left of it after
-// waited, in whole milliseconds (Redis's unit), and returns the part of
-// waited it took off. A timeout of 0 (wait for ever) and one that cannot
-// be read are left as sent; so is every command when less than a
-// millisecond has passed (a redirect met at once, before any wait).
+// again, the timeout of its first blocking command to what is left of it
+// after waited, in whole milliseconds (Redis's unit), and returns the part
+// of waited it took off. Only the first waited: Redis reads nothing more
+// of a connection while a command on it is blocked, and answers the
+// commands after it at once when it releases it (the same redirect). A
+// timeout of 0 (wait for ever) and one that cannot be read are left as
+// sent; so is the batch when less than a millisecond has passed (a
+// redirect met at once, before any wait).
 func (ss *session) lowerBlockingTimeouts(table *command.Table, waited time.Duration) time.Duration {
 	ms := waited.Milliseconds()
 	if ms < 1 {
@@ -40,6 +43,7 @@ func (ss *session) lowerBlockingTimeouts(table *command.Table, waited time.Durat
 		if lowered, ok := lowerTimeout(raw, info.Name, ms); ok {
 			ss.batch.SetCommand(i, lowered)
 		}
+		break
 	}
 	return time.Duration(ms) * time.Millisecond
 }

@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"testing"
+	"time"
 
+	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 func TestLowerTimeout(t *testing.T) {
@@ -45,5 +48,28 @@ func TestLowerTimeout(t *testing.T) {
 		if want := resp.AppendCommandString(nil, c.want...); !ok || string(got) != string(want) {
 			t.Errorf("%q less %d ms: %q (%v), want %q", c.args, c.ms, got, ok, want)
 		}
+	}
+}
+
+// TestLowerBlockingTimeoutsFirstOnly: of a batch sent again, only the
+// first blocking command waited (Redis reads nothing more of the
+// connection while it is blocked); the rest keep their timeouts.
+func TestLowerBlockingTimeoutsFirstOnly(t *testing.T) {
+	ss := &session{batch: upstream.NewBatch()}
+	sent := [][]string{{"GET", "k"}, {"BLPOP", "a", "5"}, {"BRPOP", "b", "5"}}
+	for _, c := range sent {
+		ss.batch.Add(resp.AppendCommandString(nil, c...))
+	}
+	if took := ss.lowerBlockingTimeouts(command.Builtin(), 1500*time.Microsecond); took != time.Millisecond {
+		t.Errorf("took off %v, want 1ms (whole milliseconds)", took)
+	}
+	want := [][]string{{"GET", "k"}, {"BLPOP", "a", "4.999"}, {"BRPOP", "b", "5"}}
+	for i, w := range want {
+		if got, wr := string(ss.batch.Command(i)), string(resp.AppendCommandString(nil, w...)); got != wr {
+			t.Errorf("command %d: %q, want %q", i, got, wr)
+		}
+	}
+	if took := ss.lowerBlockingTimeouts(command.Builtin(), 900*time.Microsecond); took != 0 {
+		t.Errorf("under a millisecond: took off %v, want nothing", took)
 	}
 }
