@@ -23,7 +23,8 @@ import (
 // lowerBlockingTimeouts rewrites, in the session's batch about to run
 // again, the timeout of its first blocking command to what is left of it
 // after waited, in whole milliseconds (Redis's unit), and returns the part
-// of waited it took off. Only the first waited: Redis reads nothing more
+// of waited it took off; one queued in a transaction is left as sent. Only
+// the first waited: Redis reads nothing more
 // of a connection while a command on it is blocked, and answers the
 // commands after it at once when it releases it (the same redirect). A
 // timeout of 0 (wait for ever) and one that cannot be read are left as
@@ -34,7 +35,11 @@ func (ss *session) lowerBlockingTimeouts(table *command.Table, waited time.Durat
 	if ms < 1 {
 		return 0
 	}
+	queued := ss.askingQueued() // inside a transaction: it never blocks (Redis runs it at EXEC without waiting)
 	for i := range ss.batch.Len() {
+		if i < len(queued) && queued[i] {
+			continue
+		}
 		raw := ss.batch.Command(i)
 		info := table.Lookup(rawCommandName(raw))
 		if info == nil || info.Handling != command.BlockingCmd {

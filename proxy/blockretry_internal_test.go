@@ -73,3 +73,28 @@ func TestLowerBlockingTimeoutsFirstOnly(t *testing.T) {
 		t.Errorf("under a millisecond: took off %v, want nothing", took)
 	}
 }
+
+// TestLowerBlockingTimeoutsNotInTransaction: a blocking command queued in
+// a transaction never waited (EXEC runs it without blocking): its bytes
+// stay as the client sent them; the one after EXEC is lowered.
+func TestLowerBlockingTimeoutsNotInTransaction(t *testing.T) {
+	ss := &session{batch: upstream.NewBatch()}
+	sent := []struct {
+		args []string
+		kind trackKind
+	}{
+		{[]string{"MULTI"}, trackMulti}, {[]string{"BLPOP", "a", "5"}, trackNone}, {[]string{"EXEC"}, trackExec},
+		{[]string{"BLPOP", "b", "5"}, trackNone},
+	}
+	for _, c := range sent {
+		ss.batch.Add(resp.AppendCommandString(nil, c.args...))
+		ss.track = append(ss.track, track{kind: c.kind})
+	}
+	ss.lowerBlockingTimeouts(command.Builtin(), 2*time.Millisecond)
+	want := [][]string{{"MULTI"}, {"BLPOP", "a", "5"}, {"EXEC"}, {"BLPOP", "b", "4.998"}}
+	for i, w := range want {
+		if got, wr := string(ss.batch.Command(i)), string(resp.AppendCommandString(nil, w...)); got != wr {
+			t.Errorf("command %d: %q, want %q", i, got, wr)
+		}
+	}
+}
