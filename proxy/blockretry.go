@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"math"
 	"strconv"
 	"time"
@@ -21,31 +20,34 @@ import (
 // timeout, in the client's protocol, or with what arrived meanwhile.
 
 // lowerBlockingTimeouts rewrites, in the session's batch about to run
-// again, the timeout of its first blocking command to what is left of it
-// after waited, in whole milliseconds (Redis's unit), and returns the part
-// of waited it took off; one queued in a transaction is left as sent. Only
-// the first waited: Redis reads nothing more
-// of a connection while a command on it is blocked, and answers the
-// commands after it at once when it releases it (the same redirect). A
-// timeout of 0 (wait for ever) and one that cannot be read are left as
-// sent; so is the batch when less than a millisecond has passed (a
-// redirect met at once, before any wait).
+// again, the timeout of its first command that blocks to what is left of
+// it after waited, in whole milliseconds (Redis's unit), and returns the
+// part of waited it took off. Only that one waited: Redis reads nothing
+// more of a connection while a command on it is blocked, and answers the
+// commands after it at once when it releases it (the same redirect). One
+// queued in a transaction never blocks (EXEC runs it without waiting), nor
+// does an XREAD without BLOCK. A timeout of 0 (wait for ever) and one that
+// cannot be read are left as sent; so is the batch when less than a
+// millisecond has passed (a redirect met at once, before any wait).
 func (ss *session) lowerBlockingTimeouts(table *command.Table, waited time.Duration) time.Duration {
 	ms := waited.Milliseconds()
 	if ms < 1 {
 		return 0
 	}
-	queued := ss.askingQueued() // inside a transaction: it never blocks (Redis runs it at EXEC without waiting)
+	queued := ss.askingQueued()
 	for i := range ss.batch.Len() {
 		if i < len(queued) && queued[i] {
 			continue
 		}
-		raw := ss.batch.Command(i)
-		info := table.Lookup(rawCommandName(raw))
+		info := table.Lookup(rawCommandName(ss.batch.Command(i)))
 		if info == nil || info.Handling != command.BlockingCmd {
 			continue
 		}
-		if lowered, ok := lowerTimeout(raw, info.Name, ms); ok {
+		args := rawArgs(ss.batch.Command(i))
+		if len(args) == 0 || isNonBlockingRead(info, args) {
+			continue
+		}
+		if lowered, ok := lowerTimeout(args, info.Name, ms); ok {
 			ss.batch.SetCommand(i, lowered)
 		}
 		break
@@ -53,18 +55,23 @@ func (ss *session) lowerBlockingTimeouts(table *command.Table, waited time.Durat
 	return time.Duration(ms) * time.Millisecond
 }
 
-// lowerTimeout returns raw, a blocking command named name, with its
-// timeout lowered by ms milliseconds (to 1 ms at least), and whether it
-// changed it.
-func lowerTimeout(raw []byte, name string, ms int64) ([]byte, bool) {
+// rawArgs returns the arguments of raw, a command as RESP, or nil.
+func rawArgs(raw []byte) [][]byte {
 	v, err := resp.Parse(raw)
-	if err != nil || len(v.Elems) == 0 {
-		return nil, false
+	if err != nil {
+		return nil
 	}
 	args := make([][]byte, len(v.Elems))
 	for i, a := range v.Elems {
 		args[i] = a.Str
 	}
+	return args
+}
+
+// lowerTimeout returns args, a blocking command named name, as RESP with
+// its timeout lowered by ms milliseconds (to 1 ms at least), and whether
+// it changed it. It may change args.
+func lowerTimeout(args [][]byte, name string, ms int64) ([]byte, bool) {
 	at, millis, ok := blockingTimeoutArg(name, args)
 	if !ok {
 		return nil, false
@@ -109,19 +116,8 @@ func blockingTimeoutArg(name string, args [][]byte) (at int, millis, ok bool) {
 	case "blmpop", "bzmpop":
 		return 1, false, len(args) >= 3
 	case "xread", "xreadgroup":
-		for i := 1; i < len(args); i++ {
-			switch {
-			case bytes.EqualFold(args[i], []byte("block")):
-				return i + 1, true, i+1 < len(args)
-			case bytes.EqualFold(args[i], []byte("count")):
-				i++
-			case bytes.EqualFold(args[i], []byte("group")):
-				i += 2
-			case bytes.EqualFold(args[i], []byte("noack")):
-			default: // STREAMS, or a syntax error Redis gave
-				return 0, false, false
-			}
-		}
+		at, ok := xreadBlock(args)
+		return at, true, ok
 	}
 	return 0, false, false
 }

@@ -37,8 +37,7 @@ func TestLowerTimeout(t *testing.T) {
 		{"xreadgroup", []string{"XREADGROUP", "GROUP", "block", "count", "NOACK", "BLOCK", "100", "STREAMS", "s", ">"}, 300, []string{"XREADGROUP", "GROUP", "block", "count", "NOACK", "BLOCK", "1", "STREAMS", "s", ">"}},
 		{"xreadgroup", []string{"XREADGROUP", "GROUP", "g", "c", "BLOCK"}, 300, nil},
 	} {
-		raw := resp.AppendCommandString(nil, c.args...)
-		got, ok := lowerTimeout(raw, c.name, c.ms)
+		got, ok := lowerTimeout(rawArgs(resp.AppendCommandString(nil, c.args...)), c.name, c.ms)
 		if c.want == nil {
 			if ok {
 				t.Errorf("%q less %d ms: changed to %q, want it left as sent", c.args, c.ms, got)
@@ -56,14 +55,14 @@ func TestLowerTimeout(t *testing.T) {
 // connection while it is blocked); the rest keep their timeouts.
 func TestLowerBlockingTimeoutsFirstOnly(t *testing.T) {
 	ss := &session{batch: upstream.NewBatch()}
-	sent := [][]string{{"GET", "k"}, {"BLPOP", "a", "5"}, {"BRPOP", "b", "5"}}
+	sent := [][]string{{"GET", "k"}, {"XREAD", "STREAMS", "s", "0"}, {"BLPOP", "a", "5"}, {"BRPOP", "b", "5"}}
 	for _, c := range sent {
 		ss.batch.Add(resp.AppendCommandString(nil, c...))
 	}
 	if took := ss.lowerBlockingTimeouts(command.Builtin(), 1500*time.Microsecond); took != time.Millisecond {
 		t.Errorf("took off %v, want 1ms (whole milliseconds)", took)
 	}
-	want := [][]string{{"GET", "k"}, {"BLPOP", "a", "4.999"}, {"BRPOP", "b", "5"}}
+	want := [][]string{{"GET", "k"}, {"XREAD", "STREAMS", "s", "0"}, {"BLPOP", "a", "4.999"}, {"BRPOP", "b", "5"}} // an XREAD without BLOCK never blocks
 	for i, w := range want {
 		if got, wr := string(ss.batch.Command(i)), string(resp.AppendCommandString(nil, w...)); got != wr {
 			t.Errorf("command %d: %q, want %q", i, got, wr)
@@ -95,6 +94,27 @@ func TestLowerBlockingTimeoutsNotInTransaction(t *testing.T) {
 	for i, w := range want {
 		if got, wr := string(ss.batch.Command(i)), string(resp.AppendCommandString(nil, w...)); got != wr {
 			t.Errorf("command %d: %q, want %q", i, got, wr)
+		}
+	}
+}
+
+// TestXreadBlockReadsTheOptions: BLOCK is found among XREAD's and
+// XREADGROUP's options as Redis reads them, not in a group's or a
+// consumer's name.
+func TestXreadBlockReadsTheOptions(t *testing.T) {
+	info := command.Builtin().Lookup([]byte("xreadgroup"))
+	for _, c := range []struct {
+		args     []string
+		blocking bool
+	}{
+		{[]string{"XREADGROUP", "GROUP", "block", "c", "STREAMS", "s", ">"}, false},
+		{[]string{"XREADGROUP", "GROUP", "g", "block", "COUNT", "1", "STREAMS", "s", ">"}, false},
+		{[]string{"XREADGROUP", "GROUP", "g", "c", "NOACK", "block", "0", "STREAMS", "s", ">"}, true},
+		{[]string{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "block", ">"}, false}, // a stream named block
+	} {
+		args := rawArgs(resp.AppendCommandString(nil, c.args...))
+		if got := !isNonBlockingRead(info, args); got != c.blocking {
+			t.Errorf("%q blocks: %v, want %v", c.args, got, c.blocking)
 		}
 	}
 }

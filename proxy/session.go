@@ -484,15 +484,29 @@ func isNonBlockingRead(info *command.Info, args [][]byte) bool {
 	if info.Name != "xread" && info.Name != "xreadgroup" {
 		return false
 	}
-	for _, a := range args[1:] {
-		if bytes.EqualFold(a, []byte("block")) {
-			return false
-		}
-		if bytes.EqualFold(a, []byte("streams")) {
-			return true
+	_, block := xreadBlock(args)
+	return !block
+}
+
+// xreadBlock returns the index in args, an XREAD or XREADGROUP, of its
+// BLOCK option's value, reading the options as Redis does up to STREAMS
+// (so a group or consumer named "block" is not taken for it); ok is false
+// without one, or with a syntax error Redis gives at once.
+func xreadBlock(args [][]byte) (at int, ok bool) {
+	for i := 1; i < len(args); i++ {
+		switch {
+		case bytes.EqualFold(args[i], []byte("block")):
+			return i + 1, i+1 < len(args)
+		case bytes.EqualFold(args[i], []byte("count")):
+			i++
+		case bytes.EqualFold(args[i], []byte("group")):
+			i += 2
+		case bytes.EqualFold(args[i], []byte("noack")):
+		default: // STREAMS, or a syntax error
+			return 0, false
 		}
 	}
-	return true
+	return 0, false
 }
 
 // forward queues a command for the upstream, in the client's order.
