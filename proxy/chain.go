@@ -174,6 +174,9 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 			break
 		}
 	}
+	if len(ss.txClient.pending) > 0 {
+		s.noteTransactionEnd(ss, c.info)
+	}
 	c.cmd, c.info = resp.Command{}, nil
 }
 
@@ -220,15 +223,27 @@ func (bookkeeping) replies(*session) {}
 
 // transactionGuard refuses, inside MULTI, the commands rproxy answers
 // itself: Redis would queue them and run them at EXEC, inside the array it
-// returns, which rproxy cannot do. In stream mode the answers that are
-// only values (queuedAsOnRedis) are made by Redis, in order, as a script
-// it queues; the rest, which rproxy acts on when it sees them (AUTH, HELLO,
-// CLIENT SETNAME, KILL, REPLY, ...), are refused there too.
+// returns. CLIENT ID, GETNAME, SETNAME, SETINFO, INFO and LIST are the
+// exception: an ECHO of a marker is queued in their place and rproxy
+// answers them inside EXEC's array (txclient.go). In stream mode the
+// answers that are only values (queuedAsOnRedis) are made by Redis, in
+// order, as a script it queues; the rest, which rproxy acts on when it
+// sees them (AUTH, HELLO, CLIENT SETNAME, KILL, REPLY, ...), are refused
+// there.
 type transactionGuard struct{ s *Server }
 
 func (st transactionGuard) command(ss *session, c *call) bool {
 	if !ss.inTransaction() || !answeredByProxy(c.info, c.cmd.Args) || ss.stream && queuedAsOnRedis(c.info, c.cmd.Args) {
 		return false
+	}
+	if !ss.stream {
+		switch clientInMulti(c.table, c.info, c.cmd.Args) {
+		case answeredInExec:
+			ss.txClient.queueInTransaction(ss, c) // an ECHO goes on in its place
+			return false
+		case forwardedInMulti:
+			return false // Redis's own error, as outside MULTI
+		}
 	}
 	st.s.refuseMsg(ss, strings.ToUpper(commandLabel(c.info, c.cmd.Args))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
 	return true

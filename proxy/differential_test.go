@@ -111,7 +111,7 @@ func pipelinesAsRedis(t *testing.T, cacheAll, shipped, wire bool) {
 
 // pipelineDraws are the commands comparePipelines draws from: data two
 // times in three, else data or acted alike; inside a transaction, from
-// inMulti if set, else as outside but for CLIENT, HELLO and AUTH, which rproxy
+// inMulti if set, else as outside but for HELLO and AUTH, which rproxy
 // refuses there (docs/commands.md); while a WATCH holds, outside a
 // transaction, from watching if set. closeMulti: a transaction never stays
 // open from one pipeline to the next. wire: some commands go in Redis's
@@ -155,7 +155,7 @@ func comparePipelines(t *testing.T, clients [2][2]*rawClient, d pipelineDraws, r
 			case watching && d.watching != nil:
 				cmd = []string{[]string{"UNWATCH", "MULTI", "RESET"}[rng.IntN(3)]}
 			}
-			if inMulti && (cmd[0] == "CLIENT" || cmd[0] == "HELLO" || cmd[0] == "AUTH") {
+			if inMulti && (cmd[0] == "HELLO" || cmd[0] == "AUTH") {
 				continue // refused inside MULTI through rproxy, as documented (docs/commands.md)
 			}
 			switch cmd[0] {
@@ -336,7 +336,8 @@ func clusterPipelinesAsStandalone(t *testing.T, p *proxytest.Proxy, direct *redi
 	// Server-wide commands inside a transaction and while watching run on
 	// every master (clustertx.go).
 	serverWide := [][]string{{"DBSIZE"}, {"FLUSHDB"}, {"SCRIPT", "LOAD", "return 7"}}
-	inMulti := append(slices.Clip(tagged), []string{"EXEC"}, []string{"DISCARD"}, []string{"PING"})
+	inMulti := append(slices.Clip(tagged), []string{"EXEC"}, []string{"DISCARD"}, []string{"PING"},
+		[]string{"CLIENT", "SETNAME", "n2"}, []string{"CLIENT", "GETNAME"})
 	inMulti = append(inMulti, serverWide...)
 	watching := append(slices.Clip(tagged), serverWide...)
 	// Outside the transaction, single-slot commands of other masters' keys

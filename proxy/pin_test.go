@@ -49,6 +49,16 @@ func statefulCorpus() []compatCase {
 		cmd("EVAL", "return redis.pcall('BRPOPLPUSH', KEYS[1], KEYS[2], 0)", "2", "empty", "dst"),
 		cmd("EVAL", "redis.call('SELECT', 5); redis.call('SET', 'in5', 'x'); return redis.call('DBSIZE')", "0"),
 		cmd("EXISTS", "in5"), cmd("SELECT", "5"), cmd("GET", "in5"), cmd("SELECT", "0"),
+		// The CLIENT commands rproxy answers, queued in a transaction:
+		// answered inside EXEC's array, taking effect only if it runs.
+		cmd("MULTI"), cmd("CLIENT", "SETNAME", "in-tx"), cmd("CLIENT", "GETNAME"), cmd("GET", "t"),
+		cmd("CLIENT", "SETNAME", "bad name"), cmd("CLIENT", "LIST", "TYPE", "nosuch"), cmd("EXEC"), cmd("CLIENT", "GETNAME"),
+		cmd("MULTI"), cmd("CLIENT", "SETNAME", "dropped"), cmd("DISCARD"), cmd("CLIENT", "GETNAME"),
+		cmd("MULTI"), cmd("CLIENT", "SETNAME", "aborted"), cmd("NOSUCHCOMMAND"), cmd("EXEC"), cmd("CLIENT", "GETNAME"),
+		cmd("MULTI"), cmd("CLIENT", "SETNAME"), cmd("CLIENT", "GETNAME", "x"), cmd("EXEC"),
+		cmd("MULTI"), cmd("CLIENT", "SETINFO", "LIB-NAME", "lib"), cmd("EXEC"),
+		cmd("WATCH", "w"), cmd("MULTI"), cmd("CLIENT", "SETNAME", "watched"), cmd("CLIENT", "GETNAME"), cmd("EXEC"),
+		cmd("CLIENT", "GETNAME"), cmd("CLIENT", "SETNAME", ""),
 		cmd("PING"),
 	}
 }

@@ -161,6 +161,10 @@ type session struct {
 	lastCmd string
 
 	view clientView // what PROXY CLIENTS shows (publishView)
+
+	// txClient: the CLIENT commands queued in the open transaction, which
+	// rproxy answers inside EXEC's reply (txclient.go).
+	txClient txClient
 }
 
 // batchWork is what a session needs while it serves a batch and keeps
@@ -395,6 +399,7 @@ func (s *Server) boundReplies(ss *session) {
 func (s *Server) resetSession(ss *session) {
 	ss.route.multiPending = false
 	ss.route.keylessTx, ss.route.keyless, ss.route.keylessBytes = false, nil, 0
+	ss.txClient = txClient{}
 	s.resetClientState(ss)
 	if s.cfg.Users != nil {
 		ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis
@@ -656,8 +661,12 @@ func (s *Server) flush(ss *session) {
 		if ss.reqlog.on && len(r) > 0 && (r[0] == '-' || r[0] == '!') {
 			ss.reqlog.stats.errors++
 		}
+		if len(ss.txClient.pending) > 0 {
+			r = s.answerMarkers(ss, r)
+		}
 		s.write(ss, r)
 	}
+	ss.txClient.afterFlush()
 	if len(ss.hotWrites.misses) > 0 {
 		clear(ss.hotWrites.misses)
 		ss.hotWrites.misses = ss.hotWrites.misses[:0]
@@ -762,19 +771,14 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 			ss.forward(cmd.Raw)
 			return
 		}
-		if !validClientName(args[2]) {
-			ss.reply([]byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n"))
-			return
-		}
-		ss.name = string(args[2])
-		ss.reply([]byte("+OK\r\n"))
+		ss.reply(setNameReply(ss, args[2]))
 	case "setinfo":
 		if !tableKnows(s.table.Load(), "client", "setinfo") || len(args) != 4 {
 			// A server without CLIENT SETINFO answers with its own error.
 			ss.forward(cmd.Raw)
 			return
 		}
-		s.clientSetInfo(ss, args)
+		ss.reply(setInfoReply(ss, args))
 	case "kill":
 		s.clientCmds.clientKill(ss, cmd)
 	case "list":
@@ -833,11 +837,20 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 	}
 }
 
-func (s *Server) clientSetInfo(ss *session, args [][]byte) {
+// setNameReply does CLIENT SETNAME name and returns its reply.
+func setNameReply(ss *session, name []byte) []byte {
+	if !validClientName(name) {
+		return []byte("-ERR Client names cannot contain spaces, newlines or special characters.\r\n")
+	}
+	ss.name = string(name)
+	return []byte("+OK\r\n")
+}
+
+// setInfoReply does CLIENT SETINFO attr value (args) and returns its reply.
+func setInfoReply(ss *session, args [][]byte) []byte {
 	attr, val := bytes.ToLower(args[2]), args[3]
 	if !validClientName(val) && len(val) > 0 {
-		ss.reply(resp.AppendError(nil, "ERR "+string(args[2])+" cannot contain spaces, newlines or special characters."))
-		return
+		return resp.AppendError(nil, "ERR "+string(args[2])+" cannot contain spaces, newlines or special characters.")
 	}
 	switch string(attr) {
 	case "lib-name":
@@ -845,10 +858,9 @@ func (s *Server) clientSetInfo(ss *session, args [][]byte) {
 	case "lib-ver":
 		ss.libVer = string(val)
 	default:
-		ss.reply(resp.AppendError(nil, "ERR Unrecognized option '"+string(args[2])+"'"))
-		return
+		return resp.AppendError(nil, "ERR Unrecognized option '"+string(args[2])+"'")
 	}
-	ss.reply([]byte("+OK\r\n"))
+	return []byte("+OK\r\n")
 }
 
 // validClientName applies Redis's rule: printable ASCII without spaces.

@@ -1,0 +1,197 @@
+package proxy
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+
+	"github.com/rproxy/rproxy/command"
+	"github.com/rproxy/rproxy/resp"
+)
+
+// txClient is the CLIENT commands rproxy answers itself (ID, GETNAME,
+// SETNAME, SETINFO, INFO, LIST) that a session queued inside MULTI,
+// outside stream mode. Redis queues each as it would the command and runs
+// it at EXEC, its reply in EXEC's array, where rproxy alone knows the
+// answer. So an ECHO of a marker goes to Redis in each one's place: Redis
+// answers QUEUED (or refuses it, as it would the command, when MULTI was
+// refused), and EXEC's array holds the marker where the command's reply
+// goes. When that array comes, each marker is replaced by rproxy's answer,
+// made then and in order, so a SETNAME takes effect only if the
+// transaction ran, and a GETNAME after it in the transaction sees it.
+type txClient struct {
+	pending []txClientCmd
+	seq     uint64 // numbers the markers
+	// ends: an EXEC, DISCARD or RESET went in the batch: once its replies
+	// are written, no marker of this transaction can come.
+	ends bool
+}
+
+// txClientCmd is one queued CLIENT command and its marker's reply.
+type txClientCmd struct {
+	marker []byte   // the ECHO's reply: the marker as a bulk string
+	args   [][]byte // the command, copied
+}
+
+// inMulti says what becomes of a command rproxy answers when it is sent
+// inside MULTI (outside stream mode).
+type inMulti uint8
+
+const (
+	refusedInMulti   inMulti = iota // refused, aborting the transaction (transactionGuard)
+	answeredInExec                  // queued as a marker, answered in EXEC's array (txClient)
+	forwardedInMulti                // sent as it came: Redis's own error, as outside MULTI (Server.client)
+)
+
+// clientInMulti places a CLIENT command sent inside MULTI. ID, GETNAME,
+// SETNAME, SETINFO, INFO and LIST are answered in EXEC's array; with
+// another number of arguments, or a SETINFO the server does not know, they
+// go to Redis as sent, as outside MULTI; the rest is refused.
+func clientInMulti(table *command.Table, info *command.Info, args [][]byte) inMulti {
+	if info == nil || info.Handling != command.Client || len(args) < 2 {
+		return refusedInMulti
+	}
+	ok := false
+	switch string(bytes.ToLower(args[1])) {
+	case "id", "getname", "info":
+		ok = len(args) == 2
+	case "setname":
+		ok = len(args) == 3
+	case "setinfo":
+		ok = len(args) == 4 && tableKnows(table, "client", "setinfo")
+	case "list":
+		ok = true
+	default:
+		return refusedInMulti
+	}
+	if ok {
+		return answeredInExec
+	}
+	return forwardedInMulti
+}
+
+// queueInTransaction puts an ECHO of a new marker in c's place (the chain
+// then routes and queues it as any keyless command) and remembers c.
+func (tc *txClient) queueInTransaction(ss *session, c *call) {
+	tc.seq++
+	marker := []byte("rproxy:client-in-multi:" + strconv.FormatInt(ss.id, 10) + ":" + strconv.FormatUint(tc.seq, 10))
+	args := make([][]byte, len(c.cmd.Args))
+	for i, a := range c.cmd.Args {
+		args[i] = slices.Clone(a)
+	}
+	tc.pending = append(tc.pending, txClientCmd{marker: resp.AppendBulk(nil, marker), args: args})
+	echo := [][]byte{[]byte("ECHO"), marker}
+	c.cmd = resp.Command{Raw: resp.AppendCommand(nil, echo...), Args: echo}
+	c.info = c.table.Lookup(echo[0])
+}
+
+// noteTransactionEnd is called once a command has passed the chain: after an EXEC
+// the batch is sent at once, so that the commands after it see what its
+// CLIENT commands did, as on Redis.
+func (s *Server) noteTransactionEnd(ss *session, info *command.Info) {
+	if info == nil || len(ss.txClient.pending) == 0 {
+		return
+	}
+	switch info.Name {
+	case "exec":
+		ss.txClient.ends = true
+		s.flush(ss)
+	case "discard":
+		ss.txClient.ends = true
+	}
+}
+
+// answerMarkers returns r with the markers of the session's queued CLIENT
+// commands replaced by their answers: in EXEC's array, or as the reply
+// itself when Redis ran the ECHO at once (MULTI had been refused).
+func (s *Server) answerMarkers(ss *session, r []byte) []byte {
+	tc := &ss.txClient
+	if len(r) == 0 {
+		return r
+	}
+	if r[0] == '$' {
+		if i := tc.find(r); i >= 0 {
+			return s.answerQueued(ss, i)
+		}
+		return r
+	}
+	if r[0] != '*' {
+		return r
+	}
+	elems, err := arrayElements(r)
+	if err != nil {
+		return r
+	}
+	replaced := false
+	for j, e := range elems {
+		if i := tc.find(e); i >= 0 {
+			elems[j] = s.answerQueued(ss, i)
+			replaced = true
+		}
+	}
+	if !replaced {
+		return r
+	}
+	return rebuildArray(make([]byte, 0, len(r)), elems)
+}
+
+// rebuildArray appends an array of elems to dst.
+func rebuildArray(dst []byte, elems [][]byte) []byte {
+	dst = append(dst, '*')
+	dst = strconv.AppendInt(dst, int64(len(elems)), 10)
+	dst = append(dst, "\r\n"...)
+	for _, e := range elems {
+		dst = append(dst, e...)
+	}
+	return dst
+}
+
+// find returns the index of the pending command whose marker reply is r,
+// or -1.
+func (tc *txClient) find(r []byte) int {
+	for i, p := range tc.pending {
+		if bytes.Equal(p.marker, r) {
+			return i
+		}
+	}
+	return -1
+}
+
+// answerQueued answers the pending command i now, as Redis runs it at
+// EXEC, and forgets it.
+func (s *Server) answerQueued(ss *session, i int) []byte {
+	args := ss.txClient.pending[i].args
+	ss.txClient.pending = slices.Delete(ss.txClient.pending, i, i+1)
+	return s.clientAnswer(ss, args)
+}
+
+// afterFlush forgets what no reply can answer any more.
+func (tc *txClient) afterFlush() {
+	if tc.ends {
+		tc.pending, tc.ends = nil, false
+	}
+}
+
+// clientAnswer is rproxy's answer to one of the CLIENT commands that
+// clientInMulti answers in EXEC, with its effect on the session.
+func (s *Server) clientAnswer(ss *session, args [][]byte) []byte {
+	cmd := resp.Command{Args: args}
+	switch string(bytes.ToLower(args[1])) {
+	case "id":
+		return resp.AppendInt(nil, ss.id)
+	case "getname":
+		return ss.nameReply()
+	case "setname":
+		return setNameReply(ss, args[2])
+	case "setinfo":
+		return setInfoReply(ss, args)
+	case "info":
+		return appendText(nil, ss.proto, s.clientCmds.clientLine(nil, ss, ss, cmd, s.clock()))
+	default: // list
+		text, errReply := s.clientCmds.clientListText(ss, cmd)
+		if errReply != nil {
+			return errReply
+		}
+		return appendText(nil, ss.proto, text)
+	}
+}

@@ -1,0 +1,70 @@
+package proxy_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rproxy/rproxy/internal/proxytest"
+	"github.com/rproxy/rproxy/internal/redistest"
+)
+
+// The CLIENT commands rproxy answers, queued inside MULTI, are answered in
+// EXEC's array with the session's own values (its id, its name as the
+// transaction left it), take effect only when the transaction runs (not
+// after a WATCH aborted it), and the commands after EXEC in the same write
+// see their effect. The byte-for-byte comparison with Redis is in
+// statefulCorpus and the random pipelines; ids differ from Redis's there.
+func TestClientCommandsAnsweredInsideExec(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	for _, proto := range []string{"2", "3"} {
+		t.Run("RESP"+proto, func(t *testing.T) {
+			c := dialClient(t, p.Addr)
+			c.do("HELLO", proto)
+			id := c.id()
+
+			got := c.pipeline([]string{"MULTI"}, []string{"CLIENT", "ID"}, []string{"CLIENT", "INFO"},
+				[]string{"CLIENT", "SETNAME", "tx-name"}, []string{"CLIENT", "LIST", "ID", id}, []string{"GET", "nokey"},
+				[]string{"EXEC"}, []string{"CLIENT", "GETNAME"})
+			replies := strings.SplitN(got, "+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n", 2)
+			if len(replies) != 2 || replies[0] != "+OK\r\n" {
+				t.Fatalf("MULTI and the queued commands: %q", got)
+			}
+			exec := replies[1]
+			if !strings.HasPrefix(exec, "*5\r\n:"+id+"\r\n") {
+				t.Fatalf("EXEC's array does not start with CLIENT ID %s: %q", id, exec)
+			}
+			// CLIENT INFO before the SETNAME shows no name; CLIENT LIST
+			// after it shows the new one.
+			info, list, _ := strings.Cut(exec[strings.Index(exec, "id="):], "+OK\r\n")
+			if !strings.Contains(info, "id="+id+" ") || !strings.Contains(info, " name= ") {
+				t.Errorf("CLIENT INFO in EXEC = %q, want id=%s and no name", info, id)
+			}
+			if !strings.Contains(list, "id="+id+" ") || !strings.Contains(list, " name=tx-name ") {
+				t.Errorf("CLIENT LIST in EXEC = %q, want id=%s name=tx-name", list, id)
+			}
+			if strings.Contains(exec, "rproxy:") {
+				t.Errorf("a marker reached the client: %q", exec)
+			}
+			if !strings.HasSuffix(exec, "$7\r\ntx-name\r\n") {
+				t.Errorf("CLIENT GETNAME after EXEC in the same write: %q, want tx-name", exec)
+			}
+
+			// A transaction a WATCH aborts changes nothing.
+			other := dialClient(t, p.Addr)
+			c.pipeline([]string{"WATCH", "watched"}, []string{"MULTI"}, []string{"CLIENT", "SETNAME", "never"}, []string{"CLIENT", "GETNAME"})
+			other.do("SET", "watched", "1")
+			null := "*-1\r\n"
+			if proto == "3" {
+				null = "_\r\n"
+			}
+			if got := c.pipeline([]string{"EXEC"}, []string{"CLIENT", "GETNAME"}); got != null+"$7\r\ntx-name\r\n" {
+				t.Errorf("aborted EXEC, then GETNAME = %q, want %q", got, null+"$7\r\ntx-name\r\n")
+			}
+			// The next transaction is answered as usual.
+			if got := c.pipeline([]string{"MULTI"}, []string{"CLIENT", "GETNAME"}, []string{"EXEC"}); got != "+OK\r\n+QUEUED\r\n*1\r\n$7\r\ntx-name\r\n" {
+				t.Errorf("next transaction = %q", got)
+			}
+		})
+	}
+}
