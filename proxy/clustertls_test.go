@@ -103,6 +103,45 @@ func TestClusterNodesWithCertificatesOfTheirOwn(t *testing.T) {
 	}
 }
 
+// TestClusterNodesVerifiedByAnnouncedHostname: nodes that announce a
+// hostname (cluster-announce-hostname) while the map names them by
+// address (cluster-preferred-endpoint-type ip, the default) serve
+// certificates for that hostname only; the seed's is for its address.
+// rproxy, dialling each node at its address, accepts a certificate for the
+// hostname the node announces: checked by its address or the seed's host
+// alone, as go-redis checks, the handshakes with the two named nodes fail
+// and their keys get errors.
+func TestClusterNodesVerifiedByAnnouncedHostname(t *testing.T) {
+	certs := tlstest.New(t)
+	names := []string{"", "node-1.example", "node-2.example"}
+	next := 0
+	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB) []string {
+		i := next
+		next++
+		if i == 0 {
+			return certs.ClusterNodeArgs(tb, redistest.FreePort(tb), "127.0.0.1", "127.0.0.1")
+		}
+		return append(certs.ClusterNodeArgs(tb, redistest.FreePort(tb), names[i], "127.0.0.1"), "--cluster-announce-hostname", names[i])
+	})
+	seed := "127.0.0.1:" + tlsPortOf(t, cl.Nodes[0])
+	p := proxytest.Start(t, seed, func(c *proxy.Config) {
+		c.Cluster = &upstream.ClusterConfig{Seeds: []string{seed}, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
+		c.HotKey.Tier = false
+		c.Upstream.TLS = &tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12}
+		c.Upstream.TLSOtherName = "127.0.0.1"
+	})
+	c := dialClient(t, p.Addr)
+	for i, n := range cl.Nodes {
+		k := keyOnMaster(t, cl, n, "named")
+		if r := c.do("SET", k, "v"); r != "+OK\r\n" {
+			t.Fatalf("SET %s, a key of the node announced as %q: %q", k, names[i], r)
+		}
+		if r := string(n.Do(t, "GET", k)); r != "$1\r\nv\r\n" {
+			t.Errorf("%s on its node: %q", k, r)
+		}
+	}
+}
+
 // keyOnMaster returns a key named prefix+n whose slot is n's.
 func keyOnMaster(t *testing.T, cl *redistest.Cluster, n *redistest.ClusterNode, prefix string) string {
 	t.Helper()

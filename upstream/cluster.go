@@ -89,6 +89,10 @@ type Cluster struct {
 	learnSeq atomic.Uint64
 	// migrating: the slots an ASK was met for (migrating.go).
 	migrating migratingSlots
+	// hostnames: the hostname each node announces, by address, as the
+	// last map read gave it (string values): a third name its TLS
+	// certificate may carry (Config.TLSAnnouncedName).
+	hostnames sync.Map
 	// lastErr is why the last slot map read failed ("" after a success).
 	lastErr atomic.Pointer[string]
 	// assigned is how many slots the map in force assigns; readAt is when
@@ -328,6 +332,13 @@ func (c *Cluster) node(addr string) (int32, error) {
 	for _, proto := range c.cfg.Protocols {
 		cfg := c.base
 		cfg.Address, cfg.Protocol = addr, proto
+		if cfg.TLS != nil {
+			cfg.TLSAnnouncedName = func() string {
+				name, _ := c.hostnames.Load(addr)
+				s, _ := name.(string)
+				return s
+			}
+		}
 		if on := c.cfg.OnNodeState; on != nil {
 			cfg.OnState = func(up bool) { on(addr, up) }
 		}
@@ -591,6 +602,9 @@ func (c *Cluster) install(shards []shard, from string, counted int32, since uint
 	replicas := map[int32][]int32{}
 	inMap := map[int32]bool{}
 	for _, sh := range shards {
+		for addr, name := range sh.hostnames {
+			c.hostnames.Store(addr, name) // before a pool dials it
+		}
 		if sh.master == "" || len(sh.ranges) == 0 {
 			continue
 		}
@@ -733,6 +747,9 @@ type shard struct {
 	master   string // host:port
 	replicas []string
 	ranges   [][2]int
+	// hostnames: each node's announced hostname (CLUSTER SHARDS'
+	// hostname, cluster-announce-hostname), by address; "" for none.
+	hostnames map[string]string
 }
 
 // parseClusterShards reads a RESP2 CLUSTER SHARDS reply. A node's address
@@ -787,6 +804,10 @@ func parseClusterShards(reply []byte, askedHost string, tls bool) ([]shard, erro
 				return nil, fmt.Errorf("CLUSTER SHARDS reply: a node of %v has no port", sh.ranges)
 			}
 			addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+			if sh.hostnames == nil {
+				sh.hostnames = map[string]string{}
+			}
+			sh.hostnames[addr] = string(fields["hostname"].Str)
 			switch string(fields["role"].Str) {
 			case "master":
 				sh.master = addr

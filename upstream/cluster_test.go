@@ -39,6 +39,17 @@ func TestParseClusterShards(t *testing.T) {
 	if !slices.EqualFunc(got, want, func(a, b shard) bool { return a.master == b.master && slices.Equal(a.ranges, b.ranges) }) {
 		t.Errorf("got %v, want %v", got, want)
 	}
+	// A node's announced hostname (cluster-announce-hostname) is kept by
+	// its address; the endpoint stays the address dialled.
+	withName := strings.Replace(shardsReply, "*14\r\n$2\r\nid\r\n$40\r\n4138ab161bf128ccd9e647bd744e64e159c2b786\r\n",
+		"*16\r\n$8\r\nhostname\r\n$13\r\nnode3.example\r\n$2\r\nid\r\n$40\r\n4138ab161bf128ccd9e647bd744e64e159c2b786\r\n", 1)
+	got, err = parseClusterShards([]byte(withName), "10.0.0.9", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].master != "127.0.0.1:17003" || got[0].hostnames["127.0.0.1:17003"] != "node3.example" || got[1].hostnames["127.0.0.1:17002"] != "" {
+		t.Errorf("with a hostname: %+v", got)
+	}
 }
 
 func TestParseClusterSlots(t *testing.T) {

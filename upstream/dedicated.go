@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,8 +159,8 @@ func Dial(ctx context.Context, cfg Config) (net.Conn, error) {
 // to addr's host (the master a Sentinel names, a cluster node the map
 // names, for a pool whose Address is only a name) and RootCAs cfg.TLSRoots'
 // current ones (a copy when either changes; nil stays nil). With
-// cfg.TLSOtherName, a certificate for either name is accepted
-// (verifyEitherName).
+// cfg.TLSOtherName or cfg.TLSAnnouncedName, a certificate for any of the
+// names is accepted (verifyAnyName).
 func clientTLS(cfg Config, addr string) *tls.Config {
 	if cfg.TLS == nil {
 		return nil
@@ -168,13 +169,17 @@ func clientTLS(cfg Config, addr string) *tls.Config {
 	if cfg.TLS.ServerName == "" {
 		host, _, _ = net.SplitHostPort(addr)
 	}
-	other := cfg.TLSOtherName
-	if other == host || cfg.TLS.InsecureSkipVerify {
-		// One name, or Go's check off: by insecure_skip_verify, or by the
-		// Pool's earlier call, whose verifyEitherName stays in the config.
+	other, announced := cfg.TLSOtherName, cfg.TLSAnnouncedName
+	if other == host {
 		other = ""
 	}
-	if host == "" && cfg.TLSRoots == nil && other == "" {
+	if cfg.TLS.InsecureSkipVerify || host == "" {
+		// Go's check off (by insecure_skip_verify, or by the Pool's
+		// earlier call, whose verifyAnyName stays in the config), or one
+		// name set (server_name).
+		other, announced = "", nil
+	}
+	if host == "" && cfg.TLSRoots == nil {
 		return cfg.TLS
 	}
 	c := cfg.TLS.Clone()
@@ -184,22 +189,34 @@ func clientTLS(cfg Config, addr string) *tls.Config {
 	if cfg.TLSRoots != nil {
 		c.RootCAs = cfg.TLSRoots()
 	}
-	if other != "" && c.ServerName != "" && c.ServerName != other {
+	if other != "" || announced != nil {
 		roots := func() *x509.CertPool { return c.RootCAs }
 		if cfg.TLSRoots != nil {
 			roots = cfg.TLSRoots
 		}
-		c.VerifyConnection = verifyEitherName(roots, c.ServerName, other, c.Time)
-		c.InsecureSkipVerify = true // Go's own check knows one name; verifyEitherName does all of it
+		names := func() []string {
+			n := []string{c.ServerName}
+			if other != "" {
+				n = append(n, other)
+			}
+			if announced != nil {
+				if a := announced(); a != "" && a != c.ServerName && a != other {
+					n = append(n, a)
+				}
+			}
+			return n
+		}
+		c.VerifyConnection = verifyAnyName(roots, names, c.Time)
+		c.InsecureSkipVerify = true // Go's own check knows one name; verifyAnyName does all of it
 	}
 	return c
 }
 
-// verifyEitherName is a tls.Config.VerifyConnection doing what Go's client
+// verifyAnyName is a tls.Config.VerifyConnection doing what Go's client
 // does for one name (the chain to roots, a server-auth certificate valid
-// now), with a certificate for name or for other accepted. It runs for
-// resumed sessions too.
-func verifyEitherName(roots func() *x509.CertPool, name, other string, clock func() time.Time) func(tls.ConnectionState) error {
+// now), with a certificate for any of names() accepted (the first is the
+// host dialled). It runs for resumed sessions too.
+func verifyAnyName(roots func() *x509.CertPool, names func() []string, clock func() time.Time) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("tls: the server sent no certificate")
@@ -215,11 +232,20 @@ func verifyEitherName(roots func() *x509.CertPool, name, other string, clock fun
 		if _, err := leaf.Verify(opts); err != nil {
 			return err
 		}
-		err := leaf.VerifyHostname(name)
-		if err == nil || leaf.VerifyHostname(other) == nil {
+		n := names()
+		err := leaf.VerifyHostname(n[0])
+		if err == nil {
 			return nil
 		}
-		return fmt.Errorf("%w (nor for %s)", err, other)
+		for _, other := range n[1:] {
+			if leaf.VerifyHostname(other) == nil {
+				return nil
+			}
+		}
+		if len(n) > 1 {
+			return fmt.Errorf("%w (nor for %s)", err, strings.Join(n[1:], " or "))
+		}
+		return err
 	}
 }
 

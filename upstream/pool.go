@@ -88,6 +88,11 @@ type Config struct {
 	// on a cluster, the seed's host, for nodes that share one certificate
 	// while the map names them by address.
 	TLSOtherName string
+	// TLSAnnouncedName, when TLS.ServerName is empty, gives a third name
+	// the certificate may carry: on a cluster, the hostname the node
+	// announces (cluster-announce-hostname, CLUSTER SHARDS' hostname),
+	// read at each handshake as the last map read gave it ("" for none).
+	TLSAnnouncedName func() string
 
 	// Sentinel, when not nil, gives the address to dial (Address is then
 	// only a name for logs): every connection dials the master it names,

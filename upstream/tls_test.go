@@ -267,21 +267,29 @@ func TestDialAcceptsTheOtherName(t *testing.T) {
 		return ln.Addr().String()
 	}
 	for _, tc := range []struct {
-		certs       *tlstest.Certs
-		certFor     string
-		other, want string // want: "" for a handshake that passes, else part of its error
+		certs                  *tlstest.Certs
+		certFor                string
+		other, announced, want string // want: "" for a handshake that passes, else part of its error
 	}{
-		{certs, "127.0.0.1", "seed.example", ""},                   // the node's own address
-		{certs, "seed.example", "seed.example", ""},                // the seed's certificate, shared
-		{certs, "seed.example", "", "doesn't contain any IP SANs"}, // no other name: its own only
-		{certs, "node9.example", "seed.example", "nor for seed.example"},
-		{stranger, "seed.example", "seed.example", "unknown authority"},
-		{stranger, "127.0.0.1", "seed.example", "unknown authority"},
+		{certs, "127.0.0.1", "seed.example", "", ""},                   // the node's own address
+		{certs, "seed.example", "seed.example", "", ""},                // the seed's certificate, shared
+		{certs, "seed.example", "", "", "doesn't contain any IP SANs"}, // no other name: its own only
+		{certs, "node9.example", "seed.example", "", "nor for seed.example"},
+		{stranger, "seed.example", "seed.example", "", "unknown authority"},
+		{stranger, "127.0.0.1", "seed.example", "", "unknown authority"},
+		// The hostname the node announces (cluster-announce-hostname).
+		{certs, "node9.example", "seed.example", "node9.example", ""},
+		{certs, "node9.example", "", "node9.example", ""},
+		{certs, "node9.example", "seed.example", "node8.example", "nor for seed.example or node8.example"},
+		{stranger, "node9.example", "seed.example", "node9.example", "unknown authority"},
 	} {
 		addr := serve(tc.certs, tc.certFor)
 		for _, earlier := range []bool{false, true} {
 			cfg := Config{Address: addr, DialTimeout: 2 * time.Second, TLSOtherName: tc.other,
 				TLS: &tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12}}
+			if tc.announced != "" {
+				cfg.TLSAnnouncedName = func() string { return tc.announced }
+			}
 			if earlier {
 				cfg.TLS = clientTLS(cfg, addr)
 			}
@@ -291,9 +299,9 @@ func TestDialAcceptsTheOtherName(t *testing.T) {
 			}
 			switch {
 			case tc.want == "" && err != nil:
-				t.Errorf("certificate for %s, other name %q (earlier %v): %v", tc.certFor, tc.other, earlier, err)
+				t.Errorf("certificate for %s, other name %q, announced %q (earlier %v): %v", tc.certFor, tc.other, tc.announced, earlier, err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("certificate for %s, other name %q (earlier %v): %v, want an error with %q", tc.certFor, tc.other, earlier, err, tc.want)
+				t.Errorf("certificate for %s, other name %q, announced %q (earlier %v): %v, want an error with %q", tc.certFor, tc.other, tc.announced, earlier, err, tc.want)
 			}
 		}
 	}
