@@ -399,7 +399,7 @@ func (s *Server) boundReplies(ss *session) {
 func (s *Server) resetSession(ss *session) {
 	ss.route.multiPending = false
 	ss.route.keylessTx, ss.route.keyless, ss.route.keylessBytes = false, nil, 0
-	ss.txClient = txClient{}
+	ss.txClient.forget()
 	s.resetClientState(ss)
 	if s.cfg.Users != nil {
 		ss.authed, ss.user = false, "" // RESET deauthenticates, as on Redis

@@ -22,15 +22,17 @@ import (
 type txClient struct {
 	pending []txClientCmd
 	seq     uint64 // numbers the markers
-	// ends: an EXEC, DISCARD or RESET went in the batch: once its replies
-	// are written, no marker of this transaction can come.
-	ends bool
+	// tx numbers the session's transactions (each EXEC or DISCARD ends
+	// one); ended is the last one ended: once the batch that ended it is
+	// written, no marker of it can come.
+	tx, ended uint64
 }
 
 // txClientCmd is one queued CLIENT command and its marker's reply.
 type txClientCmd struct {
 	marker []byte   // the ECHO's reply: the marker as a bulk string
 	args   [][]byte // the command, copied
+	tx     uint64   // the transaction it was queued in
 }
 
 // inMulti says what becomes of a command rproxy answers when it is sent
@@ -79,7 +81,7 @@ func (tc *txClient) queueInTransaction(ss *session, c *call) {
 	for i, a := range c.cmd.Args {
 		args[i] = slices.Clone(a)
 	}
-	tc.pending = append(tc.pending, txClientCmd{marker: resp.AppendBulk(nil, marker), args: args})
+	tc.pending = append(tc.pending, txClientCmd{marker: resp.AppendBulk(nil, marker), args: args, tx: tc.tx})
 	echo := [][]byte{[]byte("ECHO"), marker}
 	c.cmd = resp.Command{Raw: resp.AppendCommand(nil, echo...), Args: echo}
 	c.info = c.table.Lookup(echo[0])
@@ -94,10 +96,10 @@ func (s *Server) noteTransactionEnd(ss *session, info *command.Info) {
 	}
 	switch info.Name {
 	case "exec":
-		ss.txClient.ends = true
+		ss.txClient.end()
 		s.flush(ss)
 	case "discard":
-		ss.txClient.ends = true
+		ss.txClient.end()
 	}
 }
 
@@ -165,11 +167,26 @@ func (s *Server) answerQueued(ss *session, i int) []byte {
 	return s.clientAnswer(ss, args)
 }
 
-// afterFlush forgets what no reply can answer any more.
+// end notes that the open transaction ends with the command just queued.
+func (tc *txClient) end() {
+	tc.ended = tc.tx
+	tc.tx++
+}
+
+// afterFlush forgets what no reply can answer any more: the commands of
+// the transactions that ended in the batch written. Those of one still
+// open (a MULTI after a DISCARD, its EXEC in a later read) stay.
 func (tc *txClient) afterFlush() {
-	if tc.ends {
-		tc.pending, tc.ends = nil, false
+	if len(tc.pending) > 0 && tc.pending[0].tx <= tc.ended && tc.ended < tc.tx {
+		tc.pending = slices.DeleteFunc(tc.pending, func(p txClientCmd) bool { return p.tx <= tc.ended })
 	}
+}
+
+// forget drops every queued command (RESET).
+func (tc *txClient) forget() {
+	tc.pending = nil
+	tc.ended = tc.tx
+	tc.tx++
 }
 
 // clientAnswer is rproxy's answer to one of the CLIENT commands that

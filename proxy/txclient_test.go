@@ -65,6 +65,15 @@ func TestClientCommandsAnsweredInsideExec(t *testing.T) {
 			if got := c.pipeline([]string{"MULTI"}, []string{"CLIENT", "GETNAME"}, []string{"EXEC"}); got != "+OK\r\n+QUEUED\r\n*1\r\n$7\r\ntx-name\r\n" {
 				t.Errorf("next transaction = %q", got)
 			}
+			// A transaction discarded, and one opened after it in the same
+			// write, whose EXEC comes in the next.
+			if got := c.pipeline([]string{"MULTI"}, []string{"CLIENT", "SETNAME", "discarded"}, []string{"DISCARD"},
+				[]string{"MULTI"}, []string{"CLIENT", "SETNAME", "later"}); got != "+OK\r\n+QUEUED\r\n+OK\r\n+OK\r\n+QUEUED\r\n" {
+				t.Errorf("DISCARD, then a transaction left open = %q", got)
+			}
+			if got := c.pipeline([]string{"CLIENT", "GETNAME"}, []string{"EXEC"}, []string{"CLIENT", "GETNAME"}); got != "+QUEUED\r\n*2\r\n+OK\r\n$5\r\nlater\r\n$5\r\nlater\r\n" {
+				t.Errorf("its EXEC in the next write = %q", got)
+			}
 		})
 	}
 }
