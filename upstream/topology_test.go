@@ -192,7 +192,10 @@ func TestPoolRedialsALivedConnectionAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	waitReady(t, p)
+	// Both up, and both accepted by the server, which kills only those it
+	// has accepted: a connection up after the skew would not have lived
+	// long enough, and one accepted after the kill would live on.
+	waitFor(t, "both connections up and accepted", func() bool { return p.conns[0].up() && p.conns[1].up() && f.accepted() == 2 })
 	skew.Store(int64(quickRedialAfter)) // the connections have lived long enough
 	held.Store(true)
 	f.killConns()
@@ -213,7 +216,7 @@ func TestPoolRedialsALivedConnectionAtOnce(t *testing.T) {
 	// Connections that end at once after their dial wait the backoff (an
 	// hour here): a command then fails at once.
 	skew.Store(0)
-	waitFor(t, "both connections up", func() bool { return p.conns[0].up() && p.conns[1].up() })
+	waitFor(t, "both connections up and accepted", func() bool { return p.conns[0].up() && p.conns[1].up() && f.accepted() == 2 })
 	f.killConns()
 	waitFor(t, "both connections lost", func() bool { return !p.conns[0].up() && !p.conns[1].up() })
 	if r := ping(p); !strings.HasPrefix(r, "-ERR upstream unavailable") {

@@ -101,6 +101,13 @@ func (f *fakeRedis) close() {
 	}
 }
 
+// accepted returns how many live connections the server has accepted.
+func (f *fakeRedis) accepted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.conns)
+}
+
 // killConns drops every live connection, as a server restart would.
 func (f *fakeRedis) killConns() {
 	f.mu.Lock()
