@@ -174,8 +174,8 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 			break
 		}
 	}
-	if len(ss.txClient.pending) > 0 {
-		s.noteTransactionEnd(ss, c.info)
+	if len(ss.txClient.pending) > 0 && ss.txClient.noteEnd(c.info) {
+		s.flush(ss)
 	}
 	c.cmd, c.info = resp.Command{}, nil
 }

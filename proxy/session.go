@@ -662,7 +662,7 @@ func (s *Server) flush(ss *session) {
 			ss.reqlog.stats.errors++
 		}
 		if len(ss.txClient.pending) > 0 {
-			r = s.answerMarkers(ss, r)
+			r = ss.txClient.answerMarkers(ss, r, s.clientCmds)
 		}
 		s.write(ss, r)
 	}

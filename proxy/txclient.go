@@ -87,33 +87,34 @@ func (tc *txClient) queueInTransaction(ss *session, c *call) {
 	c.info = c.table.Lookup(echo[0])
 }
 
-// noteTransactionEnd is called once a command has passed the chain: after an EXEC
-// the batch is sent at once, so that the commands after it see what its
-// CLIENT commands did, as on Redis.
-func (s *Server) noteTransactionEnd(ss *session, info *command.Info) {
-	if info == nil || len(ss.txClient.pending) == 0 {
-		return
+// noteEnd is told of each command once it has passed the chain while
+// CLIENT commands are queued; it reports whether the batch should go at
+// once: after an EXEC, so that the commands after it see what its CLIENT
+// commands did, as on Redis.
+func (tc *txClient) noteEnd(info *command.Info) (sendNow bool) {
+	if info == nil {
+		return false
 	}
 	switch info.Name {
 	case "exec":
-		ss.txClient.end()
-		s.flush(ss)
+		tc.end()
+		return true
 	case "discard":
-		ss.txClient.end()
+		tc.end()
 	}
+	return false
 }
 
 // answerMarkers returns r with the markers of the session's queued CLIENT
 // commands replaced by their answers: in EXEC's array, or as the reply
 // itself when Redis ran the ECHO at once (MULTI had been refused).
-func (s *Server) answerMarkers(ss *session, r []byte) []byte {
-	tc := &ss.txClient
+func (tc *txClient) answerMarkers(ss *session, r []byte, cc *clientCommands) []byte {
 	if len(r) == 0 {
 		return r
 	}
 	if r[0] == '$' {
 		if i := tc.find(r); i >= 0 {
-			return s.answerQueued(ss, i)
+			return tc.answerQueued(ss, i, cc)
 		}
 		return r
 	}
@@ -127,7 +128,7 @@ func (s *Server) answerMarkers(ss *session, r []byte) []byte {
 	replaced := false
 	for j, e := range elems {
 		if i := tc.find(e); i >= 0 {
-			elems[j] = s.answerQueued(ss, i)
+			elems[j] = tc.answerQueued(ss, i, cc)
 			replaced = true
 		}
 	}
@@ -161,10 +162,10 @@ func (tc *txClient) find(r []byte) int {
 
 // answerQueued answers the pending command i now, as Redis runs it at
 // EXEC, and forgets it.
-func (s *Server) answerQueued(ss *session, i int) []byte {
-	args := ss.txClient.pending[i].args
-	ss.txClient.pending = slices.Delete(ss.txClient.pending, i, i+1)
-	return s.clientAnswer(ss, args)
+func (tc *txClient) answerQueued(ss *session, i int, cc *clientCommands) []byte {
+	args := tc.pending[i].args
+	tc.pending = slices.Delete(tc.pending, i, i+1)
+	return cc.answer(ss, args)
 }
 
 // end notes that the open transaction ends with the command just queued.
@@ -189,9 +190,9 @@ func (tc *txClient) forget() {
 	tc.tx++
 }
 
-// clientAnswer is rproxy's answer to one of the CLIENT commands that
+// answer is rproxy's answer to one of the CLIENT commands that
 // clientInMulti answers in EXEC, with its effect on the session.
-func (s *Server) clientAnswer(ss *session, args [][]byte) []byte {
+func (cc *clientCommands) answer(ss *session, args [][]byte) []byte {
 	cmd := resp.Command{Args: args}
 	switch string(bytes.ToLower(args[1])) {
 	case "id":
@@ -203,9 +204,9 @@ func (s *Server) clientAnswer(ss *session, args [][]byte) []byte {
 	case "setinfo":
 		return setInfoReply(ss, args)
 	case "info":
-		return appendText(nil, ss.proto, s.clientCmds.clientLine(nil, ss, ss, cmd, s.clock()))
+		return appendText(nil, ss.proto, cc.clientLine(nil, ss, ss, cmd, cc.clock()))
 	default: // list
-		text, errReply := s.clientCmds.clientListText(ss, cmd)
+		text, errReply := cc.clientListText(ss, cmd)
 		if errReply != nil {
 			return errReply
 		}
