@@ -84,13 +84,7 @@ func TestClusterNodesWithCertificatesOfTheirOwn(t *testing.T) {
 	ips := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
 	certNames := []string{"127.0.0.1", "127.0.0.2", "127.0.0.1"}
 	cl := redistest.StartClusterWith(t, 3, 0, redistest.TLSNodes(certs, ips, certNames))
-	seed := "127.0.0.1:" + tlsPortOf(t, cl.Nodes[0])
-	p := proxytest.Start(t, seed, func(c *proxy.Config) {
-		c.Cluster = &upstream.ClusterConfig{Seeds: []string{seed}, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
-		c.HotKey.Tier = false
-		c.Upstream.TLS = &tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12}
-		c.Upstream.TLSOtherName = "127.0.0.1"
-	})
+	p := startTLSClusterProxy(t, cl, certs)
 	c := dialClient(t, p.Addr)
 	for i, n := range cl.Nodes {
 		k := keyOnMaster(t, cl, n, "own")
@@ -123,13 +117,7 @@ func TestClusterNodesVerifiedByAnnouncedHostname(t *testing.T) {
 		}
 		return append(certs.ClusterNodeArgs(tb, redistest.FreePort(tb), names[i], "127.0.0.1"), "--cluster-announce-hostname", names[i])
 	})
-	seed := "127.0.0.1:" + tlsPortOf(t, cl.Nodes[0])
-	p := proxytest.Start(t, seed, func(c *proxy.Config) {
-		c.Cluster = &upstream.ClusterConfig{Seeds: []string{seed}, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
-		c.HotKey.Tier = false
-		c.Upstream.TLS = &tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12}
-		c.Upstream.TLSOtherName = "127.0.0.1"
-	})
+	p := startTLSClusterProxy(t, cl, certs)
 	c := dialClient(t, p.Addr)
 	for i, n := range cl.Nodes {
 		k := keyOnMaster(t, cl, n, "named")
@@ -140,6 +128,20 @@ func TestClusterNodesVerifiedByAnnouncedHostname(t *testing.T) {
 			t.Errorf("%s on its node: %q", k, r)
 		}
 	}
+}
+
+// startTLSClusterProxy starts rproxy in front of cl over TLS, its first
+// node the seed, with no server name set, as upstream.tls without
+// server_name gives in mode cluster (the seed's host as the other name).
+func startTLSClusterProxy(t *testing.T, cl *redistest.Cluster, certs *tlstest.Certs) *proxytest.Proxy {
+	t.Helper()
+	seed := "127.0.0.1:" + tlsPortOf(t, cl.Nodes[0])
+	return proxytest.Start(t, seed, func(c *proxy.Config) {
+		c.Cluster = &upstream.ClusterConfig{Seeds: []string{seed}, Refresh: 2 * time.Second, MinRefreshGap: 20 * time.Millisecond}
+		c.HotKey.Tier = false
+		c.Upstream.TLS = &tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12}
+		c.Upstream.TLSOtherName = "127.0.0.1"
+	})
 }
 
 // keyOnMaster returns a key named prefix+n whose slot is n's.
