@@ -44,10 +44,14 @@ func (cc *clientCommands) clientLine(dst []byte, ss, caller *session, cmd resp.C
 	cmdName := st.cmd
 	qbuf := 0
 	idle := now.Sub(ss.view.created)
+	inExec := 0 // the caller's commands in the EXEC it answers in (txClient)
 	if ss == caller {
 		cmdName = "client|" + string(bytes.ToLower(cmd.Args[1]))
 		qbuf = len(cmd.Raw)
 		idle = 0
+		if inExec = ss.txClient.execCount; inExec > 0 {
+			cmdName = "exec" // as Redis shows a command EXEC runs
+		}
 	} else if at := ss.view.active.Load(); at != 0 {
 		idle = now.Sub(time.Unix(0, at))
 	}
@@ -62,8 +66,8 @@ func (cc *clientCommands) clientLine(dst []byte, ss, caller *session, cmd resp.C
 	if st.subs+st.psubs+st.ssubs > 0 {
 		flags += "P"
 	}
-	if st.multi {
-		flags, multi = flags+"x", 0
+	if st.multi || inExec > 0 {
+		flags, multi = flags+"x", inExec
 	}
 	if ss.blockedNow.Load() {
 		flags += "b"

@@ -26,6 +26,9 @@ type txClient struct {
 	// one); ended is the last one ended: once the batch that ended it is
 	// written, no marker of it can come.
 	tx, ended uint64
+	// execCount: while EXEC's array is being answered, its length (CLIENT
+	// INFO and LIST show the session running EXEC, as Redis does).
+	execCount int
 }
 
 // txClientCmd is one queued CLIENT command and its marker's reply.
@@ -126,12 +129,14 @@ func (tc *txClient) answerMarkers(ss *session, r []byte, cc *clientCommands) []b
 		return r
 	}
 	replaced := false
+	tc.execCount = len(elems)
 	for j, e := range elems {
 		if i := tc.find(e); i >= 0 {
 			elems[j] = tc.answerQueued(ss, i, cc)
 			replaced = true
 		}
 	}
+	tc.execCount = 0
 	if !replaced {
 		return r
 	}

@@ -40,6 +40,10 @@ func TestClientCommandsAnsweredInsideExec(t *testing.T) {
 			if !strings.Contains(info, "id="+id+" ") || !strings.Contains(info, " name= ") {
 				t.Errorf("CLIENT INFO in EXEC = %q, want id=%s and no name", info, id)
 			}
+			// As Redis shows a client running EXEC (of 5 commands).
+			if !strings.Contains(info, " flags=x ") || !strings.Contains(info, " multi=5 ") || !strings.Contains(info, " cmd=exec ") {
+				t.Errorf("CLIENT INFO in EXEC = %q, want flags=x multi=5 cmd=exec", info)
+			}
 			if !strings.Contains(list, "id="+id+" ") || !strings.Contains(list, " name=tx-name ") {
 				t.Errorf("CLIENT LIST in EXEC = %q, want id=%s name=tx-name", list, id)
 			}
