@@ -86,71 +86,24 @@ type session struct {
 	lastWriteSeq uint64
 
 	// Pinning: while the session holds connection state, its commands run on
-	// a dedicated upstream connection. track holds, for each command in
-	// batch while pinned, the state it may change; the replies decide.
-	pin      *upstream.Dedicated
-	pinPool  *upstream.Pool                     // the pool the pin came from
-	pinRef   atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
-	pinDirty bool                               // a command other than a blocking one ran on pin: it is reset when released
-	// pinAsking: the pin followed an ASK to the node importing slot
-	// pinAskSlot (movePin), which serves the slot only to commands after
-	// ASKING: each batch on it runs with ASKING before it (askingQueued).
-	pinAsking  bool
-	pinAskSlot int
-	pinTx      pinnedTx // the open transaction on a cluster's pin (pinmoved.go)
-	pinSlots   []int    // the slots of the keys the pin ran commands of, on a cluster (pinServed)
-	// The channels, patterns and shard channels subscribed, by kind
-	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
-	subscribed map[byte]map[string]struct{}
-	// subscribedSure: a modeProbe found Redis in RESP2's subscribed mode,
-	// and no unsubscribe went since, so no other probe is needed.
-	subscribedSure bool
-	killed         atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
-	blockedNow     atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
-	multiSent      bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
+	// a dedicated upstream connection (pin.go).
+	pinning
+	// Stream mode: pub/sub, MONITOR, tracking, replication (pin.go).
+	streamMode
+
+	killed     atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
+	blockedNow atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
+	multiSent  bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
 	// pinnedState: db, dbUnknown, inMulti, watching and the open
 	// transaction's queued SELECTs, as Redis's replies settle them.
 	pinnedState
-	// selectSeq numbers the stream-mode SELECTs sent (streamSelect), and
-	// selectDone is the last one answered, as seq<<32 | the database the
-	// connection is in after it: set by the relay, read by settleSelect.
-	selectSeq  uint32
-	selectDone atomic.Uint64
-	blocking   bool // batch holds a blocking command: no timeout, watch the client
-	track      []track
-	// stream: after a (un)subscribe, MONITOR, tracking or a replication
-	// handshake the session is in stream mode until it leaves or sends
-	// RESET: commands go to the pin as they come, and a goroutine copies
-	// everything Redis sends back to the client (the write buffer is not
-	// used meanwhile).
-	stream      bool
-	streamCmds  [][]byte
-	pinSent     int          // commands sent on the pin in stream mode (sendStream), for streamTx
-	streamTx    *streamTx    // the transaction open on the pin, followed for the relay (streamfanout.go)
-	relay       *streamRelay // what the copy goroutine writes through (stream mode)
-	streamEnded chan bool    // the copy ended: true after a RESET (leaveStream)
-	// streamHelpers counts the batch's commands sent only to help the relay
-	// (the errorCmd before a HELLO): not the client's.
-	streamHelpers int
-	// CLIENT REPLY in stream mode: Redis answers nothing while replyOff,
-	// nor the command after a SKIP (replySkipped while it runs): no relay
-	// answer may wait for such a command's reply.
-	replyOff, skipNext, replySkipped bool
-	role                             byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
 	// The state of stream mode beyond the pin on a cluster (clusterStream).
 	cstream clusterStreamState
 	// CLIENT TRACKING as the session set it up (trackingState).
-	tracking    trackingState
-	streamWatch bool // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
-	// streamHeld: the pin holds state the session does not follow (a
-	// SELECT sent in stream mode, CLIENT NO-EVICT or NO-TOUCH), so stream
-	// mode lasts until RESET (leavesStream).
-	streamHeld bool
-	noEvict    bool // CLIENT NO-EVICT ON sent (CLIENT LIST's e flag)
+	tracking trackingState
 	// A CLIENT PAUSE or UNPAUSE queued in the open transaction, followed
 	// from its EXEC (pausewatch.go).
 	queuedPause [][]byte
-	kept        []keptPin
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
 	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
@@ -165,6 +118,66 @@ type session struct {
 	// txClient: the CLIENT commands queued in the open transaction, which
 	// rproxy answers inside EXEC's reply (txclient.go).
 	txClient txClient
+}
+
+// pinning is a session's dedicated upstream connection, held while the
+// session holds connection state (a database, a transaction, a watch, a
+// blocking command, stream mode). track holds, for each command in the
+// batch while pinned, the state it may change; the replies decide.
+type pinning struct {
+	pin      *upstream.Dedicated
+	pinPool  *upstream.Pool                     // the pool the pin came from
+	pinRef   atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
+	pinDirty bool                               // a command other than a blocking one ran on pin: it is reset when released
+	// pinAsking: the pin followed an ASK to the node importing slot
+	// pinAskSlot (movePin), which serves the slot only to commands after
+	// ASKING: each batch on it runs with ASKING before it (askingQueued).
+	pinAsking  bool
+	pinAskSlot int
+	pinTx      pinnedTx // the open transaction on a cluster's pin (pinmoved.go)
+	pinSlots   []int    // the slots of the keys the pin ran commands of, on a cluster (pinServed)
+	blocking   bool     // batch holds a blocking command: no timeout, watch the client
+	track      []track
+	kept       []keptPin // pins kept for the session's next (a tracked connection, per protocol and user)
+}
+
+// streamMode is a session's state in stream mode: after a (un)subscribe,
+// MONITOR, tracking or a replication handshake the session is in stream
+// mode until it leaves or sends RESET: commands go to the pin as they
+// come, and a goroutine copies everything Redis sends back to the client
+// (the write buffer is not used meanwhile).
+type streamMode struct {
+	stream      bool
+	streamCmds  [][]byte
+	pinSent     int          // commands sent on the pin in stream mode (sendStream), for streamTx
+	streamTx    *streamTx    // the transaction open on the pin, followed for the relay (streamfanout.go)
+	relay       *streamRelay // what the copy goroutine writes through (stream mode)
+	streamEnded chan bool    // the copy ended: true after a RESET (leaveStream)
+	// streamHelpers counts the batch's commands sent only to help the relay
+	// (the errorCmd before a HELLO): not the client's.
+	streamHelpers int
+	// The channels, patterns and shard channels subscribed, by kind
+	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
+	subscribed map[byte]map[string]struct{}
+	// subscribedSure: a modeProbe found Redis in RESP2's subscribed mode,
+	// and no unsubscribe went since, so no other probe is needed.
+	subscribedSure bool
+	// selectSeq numbers the stream-mode SELECTs sent (streamSelect), and
+	// selectDone is the last one answered, as seq<<32 | the database the
+	// connection is in after it: set by the relay, read by settleSelect.
+	selectSeq  uint32
+	selectDone atomic.Uint64
+	// CLIENT REPLY in stream mode: Redis answers nothing while replyOff,
+	// nor the command after a SKIP (replySkipped while it runs): no relay
+	// answer may wait for such a command's reply.
+	replyOff, skipNext, replySkipped bool
+	role                             byte // 'S' after SYNC or PSYNC, 'O' after MONITOR (CLIENT LIST's flags and TYPE)
+	streamWatch                      bool // a WATCH sent in stream mode to the pin, no UNWATCH, EXEC or DISCARD since
+	// streamHeld: the pin holds state the session does not follow (a
+	// SELECT sent in stream mode, CLIENT NO-EVICT or NO-TOUCH), so stream
+	// mode lasts until RESET (leavesStream).
+	streamHeld bool
+	noEvict    bool // CLIENT NO-EVICT ON sent (CLIENT LIST's e flag)
 }
 
 // batchWork is what a session needs while it serves a batch and keeps
