@@ -229,6 +229,29 @@ func authWithoutUsers(args [][]byte) []byte {
 	return replyWrongPass
 }
 
+// answerInExec answers an AUTH queued inside MULTI, in EXEC's array
+// (txclient.go), as auth does outside it: in mode none as a Redis without
+// passwords, in mode proxy against rproxy's users, the login taking effect
+// then. (In passthrough mode it is refused inside MULTI.)
+func (a *authenticating) answerInExec(ss *session, args [][]byte) []byte {
+	if a.users == nil {
+		return authWithoutUsers(args)
+	}
+	var user, pass []byte
+	switch len(args) {
+	case 2:
+		user, pass = []byte("default"), args[1]
+	case 3:
+		user, pass = args[1], args[2]
+	default:
+		return []byte("-ERR syntax error\r\n")
+	}
+	if !a.login(ss, user, pass) {
+		return replyWrongPass
+	}
+	return []byte("+OK\r\n")
+}
+
 func isAuth(name []byte) bool { return bytes.EqualFold(name, []byte("auth")) }
 
 // maxUserPools bounds the distinct upstream credentials that get pools of

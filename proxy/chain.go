@@ -223,9 +223,10 @@ func (bookkeeping) replies(*session) {}
 
 // transactionGuard refuses, inside MULTI, the commands rproxy answers
 // itself: Redis would queue them and run them at EXEC, inside the array it
-// returns. CLIENT ID, GETNAME, SETNAME, SETINFO, INFO and LIST are the
-// exception: an ECHO of a marker is queued in their place and rproxy
-// answers them inside EXEC's array (txclient.go). In stream mode the
+// returns. CLIENT ID, GETNAME, SETNAME, SETINFO, INFO and LIST, and AUTH
+// where rproxy checks it, are the exception: an ECHO of a marker is
+// queued in their place and rproxy answers them inside EXEC's array
+// (txclient.go). In stream mode the
 // answers that are only values (queuedAsOnRedis) are made by Redis, in
 // order, as a script it queues; the rest, which rproxy acts on when it
 // sees them (AUTH, HELLO, CLIENT SETNAME, KILL, REPLY, ...), are refused
@@ -237,7 +238,7 @@ func (st transactionGuard) command(ss *session, c *call) bool {
 		return false
 	}
 	if !ss.stream {
-		switch clientInMulti(c.table, c.info, c.cmd.Args) {
+		switch placeInMulti(c.table, c.info, c.cmd.Args, st.s.cfg.AuthPassthrough) {
 		case answeredInExec:
 			ss.txClient.queueInTransaction(ss, c) // an ECHO goes on in its place
 			return false

@@ -59,6 +59,9 @@ func statefulCorpus() []compatCase {
 		cmd("MULTI"), cmd("CLIENT", "SETINFO", "LIB-NAME", "lib"), cmd("EXEC"),
 		cmd("WATCH", "w"), cmd("MULTI"), cmd("CLIENT", "SETNAME", "watched"), cmd("CLIENT", "GETNAME"), cmd("EXEC"),
 		cmd("CLIENT", "GETNAME"), cmd("CLIENT", "SETNAME", ""),
+		// AUTH queued too (rproxy's auth.mode none answers as a Redis
+		// without passwords).
+		cmd("MULTI"), cmd("AUTH", "default", "x"), cmd("AUTH", "x"), cmd("AUTH", "a", "b", "c"), cmd("AUTH", "other", "pw"), cmd("EXEC"),
 		cmd("PING"),
 	}
 }

@@ -675,7 +675,7 @@ func (s *Server) flush(ss *session) {
 			ss.reqlog.stats.errors++
 		}
 		if len(ss.txClient.pending) > 0 {
-			r = ss.txClient.answerMarkers(ss, r, s.clientCmds)
+			r = ss.txClient.answerMarkers(ss, r, execAnswers{clients: s.clientCmds, auth: s.authing})
 		}
 		s.write(ss, r)
 	}

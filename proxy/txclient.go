@@ -10,8 +10,8 @@ import (
 )
 
 // txClient is the CLIENT commands rproxy answers itself (ID, GETNAME,
-// SETNAME, SETINFO, INFO, LIST) that a session queued inside MULTI,
-// outside stream mode. Redis queues each as it would the command and runs
+// SETNAME, SETINFO, INFO, LIST), and AUTH where rproxy checks it, that a
+// session queued inside MULTI, outside stream mode. Redis queues each as it would the command and runs
 // it at EXEC, its reply in EXEC's array, where rproxy alone knows the
 // answer. So an ECHO of a marker goes to Redis in each one's place: Redis
 // answers QUEUED (or refuses it, as it would the command, when MULTI was
@@ -48,11 +48,19 @@ const (
 	forwardedInMulti                // sent as it came: Redis's own error, as outside MULTI (Server.client)
 )
 
-// clientInMulti places a CLIENT command sent inside MULTI. ID, GETNAME,
-// SETNAME, SETINFO, INFO and LIST are answered in EXEC's array; with
-// another number of arguments, or a SETINFO the server does not know, they
-// go to Redis as sent, as outside MULTI; the rest is refused.
-func clientInMulti(table *command.Table, info *command.Info, args [][]byte) inMulti {
+// placeInMulti places a command rproxy answers, sent inside MULTI outside
+// stream mode. CLIENT ID, GETNAME, SETNAME, SETINFO, INFO and LIST, and
+// AUTH where rproxy checks it (auth.mode none or proxy), are answered in
+// EXEC's array; those CLIENT commands with another number of arguments,
+// or a SETINFO the server does not know, go to Redis as sent, as outside
+// MULTI; the rest is refused.
+func placeInMulti(table *command.Table, info *command.Info, args [][]byte, passthrough bool) inMulti {
+	if isAuth(args[0]) {
+		if passthrough {
+			return refusedInMulti // the user's connections change: not done at EXEC
+		}
+		return answeredInExec
+	}
 	if info == nil || info.Handling != command.Client || len(args) < 2 {
 		return refusedInMulti
 	}
@@ -73,6 +81,20 @@ func clientInMulti(table *command.Table, info *command.Info, args [][]byte) inMu
 		return answeredInExec
 	}
 	return forwardedInMulti
+}
+
+// execAnswers makes rproxy's answers inside EXEC's array: the CLIENT
+// commands' (clientCommands) and AUTH's (the auth stage).
+type execAnswers struct {
+	clients *clientCommands
+	auth    *authenticating
+}
+
+func (e execAnswers) answer(ss *session, args [][]byte) []byte {
+	if isAuth(args[0]) {
+		return e.auth.answerInExec(ss, args)
+	}
+	return e.clients.answer(ss, args)
 }
 
 // queueInTransaction puts an ECHO of a new marker in c's place (the chain
@@ -111,13 +133,13 @@ func (tc *txClient) noteEnd(info *command.Info) (sendNow bool) {
 // answerMarkers returns r with the markers of the session's queued CLIENT
 // commands replaced by their answers: in EXEC's array, or as the reply
 // itself when Redis ran the ECHO at once (MULTI had been refused).
-func (tc *txClient) answerMarkers(ss *session, r []byte, cc *clientCommands) []byte {
+func (tc *txClient) answerMarkers(ss *session, r []byte, answers execAnswers) []byte {
 	if len(r) == 0 {
 		return r
 	}
 	if r[0] == '$' {
 		if i := tc.find(r); i >= 0 {
-			return tc.answerQueued(ss, i, cc)
+			return tc.answerQueued(ss, i, answers)
 		}
 		return r
 	}
@@ -132,7 +154,7 @@ func (tc *txClient) answerMarkers(ss *session, r []byte, cc *clientCommands) []b
 	tc.execCount = len(elems)
 	for j, e := range elems {
 		if i := tc.find(e); i >= 0 {
-			elems[j] = tc.answerQueued(ss, i, cc)
+			elems[j] = tc.answerQueued(ss, i, answers)
 			replaced = true
 		}
 	}
@@ -167,10 +189,10 @@ func (tc *txClient) find(r []byte) int {
 
 // answerQueued answers the pending command i now, as Redis runs it at
 // EXEC, and forgets it.
-func (tc *txClient) answerQueued(ss *session, i int, cc *clientCommands) []byte {
+func (tc *txClient) answerQueued(ss *session, i int, answers execAnswers) []byte {
 	args := tc.pending[i].args
 	tc.pending = slices.Delete(tc.pending, i, i+1)
-	return cc.answer(ss, args)
+	return answers.answer(ss, args)
 }
 
 // end notes that the open transaction ends with the command just queued.
@@ -196,7 +218,7 @@ func (tc *txClient) forget() {
 }
 
 // answer is rproxy's answer to one of the CLIENT commands that
-// clientInMulti answers in EXEC, with its effect on the session.
+// placeInMulti answers in EXEC, with its effect on the session.
 func (cc *clientCommands) answer(ss *session, args [][]byte) []byte {
 	cmd := resp.Command{Args: args}
 	switch string(bytes.ToLower(args[1])) {

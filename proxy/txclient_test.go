@@ -6,6 +6,7 @@ import (
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/proxy"
 )
 
 // The CLIENT commands rproxy answers, queued inside MULTI, are answered in
@@ -79,5 +80,40 @@ func TestClientCommandsAnsweredInsideExec(t *testing.T) {
 				t.Errorf("its EXEC in the next write = %q", got)
 			}
 		})
+	}
+}
+
+// In auth.mode proxy an AUTH queued inside MULTI is checked at EXEC and
+// answered in its array; a good one logs the session in as that user
+// then, and not at all when a WATCH aborts the transaction.
+func TestAuthAnsweredInsideExec(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.Users = proxy.Users{"alice": sha("alicepw"), "bob": sha("bobpw")}
+	})
+	c := dialClient(t, p.Addr)
+	if r := c.do("AUTH", "alice", "alicepw"); r != "+OK\r\n" {
+		t.Fatalf("AUTH alice = %q", r)
+	}
+	got := c.pipeline([]string{"MULTI"}, []string{"AUTH", "bob", "wrong"}, []string{"CLIENT", "INFO"}, []string{"AUTH", "bob", "bobpw"},
+		[]string{"AUTH", "a", "b", "c"}, []string{"EXEC"}, []string{"CLIENT", "INFO"})
+	head := "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n-WRONGPASS "
+	if !strings.HasPrefix(got, head) || !strings.Contains(got, "\r\n+OK\r\n-ERR syntax error\r\n$") {
+		t.Fatalf("AUTH inside MULTI: %q", got)
+	}
+	before, after, _ := strings.Cut(got[strings.Index(got, "id="):], "+OK\r\n-ERR syntax error")
+	if !strings.Contains(before, " user=alice ") || !strings.Contains(after, " user=bob ") {
+		t.Errorf("CLIENT INFO inside EXEC before the AUTH, then after EXEC: %q, %q: want alice, then bob", before, after)
+	}
+
+	other := dialClient(t, p.Addr)
+	other.do("AUTH", "alice", "alicepw")
+	c.pipeline([]string{"WATCH", "w"}, []string{"MULTI"}, []string{"AUTH", "alice", "alicepw"})
+	other.do("SET", "w", "1")
+	if got := c.do("EXEC"); got != "*-1\r\n" {
+		t.Fatalf("EXEC after the watched key changed: %q", got)
+	}
+	if info := c.do("CLIENT", "INFO"); !strings.Contains(info, " user=bob ") {
+		t.Errorf("the aborted transaction's AUTH logged the session in: %q", info)
 	}
 }
