@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -240,6 +241,10 @@ func (st transactionGuard) command(ss *session, c *call) bool {
 	if !ss.stream {
 		switch placeInMulti(c.table, c.info, c.cmd.Args, st.s.cfg.AuthPassthrough) {
 		case answeredInExec:
+			if ss.txClient.full(c.cmd.Args) {
+				st.s.refuseMsg(ss, fmt.Sprintf("more than %d CLIENT and AUTH commands (or %d bytes of them) in one transaction", maxTxClient, maxTxClientBytes))
+				return true
+			}
 			ss.txClient.queueInTransaction(ss, c) // an ECHO goes on in its place
 			return false
 		case forwardedInMulti:

@@ -20,8 +20,9 @@ import (
 // made then and in order, so a SETNAME takes effect only if the
 // transaction ran, and a GETNAME after it in the transaction sees it.
 type txClient struct {
-	pending []txClientCmd
-	seq     uint64 // numbers the markers
+	pending      []txClientCmd
+	pendingBytes int    // of the pending commands' arguments
+	seq          uint64 // numbers the markers
 	// tx numbers the session's transactions (each EXEC or DISCARD ends
 	// one); ended is the last one ended: once the batch that ended it is
 	// written, no marker of it can come.
@@ -29,6 +30,21 @@ type txClient struct {
 	// execCount: while EXEC's array is being answered, its length (CLIENT
 	// INFO and LIST show the session running EXEC, as Redis does).
 	execCount int
+}
+
+// maxTxClient and maxTxClientBytes bound what a session's open
+// transactions may queue for rproxy to answer (each command's arguments
+// are kept until EXEC): past them the command is refused, which aborts the
+// transaction, rather than held in memory without end.
+const (
+	maxTxClient      = 1024
+	maxTxClientBytes = 1 << 20
+)
+
+// full reports whether queueing args would pass maxTxClient or
+// maxTxClientBytes.
+func (tc *txClient) full(args [][]byte) bool {
+	return len(tc.pending) >= maxTxClient || tc.pendingBytes+argsLen(args) > maxTxClientBytes
 }
 
 // txClientCmd is one queued CLIENT command and its marker's reply.
@@ -105,6 +121,7 @@ func (tc *txClient) queueInTransaction(ss *session, c *call) {
 	args := make([][]byte, len(c.cmd.Args))
 	for i, a := range c.cmd.Args {
 		args[i] = slices.Clone(a)
+		tc.pendingBytes += len(a)
 	}
 	tc.pending = append(tc.pending, txClientCmd{marker: resp.AppendBulk(nil, marker), args: args, tx: tc.tx})
 	echo := [][]byte{[]byte("ECHO"), marker}
@@ -192,6 +209,7 @@ func (tc *txClient) find(r []byte) int {
 func (tc *txClient) answerQueued(ss *session, i int, answers execAnswers) []byte {
 	args := tc.pending[i].args
 	tc.pending = slices.Delete(tc.pending, i, i+1)
+	tc.pendingBytes -= argsLen(args)
 	return answers.answer(ss, args)
 }
 
@@ -207,12 +225,25 @@ func (tc *txClient) end() {
 func (tc *txClient) afterFlush() {
 	if len(tc.pending) > 0 && tc.pending[0].tx <= tc.ended && tc.ended < tc.tx {
 		tc.pending = slices.DeleteFunc(tc.pending, func(p txClientCmd) bool { return p.tx <= tc.ended })
+		tc.pendingBytes = 0
+		for _, p := range tc.pending {
+			tc.pendingBytes += argsLen(p.args)
+		}
 	}
+}
+
+// argsLen is the bytes of a command's arguments.
+func argsLen(args [][]byte) int {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	return n
 }
 
 // forget drops every queued command (RESET).
 func (tc *txClient) forget() {
-	tc.pending = nil
+	tc.pending, tc.pendingBytes = nil, 0
 	tc.ended = tc.tx
 	tc.tx++
 }

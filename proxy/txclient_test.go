@@ -117,3 +117,30 @@ func TestAuthAnsweredInsideExec(t *testing.T) {
 		t.Errorf("the aborted transaction's AUTH logged the session in: %q", info)
 	}
 }
+
+// A transaction may queue at most 1,024 commands for rproxy to answer in
+// EXEC (their arguments are kept until then): the next is refused, which
+// aborts the transaction, instead of growing rproxy's memory without end.
+func TestClientCommandsInsideExecBounded(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c := dialClient(t, p.Addr)
+	cmds := [][]string{{"MULTI"}}
+	for range 1025 {
+		cmds = append(cmds, []string{"CLIENT", "GETNAME"})
+	}
+	got := c.pipeline(append(cmds, []string{"EXEC"})...)
+	want := "+OK\r\n" + strings.Repeat("+QUEUED\r\n", 1024) + "-ERR rproxy: more than 1024 CLIENT and AUTH commands (or 1048576 bytes of them) in one transaction\r\n-EXECABORT"
+	if !strings.HasPrefix(got, want) {
+		t.Fatalf("1025 CLIENT GETNAMEs in a transaction: ...%q", got[max(0, len(got)-200):])
+	}
+	// The next transaction starts afresh.
+	if got := c.pipeline([]string{"MULTI"}, []string{"CLIENT", "GETNAME"}, []string{"EXEC"}); got != "+OK\r\n+QUEUED\r\n*1\r\n$-1\r\n" {
+		t.Errorf("the next transaction = %q", got)
+	}
+	big := strings.Repeat("n", 600_000)
+	got = c.pipeline([]string{"MULTI"}, []string{"CLIENT", "SETNAME", big}, []string{"CLIENT", "SETNAME", big}, []string{"EXEC"})
+	if !strings.HasPrefix(got, "+OK\r\n+QUEUED\r\n-ERR rproxy: more than 1024") || !strings.HasSuffix(got, "-EXECABORT Transaction discarded because of previous errors.\r\n") {
+		t.Errorf("two 600 KB names in a transaction: %q", got)
+	}
+}
