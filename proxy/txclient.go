@@ -11,9 +11,9 @@ import (
 
 // txClient is the CLIENT commands rproxy answers itself (ID, GETNAME,
 // SETNAME, SETINFO, INFO, LIST), and AUTH where rproxy checks it, that a
-// session queued inside MULTI, outside stream mode. Redis queues each as it would the command and runs
-// it at EXEC, its reply in EXEC's array, where rproxy alone knows the
-// answer. So an ECHO of a marker goes to Redis in each one's place: Redis
+// session queued inside MULTI, outside stream mode. Redis would queue each
+// and run it at EXEC, its reply in EXEC's array, where rproxy alone knows
+// the answer. So an ECHO of a marker goes to Redis in each one's place: Redis
 // answers QUEUED (or refuses it, as it would the command, when MULTI was
 // refused), and EXEC's array holds the marker where the command's reply
 // goes. When that array comes, each marker is replaced by rproxy's answer,
