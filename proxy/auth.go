@@ -97,14 +97,9 @@ func (a *authenticating) auth(ss *session, cmd resp.Command) {
 		ss.replyInMode(authWithoutUsers(args))
 		return
 	}
-	var user, pass []byte
-	switch len(args) {
-	case 2:
-		user, pass = []byte("default"), args[1]
-	case 3:
-		user, pass = args[1], args[2]
-	default: // more: fewer fail the arity check first
-		ss.replyInMode([]byte("-ERR syntax error\r\n"))
+	user, pass, ok := authCredentials(args)
+	if !ok {
+		ss.replyInMode(replySyntaxError)
 		return
 	}
 	if a.passthrough {
@@ -222,7 +217,7 @@ func authWithoutUsers(args [][]byte) []byte {
 	case len(args) < 2:
 		return []byte("-ERR wrong number of arguments for 'auth' command\r\n")
 	case len(args) > 3:
-		return []byte("-ERR syntax error\r\n")
+		return replySyntaxError
 	case bytes.Equal(args[1], []byte("default")):
 		return []byte("+OK\r\n")
 	}
@@ -237,19 +232,30 @@ func (a *authenticating) answerInExec(ss *session, args [][]byte) []byte {
 	if a.users == nil {
 		return authWithoutUsers(args)
 	}
-	var user, pass []byte
-	switch len(args) {
-	case 2:
-		user, pass = []byte("default"), args[1]
-	case 3:
-		user, pass = args[1], args[2]
-	default:
-		return []byte("-ERR syntax error\r\n")
+	user, pass, ok := authCredentials(args)
+	if !ok {
+		return replySyntaxError
 	}
 	if !a.login(ss, user, pass) {
 		return replyWrongPass
 	}
 	return []byte("+OK\r\n")
+}
+
+// replySyntaxError is Redis's reply to AUTH with more than two arguments.
+var replySyntaxError = []byte("-ERR syntax error\r\n")
+
+// authCredentials reads AUTH [user] password (user "default" when left
+// out); ok is false with more arguments (fewer fail the arity check
+// first).
+func authCredentials(args [][]byte) (user, pass []byte, ok bool) {
+	switch len(args) {
+	case 2:
+		return []byte("default"), args[1], true
+	case 3:
+		return args[1], args[2], true
+	}
+	return nil, nil, false
 }
 
 func isAuth(name []byte) bool { return bytes.EqualFold(name, []byte("auth")) }
