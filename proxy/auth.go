@@ -69,7 +69,7 @@ type authenticating struct {
 }
 
 func (a *authenticating) command(ss *session, c *call) bool {
-	if isAuth(c.cmd.Args[0]) {
+	if isAuth(c.cmd.Args[0]) && !c.inExec { // inside MULTI: answered in EXEC's array
 		a.auth(ss, c.cmd)
 		return true
 	}

@@ -45,9 +45,9 @@ import (
 // commands to handle (session.go), which calls exec for each. exec looks
 // the command up (the session's last lookup, when the name repeats) and
 // runs the stages below in order: bookkeeping counts it; arityCheck,
-// transactionGuard, authenticating, policing, tierWrites (a GET writes no
-// key), scriptKill and replicaReads pass it on; routing gives it its
-// master's slot;
+// transactionGuard, authenticating, policing, queueForExec, pauses,
+// tierWrites (a GET writes no key), scriptKill and replicaReads pass it
+// on; routing gives it its master's slot;
 // tierReads answers it from the local tier if the key is hot and cached
 // (else asks for a fill); salting may send it to a salted copy;
 // coalescing may join it to an identical GET in flight; dispatch queues it
@@ -78,6 +78,7 @@ func (s *Server) newChain() chain {
 	add(&c.commands, true, transactionGuard{s})              // no proxy-answered command inside MULTI
 	add(&c.commands, true, s.authing)                        // AUTH, and NOAUTH before it
 	add(&c.commands, true, s.policing)                       // refusals, big-key probes, TTL jitter (reloadable)
+	add(&c.commands, true, queueForExec{s})                  // CLIENT and AUTH inside MULTI: a marker, answered in EXEC's array
 	add(&c.commands, true, s.pauses)                         // writes during a CLIENT PAUSE off the shared connections
 	add(&c.commands, s.tiering != nil, tw)                   // writes drop their keys from the local tier
 	add(&c.commands, true, scriptKill{s})                    // SCRIPT/FUNCTION KILL out of band
@@ -122,6 +123,10 @@ type call struct {
 	// heldByPause: a command Redis holds during a CLIENT PAUSE sent
 	// through rproxy (pauseWatch): it goes as a blocking command does.
 	heldByPause bool
+	// inExec: a CLIENT or AUTH command inside MULTI that rproxy answers in
+	// EXEC's array (transactionGuard found it); queueForExec, after the
+	// policy, queues a marker in its place.
+	inExec bool
 }
 
 // lastLookup remembers a session's last command-table lookup: a pipeline
@@ -225,9 +230,9 @@ func (bookkeeping) replies(*session) {}
 // transactionGuard refuses, inside MULTI, the commands rproxy answers
 // itself: Redis would queue them and run them at EXEC, inside the array it
 // returns. CLIENT ID, GETNAME, SETNAME, SETINFO, INFO and LIST, and AUTH
-// where rproxy checks it, are the exception: an ECHO of a marker is
-// queued in their place and rproxy answers them inside EXEC's array
-// (txclient.go). In stream mode the answers that are only values
+// where rproxy checks it, are the exception: once the policy has judged
+// them, queueForExec queues an ECHO of a marker in their place and rproxy
+// answers them inside EXEC's array (txclient.go). In stream mode the answers that are only values
 // (queuedAsOnRedis) are made by Redis, in order, as a script it queues;
 // the rest, which rproxy acts on when it sees them (AUTH, HELLO, CLIENT
 // SETNAME, KILL, REPLY, ...), are refused there.
@@ -240,21 +245,49 @@ func (st transactionGuard) command(ss *session, c *call) bool {
 	if !ss.stream {
 		switch placeInMulti(c.table, c.info, c.cmd.Args, st.s.cfg.AuthPassthrough) {
 		case answeredInExec:
-			if ss.txClient.full(c.cmd.Args) {
-				st.s.refuseMsg(ss, fmt.Sprintf("more than %d CLIENT and AUTH commands (or %d bytes of them) in one transaction", maxTxClient, maxTxClientBytes))
-				return true
-			}
-			ss.txClient.queueInTransaction(ss, c) // an ECHO goes on in its place
+			c.inExec = true // the policy judges it, then queueForExec queues its marker
 			return false
 		case forwardedInMulti:
 			return false // Redis's own error, as outside MULTI
 		}
 	}
-	st.s.refuseMsg(ss, strings.ToUpper(commandLabel(c.info, c.cmd.Args))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
+	refuseInMulti(st.s, ss, c)
 	return true
 }
 
 func (transactionGuard) replies(*session) {}
+
+// refuseInMulti refuses c, a command rproxy acts on, inside MULTI.
+func refuseInMulti(s *Server, ss *session, c *call) {
+	s.refuseMsg(ss, strings.ToUpper(commandLabel(c.info, c.cmd.Args))+" inside MULTI is not supported through rproxy (rproxy answers it, not Redis); send it before MULTI or after EXEC")
+}
+
+// queueForExec puts an ECHO of a marker in the place of a CLIENT or AUTH
+// command that transactionGuard found answered in EXEC's array (c.inExec),
+// once the policy has judged the command itself (txclient.go). A command
+// the policy rewrote into one rproxy does not answer there is refused as
+// the guard refuses it; one rewritten into a command Redis answers goes on.
+type queueForExec struct{ s *Server }
+
+func (st queueForExec) command(ss *session, c *call) bool {
+	if !c.inExec {
+		return false
+	}
+	switch place := placeInMulti(c.table, c.info, c.cmd.Args, st.s.cfg.AuthPassthrough); {
+	case place == forwardedInMulti || place == refusedInMulti && !answeredByProxy(c.info, c.cmd.Args):
+		return false // rewritten into a command Redis answers
+	case place == refusedInMulti:
+		refuseInMulti(st.s, ss, c)
+	case ss.txClient.full(c.cmd.Args):
+		st.s.refuseMsg(ss, fmt.Sprintf("more than %d CLIENT and AUTH commands (or %d bytes of them) in one transaction", maxTxClient, maxTxClientBytes))
+	default:
+		ss.txClient.queueInTransaction(ss, c) // an ECHO goes on in its place
+		return false
+	}
+	return true
+}
+
+func (queueForExec) replies(*session) {}
 
 // queuedAsOnRedis reports whether, in stream mode, a command rproxy
 // answers is queued inside MULTI and answered at EXEC as on Redis: its

@@ -12,9 +12,9 @@
 // upstream, or on a connection pinned to the session while it holds state
 // (pin.go: transactions, WATCH, SELECT, blocking commands; stream mode for
 // pub/sub, MONITOR and tracking). A transaction sent whole in one read
-// stays on the shared connections (sharedtx.go); the CLIENT commands
-// rproxy answers, queued in a transaction, are answered in EXEC's array
-// (txclient.go). On a cluster, a key that
+// stays on the shared connections (sharedtx.go); the CLIENT and AUTH
+// commands rproxy answers, queued in a transaction, are answered in EXEC's
+// array (txclient.go). On a cluster, a key that
 // moves under a pinned session is answered as one Redis would
 // (pinmoved.go), and a stream session's commands follow a migration
 // (streamasked.go). Once the replies are in, the chain's

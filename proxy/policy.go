@@ -50,7 +50,9 @@ func (pg *policing) set(cfg policy.Config) error {
 
 func (pg *policing) command(ss *session, c *call) bool {
 	pol := pg.current.Load()
-	if pol == nil {
+	if pol == nil || c.inExec && isAuth(c.cmd.Args[0]) {
+		// An AUTH queued in MULTI passes as AUTH outside it does, which
+		// the auth stage answers before the policy.
 		return false
 	}
 	var ok bool

@@ -115,8 +115,8 @@ type session struct {
 
 	view clientView // what PROXY CLIENTS shows (publishView)
 
-	// txClient: the CLIENT commands queued in the open transaction, which
-	// rproxy answers inside EXEC's reply (txclient.go).
+	// txClient: the CLIENT and AUTH commands queued in the open
+	// transaction, which rproxy answers inside EXEC's reply (txclient.go).
 	txClient txClient
 }
 
@@ -766,47 +766,27 @@ func (s *Server) client(ss *session, cmd resp.Command) {
 		return
 	}
 	sub := bytes.ToLower(args[1])
+	if known, here := sessionClientCommand(s.table.Load(), args); known {
+		switch {
+		case !here:
+			// Redis's own error: another number of arguments, or a
+			// SETINFO a server without it does not know.
+			ss.forward(cmd.Raw)
+		case string(sub) == "info" || string(sub) == "list":
+			text, errReply := s.clientCmds.clientText(ss, cmd)
+			if errReply != nil {
+				ss.reply(errReply)
+				return
+			}
+			ss.replyClientText(text)
+		default:
+			ss.reply(s.clientCmds.answer(ss, cmd))
+		}
+		return
+	}
 	switch string(sub) {
-	case "id":
-		if len(args) != 2 {
-			ss.forward(cmd.Raw)
-			return
-		}
-		ss.reply(resp.AppendInt(nil, ss.id))
-	case "getname":
-		if len(args) != 2 {
-			ss.forward(cmd.Raw)
-			return
-		}
-		ss.reply(ss.nameReply())
-	case "setname":
-		if len(args) != 3 {
-			ss.forward(cmd.Raw)
-			return
-		}
-		ss.reply(setNameReply(ss, args[2]))
-	case "setinfo":
-		if !tableKnows(s.table.Load(), "client", "setinfo") || len(args) != 4 {
-			// A server without CLIENT SETINFO answers with its own error.
-			ss.forward(cmd.Raw)
-			return
-		}
-		ss.reply(setInfoReply(ss, args))
 	case "kill":
 		s.clientCmds.clientKill(ss, cmd)
-	case "list":
-		text, errReply := s.clientCmds.clientListText(ss, cmd)
-		if errReply != nil {
-			ss.reply(errReply)
-			return
-		}
-		ss.replyClientText(text)
-	case "info":
-		if len(args) != 2 {
-			ss.forward(cmd.Raw)
-			return
-		}
-		ss.replyClientText(s.clientCmds.clientLine(nil, ss, ss, cmd, s.clock()))
 	case "unblock":
 		s.clientCmds.clientUnblock(ss, cmd)
 	case "pause", "unpause", "help", "getredir", "trackinginfo":

@@ -47,7 +47,7 @@ func (tc *txClient) full(args [][]byte) bool {
 	return len(tc.pending) >= maxTxClient || tc.pendingBytes+argsLen(args) > maxTxClientBytes
 }
 
-// txClientCmd is one queued CLIENT command and its marker's reply.
+// txClientCmd is one queued CLIENT or AUTH command and its marker's reply.
 type txClientCmd struct {
 	marker []byte   // the ECHO's reply: the marker as a bulk string
 	args   [][]byte // the command, copied
@@ -77,26 +77,38 @@ func placeInMulti(table *command.Table, info *command.Info, args [][]byte, passt
 		}
 		return answeredInExec
 	}
-	if info == nil || info.Handling != command.Client || len(args) < 2 {
+	if info == nil || info.Handling != command.Client {
 		return refusedInMulti
 	}
-	ok := false
+	switch known, here := sessionClientCommand(table, args); {
+	case !known:
+		return refusedInMulti
+	case !here:
+		return forwardedInMulti
+	}
+	return answeredInExec
+}
+
+// sessionClientCommand reports whether args is one of the CLIENT
+// subcommands about the session that rproxy answers (ID, GETNAME, SETNAME,
+// SETINFO, INFO, LIST), and whether rproxy answers this one: with another
+// number of arguments, or a SETINFO the server does not know, Redis gives
+// its own error.
+func sessionClientCommand(table *command.Table, args [][]byte) (known, here bool) {
+	if len(args) < 2 {
+		return false, false
+	}
 	switch string(bytes.ToLower(args[1])) {
 	case "id", "getname", "info":
-		ok = len(args) == 2
+		return true, len(args) == 2
 	case "setname":
-		ok = len(args) == 3
+		return true, len(args) == 3
 	case "setinfo":
-		ok = len(args) == 4 && tableKnows(table, "client", "setinfo")
+		return true, len(args) == 4 && tableKnows(table, "client", "setinfo")
 	case "list":
-		ok = true
-	default:
-		return refusedInMulti
+		return true, true
 	}
-	if ok {
-		return answeredInExec
-	}
-	return forwardedInMulti
+	return false, false
 }
 
 // execAnswers makes rproxy's answers inside EXEC's array: the CLIENT
@@ -110,7 +122,7 @@ func (e execAnswers) answer(ss *session, args [][]byte) []byte {
 	if isAuth(args[0]) {
 		return e.auth.answerInExec(ss, args)
 	}
-	return e.clients.answer(ss, args)
+	return e.clients.answer(ss, resp.Command{Args: args})
 }
 
 // queueInTransaction puts an ECHO of a new marker in c's place (the chain
@@ -130,9 +142,9 @@ func (tc *txClient) queueInTransaction(ss *session, c *call) {
 }
 
 // noteEnd is told of each command once it has passed the chain while
-// CLIENT commands are queued; it reports whether the batch should go at
-// once: after an EXEC, so that the commands after it see what its CLIENT
-// commands did, as on Redis.
+// CLIENT or AUTH commands are queued; it reports whether the batch should
+// go at once: after an EXEC, so that the commands after it see what those
+// did, as on Redis.
 func (tc *txClient) noteEnd(info *command.Info) (sendNow bool) {
 	if info == nil {
 		return false
@@ -148,7 +160,7 @@ func (tc *txClient) noteEnd(info *command.Info) (sendNow bool) {
 }
 
 // answerMarkers returns r with the markers of the session's queued CLIENT
-// commands replaced by their answers: in EXEC's array, or as the reply
+// and AUTH commands replaced by their answers: in EXEC's array, or as the reply
 // itself when Redis ran the ECHO at once (MULTI had been refused).
 func (tc *txClient) answerMarkers(ss *session, r []byte, answers execAnswers) []byte {
 	if len(r) == 0 {
@@ -179,18 +191,7 @@ func (tc *txClient) answerMarkers(ss *session, r []byte, answers execAnswers) []
 	if !replaced {
 		return r
 	}
-	return rebuildArray(make([]byte, 0, len(r)), elems)
-}
-
-// rebuildArray appends an array of elems to dst.
-func rebuildArray(dst []byte, elems [][]byte) []byte {
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(len(elems)), 10)
-	dst = append(dst, "\r\n"...)
-	for _, e := range elems {
-		dst = append(dst, e...)
-	}
-	return dst
+	return appendArray(make([]byte, 0, len(r)), '*', elems)
 }
 
 // find returns the index of the pending command whose marker reply is r,
@@ -249,9 +250,10 @@ func (tc *txClient) forget() {
 }
 
 // answer is rproxy's answer to one of the CLIENT commands that
-// placeInMulti answers in EXEC, with its effect on the session.
-func (cc *clientCommands) answer(ss *session, args [][]byte) []byte {
-	cmd := resp.Command{Args: args}
+// sessionClientCommand says it answers, with its effect on the session
+// (outside a transaction, and in EXEC's array).
+func (cc *clientCommands) answer(ss *session, cmd resp.Command) []byte {
+	args := cmd.Args
 	switch string(bytes.ToLower(args[1])) {
 	case "id":
 		return resp.AppendInt(nil, ss.id)
@@ -261,13 +263,19 @@ func (cc *clientCommands) answer(ss *session, args [][]byte) []byte {
 		return setNameReply(ss, args[2])
 	case "setinfo":
 		return setInfoReply(ss, args)
-	case "info":
-		return appendText(nil, ss.proto, cc.clientLine(nil, ss, ss, cmd, cc.clock()))
-	default: // list
-		text, errReply := cc.clientListText(ss, cmd)
-		if errReply != nil {
-			return errReply
-		}
-		return appendText(nil, ss.proto, text)
 	}
+	text, errReply := cc.clientText(ss, cmd)
+	if errReply != nil {
+		return errReply
+	}
+	return appendText(nil, ss.proto, text)
+}
+
+// clientText is CLIENT INFO's or CLIENT LIST's text, or the error for a
+// CLIENT LIST whose options Redis would refuse.
+func (cc *clientCommands) clientText(ss *session, cmd resp.Command) (text, errReply []byte) {
+	if bytes.EqualFold(cmd.Args[1], []byte("info")) {
+		return cc.clientLine(nil, ss, ss, cmd, cc.clock()), nil
+	}
+	return cc.clientListText(ss, cmd)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/rproxy/rproxy/internal/proxytest"
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/policy"
 	"github.com/rproxy/rproxy/proxy"
 )
 
@@ -142,5 +143,24 @@ func TestClientCommandsInsideExecBounded(t *testing.T) {
 	got = c.pipeline([]string{"MULTI"}, []string{"CLIENT", "SETNAME", big}, []string{"CLIENT", "SETNAME", big}, []string{"EXEC"})
 	if !strings.HasPrefix(got, "+OK\r\n+QUEUED\r\n-ERR rproxy: more than 1024") || !strings.HasSuffix(got, "-EXECABORT Transaction discarded because of previous errors.\r\n") {
 		t.Errorf("two 600 KB names in a transaction: %q", got)
+	}
+}
+
+// The policy judges a CLIENT or AUTH command queued inside MULTI as it
+// judges it outside: a rule that denies CLIENT SETNAME refuses it there
+// too (which aborts the transaction), not only the ECHO queued in its
+// place.
+func TestPolicyJudgesClientCommandsInsideMulti(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, withPolicy(func(pc *policy.Config) {
+		pc.Rules = []policy.Rule{{Name: "no-names", Commands: []string{"client|setname"}, Action: policy.Deny}}
+	}))
+	c := dialClient(t, p.Addr)
+	if r := c.do("CLIENT", "SETNAME", "x"); !strings.HasPrefix(r, "-DENIED") {
+		t.Fatalf("CLIENT SETNAME outside MULTI = %q, want the rule's refusal", r)
+	}
+	got := c.pipeline([]string{"MULTI"}, []string{"CLIENT", "SETNAME", "x"}, []string{"CLIENT", "GETNAME"}, []string{"EXEC"}, []string{"CLIENT", "GETNAME"})
+	if !strings.HasPrefix(got, "+OK\r\n-DENIED ") || !strings.Contains(got, "+QUEUED\r\n-EXECABORT ") || !strings.HasSuffix(got, "$-1\r\n") {
+		t.Errorf("CLIENT SETNAME inside MULTI under a rule that denies it: %q", got)
 	}
 }
