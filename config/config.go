@@ -57,7 +57,7 @@ type Upstream struct {
 	Mode        string   `yaml:"mode"`                  // "standalone" (default), "cluster" (a Redis Cluster, found from address and cluster.seeds) or "sentinel" (the master Redis Sentinel names, see sentinel)
 	Connections int      `yaml:"connections"`           // shared upstream connections per protocol (RESP2, RESP3); default 1 (measured fastest); 1..64
 	DialTimeout Duration `yaml:"dial_timeout"`          // default 1s; > 0
-	Timeout     Duration `yaml:"timeout"`               // a request with no reply progress for this long fails with "upstream unavailable" and the connection is reset; default 5s; > 0
+	Timeout     Duration `yaml:"timeout"`               // a request with no reply progress for this long fails with "upstream unavailable" and the connection is reset (drained instead while Redis answers nothing, so no later command runs before it); default 5s; > 0
 	BackoffMin  Duration `yaml:"reconnect_backoff_min"` // default 50ms; > 0
 	BackoffMax  Duration `yaml:"reconnect_backoff_max"` // default 2s; >= BackoffMin
 	// GatherYields is how many times an upstream writer yields, while its

@@ -161,9 +161,12 @@ func TestFaultUpstreamKilled(t *testing.T) {
 }
 
 // Redis paused (SIGSTOP) for longer than upstream.timeout: waiting requests
-// fail after the timeout, rproxy reconnects after SIGCONT. With several
+// fail after the timeout, and service resumes after SIGCONT. With several
 // connections each times out on its own, not one after the other (the
-// long-script probe, which waits on a hung Redis, runs once a tick).
+// long-script probe, which waits on a hung Redis, runs once a tick). Each
+// connection that timed out is drained, not closed, so no write that
+// failed lands after a later acknowledged one (checkCounter: before the
+// drains, 11 of 20 clients once read an older value).
 func TestFaultUpstreamPaused(t *testing.T) {
 	for _, conns := range []int{1, 3} {
 		t.Run(fmt.Sprintf("connections=%d", conns), func(t *testing.T) {
@@ -184,6 +187,11 @@ func TestFaultUpstreamPaused(t *testing.T) {
 			}
 			if errs == 0 {
 				t.Error("no client saw the stall: the fault was not exercised")
+			}
+			answered := counterValue(t, p.Registry, "rproxy_upstream_drains_total", map[string]string{"outcome": "answered"})
+			closed := counterValue(t, p.Registry, "rproxy_upstream_drains_total", map[string]string{"outcome": "closed"})
+			if answered == 0 || closed != 0 {
+				t.Errorf("drains answered %v, closed %v: want every connection that timed out drained once Redis resumed", answered, closed)
 			}
 		})
 	}

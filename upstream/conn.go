@@ -62,6 +62,22 @@ type conn struct {
 	// heldBefore: the watcher's last look past Timeout found Redis holding
 	// the connection's command (a write pause): the watcher's own state.
 	heldBefore atomic.Bool
+
+	// draining (under mu): its requests timed out and were failed
+	// (startDrain), but what was written sits in Redis's socket buffer and
+	// runs once Redis reads it. The connection stays open, takes no new
+	// batch, and its reader drops the replies to those commands; the
+	// pool's sends wait meanwhile (Pool.awaitDrains), so that no command
+	// written later runs before one reported failed. drainSince: when it
+	// began; drainReason: the timeout's error.
+	draining    bool
+	drainSince  time.Time
+	drainReason string
+
+	// rmu is held by the reader while it frames a read, and by startDrain
+	// while it takes the waiting batches from it: reader is its state.
+	rmu    sync.Mutex
+	reader replyReader
 }
 
 func newConn(p *Pool, id int) *conn {
@@ -89,11 +105,15 @@ func (c *conn) up() bool {
 // with the reason, when the connection is down.
 func (c *conn) send(b *Batch) (string, bool) {
 	c.mu.Lock()
-	if c.nc == nil || c.closeReason != "" {
+	if c.nc == nil || c.closeReason != "" || c.draining {
 		// Down, or closing: what is queued now would only fail with it
-		// (or, after a change of master, reach the old one).
+		// (or, after a change of master, reach the old one). Draining: it
+		// would run after the commands that timed out.
 		r := c.downReason
-		if c.nc != nil {
+		switch {
+		case c.draining:
+			r = c.drainReason
+		case c.nc != nil:
 			r = c.closeReason
 		}
 		c.mu.Unlock()
@@ -217,11 +237,92 @@ func (c *conn) markWaitingStalled() {
 	}
 }
 
-// busy reports whether batches are queued or waiting for replies.
+// busy reports whether batches are queued or waiting for replies, or the
+// connection drains the replies of batches that timed out.
 func (c *conn) busy() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.head < len(c.inflight)
+	return c.head < len(c.inflight) || c.draining
+}
+
+// startDrain fails the batches waiting on c, whose oldest request has had
+// no reply for Config.Timeout, with reason, and keeps the connection to
+// read the replies to what was written (draining). Closing it instead
+// would not undo those commands: Redis has them in its socket buffer and
+// runs them when it resumes, possibly after a later command of the same
+// client sent on another connection that Redis happens to read first.
+// The pool's sends wait until the replies are in, or the connection ends
+// (Redis gone: nothing buffered can run any more), or the watcher gives
+// up on it after drainLimit.
+func (c *conn) startDrain(reason string) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.mu.Lock()
+	if c.nc == nil || c.closeReason != "" || c.draining {
+		c.mu.Unlock()
+		return
+	}
+	left := 0 // replies still to come for what was written
+	for _, b := range c.inflight[c.head:] {
+		if b.Sent() {
+			left += len(b.cmds) - len(b.replyEnds)
+		}
+	}
+	if left == 0 {
+		// Nothing written waits: the writer itself is stuck. Reset the
+		// connection as before drains; run fails what is queued.
+		c.closeLocked(reason)
+		c.mu.Unlock()
+		return
+	}
+	failed := slices.Clone(c.inflight[c.head:])
+	clear(c.inflight)
+	c.inflight, c.head = c.inflight[:0], 0
+	c.wbuf, c.wcount = c.wbuf[:0], 0 // the unsent batches' bytes: never written now
+	clear(c.unsent)
+	c.unsent = c.unsent[:0]
+	c.draining, c.drainSince, c.drainReason = true, c.pool.cfg.Now(), reason
+	c.mu.Unlock()
+	r := &c.reader
+	r.drainLeft = left
+	if r.cur != nil && r.cur != &r.discard {
+		// The reply under way goes on into the sink (a push's first bytes
+		// with it).
+		r.discard.replies = append(r.discard.replies[:0], r.cur.replies[r.start:]...)
+		r.cur, r.start = &r.discard, 0
+	}
+	// The gate closes before any client hears of the failure, so that a
+	// client's next command waits for it.
+	c.pool.drainBegan()
+	line := unavailable(reason)
+	for _, b := range failed {
+		b.sent.Store(true) // an unsent one is never written now; no one may join it
+		b.truncateToComplete()
+		b.fail(line)
+	}
+}
+
+// endDrain marks the drain over (its replies are in, or the connection
+// ended) and opens the pool's gate; answered: Redis answered every command
+// that timed out, and the connection takes batches again.
+func (c *conn) endDrain(answered bool) {
+	c.mu.Lock()
+	was := c.draining
+	c.draining = false
+	c.mu.Unlock()
+	if was {
+		c.pool.drainEnded(answered)
+	}
+}
+
+// drainingFor is how long c has drained, or 0 when it does not.
+func (c *conn) drainingFor(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.draining {
+		return 0
+	}
+	return max(now.Sub(c.drainSince), time.Nanosecond)
 }
 
 // front returns the oldest waiting batch, or nil.
@@ -316,6 +417,7 @@ func (c *conn) run(ctx context.Context) {
 		nc.Close()
 		close(stopWriter)
 		<-writerDone
+		c.endDrain(false) // what it had written can no longer run
 
 		c.mu.Lock()
 		reason := c.closeReason
@@ -496,7 +598,10 @@ type shutdowner interface {
 // readLoop frames replies and hands each to the oldest waiting batch, until
 // the connection fails. Replies are appended to the batch byte for byte.
 func (c *conn) readLoop(nc net.Conn, buf []byte) error {
-	r := replyReader{c: c}
+	c.rmu.Lock()
+	c.reader.reset(c)
+	c.rmu.Unlock()
+	r := &c.reader
 	if re, ok := nc.(readEacher); ok {
 		return re.ReadEach(buf, func(p []byte) error {
 			if err := r.feed(p); err != nil {
@@ -533,15 +638,29 @@ type replyReader struct {
 	fr      resp.Framer
 	cur     *Batch // batch receiving the current reply
 	start   int    // where the current reply starts in cur.replies
-	discard Batch  // receives out-of-band pushes when nothing waits
+	discard Batch  // receives out-of-band pushes when nothing waits, and a drain's replies
+	// drainLeft: replies still to drop for the batches startDrain failed.
+	drainLeft int
+}
+
+// reset readies the reader for a new connection of c.
+func (r *replyReader) reset(c *conn) {
+	r.c, r.fr, r.cur, r.start, r.drainLeft = c, resp.Framer{}, nil, 0, 0
+	r.discard.replies = r.discard.replies[:0]
 }
 
 // feed frames the bytes of one read, which has just returned.
 func (r *replyReader) feed(p []byte) error {
 	c := r.c
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	readSeq := c.pool.cfg.SendSeq.Load() // writes numbered after this came after the read
 	c.lastProgress.Store(c.pool.cfg.Now().UnixNano())
 	for len(p) > 0 {
+		if r.cur == nil && r.drainLeft > 0 {
+			r.cur, r.start = &r.discard, 0
+			r.discard.replies = r.discard.replies[:0]
+		}
 		if r.cur == nil {
 			// A batch the writer took after this read returned
 			// cannot be answered by it: such bytes are a stray
@@ -574,7 +693,14 @@ func (r *replyReader) feed(p []byte) error {
 			continue
 		}
 		if cur == &r.discard {
-			return fmt.Errorf("%w: %q", errUnexpectedReply, truncate(cur.replies, 64))
+			if r.drainLeft == 0 {
+				return fmt.Errorf("%w: %q", errUnexpectedReply, truncate(cur.replies, 64))
+			}
+			r.cur = nil
+			if r.drainLeft--; r.drainLeft == 0 {
+				c.endDrain(true)
+			}
+			continue
 		}
 		if r.fr.Kind() == '-' && c.pool.cfg.Follow != nil && bytes.HasPrefix(cur.replies[r.start:], readOnlyPrefix) {
 			c.pool.cfg.Follow.readOnly(c.pool.cfg.Address)

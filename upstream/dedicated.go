@@ -322,6 +322,9 @@ func (p *Pool) handshakeCommand() ([]byte, string) {
 // Acquire lends a dedicated connection: a reset idle one, or a new one.
 func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
 	p.awaitHold() // for a connection to the new master, not one the change breaks
+	if reason, ok := p.awaitDrains(); !ok {
+		return nil, errors.New(reason)
+	}
 	p.dmu.Lock()
 	if p.closed {
 		p.dmu.Unlock()
@@ -611,11 +614,11 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 				reason := "read: " + err.Error()
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
-					busy, held := d.pool.waitProbe(context.Background())
-					if busy {
+					probe := d.pool.waitProbe(context.Background())
+					if probe.busy {
 						continue // behind a long script: wait, as on Redis
 					}
-					if held[d.LocalAddr()] {
+					if probe.held[d.LocalAddr()] {
 						heldBefore = true
 						continue // a write held while writes are paused: wait, as on Redis
 					}

@@ -29,6 +29,8 @@ type Metrics struct {
 	slotsAssigned prometheus.Gauge
 	stalled       *prometheus.GaugeVec
 	diverted      *prometheus.CounterVec
+	draining      *prometheus.GaugeVec
+	drains        *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -67,6 +69,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stalled_connections", Help: "Upstream connections, shared or spare, whose oldest request has seen no reply for upstream.stall_divert (new batches go around them)."}, proto),
 		diverted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "diverted_batches_total", Help: "Batches sent around stalled shared upstream connections (upstream.stall_divert)."}, proto),
+		draining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "draining_connections", Help: "Shared upstream connections whose requests timed out, kept open until Redis answers what was written on them; new requests wait for them, at most upstream.timeout."}, proto),
+		drains: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "drains_total", Help: "Drains of shared upstream connections whose requests timed out, by outcome (answered: Redis answered every command written, and the connection serves again; closed: it ended first, or was given up after ten upstream timeouts)."}, []string{"protocol", "outcome"}),
 	}
 	// Every kind and outcome exported from the start, at zero.
 	for _, k := range []string{"moved", "ask", "tryagain", "clusterdown"} {
@@ -79,10 +85,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		for _, k := range ErrorKinds {
 			m.errors.WithLabelValues(p, k)
 		}
+		for _, o := range []string{"answered", "closed"} {
+			m.drains.WithLabelValues(p, o)
+		}
 	}
 	if reg != nil {
 		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned, m.idle,
-			m.redirects, m.refreshes, m.clusterNodes, m.slotsAssigned, m.stalled, m.diverted)
+			m.redirects, m.refreshes, m.clusterNodes, m.slotsAssigned, m.stalled, m.diverted, m.draining, m.drains)
 	}
 	return m
 }
@@ -101,6 +110,8 @@ type poolMetrics struct {
 	idle          prometheus.Gauge
 	stalled       prometheus.Gauge
 	diverted      prometheus.Counter
+	draining      prometheus.Gauge
+	drains        *prometheus.CounterVec
 }
 
 func (m *Metrics) forProtocol(protocol int) *poolMetrics {
@@ -117,6 +128,8 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 		idle:          m.idle.WithLabelValues(p),
 		stalled:       m.stalled.WithLabelValues(p),
 		diverted:      m.diverted.WithLabelValues(p),
+		draining:      m.draining.WithLabelValues(p),
+		drains:        m.drains.MustCurryWith(prometheus.Labels{"protocol": p}),
 	}
 }
 

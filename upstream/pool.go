@@ -34,7 +34,8 @@ type Config struct {
 	Credentials *Credentials
 	DialTimeout time.Duration // bound on dial plus handshake
 	// Timeout bounds how long a request waits with no reply progress: after it,
-	// the connection is reset and everything waiting on it fails.
+	// everything waiting on the connection fails, and the connection is
+	// reset, or drained (conn.startDrain) where Redis answers nothing.
 	Timeout    time.Duration
 	BackoffMin time.Duration // first reconnect delay, doubled per failure
 	BackoffMax time.Duration // reconnect delay cap
@@ -159,6 +160,14 @@ type Pool struct {
 	redialMu sync.Mutex
 	redial   chan struct{}
 
+	// drains counts the connections draining the replies of commands
+	// that timed out (conn.startDrain); drained is closed when it falls
+	// back to 0. Sends wait for it (awaitDrains).
+	drainMu      sync.Mutex
+	drains       atomic.Int32
+	drained      chan struct{}
+	drainWaiters atomic.Int32
+
 	dedicatedState
 }
 
@@ -246,6 +255,10 @@ func (p *Pool) Send(b *Batch) {
 	p.awaitHold()
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
+	if reason, ok := p.awaitDrains(); !ok {
+		b.fail(unavailable(reason))
+		return
+	}
 	reason, ok := p.trySend(b)
 	if !ok {
 		reason, ok = p.retryAfterDials(func() (string, bool) { return p.trySend(b) })
@@ -421,6 +434,68 @@ func (p *Pool) awaitDialOn(g *dialGate) {
 	}
 }
 
+// drainLimit bounds a drain (conn.startDrain) in upstream timeouts: a
+// connection whose replies have not come by then is closed, and the
+// pool's sends go on. Redis stopped that long may then run what timed
+// out after what was sent since.
+const drainLimit = 10
+
+// drainBegan closes the pool's gate for a connection that starts to drain.
+func (p *Pool) drainBegan() {
+	p.drainMu.Lock()
+	if p.drains.Add(1) == 1 {
+		p.drained = make(chan struct{})
+	}
+	p.drainMu.Unlock()
+	p.metrics.draining.Inc()
+}
+
+// drainEnded records the end of a connection's drain, and opens the gate
+// when it was the last; answered: Redis answered everything that drain
+// waited for.
+func (p *Pool) drainEnded(answered bool) {
+	p.drainMu.Lock()
+	if p.drains.Add(-1) == 0 {
+		close(p.drained)
+		p.drained = nil
+	}
+	p.drainMu.Unlock()
+	p.metrics.draining.Dec()
+	outcome := "closed"
+	if answered {
+		outcome = "answered"
+	}
+	p.metrics.drains.WithLabelValues(outcome).Inc()
+}
+
+// awaitDrains waits, within Config.Timeout, while a connection of the
+// pool drains the replies of commands that timed out: a command sent
+// now must not run before those. It returns false, with the reason for
+// the caller's error, when the drain outlasts the wait.
+func (p *Pool) awaitDrains() (string, bool) {
+	if p.drains.Load() == 0 {
+		return "", true
+	}
+	p.drainMu.Lock()
+	ch := p.drained
+	p.drainMu.Unlock()
+	if ch == nil {
+		return "", true
+	}
+	p.drainWaiters.Add(1)
+	defer p.drainWaiters.Add(-1)
+	t := time.NewTimer(p.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return "", true
+	case <-t.C:
+	case <-p.ctx.Done():
+		return "proxy shutting down", false
+	}
+	return fmt.Sprintf("no reply within %v to earlier commands that timed out", p.cfg.Timeout), false
+}
+
 // awaitHold waits while the pool's Sentinel holds commands for a
 // failover (SentinelConfig.FailoverHold).
 func (p *Pool) awaitHold() {
@@ -477,6 +552,10 @@ func (p *Pool) SendOn(b *Batch, h uint32) {
 	p.awaitHold()
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]
+	if reason, ok := p.awaitDrains(); !ok {
+		b.fail(unavailable(reason))
+		return
+	}
 	c := p.conns[h%uint32(len(p.conns))]
 	r, ok := c.send(b)
 	if !ok {
@@ -554,9 +633,12 @@ func (p *Pool) watch(ctx context.Context) {
 		// Why connections wait past Timeout (waitProbe) is asked once a
 		// tick, not once per connection: against a hung Redis each asking
 		// waits, and the last connection's callers with it.
-		var busy, asked bool
-		var held map[string]bool
+		var probe probeResult
+		asked := false
 		for i, c := range p.all {
+			if d := c.drainingFor(p.cfg.Now()); d > drainLimit*p.cfg.Timeout {
+				c.closeWith(fmt.Sprintf("no reply within %v to commands that timed out", d.Round(time.Millisecond)))
+			}
 			stalled := c.stalledSince(now)
 			if len(p.spares) > 0 && p.setStalled(c, stalled > p.cfg.StallDivert) {
 				c.markWaitingStalled()
@@ -569,10 +651,11 @@ func (p *Pool) watch(ctx context.Context) {
 				continue
 			}
 			if !asked {
-				busy, held = p.waitProbe(ctx)
+				probe = p.waitProbe(ctx)
 				asked = true
 			}
-			if busy {
+			held := probe.held
+			if probe.busy {
 				// Redis is running a long script (or function) and answers
 				// nothing else until it ends or is killed: the connection is
 				// not dead, so its callers wait as on Redis. Look again
@@ -590,7 +673,18 @@ func (p *Pool) watch(ctx context.Context) {
 				continue
 			}
 			p.metrics.errors.WithLabelValues("timeout").Inc()
-			c.closeWith(fmt.Sprintf("no reply within %v", p.cfg.Timeout))
+			reason := fmt.Sprintf("no reply within %v", p.cfg.Timeout)
+			if probe.answered {
+				// Redis runs and still holds this connection's command: a
+				// write pause rproxy may not see (no CLIENT LIST), which
+				// runs its writes in the order it took them, or a lost
+				// connection. Reset it; the pool's sends need not wait.
+				c.closeWith(reason)
+				continue
+			}
+			// Redis runs nothing (stopped, hung, CLIENT PAUSE ALL): what
+			// was written runs when it resumes, and must not be overtaken.
+			c.startDrain(reason)
 		}
 		if len(p.spares) == 0 {
 			continue // no divert: nothing below to do
@@ -629,36 +723,52 @@ func (p *Pool) setStalled(c *conn, stalled bool) bool {
 	return stalled
 }
 
+// probeResult is what waitProbe learnt of a Redis that left a connection
+// waiting past Timeout.
+type probeResult struct {
+	// busy: Redis answers -BUSY, running a script or function past its
+	// busy threshold, so the connection is stalled behind it, not dead.
+	busy bool
+	// answered: Redis answered the probe's PING: it runs, so what it
+	// holds on the connection it holds on purpose (or the connection
+	// itself is lost), not for want of running.
+	answered bool
+	// held: the local addresses of the connections Redis lists as
+	// blocked (flag b): a command Redis holds on purpose, a write while
+	// writes are paused (CLIENT PAUSE WRITE, FAILOVER; shared connections
+	// carry no blocking command). Empty where the upstream user may not
+	// run CLIENT LIST.
+	held map[string]bool
+}
+
 // waitProbe asks Redis, on a new connection, why a connection waits past
-// Timeout for a reply. busy: Redis answers -BUSY, running a script or
-// function past its busy threshold, so the connection is stalled behind
-// it, not dead. held: the local addresses of the connections Redis lists
-// as blocked (flag b): a command Redis holds on purpose, a write while
-// writes are paused (CLIENT PAUSE WRITE, FAILOVER; shared connections
-// carry no blocking command). A hung Redis, or one paused for every
+// Timeout for a reply. A stopped or hung Redis, or one paused for every
 // command (CLIENT PAUSE ALL), answers nothing within the probe's wait:
-// neither, and its connections still time out close to Timeout.
-func (p *Pool) waitProbe(ctx context.Context) (busy bool, held map[string]bool) {
-	held = map[string]bool{}
+// none of probeResult's answers, and its connections still time out
+// close to Timeout.
+func (p *Pool) waitProbe(ctx context.Context) probeResult {
+	res := probeResult{held: map[string]bool{}}
 	wait := min(p.cfg.DialTimeout, max(p.cfg.Timeout/4, 50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	nc, err := p.dial(ctx)
 	if err != nil {
-		return false, held
+		return res
 	}
 	defer nc.Close()
 	deadline := p.cfg.Now().Add(wait)
 	if err := handshake(nc, deadline, pingCmd); err != nil {
-		return strings.Contains(err.Error(), `"-BUSY `), held
+		res.busy = strings.Contains(err.Error(), `"-BUSY `)
+		return res
 	}
+	res.answered = true
 	reply, err := roundTrip(nc, deadline, clientListCmd)
 	if err != nil {
-		return false, held
+		return res
 	}
 	v, err := resp.Parse(reply)
 	if err != nil {
-		return false, held
+		return res
 	}
 	for _, line := range strings.Split(strings.TrimPrefix(string(v.Str), "txt:"), "\n") {
 		var addr, flags string
@@ -670,10 +780,10 @@ func (p *Pool) waitProbe(ctx context.Context) (busy bool, held map[string]bool) 
 			}
 		}
 		if addr != "" && strings.Contains(flags, "b") {
-			held[addr] = true
+			res.held[addr] = true
 		}
 	}
-	return false, held
+	return res
 }
 
 var pingCmd = resp.AppendCommandString(nil, "PING")
