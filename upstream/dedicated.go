@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,9 @@ type Dedicated struct {
 	streamed bool
 	// lastDone: when its holder's last Do ended (the holder's own field).
 	lastDone time.Time
+	// handedOff: a timed-out Do gave nc to a drain (drain), which closes
+	// it; close and Interrupt leave it alone.
+	handedOff atomic.Bool
 }
 
 // ClosedWhileIdle reports whether Redis closed the connection while its
@@ -539,12 +543,16 @@ func (d *Dedicated) Broken() bool { return d.broken.Load() }
 // waits on it (a client that left during a blocking command).
 func (d *Dedicated) Interrupt() {
 	d.broken.Store(true)
-	d.nc.Close()
+	if !d.handedOff.Load() {
+		d.nc.Close()
+	}
 }
 
 func (d *Dedicated) close() {
 	d.broken.Store(true)
-	d.nc.Close()
+	if !d.handedOff.Load() {
+		d.nc.Close()
+	}
 	d.pool.dmu.Lock()
 	delete(d.pool.lent, d)
 	d.pool.dmu.Unlock()
@@ -629,6 +637,10 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 						continue
 					}
 					reason = fmt.Sprintf("no reply within %v", timeout)
+					if !probe.answered {
+						d.drain(b, reason)
+						return
+					}
 				}
 				d.fail(b, reason)
 				return
@@ -775,17 +787,97 @@ func (d *Dedicated) fail(b *Batch, reason string) {
 	b.fillErrors(unavailable(reason))
 }
 
+// drain fails what b still waits for with reason, as fail does, but
+// hands the connection to a goroutine that reads and drops the replies to
+// what was written instead of closing it: Redis answered nothing (the
+// probe), so it has those commands buffered and runs them when it
+// resumes. The pool's sends wait meanwhile (awaitDrains), as for a shared
+// connection's drain (conn.startDrain), so that the session's next
+// command, on a shared connection or another dedicated one, cannot run
+// before them. The drain ends when they are answered, the connection
+// ends, the pool moves or closes, or after drainLimit timeouts.
+func (d *Dedicated) drain(b *Batch, reason string) {
+	left := len(b.cmds) - len(b.replyEnds)
+	d.broken.Store(true)
+	p := d.pool
+	nc, fr := d.nc, d.fr
+	pending := slices.Clone(d.buf[d.r:d.w])
+	d.r = d.w
+	p.dmu.Lock()
+	if p.closed {
+		p.dmu.Unlock()
+		d.fail(b, reason)
+		return
+	}
+	d.handedOff.Store(true)
+	if p.drainingDedicated == nil {
+		p.drainingDedicated = make(map[net.Conn]struct{})
+	}
+	p.drainingDedicated[nc] = struct{}{}
+	p.dmu.Unlock()
+	p.drainBegan() // before the session hears of the failure
+	b.fillErrors(unavailable(reason))
+	nc.SetDeadline(p.cfg.Now().Add(drainLimit * p.cfg.Timeout))
+	go func() {
+		answered := dropReplies(nc, &fr, pending, left)
+		nc.Close()
+		p.dmu.Lock()
+		delete(p.drainingDedicated, nc)
+		p.dmu.Unlock()
+		p.drainEnded(answered)
+	}()
+}
+
+// dropReplies reads, frames and drops replies from nc (after the bytes
+// already read, pending, and whatever fr had framed of the first) until
+// left of them are in (true), or the connection fails (false). Pushes
+// are not replies.
+func dropReplies(nc net.Conn, fr *resp.Framer, pending []byte, left int) bool {
+	buf := make([]byte, 4096)
+	p := pending
+	for {
+		for len(p) > 0 {
+			k, done, err := fr.Next(p)
+			if err != nil {
+				return false
+			}
+			p = p[k:]
+			if done && fr.Kind() != '>' {
+				if left--; left == 0 {
+					return true
+				}
+			}
+		}
+		n, err := nc.Read(buf)
+		p = buf[:n]
+		if err != nil && n == 0 {
+			return false
+		}
+	}
+}
+
+// closeDrains closes the dedicated connections being drained: the pool
+// closes, or its master changed (what they wait for no longer matters).
+func (p *Pool) closeDrains() {
+	p.dmu.Lock()
+	defer p.dmu.Unlock()
+	for nc := range p.drainingDedicated {
+		nc.Close()
+	}
+}
+
 // closeDedicated closes every lent and idle dedicated connection (shutdown),
 // which ends any Do waiting on them.
 func (p *Pool) closeDedicated() {
 	p.dmu.Lock()
-	p.closed = true
+	p.closed = true // no drain starts from now on
 	lent := make([]*Dedicated, 0, len(p.lent))
 	for d := range p.lent {
 		lent = append(lent, d)
 	}
 	p.dropIdle()
 	p.dmu.Unlock()
+	p.closeDrains()
 	for _, d := range lent {
 		d.Interrupt()
 	}
@@ -824,6 +916,9 @@ type dedicatedState struct {
 	closed bool
 	// dialingSpare: keepSpare's dial is under way.
 	dialingSpare bool
+	// drainingDedicated: the connections of timed-out Dos being drained
+	// (Dedicated.drain).
+	drainingDedicated map[net.Conn]struct{}
 }
 
 // peekResult is what peekConn found on a connection.

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/rproxy/rproxy/resp"
 )
 
 // metricValue reads a gauge's or a counter's value.
@@ -225,4 +228,54 @@ func TestHeldCommandOfARunningRedisResetsItsConnection(t *testing.T) {
 	if n := metricValue(t, m.errors.WithLabelValues("2", "timeout")); n != 1 {
 		t.Errorf("errors_total{kind=timeout} = %v, want 1", n)
 	}
+}
+
+// The same for a dedicated connection (a pinned session: MULTI, WATCH):
+// its Do that timed out hands the connection to a drain, and the next
+// command, on a shared connection, waits until Redis has answered it.
+func TestTimedOutDedicatedWriteNotOvertakenByTheNextOne(t *testing.T) {
+	o := startOrderFake(t)
+	m := NewMetrics(nil)
+	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
+		Timeout: 200 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitReady(t, p)
+	d, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewBatch()
+	b.Add(resp.AppendCommandString(nil, "SET", "k", "old"))
+	d.Do(b, 200*time.Millisecond)
+	if got := string(b.Reply(0)); got != "-ERR upstream unavailable: no reply within 200ms\r\n" {
+		t.Fatalf("SET old = %q, want the timeout", got)
+	}
+	if !d.Broken() {
+		t.Fatal("a dedicated connection whose Do timed out is still lent as healthy")
+	}
+	p.Discard(d) // as the session does: the drain keeps the connection
+	if v := metricValue(t, m.draining.WithLabelValues("2")); v != 1 {
+		t.Fatalf("draining_connections = %v after the timeout, want 1", v)
+	}
+	done := make(chan string, 1)
+	go func() { done <- do(p, []string{"SET", "k", "new"})[0] }()
+	waitFor(t, "the next SET waiting for the drain, or sent", func() bool {
+		select {
+		case <-o.newCame:
+			return true
+		default:
+			return p.drainWaiters.Load() == 1
+		}
+	})
+	o.resume()
+	if got := <-done; got != "+OK\r\n" {
+		t.Fatalf("SET new = %q", got)
+	}
+	if v := o.value(); v != "new" {
+		t.Fatalf("the server holds %q after SET new was acknowledged: the write that timed out ran after it", v)
+	}
+	waitFor(t, "the drain answered", func() bool { return metricValue(t, m.drains.WithLabelValues("2", "answered")) == 1 })
 }

@@ -825,6 +825,7 @@ func (p *Pool) masterChanged(reason string) {
 	for _, c := range p.all {
 		c.closeWith(reason)
 	}
+	p.closeDrains()
 	p.dmu.Lock()
 	lent := make([]*Dedicated, 0, len(p.lent))
 	for d := range p.lent {
