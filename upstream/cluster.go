@@ -586,6 +586,26 @@ func hostOf(addr string) string {
 	return host
 }
 
+// noteHostnames keeps the hostnames this map read gives (before a pool
+// dials a node it names), and forgets those of addresses it no longer
+// names, so that the map of them does not grow with every node a cluster
+// ever had.
+func (c *Cluster) noteHostnames(shards []shard) {
+	named := map[string]bool{}
+	for _, sh := range shards {
+		for addr, name := range sh.hostnames {
+			c.hostnames.Store(addr, name)
+			named[addr] = true
+		}
+	}
+	c.hostnames.Range(func(addr, _ any) bool {
+		if !named[addr.(string)] {
+			c.hostnames.Delete(addr)
+		}
+		return true
+	})
+}
+
 // install makes shards the slot map; counted is how many nodes there were
 // when the map was asked for (retireAbsent judges only those), and since
 // the learnSeq then: a slot a later MOVED put on a node stays there (a
@@ -601,10 +621,8 @@ func (c *Cluster) install(shards []shard, from string, counted int32, since uint
 	assigned := 0
 	replicas := map[int32][]int32{}
 	inMap := map[int32]bool{}
+	c.noteHostnames(shards)
 	for _, sh := range shards {
-		for addr, name := range sh.hostnames {
-			c.hostnames.Store(addr, name) // before a pool dials it
-		}
 		if sh.master == "" || len(sh.ranges) == 0 {
 			continue
 		}

@@ -517,3 +517,27 @@ func TestMapReadOlderThanAMovedKeepsIt(t *testing.T) {
 		t.Fatalf("after a map read newer than the MOVED: slot %d on %s, want %s", slot, got, addr(from))
 	}
 }
+
+// The announced hostnames are those of the last map read: an address the
+// map no longer names loses its hostname, so the map of them does not
+// grow with every node a cluster ever had.
+func TestAnnouncedHostnamesFollowTheMap(t *testing.T) {
+	fc := startFakeCluster(t)
+	c, _ := testCluster(t, fc)
+	hostname := func(addr string) string {
+		v, _ := c.hostnames.Load(addr)
+		s, _ := v.(string)
+		return s
+	}
+	c.noteHostnames([]shard{{master: "10.0.0.1:6379", hostnames: map[string]string{"10.0.0.1:6379": "a.example", "10.0.0.2:6379": "b.example"}}})
+	if hostname("10.0.0.1:6379") != "a.example" || hostname("10.0.0.2:6379") != "b.example" {
+		t.Fatalf("hostnames not kept: %q, %q", hostname("10.0.0.1:6379"), hostname("10.0.0.2:6379"))
+	}
+	c.noteHostnames([]shard{{master: "10.0.0.1:6379", hostnames: map[string]string{"10.0.0.1:6379": "a2.example"}}})
+	if hostname("10.0.0.1:6379") != "a2.example" {
+		t.Errorf("hostname of a node still named = %q, want the new one", hostname("10.0.0.1:6379"))
+	}
+	if _, ok := c.hostnames.Load("10.0.0.2:6379"); ok {
+		t.Error("a node the map no longer names kept its hostname")
+	}
+}
