@@ -698,6 +698,9 @@ func (r *replyReader) feed(p []byte) error {
 			}
 			r.cur = nil
 			if r.drainLeft--; r.drainLeft == 0 {
+				if cap(r.discard.replies) > maxRetained {
+					r.discard.replies = nil // a large reply dropped: not kept for the pushes
+				}
 				c.endDrain(true)
 			}
 			continue

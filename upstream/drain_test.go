@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,8 +38,10 @@ type orderFake struct {
 	releaseOne sync.Once
 	others     chan struct{}
 	othersOne  sync.Once
-	newCame    chan struct{} // a SET of "new" reached the server
-	newRan     chan struct{}
+	// othersReply answers the other commands ("+PONG" when empty).
+	othersReply atomic.Pointer[string]
+	newCame     chan struct{} // a SET of "new" reached the server
+	newRan      chan struct{}
 
 	mu  sync.Mutex
 	val string
@@ -49,6 +52,9 @@ func startOrderFake(t *testing.T) *orderFake {
 	o.fakeRedis = startFake(t, func(args [][]byte) string {
 		if !strings.EqualFold(string(args[0]), "SET") {
 			<-o.others
+			if r := o.othersReply.Load(); r != nil {
+				return *r
+			}
 			return "+PONG\r\n"
 		}
 		v := string(args[2])
@@ -206,7 +212,15 @@ func TestDrainEndsWithTheConnection(t *testing.T) {
 // connection lost on the way) runs: the connection is reset as before,
 // and the pool's sends do not wait for it.
 func TestHeldCommandOfARunningRedisResetsItsConnection(t *testing.T) {
+	for _, pong := range []string{"+PONG\r\n", "-NOPERM this user has no permissions to run the 'ping' command\r\n"} {
+		t.Run(pong[:5], func(t *testing.T) { testHeldCommandOfARunningRedis(t, pong) })
+	}
+}
+
+// testHeldCommandOfARunningRedis: the probe's PING gets pong.
+func testHeldCommandOfARunningRedis(t *testing.T, pong string) {
 	o := startOrderFake(t)
+	o.othersReply.Store(&pong)
 	o.answerOthers()
 	m := NewMetrics(nil)
 	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 2, Protocol: 2, DialTimeout: time.Second,
@@ -219,8 +233,8 @@ func TestHeldCommandOfARunningRedisResetsItsConnection(t *testing.T) {
 	if got := do(p, []string{"SET", "k", "old"})[0]; got != "-ERR upstream unavailable: no reply within 100ms\r\n" {
 		t.Fatalf("SET old = %q, want the timeout", got)
 	}
-	if got := do(p, []string{"PING"})[0]; got != "+PONG\r\n" {
-		t.Fatalf("PING right after = %q", got)
+	if got := do(p, []string{"PING"})[0]; got != pong {
+		t.Fatalf("PING right after = %q, want the server's %q", got, pong)
 	}
 	if d := metricValue(t, m.drains.WithLabelValues("2", "answered")) + metricValue(t, m.drains.WithLabelValues("2", "closed")); d != 0 {
 		t.Errorf("%v drains, want none", d)

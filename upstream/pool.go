@@ -759,6 +759,8 @@ func (p *Pool) waitProbe(ctx context.Context) probeResult {
 	deadline := p.cfg.Now().Add(wait)
 	if err := handshake(nc, deadline, pingCmd); err != nil {
 		res.busy = strings.Contains(err.Error(), `"-BUSY `)
+		// Any other error reply (NOPERM, max clients) is an answer too.
+		res.answered = !res.busy && strings.HasPrefix(err.Error(), "server replied ")
 		return res
 	}
 	res.answered = true
