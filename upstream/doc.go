@@ -17,7 +17,12 @@
 // A connection that fails (read or write error, or no reply progress for
 // Config.Timeout while requests wait) fails every waiting command with
 // "-ERR upstream unavailable: <reason>" and is redialled with backoff; while it
-// is down, new commands fail at once with the same error.
+// is down, new commands fail at once with the same error. A connection that
+// times out while Redis answers nothing (stopped, hung) is drained instead
+// (conn.startDrain, Dedicated.drain): its waiting commands fail the same
+// way, but it stays open until Redis has answered what was written, and
+// the pool's new commands wait for that (at most Config.Timeout each), so
+// none of them runs before a command reported failed.
 //
 // For a Redis Cluster, a Cluster keeps a Pool per node and protocol and the
 // slot map (CLUSTER SHARDS, or CLUSTER SLOTS), and a Router per protocol
