@@ -265,7 +265,13 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 		return nil, err
 	}
 	if cmd, name := p.handshakeCommand(); cmd != nil {
-		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), cmd); err != nil {
+		// Within ctx's deadline too: the watcher's probe (waitProbe) gives
+		// a stopped Redis a quarter of the timeout, not a dial timeout.
+		deadline := p.cfg.Now().Add(p.cfg.DialTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		if err := handshake(nc, deadline, cmd); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -292,4 +294,185 @@ func TestTimedOutDedicatedWriteNotOvertakenByTheNextOne(t *testing.T) {
 		t.Fatalf("the server holds %q after SET new was acknowledged: the write that timed out ran after it", v)
 	}
 	waitFor(t, "the drain answered", func() bool { return metricValue(t, m.drains.WithLabelValues("2", "answered")) == 1 })
+}
+
+// stallingFake is a RESP3 Redis stand-in that answers ECHO with its
+// argument, each reply preceded now and then by a push and written in two
+// parts, and that stops answering anything (stop) until resume: a stopped
+// Redis, met between commands or in the middle of a reply.
+type stallingFake struct {
+	ln      net.Listener
+	mu      sync.Mutex
+	stopped chan struct{} // nil while running; closed by resume
+	conns   []net.Conn
+}
+
+func startStallingFake(t *testing.T) *stallingFake {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &stallingFake{ln: ln}
+	t.Cleanup(func() {
+		f.resume()
+		ln.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c)
+			f.mu.Unlock()
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *stallingFake) stop() {
+	f.mu.Lock()
+	if f.stopped == nil {
+		f.stopped = make(chan struct{})
+	}
+	f.mu.Unlock()
+}
+
+func (f *stallingFake) resume() {
+	f.mu.Lock()
+	if f.stopped != nil {
+		close(f.stopped)
+		f.stopped = nil
+	}
+	f.mu.Unlock()
+}
+
+// wait returns once the server runs.
+func (f *stallingFake) wait() {
+	f.mu.Lock()
+	ch := f.stopped
+	f.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+func (f *stallingFake) serve(c net.Conn) {
+	var rd resp.RequestParser
+	var cmds []resp.Command
+	for n := 0; ; n++ {
+		k, err := c.Read(rd.ReadBuffer())
+		if err != nil {
+			return
+		}
+		if cmds, err = rd.Parse(k, resp.RequestLimits{}, cmds[:0]); err != nil {
+			return
+		}
+		for _, cmd := range cmds {
+			f.wait()
+			var out []byte
+			switch strings.ToUpper(string(cmd.Args[0])) {
+			case "HELLO":
+				out = []byte("%1\r\n+proto\r\n:3\r\n")
+			case "ECHO":
+				if n%3 == 0 {
+					out = append(out, ">2\r\n+message\r\n+unasked\r\n"...)
+				}
+				out = resp.AppendBulk(out, cmd.Args[1])
+			default:
+				out = []byte("+PONG\r\n")
+			}
+			half := len(out) / 2
+			if _, err := c.Write(out[:half]); err != nil {
+				return
+			}
+			f.wait() // a stop may fall in the middle of a reply
+			if _, err := c.Write(out[half:]); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Drains never hand a reply to the wrong batch: clients pipelining ECHOs
+// of tokens of their own through a server that stops now and then, for
+// longer than the timeout (so that connections drain), get either their
+// own tokens, in order, or the upstream-unavailable error, never another
+// batch's reply. A drain that dropped one reply too few would answer the
+// next batch with the old one's.
+func TestDrainsNeverMisattributeReplies(t *testing.T) {
+	f := startStallingFake(t)
+	m := NewMetrics(nil)
+	p, err := NewPool(Config{Address: f.ln.Addr().String(), Connections: 2, Protocol: 3, DialTimeout: time.Second,
+		Timeout: 60 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitReady(t, p)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var okReplies, failed atomic.Int64
+	for client := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := NewBatch()
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b.Reset()
+				n := 1 + (seq+client)%4
+				for i := range n {
+					b.Add(resp.AppendCommandString(nil, "ECHO", fmt.Sprintf("c%d-%d-%d", client, seq, i)))
+				}
+				p.Do(b)
+				for i := range n {
+					got, want := string(b.Reply(i)), string(resp.AppendBulk(nil, []byte(fmt.Sprintf("c%d-%d-%d", client, seq, i))))
+					switch {
+					case got == want:
+						okReplies.Add(1)
+					case strings.HasPrefix(got, "-ERR upstream unavailable"):
+						failed.Add(1)
+					default:
+						t.Errorf("client %d batch %d reply %d = %q, want %q", client, seq, i, got, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for round := range 6 {
+		time.Sleep(time.Duration(20+round*7) * time.Millisecond)
+		f.stop()
+		time.Sleep(time.Duration(90+round*25) * time.Millisecond) // past the timeout and the probe
+		f.resume()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	answered := metricValue(t, m.drains.WithLabelValues("3", "answered"))
+	t.Logf("%d replies ok, %d failed, %v drains answered, %v closed, %v timeouts", okReplies.Load(), failed.Load(), answered, metricValue(t, m.drains.WithLabelValues("3", "closed")), metricValue(t, m.errors.WithLabelValues("3", "timeout")))
+	if answered == 0 || failed.Load() == 0 || okReplies.Load() == 0 {
+		t.Fatalf("the stops were not exercised: %d ok, %d failed, %v drains answered", okReplies.Load(), failed.Load(), answered)
+	}
+	// Every drain ends answered (the server always resumes within the
+	// limit), and no connection meets a reply it did not expect (a stray
+	// one resets it: a drain that dropped too few).
+	if closed := metricValue(t, m.drains.WithLabelValues("3", "closed")); closed != 0 {
+		t.Errorf("%v drains closed, want every one answered", closed)
+	}
+	if stray := metricValue(t, m.errors.WithLabelValues("3", "read")); stray != 0 {
+		t.Errorf("%v connections reset by a read error (a stray reply), want none", stray)
+	}
 }
