@@ -23,8 +23,9 @@ import (
 // reply. Every reply must be the expected one or "upstream unavailable".
 type loadClient struct {
 	key     string
-	acked   int // last SET value acknowledged with +OK
-	tried   int // last SET value sent (acknowledged or not)
+	resp3   bool // HELLO 3 first: the session goes through rproxy's RESP3 connections
+	acked   int  // last SET value acknowledged with +OK
+	tried   int  // last SET value sent (acknowledged or not)
 	ok      int
 	errs    int
 	slowest time.Duration
@@ -54,6 +55,12 @@ func (lc *loadClient) run(ctx context.Context, addr string, wg *sync.WaitGroup) 
 			return "read: " + err.Error()
 		}
 		return string(r)
+	}
+	if lc.resp3 {
+		if r := do("HELLO", "3"); !strings.HasPrefix(r, "%") {
+			lc.bad = append(lc.bad, "HELLO 3: "+r)
+			return
+		}
 	}
 	for n := 1; ctx.Err() == nil; n++ {
 		v := strconv.Itoa(n)
@@ -95,6 +102,11 @@ func unavailable(r string) bool {
 // every acknowledged write readable in Redis, and goroutines and Redis
 // connections back to their baseline.
 func faultRun(t *testing.T, rs *redistest.Server, p *proxytest.Proxy, clients int, fault func()) []*loadClient {
+	return faultRunProto(t, rs, p, clients, false, fault)
+}
+
+// faultRunProto is faultRun with RESP3 clients when resp3.
+func faultRunProto(t *testing.T, rs *redistest.Server, p *proxytest.Proxy, clients int, resp3 bool, fault func()) []*loadClient {
 	t.Helper()
 	baseG := runtime.NumGoroutine()
 	baseConns := redisClients(t, rs)
@@ -102,7 +114,7 @@ func faultRun(t *testing.T, rs *redistest.Server, p *proxytest.Proxy, clients in
 	var wg sync.WaitGroup
 	lcs := make([]*loadClient, clients)
 	for i := range lcs {
-		lcs[i] = &loadClient{key: fmt.Sprintf("fault:%d", i)}
+		lcs[i] = &loadClient{key: fmt.Sprintf("fault:%d", i), resp3: resp3}
 		wg.Add(1)
 		go lcs[i].run(ctx, p.Addr, &wg)
 	}
@@ -168,11 +180,18 @@ func TestFaultUpstreamKilled(t *testing.T) {
 // failed lands after a later acknowledged one (checkCounter: before the
 // drains, 11 of 20 clients once read an older value).
 func TestFaultUpstreamPaused(t *testing.T) {
-	for _, conns := range []int{1, 3} {
-		t.Run(fmt.Sprintf("connections=%d", conns), func(t *testing.T) {
+	for _, tc := range []struct {
+		conns int
+		resp3 bool // RESP3 clients: connections dialled with HELLO 3, which the probe's dial sends too
+	}{{1, false}, {3, false}, {3, true}} {
+		name := fmt.Sprintf("connections=%d", tc.conns)
+		if tc.resp3 {
+			name += "/resp3"
+		}
+		t.Run(name, func(t *testing.T) {
 			rs := redistest.Start(t)
-			p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Upstream.Connections = conns })
-			lcs := faultRun(t, rs, p, 20, func() {
+			p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Upstream.Connections = tc.conns })
+			lcs := faultRunProto(t, rs, p, 20, tc.resp3, func() {
 				rs.Pause()
 				// Timeout is 2s in proxytest: paused longer than faultRun's
 				// bound, so that a request that waits for the resume fails it.
