@@ -599,12 +599,22 @@ func (d *Dedicated) DoAsking(b *Batch, timeout time.Duration, queued []bool) {
 // bounds the wait for reply progress; 0 means no bound (a blocking command
 // may wait as long as the client asked). On failure the remaining commands
 // get "-ERR upstream unavailable: <reason>" and the connection is broken.
+// While a connection of the pool drains (awaitDrains) it first waits, as
+// the pool's sends do: a session that kept its connection (a tracked one)
+// must not overtake a command reported failed either.
 func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 	d.pool.awaitHold()
 	defer func() { d.lastDone = d.pool.cfg.Now() }()
 	b.replies, b.replyEnds = b.replies[:0], b.replyEnds[:0]
 	if d.broken.Load() {
 		b.fillErrors(unavailable("connection lost"))
+		return
+	}
+	if reason, ok := d.pool.awaitDrains(); !ok {
+		// Nothing was written, but the session takes the error for a
+		// reply (an EXEC's would end its transaction): the connection is
+		// given up, as when its own command times out.
+		d.fail(b, reason)
 		return
 	}
 	deadline := time.Time{}

@@ -167,6 +167,10 @@ func TestDrainGivenUpAfterItsLimit(t *testing.T) {
 	}
 	t.Cleanup(p.Close)
 	waitReady(t, p)
+	d, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	if got := do(p, []string{"SET", "k", "old"})[0]; got != "-ERR upstream unavailable: no reply within 50ms\r\n" {
 		t.Fatalf("SET old = %q, want the timeout", got)
@@ -174,6 +178,16 @@ func TestDrainGivenUpAfterItsLimit(t *testing.T) {
 	if got := do(p, []string{"PING"})[0]; got != "-ERR upstream unavailable: no reply within 50ms to earlier commands that timed out\r\n" {
 		t.Fatalf("PING while draining = %q", got)
 	}
+	// A lent connection's command that outwaits the drain fails the same
+	// way, and the connection is given up (its session takes the error
+	// for a reply).
+	b := NewBatch()
+	b.Add(resp.AppendCommandString(nil, "PING"))
+	d.Do(b, time.Second)
+	if got := string(b.Reply(0)); got != "-ERR upstream unavailable: no reply within 50ms to earlier commands that timed out\r\n" || !d.Broken() {
+		t.Fatalf("lent connection's PING while draining = %q, broken %v", got, d.Broken())
+	}
+	p.Discard(d)
 	o.answerOthers() // Redis answers again, but never the SET
 	waitFor(t, "the drain given up", func() bool { return metricValue(t, m.drains.WithLabelValues("2", "closed")) == 1 })
 	if d := time.Since(start); d < drainLimit*50*time.Millisecond {
@@ -474,5 +488,53 @@ func TestDrainsNeverMisattributeReplies(t *testing.T) {
 	}
 	if stray := metricValue(t, m.errors.WithLabelValues("3", "read")); stray != 0 {
 		t.Errorf("%v connections reset by a read error (a stray reply), want none", stray)
+	}
+}
+
+// A session's connection lent before a drain (a tracked one it kept, a
+// WATCH) waits for the drain too: its next command must not overtake the
+// write that timed out on a shared connection.
+func TestLentConnectionWaitsForADrain(t *testing.T) {
+	o := startOrderFake(t)
+	m := NewMetrics(nil)
+	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
+		Timeout: 200 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitReady(t, p)
+	d, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Discard(d) })
+	if got := do(p, []string{"SET", "k", "old"})[0]; got != "-ERR upstream unavailable: no reply within 200ms\r\n" {
+		t.Fatalf("SET old = %q, want the timeout", got)
+	}
+	done := make(chan string, 1)
+	go func() {
+		b := NewBatch()
+		b.Add(resp.AppendCommandString(nil, "SET", "k", "new"))
+		d.Do(b, time.Second)
+		done <- string(b.Reply(0))
+	}()
+	waitFor(t, "the lent connection's SET waiting for the drain, or sent", func() bool {
+		select {
+		case <-o.newCame:
+			return true
+		default:
+			return p.drainWaiters.Load() == 1
+		}
+	})
+	o.resume()
+	if got := <-done; got != "+OK\r\n" {
+		t.Fatalf("SET new = %q", got)
+	}
+	if v := o.value(); v != "new" {
+		t.Fatalf("the server holds %q after SET new was acknowledged: the write that timed out ran after it", v)
+	}
+	if d.Broken() {
+		t.Error("the lent connection broke")
 	}
 }
