@@ -88,6 +88,42 @@ func (o *orderFake) resume() {
 	o.releaseOne.Do(func() { close(o.release) })
 }
 
+// pool starts a pool of conns connections to the stand-in, with timeout.
+func (o *orderFake) pool(t *testing.T, conns int, timeout time.Duration) (*Pool, *Metrics) {
+	t.Helper()
+	m := NewMetrics(nil)
+	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: conns, Protocol: 2, DialTimeout: time.Second,
+		Timeout: timeout, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p, m
+}
+
+// checkNewWins waits until the SET of "new" whose reply done carries has
+// reached the server, or waits in p for a drain; then resumes the server,
+// and requires that SET acknowledged and its value the one kept: the SET
+// of "old" that timed out did not run after it.
+func (o *orderFake) checkNewWins(t *testing.T, p *Pool, done <-chan string) {
+	t.Helper()
+	waitFor(t, "the SET of new waiting for the drain, or sent", func() bool {
+		select {
+		case <-o.newCame:
+			return true
+		default:
+			return p.drainWaiters.Load() == 1
+		}
+	})
+	o.resume()
+	if got := <-done; got != "+OK\r\n" {
+		t.Fatalf("SET new = %q", got)
+	}
+	if v := o.value(); v != "new" {
+		t.Fatalf("the server holds %q after SET new was acknowledged: the write that timed out ran after it", v)
+	}
+}
+
 // answerOthers answers every command but SET from now on.
 func (o *orderFake) answerOthers() { o.othersOne.Do(func() { close(o.others) }) }
 
@@ -104,13 +140,7 @@ func (o *orderFake) value() string {
 // "old" after "new" was acknowledged).
 func TestTimedOutWriteNotOvertakenByTheNextOne(t *testing.T) {
 	o := startOrderFake(t)
-	m := NewMetrics(nil)
-	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 2, Protocol: 2, DialTimeout: time.Second,
-		Timeout: 200 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p, m := o.pool(t, 2, 200*time.Millisecond)
 	waitFor(t, "both connections up", func() bool { return p.conns[0].up() && p.conns[1].up() })
 	connects := metricValue(t, m.connects.WithLabelValues("2"))
 
@@ -122,21 +152,7 @@ func TestTimedOutWriteNotOvertakenByTheNextOne(t *testing.T) {
 	}
 	done := make(chan string, 1)
 	go func() { done <- do(p, []string{"SET", "k", "new"})[0] }()
-	waitFor(t, "the next SET waiting for the drain, or sent", func() bool {
-		select {
-		case <-o.newCame:
-			return true
-		default:
-			return p.drainWaiters.Load() == 1
-		}
-	})
-	o.resume()
-	if got := <-done; got != "+OK\r\n" {
-		t.Fatalf("SET new = %q", got)
-	}
-	if v := o.value(); v != "new" {
-		t.Fatalf("the server holds %q after SET new was acknowledged: the write that timed out ran after it", v)
-	}
+	o.checkNewWins(t, p, done)
 	if n := metricValue(t, m.drains.WithLabelValues("2", "answered")); n != 1 {
 		t.Errorf("drains_total{outcome=answered} = %v, want 1", n)
 	}
@@ -159,13 +175,7 @@ func TestTimedOutWriteNotOvertakenByTheNextOne(t *testing.T) {
 // that waited past a timeout meanwhile failed with an error saying why.
 func TestDrainGivenUpAfterItsLimit(t *testing.T) {
 	o := startOrderFake(t)
-	m := NewMetrics(nil)
-	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
-		Timeout: 50 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p, m := o.pool(t, 1, 50*time.Millisecond)
 	waitReady(t, p)
 	d, err := p.Acquire(context.Background())
 	if err != nil {
@@ -203,13 +213,7 @@ func TestDrainGivenUpAfterItsLimit(t *testing.T) {
 // it had written can no longer run.
 func TestDrainEndsWithTheConnection(t *testing.T) {
 	o := startOrderFake(t)
-	m := NewMetrics(nil)
-	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
-		Timeout: 100 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p, m := o.pool(t, 1, 100*time.Millisecond)
 	waitReady(t, p)
 	if got := do(p, []string{"SET", "k", "old"})[0]; !strings.HasPrefix(got, "-ERR upstream unavailable: no reply within 100ms") {
 		t.Fatalf("SET old = %q, want the timeout", got)
@@ -238,13 +242,7 @@ func testHeldCommandOfARunningRedis(t *testing.T, pong string) {
 	o := startOrderFake(t)
 	o.othersReply.Store(&pong)
 	o.answerOthers()
-	m := NewMetrics(nil)
-	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 2, Protocol: 2, DialTimeout: time.Second,
-		Timeout: 100 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p, m := o.pool(t, 2, 100*time.Millisecond)
 	waitFor(t, "both connections up", func() bool { return p.conns[0].up() && p.conns[1].up() })
 	if got := do(p, []string{"SET", "k", "old"})[0]; got != "-ERR upstream unavailable: no reply within 100ms\r\n" {
 		t.Fatalf("SET old = %q, want the timeout", got)
@@ -265,13 +263,7 @@ func testHeldCommandOfARunningRedis(t *testing.T, pong string) {
 // command, on a shared connection, waits until Redis has answered it.
 func TestTimedOutDedicatedWriteNotOvertakenByTheNextOne(t *testing.T) {
 	o := startOrderFake(t)
-	m := NewMetrics(nil)
-	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
-		Timeout: 200 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p, m := o.pool(t, 1, 200*time.Millisecond)
 	waitReady(t, p)
 	d, err := p.Acquire(context.Background())
 	if err != nil {
@@ -292,21 +284,7 @@ func TestTimedOutDedicatedWriteNotOvertakenByTheNextOne(t *testing.T) {
 	}
 	done := make(chan string, 1)
 	go func() { done <- do(p, []string{"SET", "k", "new"})[0] }()
-	waitFor(t, "the next SET waiting for the drain, or sent", func() bool {
-		select {
-		case <-o.newCame:
-			return true
-		default:
-			return p.drainWaiters.Load() == 1
-		}
-	})
-	o.resume()
-	if got := <-done; got != "+OK\r\n" {
-		t.Fatalf("SET new = %q", got)
-	}
-	if v := o.value(); v != "new" {
-		t.Fatalf("the server holds %q after SET new was acknowledged: the write that timed out ran after it", v)
-	}
+	o.checkNewWins(t, p, done)
 	waitFor(t, "the drain answered", func() bool { return metricValue(t, m.drains.WithLabelValues("2", "answered")) == 1 })
 }
 
@@ -315,39 +293,15 @@ func TestTimedOutDedicatedWriteNotOvertakenByTheNextOne(t *testing.T) {
 // parts, and that stops answering anything (stop) until resume: a stopped
 // Redis, met between commands or in the middle of a reply.
 type stallingFake struct {
-	ln      net.Listener
+	*fakeRedis
 	mu      sync.Mutex
 	stopped chan struct{} // nil while running; closed by resume
-	conns   []net.Conn
 }
 
 func startStallingFake(t *testing.T) *stallingFake {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &stallingFake{ln: ln}
-	t.Cleanup(func() {
-		f.resume()
-		ln.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, c := range f.conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.mu.Lock()
-			f.conns = append(f.conns, c)
-			f.mu.Unlock()
-			go f.serve(c)
-		}
-	}()
+	f := &stallingFake{}
+	f.fakeRedis = startFakeServing(t, nil, f.serve)
+	t.Cleanup(f.resume) // before the fake closes: its goroutines end
 	return f
 }
 
@@ -496,13 +450,7 @@ func TestDrainsNeverMisattributeReplies(t *testing.T) {
 // write that timed out on a shared connection.
 func TestLentConnectionWaitsForADrain(t *testing.T) {
 	o := startOrderFake(t)
-	m := NewMetrics(nil)
-	p, err := NewPool(Config{Address: o.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
-		Timeout: 200 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p, _ := o.pool(t, 1, 200*time.Millisecond)
 	waitReady(t, p)
 	d, err := p.Acquire(context.Background())
 	if err != nil {
@@ -519,21 +467,7 @@ func TestLentConnectionWaitsForADrain(t *testing.T) {
 		d.Do(b, time.Second)
 		done <- string(b.Reply(0))
 	}()
-	waitFor(t, "the lent connection's SET waiting for the drain, or sent", func() bool {
-		select {
-		case <-o.newCame:
-			return true
-		default:
-			return p.drainWaiters.Load() == 1
-		}
-	})
-	o.resume()
-	if got := <-done; got != "+OK\r\n" {
-		t.Fatalf("SET new = %q", got)
-	}
-	if v := o.value(); v != "new" {
-		t.Fatalf("the server holds %q after SET new was acknowledged: the write that timed out ran after it", v)
-	}
+	o.checkNewWins(t, p, done)
 	if d.Broken() {
 		t.Error("the lent connection broke")
 	}

@@ -34,6 +34,13 @@ type fakeRedis struct {
 
 func startFake(t *testing.T, reply func(args [][]byte) string) *fakeRedis {
 	t.Helper()
+	return startFakeServing(t, reply, nil)
+}
+
+// startFakeServing is startFake with each connection served by serve
+// instead (nil: the fake's own loop, answering with reply).
+func startFakeServing(t *testing.T, reply func(args [][]byte) string, serve func(net.Conn)) *fakeRedis {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +56,11 @@ func startFake(t *testing.T, reply func(args [][]byte) string) *fakeRedis {
 			f.mu.Lock()
 			f.conns = append(f.conns, c)
 			f.mu.Unlock()
-			go f.serve(c)
+			if serve != nil {
+				go serve(c)
+			} else {
+				go f.serve(c)
+			}
 		}
 	}()
 	return f
