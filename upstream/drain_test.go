@@ -294,7 +294,7 @@ func TestTimedOutDedicatedWriteNotOvertakenByTheNextOne(t *testing.T) {
 // Redis, met between commands or in the middle of a reply.
 type stallingFake struct {
 	*fakeRedis
-	mu      sync.Mutex
+	stopMu  sync.Mutex    // apart from the fakeRedis's own mu, which guards its connections
 	stopped chan struct{} // nil while running; closed by resume
 }
 
@@ -306,27 +306,27 @@ func startStallingFake(t *testing.T) *stallingFake {
 }
 
 func (f *stallingFake) stop() {
-	f.mu.Lock()
+	f.stopMu.Lock()
 	if f.stopped == nil {
 		f.stopped = make(chan struct{})
 	}
-	f.mu.Unlock()
+	f.stopMu.Unlock()
 }
 
 func (f *stallingFake) resume() {
-	f.mu.Lock()
+	f.stopMu.Lock()
 	if f.stopped != nil {
 		close(f.stopped)
 		f.stopped = nil
 	}
-	f.mu.Unlock()
+	f.stopMu.Unlock()
 }
 
 // wait returns once the server runs.
 func (f *stallingFake) wait() {
-	f.mu.Lock()
+	f.stopMu.Lock()
 	ch := f.stopped
-	f.mu.Unlock()
+	f.stopMu.Unlock()
 	if ch != nil {
 		<-ch
 	}
