@@ -124,6 +124,26 @@ func (o *orderFake) checkNewWins(t *testing.T, p *Pool, done <-chan string) {
 	}
 }
 
+// setOldTimesOut sends the SET of "old", which the stand-in holds, and
+// requires it to fail for the pool's timeout.
+func setOldTimesOut(t *testing.T, p *Pool, timeout time.Duration) {
+	t.Helper()
+	want := fmt.Sprintf("-ERR upstream unavailable: no reply within %v\r\n", timeout)
+	if got := do(p, []string{"SET", "k", "old"})[0]; got != want {
+		t.Fatalf("SET old = %q, want %q", got, want)
+	}
+}
+
+// acquire lends a dedicated connection of p.
+func acquire(t *testing.T, p *Pool) *Dedicated {
+	t.Helper()
+	d, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // answerOthers answers every command but SET from now on.
 func (o *orderFake) answerOthers() { o.othersOne.Do(func() { close(o.others) }) }
 
@@ -144,9 +164,7 @@ func TestTimedOutWriteNotOvertakenByTheNextOne(t *testing.T) {
 	waitFor(t, "both connections up", func() bool { return p.conns[0].up() && p.conns[1].up() })
 	connects := metricValue(t, m.connects.WithLabelValues("2"))
 
-	if got := do(p, []string{"SET", "k", "old"})[0]; got != "-ERR upstream unavailable: no reply within 200ms\r\n" {
-		t.Fatalf("SET old = %q, want the timeout", got)
-	}
+	setOldTimesOut(t, p, 200*time.Millisecond)
 	if d := metricValue(t, m.draining.WithLabelValues("2")); d != 1 {
 		t.Fatalf("draining_connections = %v after the timeout, want 1", d)
 	}
@@ -177,14 +195,9 @@ func TestDrainGivenUpAfterItsLimit(t *testing.T) {
 	o := startOrderFake(t)
 	p, m := o.pool(t, 1, 50*time.Millisecond)
 	waitReady(t, p)
-	d, err := p.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := acquire(t, p)
 	start := time.Now()
-	if got := do(p, []string{"SET", "k", "old"})[0]; got != "-ERR upstream unavailable: no reply within 50ms\r\n" {
-		t.Fatalf("SET old = %q, want the timeout", got)
-	}
+	setOldTimesOut(t, p, 50*time.Millisecond)
 	if got := do(p, []string{"PING"})[0]; got != "-ERR upstream unavailable: no reply within 50ms to earlier commands that timed out\r\n" {
 		t.Fatalf("PING while draining = %q", got)
 	}
@@ -215,9 +228,7 @@ func TestDrainEndsWithTheConnection(t *testing.T) {
 	o := startOrderFake(t)
 	p, m := o.pool(t, 1, 100*time.Millisecond)
 	waitReady(t, p)
-	if got := do(p, []string{"SET", "k", "old"})[0]; !strings.HasPrefix(got, "-ERR upstream unavailable: no reply within 100ms") {
-		t.Fatalf("SET old = %q, want the timeout", got)
-	}
+	setOldTimesOut(t, p, 100*time.Millisecond)
 	o.answerOthers()
 	o.killConns()
 	waitFor(t, "the drain ended with its connection", func() bool { return metricValue(t, m.drains.WithLabelValues("2", "closed")) == 1 })
@@ -244,9 +255,7 @@ func testHeldCommandOfARunningRedis(t *testing.T, pong string) {
 	o.answerOthers()
 	p, m := o.pool(t, 2, 100*time.Millisecond)
 	waitFor(t, "both connections up", func() bool { return p.conns[0].up() && p.conns[1].up() })
-	if got := do(p, []string{"SET", "k", "old"})[0]; got != "-ERR upstream unavailable: no reply within 100ms\r\n" {
-		t.Fatalf("SET old = %q, want the timeout", got)
-	}
+	setOldTimesOut(t, p, 100*time.Millisecond)
 	if got := do(p, []string{"PING"})[0]; got != pong {
 		t.Fatalf("PING right after = %q, want the server's %q", got, pong)
 	}
@@ -265,10 +274,7 @@ func TestTimedOutDedicatedWriteNotOvertakenByTheNextOne(t *testing.T) {
 	o := startOrderFake(t)
 	p, m := o.pool(t, 1, 200*time.Millisecond)
 	waitReady(t, p)
-	d, err := p.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := acquire(t, p)
 	b := NewBatch()
 	b.Add(resp.AppendCommandString(nil, "SET", "k", "old"))
 	d.Do(b, 200*time.Millisecond)
@@ -452,14 +458,9 @@ func TestLentConnectionWaitsForADrain(t *testing.T) {
 	o := startOrderFake(t)
 	p, _ := o.pool(t, 1, 200*time.Millisecond)
 	waitReady(t, p)
-	d, err := p.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := acquire(t, p)
 	t.Cleanup(func() { p.Discard(d) })
-	if got := do(p, []string{"SET", "k", "old"})[0]; got != "-ERR upstream unavailable: no reply within 200ms\r\n" {
-		t.Fatalf("SET old = %q, want the timeout", got)
-	}
+	setOldTimesOut(t, p, 200*time.Millisecond)
 	done := make(chan string, 1)
 	go func() {
 		b := NewBatch()

@@ -340,12 +340,7 @@ func (p *Pool) sendAround(b *Batch, start uint32) bool {
 			if wait <= 0 {
 				continue
 			}
-			t := time.NewTimer(wait)
-			select {
-			case <-up:
-			case <-t.C:
-			}
-			t.Stop()
+			closedWithin(up, wait)
 		}
 		if _, ok := sp.c.send(b); ok {
 			p.metrics.diverted.Inc()
@@ -426,11 +421,18 @@ func (p *Pool) awaitDialOn(g *dialGate) {
 	}
 	p.dialWaiters.Add(1)
 	defer p.dialWaiters.Add(-1)
-	t := time.NewTimer(p.cfg.Timeout)
+	closedWithin(g.done, p.cfg.Timeout)
+}
+
+// closedWithin waits at most d for ch to be closed, and reports whether it was.
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-g.done:
+	case <-ch:
+		return true
 	case <-t.C:
+		return false
 	}
 }
 
@@ -484,14 +486,10 @@ func (p *Pool) awaitDrains() (string, bool) {
 	}
 	p.drainWaiters.Add(1)
 	defer p.drainWaiters.Add(-1)
-	t := time.NewTimer(p.cfg.Timeout)
-	defer t.Stop()
-	select {
-	case <-ch:
+	// Close ends every drain (it closes their connections), so this wait
+	// ends with it too.
+	if closedWithin(ch, p.cfg.Timeout) {
 		return "", true
-	case <-t.C:
-	case <-p.ctx.Done():
-		return "proxy shutting down", false
 	}
 	return fmt.Sprintf("no reply within %v to earlier commands that timed out", p.cfg.Timeout), false
 }
