@@ -232,10 +232,11 @@ func (bookkeeping) replies(*session) {}
 // returns. CLIENT ID, GETNAME, SETNAME, SETINFO, INFO and LIST, and AUTH
 // where rproxy checks it, are the exception: once the policy has judged
 // them, queueForExec queues an ECHO of a marker in their place and rproxy
-// answers them inside EXEC's array (txclient.go). In stream mode the answers that are only values
-// (queuedAsOnRedis) are made by Redis, in order, as a script it queues;
-// the rest, which rproxy acts on when it sees them (AUTH, HELLO, CLIENT
-// SETNAME, KILL, REPLY, ...), are refused there.
+// answers them inside EXEC's array (txclient.go). In stream mode the
+// answers that are only values (queuedAsOnRedis) are made by Redis, in
+// order, as a script it queues; the rest, which rproxy acts on when it
+// sees them (AUTH, HELLO, CLIENT SETNAME, KILL, REPLY, ...), are refused
+// there.
 type transactionGuard struct{ s *Server }
 
 func (st transactionGuard) command(ss *session, c *call) bool {
