@@ -218,30 +218,55 @@ func (cc *clientCommands) clientListText(ss *session, cmd resp.Command) ([]byte,
 // asked for itself (SKIPME no, or the old form), after the reply.
 func (cc *clientCommands) clientKill(ss *session, cmd resp.Command) {
 	args := cmd.Args
-	if len(args) == 3 {
-		for _, other := range cc.sessions.live() {
-			if other.conn.RemoteAddr() != string(args[2]) {
-				continue
-			}
-			if other == ss && ss.stream && ss.pin != nil {
-				ss.killed.Store(true) // Redis answers +OK and closes, as above
-				ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "CLIENT", "KILL", ss.pin.LocalAddr()))
-				return
-			}
-			ss.replyInMode([]byte("+OK\r\n"))
-			cc.killSession(ss, other)
-			return
-		}
-		ss.replyInMode([]byte("-ERR No such client\r\n"))
-		return
-	}
 	if len(args) == 2 {
 		ss.forwardInMode(cmd.Raw) // Redis's arity error
 		return
 	}
-	if len(args)%2 != 0 {
-		ss.replyInMode([]byte("-ERR syntax error\r\n"))
+	reply, victims := cc.kill(ss, args)
+	if ss.stream && ss.pin != nil && len(victims) == 1 && victims[0] == ss {
+		// It kills itself: Redis answers and closes the pinned connection,
+		// which ends the stream and closes the client after the reply, as
+		// Redis closes a client that killed itself.
+		ss.killed.Store(true)
+		kill := resp.AppendCommandString(nil, "CLIENT", "KILL", "ADDR", ss.pin.LocalAddr(), "SKIPME", "no")
+		if len(args) == 3 {
+			kill = resp.AppendCommandString(nil, "CLIENT", "KILL", ss.pin.LocalAddr()) // +OK, as the old form answers
+		}
+		ss.streamCmds = append(ss.streamCmds, kill)
 		return
+	}
+	ss.replyInMode(reply)
+	for _, v := range victims {
+		cc.killSession(ss, v)
+	}
+}
+
+// killInExec answers a CLIENT KILL queued inside MULTI, in EXEC's array
+// (txClient), and kills what it matches: the caller, if among them, once
+// EXEC's reply is written, as Redis closes a client that killed itself in
+// a transaction.
+func (cc *clientCommands) killInExec(ss *session, args [][]byte) []byte {
+	reply, victims := cc.kill(ss, args)
+	for _, v := range victims {
+		cc.killSession(ss, v)
+	}
+	return reply
+}
+
+// kill reads CLIENT KILL's arguments (three or more) as Redis does and
+// returns its reply and the sessions it kills (none when the reply is an
+// error).
+func (cc *clientCommands) kill(ss *session, args [][]byte) (reply []byte, victims []*session) {
+	if len(args) == 3 {
+		for _, other := range cc.sessions.live() {
+			if other.conn.RemoteAddr() == string(args[2]) {
+				return []byte("+OK\r\n"), []*session{other}
+			}
+		}
+		return []byte("-ERR No such client\r\n"), nil
+	}
+	if len(args)%2 != 0 {
+		return []byte("-ERR syntax error\r\n"), nil
 	}
 	var (
 		id              int64
@@ -255,14 +280,12 @@ func (cc *clientCommands) clientKill(ss *session, cmd resp.Command) {
 		case "id":
 			n, ok := resp.ParseInt(v)
 			if !ok || n <= 0 {
-				ss.replyInMode([]byte("-ERR client-id should be greater than 0\r\n"))
-				return
+				return []byte("-ERR client-id should be greater than 0\r\n"), nil
 			}
 			id = n
 		case "type":
 			if !validClientType(v) {
-				ss.replyInMode(resp.AppendError(nil, "ERR Unknown client type '"+string(v)+"'"))
-				return
+				return resp.AppendError(nil, "ERR Unknown client type '"+string(v)+"'"), nil
 			}
 			typ, hasType = bytes.ToLower(v), true
 			if string(typ) == "slave" {
@@ -281,19 +304,15 @@ func (cc *clientCommands) clientKill(ss *session, cmd resp.Command) {
 			case "no":
 				skipMe = false
 			default:
-				ss.replyInMode([]byte("-ERR syntax error\r\n"))
-				return
+				return []byte("-ERR syntax error\r\n"), nil
 			}
 		default:
-			ss.replyInMode([]byte("-ERR syntax error\r\n"))
-			return
+			return []byte("-ERR syntax error\r\n"), nil
 		}
 	}
 	if user != nil && !cc.userExists(user) {
-		ss.replyInMode(resp.AppendError(nil, "ERR No such user '"+string(user)+"'"))
-		return
+		return resp.AppendError(nil, "ERR No such user '"+string(user)+"'"), nil
 	}
-	var victims []*session
 	for _, other := range cc.sessions.live() {
 		st := cc.clientStateOf(other, ss)
 		u := st.user
@@ -311,18 +330,7 @@ func (cc *clientCommands) clientKill(ss *session, cmd resp.Command) {
 		}
 		victims = append(victims, other)
 	}
-	if ss.stream && len(victims) == 1 && victims[0] == ss && ss.pin != nil {
-		// It kills itself: Redis answers and closes the pinned connection,
-		// which ends the stream and closes the client after the reply, as
-		// Redis closes a client that killed itself.
-		ss.killed.Store(true)
-		ss.streamCmds = append(ss.streamCmds, resp.AppendCommandString(nil, "CLIENT", "KILL", "ADDR", ss.pin.LocalAddr(), "SKIPME", "no"))
-		return
-	}
-	ss.replyInMode(resp.AppendInt(nil, int64(len(victims))))
-	for _, v := range victims {
-		cc.killSession(ss, v)
-	}
+	return resp.AppendInt(nil, int64(len(victims))), victims
 }
 
 // userExists reports whether CLIENT KILL USER names a user sessions can
@@ -363,37 +371,57 @@ func (cc *clientCommands) killSession(caller, victim *session) {
 // blocking command waits on its pinned connection, so Redis is asked to
 // unblock that connection, by the id Redis knows it by.
 func (cc *clientCommands) clientUnblock(ss *session, cmd resp.Command) {
-	args := cmd.Args
-	if len(args) != 3 && len(args) != 4 {
+	if len(cmd.Args) != 3 && len(cmd.Args) != 4 {
 		ss.forwardInMode(cmd.Raw) // Redis's arity error
 		return
 	}
-	// Redis reads the reason before the id.
-	if len(args) == 4 && !bytes.EqualFold(args[3], []byte("timeout")) && !bytes.EqualFold(args[3], []byte("error")) {
-		ss.replyInMode([]byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"))
-		return
-	}
-	id, ok := resp.ParseInt(args[2])
-	if !ok {
-		ss.replyInMode([]byte("-ERR value is not an integer or out of range\r\n"))
-		return
-	}
-	var upstreamID int64
-	d := cc.sessions.pinOf(id)
-	if d != nil {
-		upstreamID = d.RedisID()
-	}
-	if upstreamID == 0 {
-		ss.replyInMode([]byte(":0\r\n")) // not blocked: it has no connection of its own
+	reply, send, blocked := cc.unblock(cmd.Args)
+	if reply != nil {
+		ss.replyInMode(reply)
 		return
 	}
 	if ss.pin == nil && !ss.stream {
 		// On a cluster, to the master the blocked connection is on.
-		ss.slot = slotOfServer(ss.pools[ss.proto], d.Address())
+		ss.slot = slotOfServer(ss.pools[ss.proto], blocked.Address())
 	}
-	out := [][]byte{args[0], args[1], strconv.AppendInt(nil, upstreamID, 10)}
+	ss.forwardInMode(send)
+}
+
+// unblockInExec answers a CLIENT UNBLOCK queued inside MULTI, in EXEC's
+// array (txClient): Redis is asked then, on a shared connection to the
+// server the blocked connection is on, and its reply is the answer.
+func (cc *clientCommands) unblockInExec(ss *session, args [][]byte) []byte {
+	reply, send, blocked := cc.unblock(args)
+	if reply != nil {
+		return reply
+	}
+	pools := ss.pools[ss.proto]
+	b := upstream.NewBatch()
+	b.Add(send)
+	pools.PinPool(slotOfServer(pools, blocked.Address())).Do(b)
+	return slices.Clone(b.Reply(0))
+}
+
+// unblock reads CLIENT UNBLOCK's arguments (three or four) as Redis does.
+// It returns rproxy's reply (an error, or :0 when the session named has no
+// connection of its own to unblock), or else the command to send Redis and
+// the connection it unblocks.
+func (cc *clientCommands) unblock(args [][]byte) (reply, send []byte, blocked *upstream.Dedicated) {
+	// Redis reads the reason before the id.
+	if len(args) == 4 && !bytes.EqualFold(args[3], []byte("timeout")) && !bytes.EqualFold(args[3], []byte("error")) {
+		return []byte("-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"), nil, nil
+	}
+	id, ok := resp.ParseInt(args[2])
+	if !ok {
+		return []byte("-ERR value is not an integer or out of range\r\n"), nil, nil
+	}
+	d := cc.sessions.pinOf(id)
+	if d == nil || d.RedisID() == 0 {
+		return []byte(":0\r\n"), nil, nil // not blocked: it has no connection of its own
+	}
+	out := [][]byte{args[0], args[1], strconv.AppendInt(nil, d.RedisID(), 10)}
 	out = append(out, args[3:]...)
-	ss.forwardInMode(resp.AppendCommand(nil, out...))
+	return nil, resp.AppendCommand(nil, out...), d
 }
 
 // slotOfServer is a slot whose connections backend makes to the server at

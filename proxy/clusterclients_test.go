@@ -76,7 +76,8 @@ func TestClusterPublishCountsSubscribers(t *testing.T) {
 }
 
 // TestClusterClientUnblockOnAnyMaster: CLIENT UNBLOCK ends a BLPOP whichever
-// master the blocked client's key is on. Before, it went to any master,
+// master the blocked client's key is on, outside MULTI (round 0) and inside
+// (round 1, answered in EXEC's array). Before, it went to any master,
 // which knew no such client (:0), and the BLPOP waited on.
 func TestClusterClientUnblockOnAnyMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
@@ -94,8 +95,14 @@ func TestClusterClientUnblockOnAnyMaster(t *testing.T) {
 			waitFor(t, "the BLPOP blocked", func() bool {
 				return strings.Contains(c.do("CLIENT", "LIST", "ID", id), "flags=b")
 			})
-			if r := c.do("CLIENT", "UNBLOCK", id); r != ":1\r\n" {
-				t.Fatalf("round %d: CLIENT UNBLOCK of a BLPOP on %s = %q, want :1", round, k, r)
+			if round == 0 {
+				if r := c.do("CLIENT", "UNBLOCK", id); r != ":1\r\n" {
+					t.Fatalf("round %d: CLIENT UNBLOCK of a BLPOP on %s = %q, want :1", round, k, r)
+				}
+			} else if r := c.pipeline([]string{"MULTI"}, []string{"CLIENT", "UNBLOCK", id}, []string{"EXEC"}); r != "+OK\r\n+QUEUED\r\n*1\r\n:1\r\n" {
+				// Inside MULTI: answered in EXEC's array, by the blocked
+				// connection's master.
+				t.Fatalf("round %d: MULTI, CLIENT UNBLOCK of a BLPOP on %s, EXEC = %q, want :1 in EXEC's array", round, k, r)
 			}
 			if r := string(blocked.read()); r != "*-1\r\n" {
 				t.Fatalf("round %d: the unblocked BLPOP on %s got %q, want the timeout's null", round, k, r)

@@ -10,8 +10,8 @@ import (
 )
 
 // txClient is the CLIENT commands rproxy answers itself (ID, GETNAME,
-// SETNAME, SETINFO, INFO, LIST), and AUTH where rproxy checks it, that a
-// session queued inside MULTI, outside stream mode. Redis would queue each
+// SETNAME, SETINFO, INFO, LIST, KILL, UNBLOCK), and AUTH where rproxy
+// checks it, that a session queued inside MULTI, outside stream mode. Redis would queue each
 // and run it at EXEC, its reply in EXEC's array, where rproxy alone knows
 // the answer. So an ECHO of a marker goes to Redis in each one's place: Redis
 // answers QUEUED (or refuses it, as it would the command, when MULTI was
@@ -65,11 +65,11 @@ const (
 )
 
 // placeInMulti places a command rproxy answers, sent inside MULTI outside
-// stream mode. CLIENT ID, GETNAME, SETNAME, SETINFO, INFO and LIST, and
-// AUTH where rproxy checks it (auth.mode none or proxy), are answered in
-// EXEC's array; those CLIENT commands with another number of arguments,
-// or a SETINFO the server does not know, go to Redis as sent, as outside
-// MULTI; the rest is refused.
+// stream mode. CLIENT ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL and
+// UNBLOCK, and AUTH where rproxy checks it (auth.mode none or proxy), are
+// answered in EXEC's array; those CLIENT commands with another number of
+// arguments, or a SETINFO the server does not know, go to Redis as sent,
+// as outside MULTI; the rest is refused.
 func placeInMulti(table *command.Table, info *command.Info, args [][]byte, passthrough bool) inMulti {
 	if isAuth(args[0]) {
 		if passthrough {
@@ -80,13 +80,33 @@ func placeInMulti(table *command.Table, info *command.Info, args [][]byte, passt
 	if info == nil || info.Handling != command.Client {
 		return refusedInMulti
 	}
-	switch known, here := sessionClientCommand(table, args); {
+	known, here := sessionClientCommand(table, args)
+	if !known {
+		known, here = effectClientCommand(args)
+	}
+	switch {
 	case !known:
 		return refusedInMulti
 	case !here:
 		return forwardedInMulti
 	}
 	return answeredInExec
+}
+
+// effectClientCommand reports whether args is CLIENT KILL or UNBLOCK,
+// which rproxy carries out on its sessions, and whether rproxy answers
+// this one: with another number of arguments Redis gives its arity error.
+func effectClientCommand(args [][]byte) (known, here bool) {
+	if len(args) < 2 {
+		return false, false
+	}
+	switch string(bytes.ToLower(args[1])) {
+	case "kill":
+		return true, len(args) >= 3
+	case "unblock":
+		return true, len(args) == 3 || len(args) == 4
+	}
+	return false, false
 }
 
 // sessionClientCommand reports whether args is one of the CLIENT
@@ -112,7 +132,8 @@ func sessionClientCommand(table *command.Table, args [][]byte) (known, here bool
 }
 
 // execAnswers makes rproxy's answers inside EXEC's array: the CLIENT
-// commands' (clientCommands) and AUTH's (the auth stage).
+// commands' (clientCommands: KILL and UNBLOCK act then) and AUTH's (the
+// auth stage).
 type execAnswers struct {
 	clients *clientCommands
 	auth    *authenticating
@@ -121,6 +142,12 @@ type execAnswers struct {
 func (e execAnswers) answer(ss *session, args [][]byte) []byte {
 	if isAuth(args[0]) {
 		return e.auth.answerInExec(ss, args)
+	}
+	switch string(bytes.ToLower(args[1])) {
+	case "kill":
+		return e.clients.killInExec(ss, args)
+	case "unblock":
+		return e.clients.unblockInExec(ss, args)
 	}
 	return e.clients.answer(ss, resp.Command{Args: args})
 }

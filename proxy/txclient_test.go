@@ -164,3 +164,53 @@ func TestPolicyJudgesClientCommandsInsideMulti(t *testing.T) {
 		t.Errorf("CLIENT SETNAME inside MULTI under a rule that denies it: %q", got)
 	}
 }
+
+// CLIENT KILL and CLIENT UNBLOCK queued inside MULTI act at EXEC, their
+// answers in EXEC's array, as on Redis: the same bytes from Redis directly
+// and through rproxy for a transaction that kills a client, unblocks a
+// blocked one and gets each command's errors in its place; one that kills
+// its own client, which is closed once EXEC's reply is written (the
+// command after EXEC in the same write never runs); and transactions
+// that are discarded or aborted at queue time, which kill nothing.
+func TestClientKillAndUnblockAnsweredInsideExec(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	run := func(addr string) []string {
+		c := dialClient(t, addr)
+		victim := dialClient(t, addr)
+		blocked := dialClient(t, addr)
+		survivor := dialClient(t, addr)
+		vid, bid, sid := victim.id(), blocked.id(), survivor.id()
+		blocked.send(pipeline([]string{"BLPOP", "nolist", "0"}))
+		waitFor(t, "the BLPOP blocked", func() bool {
+			return strings.Contains(string(rs.Do(t, "INFO", "clients")), "\r\nblocked_clients:1\r\n")
+		})
+		var out []string
+		out = append(out, c.pipeline([]string{"MULTI"}, []string{"SET", "m", "1"},
+			[]string{"CLIENT", "KILL", "ID", vid}, []string{"CLIENT", "KILL", "ID", "999999"},
+			[]string{"CLIENT", "KILL", "127.0.0.1:1"}, []string{"CLIENT", "KILL", "ID", "x"},
+			[]string{"CLIENT", "KILL", "ID", sid, "MAXAGE"},
+			[]string{"CLIENT", "UNBLOCK", bid}, []string{"CLIENT", "UNBLOCK", "999999"},
+			[]string{"CLIENT", "UNBLOCK", bid, "later"}, []string{"CLIENT", "UNBLOCK", "x"}, []string{"EXEC"}))
+		out = append(out, "blocked: "+string(blocked.read()), "victim: "+victim.expectClosed())
+		// Discarded, and aborted at queue time (an arity error; CLIENT
+		// KILL without arguments is one too): the survivor lives on.
+		out = append(out, c.pipeline([]string{"MULTI"}, []string{"CLIENT", "KILL", "ID", sid}, []string{"DISCARD"},
+			[]string{"MULTI"}, []string{"CLIENT", "KILL", "ID", sid}, []string{"GET"}, []string{"EXEC"},
+			[]string{"MULTI"}, []string{"CLIENT", "KILL"}, []string{"EXEC"}))
+		out = append(out, "survivor: "+survivor.do("PING"))
+		// It kills itself: EXEC's reply, then the close; PING never runs.
+		c.send(pipeline([]string{"MULTI"}, []string{"CLIENT", "KILL", "ID", c.id(), "SKIPME", "no"}, []string{"EXEC"}, []string{"PING"}))
+		out = append(out, "self: "+c.expectClosed())
+		return out
+	}
+	direct := run(rs.Addr)
+	rs.Do(t, "DEL", "m")
+	through := run(p.Addr)
+	if strings.Join(through, "\n") != strings.Join(direct, "\n") {
+		t.Errorf("through rproxy:\n%q\ndirect:\n%q", through, direct)
+	}
+	if !strings.Contains(direct[0], "*10\r\n+OK\r\n:1\r\n:0\r\n-ERR No such client\r\n") || direct[1] != "blocked: *-1\r\n" {
+		t.Errorf("the transaction, direct (the scenario itself is wrong): %q, %q", direct[0], direct[1])
+	}
+}

@@ -72,9 +72,9 @@ var notCompared = map[string]string{
 
 // allowed reports whether rproxy's replies may differ from Redis's by
 // design: the policy's refusals (docs/policy.md), and inside MULTI the
-// commands rproxy acts on itself (AUTH, HELLO, CLIENT KILL, the SUBSCRIBE
-// family), which it refuses there, aborting the transaction
-// (docs/commands.md).
+// commands rproxy acts on itself and does not answer in EXEC's array
+// (HELLO, AUTH in passthrough mode, CLIENT TRACKING, the SUBSCRIBE family),
+// which it refuses there, aborting the transaction (docs/commands.md).
 func allowed(_ [][]string, through string) bool {
 	return strings.Contains(through, "-DENIED ") || strings.Contains(through, " inside MULTI is not supported through rproxy ")
 }
