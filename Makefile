@@ -28,6 +28,15 @@ REDIS_SUITE_CLUSTER_MIN_OK ?= 1800
 REDIS_SUITE_JOBS ?= 2
 # Modes of test-redis-suite-cluster (CI runs only "cluster").
 CLUSTER_SUITE_MODES ?= direct-cluster cluster
+# test-redis-suite-tls: its modes (CI runs only "tls"), its units (the ones
+# that exercise the transport most: pipelines, blocking commands, pub/sub,
+# tracking, large values, scripts, redis-cli; 1000 [ok] through rproxy on
+# 2026-11-30, the whole suite with REDIS_SUITE_TLS_UNITS= ), and its guard.
+TLS_SUITE_MODES ?= direct-tls tls
+REDIS_SUITE_TLS_UNITS ?= unit/protocol unit/pubsub unit/multi unit/type/list unit/tracking unit/introspection \
+	unit/introspection-2 unit/other unit/type/stream-cgroups unit/scripting integration/redis-cli unit/type/string \
+	unit/tls unit/pause unit/keyspace
+REDIS_SUITE_TLS_MIN_OK ?= 985
 
 # Directories never searched for fuzz targets or gofmt'ed (.cache: the suites' downloads,
 # such as go-redis's source under suites/libs/.cache, which Go's ./... skips too).
@@ -35,7 +44,7 @@ PRUNE := -path ./.git -o -path ./vendor -o -path ./bin -o -name testdata -o -nam
 
 .DEFAULT_GOAL := build
 
-.PHONY: build test test-redis-suite test-redis-suite-cluster test-client-suite test-libs-redigo fuzz-short fuzz soak run bench bench-quick lint docker clean help
+.PHONY: build test test-redis-suite test-redis-suite-cluster test-redis-suite-tls test-client-suite test-libs-redigo fuzz-short fuzz soak run bench bench-quick lint docker clean help
 
 build: ## build bin/rproxy
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/rproxy ./cmd/rproxy
@@ -55,6 +64,10 @@ test-redis-suite: ## Redis 7.0.15's Tcl suite (external mode) direct and through
 test-redis-suite-cluster: ## the Tcl suite's cluster selection (runtest --cluster-mode) direct and through rproxy in front of a 3-master cluster; fails under REDIS_SUITE_CLUSTER_MIN_OK [ok]
 	REDIS_SUITE_MODES="$(CLUSTER_SUITE_MODES)" REDIS_SUITE_CLUSTER_MIN_OK=$(REDIS_SUITE_CLUSTER_MIN_OK) \
 		REDIS_SUITE_JOBS=$(REDIS_SUITE_JOBS) REDIS_SUITE_OUT=$(CURDIR)/suites/out/redis-cluster bash scripts/redis-suite.sh
+
+test-redis-suite-tls: ## the Tcl suite over TLS (runtest --tls): direct to a TLS-only redis-server, and through rproxy with TLS on both sides; fails under REDIS_SUITE_TLS_MIN_OK [ok]
+	REDIS_SUITE_MODES="$(TLS_SUITE_MODES)" REDIS_SUITE_UNITS="$(REDIS_SUITE_TLS_UNITS)" REDIS_SUITE_TLS_MIN_OK=$(REDIS_SUITE_TLS_MIN_OK) \
+		REDIS_SUITE_JOBS=$(REDIS_SUITE_JOBS) REDIS_SUITE_OUT=$(CURDIR)/suites/out/redis-tls bash scripts/redis-suite.sh
 
 test-client-suite: ## client-library scenarios (redis-py, go-redis, ioredis, node-redis) direct vs through rproxy
 	CLIENT_SUITE_MAX_DIFFER=$(CLIENT_SUITE_MAX_DIFFER) bash scripts/client-suite.sh

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Summarise the logs of scripts/redis-suite.sh: usage redis-suite-summary.sh OUT [MIN_OK [CLUSTER_MIN_OK]]
+# Summarise the logs of scripts/redis-suite.sh: usage redis-suite-summary.sh OUT [MIN_OK [CLUSTER_MIN_OK [TLS_MIN_OK]]]
 # Writes OUT/<mode>/failures.tsv (unit, test, first line of the error) and
 # OUT/summary.md, prints the summary, and exits 1 when the [ok] count through
-# rproxy is below MIN_OK (when MIN_OK > 0 and the rproxy mode was run), or
-# in mode cluster below CLUSTER_MIN_OK.
+# rproxy is below MIN_OK (when MIN_OK > 0 and the rproxy mode was run), in
+# mode cluster below CLUSTER_MIN_OK, or in mode tls below TLS_MIN_OK.
 set -euo pipefail
 
 OUT=$1
 MIN_OK=${2:-0}
 CLUSTER_MIN_OK=${3:-0}
+TLS_MIN_OK=${4:-0}
 
 strip() { sed -e 's/\x1b\[[0-9;]*m//g' "$@"; }
 
@@ -74,11 +75,12 @@ baseline() {
 	case $1 in
 	rproxy) echo direct ;;
 	cluster) echo direct-cluster ;;
+	tls) echo direct-tls ;;
 	esac
 }
 
 modes=()
-for m in direct rproxy direct-cluster cluster; do
+for m in direct rproxy direct-cluster cluster direct-tls tls; do
 	[ -s "$OUT/$m/units.tsv" ] && modes+=("$m")
 done
 if [ "${#modes[@]}" -eq 0 ]; then
@@ -152,4 +154,5 @@ guard() { # MODE THRESHOLD VARIABLE
 }
 guard rproxy "$MIN_OK" REDIS_SUITE_MIN_OK
 guard cluster "$CLUSTER_MIN_OK" REDIS_SUITE_CLUSTER_MIN_OK
+guard tls "$TLS_MIN_OK" REDIS_SUITE_TLS_MIN_OK
 exit $status

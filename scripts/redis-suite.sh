@@ -6,16 +6,24 @@
 # keys hash-tagged, cluster:skip tests left out, database 0 only):
 # "direct-cluster" against one redis-server, and "cluster" through rproxy in
 # front of a 3-master Redis Cluster (suite config, upstream.mode cluster).
+# Two more run the whole suite over TLS (runtest --tls): "direct-tls" against
+# a redis-server that takes only TLS clients and wants their certificates,
+# and "tls" through rproxy taking TLS clients (tls.cert_file, client
+# certificates required: tls.client_ca_file) and dialling that server with
+# TLS (upstream.tls, with a client certificate). The certificates are made
+# here, with openssl, into the suite's tests/tls.
 # Usage: make test-redis-suite (see docs/suites.md).
 #
 #   REDIS_SUITE_MODES      modes to run, in order (default "direct rproxy";
-#                          also "direct-cluster" and "cluster")
+#                          also "direct-cluster", "cluster", "direct-tls"
+#                          and "tls")
 #   REDIS_SUITE_UNITS      units to run (default: every unit of all_tests in
 #                          tests/test_helper.tcl; external mode skips what
 #                          needs its own server)
 #   REDIS_SUITE_MIN_OK     fail when [ok] through rproxy is below this
 #                          (0 = never; the Makefile sets the guard)
 #   REDIS_SUITE_CLUSTER_MIN_OK  the same for mode cluster
+#   REDIS_SUITE_TLS_MIN_OK      the same for mode tls
 #   REDIS_SUITE_JOBS       units run at once (default 1), each with its own
 #                          servers, rproxy and ports: the units mostly wait,
 #                          so 2 nearly halve the time on 2 cores
@@ -46,6 +54,7 @@ fi
 MODES=${REDIS_SUITE_MODES:-direct rproxy}
 MIN_OK=${REDIS_SUITE_MIN_OK:-0}
 CLUSTER_MIN_OK=${REDIS_SUITE_CLUSTER_MIN_OK:-0}
+TLS_MIN_OK=${REDIS_SUITE_TLS_MIN_OK:-0}
 JOBS=${REDIS_SUITE_JOBS:-1}
 STALL=${REDIS_SUITE_STALL:-60}
 UNIT_TIMEOUT=${REDIS_SUITE_UNIT_TIMEOUT:-600}
@@ -86,7 +95,7 @@ for b in redis-server redis-cli redis-benchmark redis-check-aof redis-check-rdb;
 	fi
 done
 
-if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* || " $MODES " == *" cluster "* ]]; then
+if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* || " $MODES " == *" cluster "* || " $MODES " == *" tls "* ]]; then
 	mkdir -p bin
 	go build -o bin/rproxy ./cmd/rproxy
 	RPROXY_BIN=$ROOT/bin/rproxy
@@ -112,11 +121,12 @@ free_port() {
 	log "no free port from $1"
 	return 1
 }
+TLS_CLI=() # redis-cli's TLS options in the TLS modes
 wait_ping() {
 	local port=$1 pid=$2
 	for _ in $(seq 100); do
 		kill -0 "$pid" 2>/dev/null || return 1
-		[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ] && return 0
+		[ "$(redis-cli "${TLS_CLI[@]}" -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ] && return 0
 		sleep 0.1
 	done
 	return 1
@@ -161,12 +171,21 @@ RPORT=
 PPORT=
 WDIR=$WORK
 BASE=
-start_redis() {
+start_redis() { # [tls]
+	local listen
 	RPORT=$(free_port "$BASE")
+	listen=(--port "$RPORT")
+	if [ "${1:-}" = tls ]; then
+		# TLS only, client certificates required (tls-auth-clients yes),
+		# as the suite's own TLS servers.
+		listen=(--port 0 --tls-port "$RPORT" --tls-cert-file "$TLS_DIR/server.crt"
+			--tls-key-file "$TLS_DIR/server.key" --tls-ca-cert-file "$TLS_DIR/ca.crt"
+			--tls-auth-clients yes)
+	fi
 	rm -rf "$WDIR/redis"
 	mkdir -p "$WDIR/redis"
 	# The configuration the suite gives the servers it starts itself.
-	redis-server "$SRC/tests/assets/default.conf" --port "$RPORT" --bind 127.0.0.1 \
+	redis-server "$SRC/tests/assets/default.conf" "${listen[@]}" --bind 127.0.0.1 \
 		--daemonize no --dir "$WDIR/redis" --logfile "$WDIR/redis/redis.log" \
 		--pidfile "$WDIR/redis/redis.pid" &
 	REDIS_PID=$!
@@ -191,6 +210,56 @@ start_proxy() { # LOGFILE [CONFIG UPSTREAM_PORT]
 source scripts/cluster-lib.sh
 CLUSTER_CONFIG=$WORK/cluster.yaml
 { cat "$CONFIG"; printf '\nupstream:\n  mode: cluster\n'; } >"$CLUSTER_CONFIG"
+
+# The TLS modes' certificates, in the folder runtest --tls reads
+# (tests/tls): a CA, a server certificate for 127.0.0.1 (redis-server's and
+# rproxy's: Go checks the address against its subjectAltName), and a
+# client certificate (runtest's, and rproxy's towards Redis).
+TLS_DIR=$SRC/tests/tls
+TLS_CONFIG=$WORK/tls.yaml
+make_test_certs() {
+	local d=$TLS_DIR n
+	mkdir -p "$d"
+	printf '[server]\nsubjectAltName = IP:127.0.0.1, DNS:localhost\nextendedKeyUsage = serverAuth, clientAuth\n[client]\nextendedKeyUsage = clientAuth\n' >"$d/ext.cnf"
+	openssl req -x509 -new -nodes -sha256 -newkey rsa:2048 -days 30 -subj '/O=rproxy suite/CN=CA' \
+		-keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+	for n in server client; do
+		openssl req -new -nodes -newkey rsa:2048 -subj "/O=rproxy suite/CN=$n" \
+			-keyout "$d/$n.key" -out "$d/$n.csr" 2>/dev/null
+		openssl x509 -req -sha256 -days 30 -in "$d/$n.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
+			-CAcreateserial -extfile "$d/ext.cnf" -extensions "$n" -out "$d/$n.crt" 2>/dev/null
+	done
+}
+if [[ " $MODES " == *" tls "* || " $MODES " == *" direct-tls "* ]]; then
+	# openssl, and Tcl's tls package for runtest --tls: installed as root
+	# (or through sudo -n) when missing.
+	need=()
+	command -v openssl >/dev/null || need+=(openssl)
+	echo 'exit [catch {package require tls}]' | tclsh >/dev/null 2>&1 || need+=(tcl-tls)
+	if [ "${#need[@]}" -gt 0 ]; then
+		sudo=()
+		[ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
+		log "installing ${need[*]} for the TLS modes"
+		{ "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+			"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } ||
+			{ log "the TLS modes need ${need[*]}: run  sudo apt-get install -y ${need[*]}"; exit 1; }
+	fi
+	make_test_certs
+	cat "$CONFIG" - >"$TLS_CONFIG" <<EOF
+
+tls:
+  cert_file: $TLS_DIR/server.crt
+  key_file: $TLS_DIR/server.key
+  client_ca_file: $TLS_DIR/ca.crt
+
+upstream:
+  tls:
+    enabled: true
+    ca_file: $TLS_DIR/ca.crt
+    cert_file: $TLS_DIR/client.crt
+    key_file: $TLS_DIR/client.key
+EOF
+fi
 
 # next_unit prints the next unit of the mode's queue for a worker, and
 # fails when none is left.
@@ -221,6 +290,12 @@ run_worker() { # MODE QUEUE WORKER
 			start_redis
 			PORT=$RPORT
 			;;
+		direct-tls | tls)
+			TLS_CLI=(--tls --cacert "$TLS_DIR/ca.crt" --cert "$TLS_DIR/client.crt" --key "$TLS_DIR/client.key")
+			start_redis tls
+			PORT=$RPORT
+			extra+=(--tls)
+			;;
 		direct-cluster)
 			start_redis
 			PORT=$RPORT
@@ -240,6 +315,12 @@ run_worker() { # MODE QUEUE WORKER
 		rproxy)
 			: >"$base.rproxy.log"
 			start_proxy "$base.rproxy.log"
+			PORT=$PPORT
+			extra+=("${skip_args[@]}")
+			;;
+		tls)
+			: >"$base.rproxy.log"
+			start_proxy "$base.rproxy.log" "$TLS_CONFIG"
 			PORT=$PPORT
 			extra+=("${skip_args[@]}")
 			;;
@@ -328,7 +409,7 @@ for MODE in $MODES; do
 done
 
 status=0
-bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK" || status=$?
+bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK" "$TLS_MIN_OK" || status=$?
 if [ "$worker_failed" = 1 ]; then
 	log "FAIL: units without a result (a server or rproxy did not start); the counts above miss them"
 	status=1
