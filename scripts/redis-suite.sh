@@ -32,6 +32,8 @@
 #   REDIS_SUITE_UNIT_TIMEOUT  hard limit per unit in seconds (600)
 #   REDIS_SUITE_OUT        output folder (default suites/out/redis)
 #   RPROXY_BIN             rproxy binary (default: built into bin/rproxy)
+#   REDIS_SUITE_CONFIG     rproxy's config file (default suites/rproxy-suite.yaml;
+#                          the cluster and TLS modes add their settings to it)
 #   REDIS_SUITE_SKIP       tests skipped through rproxy (default
 #                          suites/redis-suite-skip.txt: each with its reason)
 #   REDIS_SUITE_CLUSTER_SKIP  more skipped in mode cluster (default
@@ -59,7 +61,7 @@ JOBS=${REDIS_SUITE_JOBS:-1}
 STALL=${REDIS_SUITE_STALL:-60}
 UNIT_TIMEOUT=${REDIS_SUITE_UNIT_TIMEOUT:-600}
 OUT=${REDIS_SUITE_OUT:-$ROOT/suites/out/redis}
-CONFIG=$ROOT/suites/rproxy-suite.yaml
+CONFIG=${REDIS_SUITE_CONFIG:-$ROOT/suites/rproxy-suite.yaml}
 SKIP=${REDIS_SUITE_SKIP:-$ROOT/suites/redis-suite-skip.txt}
 CLUSTER_SKIP=${REDIS_SUITE_CLUSTER_SKIP:-$ROOT/suites/redis-suite-cluster-skip.txt}
 
