@@ -70,10 +70,16 @@ func (l *drainListener) release() {
 // in a command (BLPOP...) or in pub/sub is never idle, as on Redis.
 //
 // Over TCP it waits for the client's bytes without holding a buffer
-// (readLazy), so an idle client costs no read buffer.
+// (readLazy), so an idle client costs no read buffer; over TLS it waits
+// in a small buffer of its own (readTLS).
 type limitedConn struct {
 	net.Conn
 	raw syscall.RawConn // the TCP socket's, nil over TLS
+	// readTLS's state: the buffer an idle TLS client's read waits in, and
+	// whether the last read filled its buffer (the record may hold more,
+	// which the next read takes into the caller's buffer at once).
+	tlsFirst []byte
+	tlsMore  bool
 	// read's state for its RawConn callback (rawRead), set per read.
 	rawFn      func(uintptr) bool
 	rawBuf     func() []byte
@@ -492,8 +498,11 @@ func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) b
 // buffer: the runtime's poller waits for readability and buf is called
 // only to read what has come.
 func (c *limitedConn) read(buf func() []byte, put func(), step func(n int) bool) (int, error) {
-	if c.raw == nil || put == nil {
+	if put == nil {
 		return c.Conn.Read(buf())
+	}
+	if c.raw == nil {
+		return c.readTLS(buf)
 	}
 	if c.rawFn == nil {
 		c.rawFn = c.rawRead // one closure for the connection, not one per read
@@ -513,6 +522,45 @@ func (c *limitedConn) read(buf func() []byte, put func(), step func(n int) bool)
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// tlsFirstRead is the size of the buffer an idle TLS client's read waits
+// in: a few small commands' worth.
+const tlsFirstRead = 512
+
+// readTLS is read over TLS, for a caller whose buffer should not be held
+// while the client is idle. A *tls.Conn decrypts into the reader's buffer
+// only once a record has come, and whether one has cannot be asked
+// without reading: so the read waits in a small buffer of the
+// connection's own (tlsFirstRead bytes, made at the first read), and what
+// came is copied into buf() (what does not fit is kept in pending, as a
+// watcher's bytes are). A read that fills its buffer may have left more
+// of the record in the *tls.Conn, which returns it without waiting: the
+// next read then goes to buf() directly, so a large command is not read
+// in small pieces.
+func (c *limitedConn) readTLS(buf func() []byte) (int, error) {
+	if c.tlsMore {
+		b := buf()
+		n, err := c.Conn.Read(b)
+		c.tlsMore = n == len(b)
+		return n, err
+	}
+	if c.tlsFirst == nil {
+		c.tlsFirst = make([]byte, tlsFirstRead)
+	}
+	n, err := c.Conn.Read(c.tlsFirst)
+	c.tlsMore = n == len(c.tlsFirst)
+	if n == 0 {
+		return 0, err
+	}
+	b := buf()
+	m := copy(b, c.tlsFirst[:n])
+	if m < n {
+		c.mu.Lock()
+		c.pending = append(c.pending, c.tlsFirst[m:n]...)
+		c.mu.Unlock()
+	}
+	return m, err
 }
 
 // rawRead is the RawConn.Read callback of read: it reports false, having

@@ -213,25 +213,12 @@ source scripts/cluster-lib.sh
 CLUSTER_CONFIG=$WORK/cluster.yaml
 { cat "$CONFIG"; printf '\nupstream:\n  mode: cluster\n'; } >"$CLUSTER_CONFIG"
 
-# The TLS modes' certificates, in the folder runtest --tls reads
-# (tests/tls): a CA, a server certificate for 127.0.0.1 (redis-server's and
-# rproxy's: Go checks the address against its subjectAltName), and a
-# client certificate (runtest's, and rproxy's towards Redis).
+# The TLS modes' certificates (scripts/make-test-certs.sh), in the folder
+# runtest --tls reads (tests/tls): a CA, a server certificate for 127.0.0.1
+# (redis-server's and rproxy's), and a client certificate (runtest's, and
+# rproxy's towards Redis).
 TLS_DIR=$SRC/tests/tls
 TLS_CONFIG=$WORK/tls.yaml
-make_test_certs() {
-	local d=$TLS_DIR n
-	mkdir -p "$d"
-	printf '[server]\nsubjectAltName = IP:127.0.0.1, DNS:localhost\nextendedKeyUsage = serverAuth, clientAuth\n[client]\nextendedKeyUsage = clientAuth\n' >"$d/ext.cnf"
-	openssl req -x509 -new -nodes -sha256 -newkey rsa:2048 -days 30 -subj '/O=rproxy suite/CN=CA' \
-		-keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
-	for n in server client; do
-		openssl req -new -nodes -newkey rsa:2048 -subj "/O=rproxy suite/CN=$n" \
-			-keyout "$d/$n.key" -out "$d/$n.csr" 2>/dev/null
-		openssl x509 -req -sha256 -days 30 -in "$d/$n.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
-			-CAcreateserial -extfile "$d/ext.cnf" -extensions "$n" -out "$d/$n.crt" 2>/dev/null
-	done
-}
 if [[ " $MODES " == *" tls "* || " $MODES " == *" direct-tls "* ]]; then
 	# openssl, and Tcl's tls package for runtest --tls: installed as root
 	# (or through sudo -n) when missing.
@@ -246,7 +233,7 @@ if [[ " $MODES " == *" tls "* || " $MODES " == *" direct-tls "* ]]; then
 			"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } ||
 			{ log "the TLS modes need ${need[*]}: run  sudo apt-get install -y ${need[*]}"; exit 1; }
 	fi
-	make_test_certs
+	bash scripts/make-test-certs.sh "$TLS_DIR"
 	cat "$CONFIG" - >"$TLS_CONFIG" <<EOF
 
 tls:
