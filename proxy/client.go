@@ -49,6 +49,9 @@ type clientConn struct {
 func newClientConn(nc net.Conn) *clientConn {
 	c := &clientConn{nc: nc, addr: nc.RemoteAddr().String()}
 	c.readBuf, c.releaseBuf = c.parser.ReadBuffer, c.parser.Release
+	if lc, ok := nc.(*limitedConn); ok {
+		lc.bufHeld = c.parser.Holding
+	}
 	return c
 }
 

@@ -75,11 +75,12 @@ func (l *drainListener) release() {
 type limitedConn struct {
 	net.Conn
 	raw syscall.RawConn // the TCP socket's, nil over TLS
-	// readTLS's state: the buffer an idle TLS client's read waits in, and
-	// whether the last read filled its buffer (the record may hold more,
-	// which the next read takes into the caller's buffer at once).
+	// readTLS's state: the buffer an idle TLS client's read waits in,
+	// sized to the client's batches. bufHeld: whether the reader holds its
+	// buffer already (the parser, with a command partly read), when it
+	// says.
 	tlsFirst []byte
-	tlsMore  bool
+	bufHeld  func() bool
 	// read's state for its RawConn callback (rawRead), set per read.
 	rawFn      func(uintptr) bool
 	rawBuf     func() []byte
@@ -524,40 +525,48 @@ func (c *limitedConn) read(buf func() []byte, put func(), step func(n int) bool)
 	return n, nil
 }
 
-// tlsFirstRead is the size of the buffer an idle TLS client's read waits
-// in: a few small commands' worth.
-const tlsFirstRead = 512
+// tlsFirstMin and tlsFirstMax bound the buffer an idle TLS client's read
+// waits in (readTLS): a few small commands, up to the parser's own read
+// buffer.
+const (
+	tlsFirstMin = 512
+	tlsFirstMax = 16 << 10
+)
 
 // readTLS is read over TLS, for a caller whose buffer should not be held
 // while the client is idle. A *tls.Conn decrypts into the reader's buffer
 // only once a record has come, and whether one has cannot be asked
-// without reading: so the read waits in a small buffer of the
-// connection's own (tlsFirstRead bytes, made at the first read), and what
-// came is copied into buf() (what does not fit is kept in pending, as a
-// watcher's bytes are). A read that fills its buffer may have left more
-// of the record in the *tls.Conn, which returns it without waiting: the
-// next read then goes to buf() directly, so a large command is not read
-// in small pieces.
+// without reading: so the read waits in a buffer of the connection's own
+// and what came is copied into buf() (what does not fit is kept in
+// pending, as a watcher's bytes are). That buffer is sized to the
+// client's batches, from tlsFirstMin: doubled after a read that filled it
+// (so a pipeline is served in one batch from then on, not cut where the
+// buffer ends), halved after one that used an eighth of it. When the
+// reader holds its buffer anyway (a command partly read), the read goes
+// to it directly, so the rest of a large command is not read in pieces.
 func (c *limitedConn) readTLS(buf func() []byte) (int, error) {
-	if c.tlsMore {
-		b := buf()
-		n, err := c.Conn.Read(b)
-		c.tlsMore = n == len(b)
-		return n, err
+	if c.bufHeld != nil && c.bufHeld() {
+		return c.Conn.Read(buf())
 	}
 	if c.tlsFirst == nil {
-		c.tlsFirst = make([]byte, tlsFirstRead)
+		c.tlsFirst = make([]byte, tlsFirstMin)
 	}
-	n, err := c.Conn.Read(c.tlsFirst)
-	c.tlsMore = n == len(c.tlsFirst)
+	first := c.tlsFirst
+	n, err := c.Conn.Read(first)
+	switch {
+	case n == len(first) && n < tlsFirstMax:
+		c.tlsFirst = make([]byte, 2*len(first)) // what came is copied out of first below
+	case n > 0 && n <= len(first)/8 && len(first) > tlsFirstMin:
+		c.tlsFirst = make([]byte, len(first)/2)
+	}
 	if n == 0 {
 		return 0, err
 	}
 	b := buf()
-	m := copy(b, c.tlsFirst[:n])
+	m := copy(b, first[:n])
 	if m < n {
 		c.mu.Lock()
-		c.pending = append(c.pending, c.tlsFirst[m:n]...)
+		c.pending = append(c.pending, first[m:n]...)
 		c.mu.Unlock()
 	}
 	return m, err

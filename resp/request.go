@@ -257,6 +257,10 @@ func (p *RequestParser) Release() {
 	p.pos, p.scan, p.cmdStart, p.end = 0, 0, 0, 0
 }
 
+// Holding reports whether the parser holds a read buffer: from
+// ReadBuffer until a Release with nothing partial.
+func (p *RequestParser) Holding() bool { return p.st != nil }
+
 // Buffered reports whether bytes read are still to be parsed: Parse(0, ...)
 // goes on with them, after a Parse that stopped early (at one command
 // because AuthRequired was set, or after a RESET with ResetDeauths).
