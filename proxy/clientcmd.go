@@ -218,7 +218,7 @@ func (cc *clientCommands) clientListText(ss *session, cmd resp.Command) ([]byte,
 // asked for itself (SKIPME no, or the old form), after the reply.
 func (cc *clientCommands) clientKill(ss *session, cmd resp.Command) {
 	args := cmd.Args
-	if len(args) == 2 {
+	if _, here := effectClientCommand(args); !here {
 		ss.forwardInMode(cmd.Raw) // Redis's arity error
 		return
 	}
@@ -371,7 +371,7 @@ func (cc *clientCommands) killSession(caller, victim *session) {
 // blocking command waits on its pinned connection, so Redis is asked to
 // unblock that connection, by the id Redis knows it by.
 func (cc *clientCommands) clientUnblock(ss *session, cmd resp.Command) {
-	if len(cmd.Args) != 3 && len(cmd.Args) != 4 {
+	if _, here := effectClientCommand(cmd.Args); !here {
 		ss.forwardInMode(cmd.Raw) // Redis's arity error
 		return
 	}

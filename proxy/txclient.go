@@ -11,9 +11,9 @@ import (
 
 // txClient is the CLIENT commands rproxy answers itself (ID, GETNAME,
 // SETNAME, SETINFO, INFO, LIST, KILL, UNBLOCK), and AUTH where rproxy
-// checks it, that a session queued inside MULTI, outside stream mode. Redis would queue each
-// and run it at EXEC, its reply in EXEC's array, where rproxy alone knows
-// the answer. So an ECHO of a marker goes to Redis in each one's place: Redis
+// checks it, that a session queued inside MULTI, outside stream mode.
+// Redis would queue each and run it at EXEC, its reply in EXEC's array,
+// where rproxy alone knows the answer. So an ECHO of a marker goes to Redis in each one's place: Redis
 // answers QUEUED (or refuses it, as it would the command, when MULTI was
 // refused), and EXEC's array holds the marker where the command's reply
 // goes. When that array comes, each marker is replaced by rproxy's answer,
@@ -95,7 +95,8 @@ func placeInMulti(table *command.Table, info *command.Info, args [][]byte, passt
 
 // effectClientCommand reports whether args is CLIENT KILL or UNBLOCK,
 // which rproxy carries out on its sessions, and whether rproxy answers
-// this one: with another number of arguments Redis gives its arity error.
+// this one: with another number of arguments Redis gives its arity error
+// (inside MULTI and outside: clientKill, clientUnblock).
 func effectClientCommand(args [][]byte) (known, here bool) {
 	if len(args) < 2 {
 		return false, false
