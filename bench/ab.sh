@@ -5,6 +5,8 @@
 # CPU per request from /proc. Prints per-round figures and the medians of
 # the per-round ratios NEW/OLD (throughput and CPU per request).
 # For changes that should cost nothing (a refactor): ratios near 1.00.
+# TLS=1: the same over TLS, clients to rproxy and rproxy to a TLS-only
+# redis-server, client certificates on both sides (scripts/make-test-certs.sh).
 set -euo pipefail
 old=${1:?usage: bench/ab.sh OLD-binary NEW-binary [rounds]}
 new=${2:?usage: bench/ab.sh OLD-binary NEW-binary [rounds]}
@@ -17,22 +19,34 @@ trap 'kill $opid $npid $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true;
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 rp=$(free_port); op=$(free_port); np=$(free_port)
-redis-server --port "$rp" --save '' --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
-for _ in $(seq 50); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.1; done
+listen=(--port "$rp")
+tls=() # redis-cli's and redis-benchmark's TLS options
+conf=()
+if [ "${TLS:-0}" = 1 ]; then
+	bash "$(dirname "$0")/../scripts/make-test-certs.sh" "$dir/tls"
+	listen=(--port 0 --tls-port "$rp" --tls-cert-file "$dir/tls/server.crt" --tls-key-file "$dir/tls/server.key"
+		--tls-ca-cert-file "$dir/tls/ca.crt" --tls-auth-clients yes)
+	tls=(--tls --cacert "$dir/tls/ca.crt" --cert "$dir/tls/client.crt" --key "$dir/tls/client.key")
+	printf 'tls:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\nupstream:\n  tls:\n    enabled: true\n    ca_file: %s\n    cert_file: %s\n    key_file: %s\n' \
+		"$dir/tls/server.crt" "$dir/tls/server.key" "$dir/tls/ca.crt" "$dir/tls/ca.crt" "$dir/tls/client.crt" "$dir/tls/client.key" >"$dir/tls.yaml"
+	conf=(-config "$dir/tls.yaml")
+fi
+redis-server "${listen[@]}" --save '' --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
+for _ in $(seq 50); do redis-cli "${tls[@]}" -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.1; done
 start() { # binary port
-	"$1" -listen "127.0.0.1:$2" -upstream "127.0.0.1:$rp" >"$dir/$2.log" 2>&1 &
+	"$1" "${conf[@]}" -listen "127.0.0.1:$2" -upstream "127.0.0.1:$rp" >"$dir/$2.log" 2>&1 &
 	echo $!
 }
 opid=$(start "$old" "$op")
 npid=$(start "$new" "$np")
 for p in "$op" "$np"; do
-	for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+	for _ in $(seq 100); do redis-cli "${tls[@]}" -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
 done
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; } # user+system clock ticks
 run() { # port test pipeline -> prints rps
 	local n=100000
 	[ "$3" -gt 1 ] && n=800000
-	redis-benchmark -p "$1" -c 50 -r 100000 -n "$n" -P "$3" -t "$2" -q 2>/dev/null |
+	redis-benchmark "${tls[@]}" -p "$1" -c 50 -r 100000 -n "$n" -P "$3" -t "$2" -q 2>/dev/null |
 		tr '\r' '\n' | awk '/requests per second/ {print $2}' | tail -1
 }
 hz=$(getconf CLK_TCK)
