@@ -24,12 +24,9 @@ tls=() # redis-cli's and redis-benchmark's TLS options
 conf=()
 if [ "${TLS:-0}" = 1 ]; then
 	bash "$(dirname "$0")/../scripts/make-test-certs.sh" "$dir/tls"
-	listen=(--port 0 --tls-port "$rp" --tls-cert-file "$dir/tls/server.crt" --tls-key-file "$dir/tls/server.key"
-		--tls-ca-cert-file "$dir/tls/ca.crt" --tls-auth-clients yes)
+	listen=(--port 0 --tls-port "$rp" --include "$dir/tls/redis-tls.conf")
 	tls=(--tls --cacert "$dir/tls/ca.crt" --cert "$dir/tls/client.crt" --key "$dir/tls/client.key")
-	printf 'tls:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\nupstream:\n  tls:\n    enabled: true\n    ca_file: %s\n    cert_file: %s\n    key_file: %s\n' \
-		"$dir/tls/server.crt" "$dir/tls/server.key" "$dir/tls/ca.crt" "$dir/tls/ca.crt" "$dir/tls/client.crt" "$dir/tls/client.key" >"$dir/tls.yaml"
-	conf=(-config "$dir/tls.yaml")
+	conf=(-config "$dir/tls/rproxy-tls.yaml")
 fi
 redis-server "${listen[@]}" --save '' --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
 for _ in $(seq 50); do redis-cli "${tls[@]}" -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.1; done

@@ -22,29 +22,13 @@ ulimit -n "$(ulimit -Hn)" || true
 bash scripts/make-test-certs.sh "$dir/tls"
 go build -o "$dir/tlsidle" ./bench/cmd/tlsidle
 rp=$(free_port)
-redis-server --port 0 --tls-port "$rp" --bind 127.0.0.1 --save '' --appendonly no --maxclients 20000 \
-	--tls-cert-file "$dir/tls/server.crt" --tls-key-file "$dir/tls/server.key" \
-	--tls-ca-cert-file "$dir/tls/ca.crt" --tls-auth-clients yes >"$dir/redis.log" 2>&1 &
+redis-server --port 0 --tls-port "$rp" --include "$dir/tls/redis-tls.conf" --bind 127.0.0.1 --save '' \
+	--appendonly no --maxclients 20000 >"$dir/redis.log" 2>&1 &
 pids+=($!)
 rpid=$!
 cli=(redis-cli --tls --cacert "$dir/tls/ca.crt" --cert "$dir/tls/client.crt" --key "$dir/tls/client.key")
 for _ in $(seq 100); do "${cli[@]}" -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.1; done
-cat >"$dir/rproxy.yaml" <<YAML
-tls:
-  cert_file: $dir/tls/server.crt
-  key_file: $dir/tls/server.key
-  client_ca_file: $dir/tls/ca.crt
-upstream:
-  tls:
-    enabled: true
-    ca_file: $dir/tls/ca.crt
-    cert_file: $dir/tls/client.crt
-    key_file: $dir/tls/client.key
-limits:
-  max_clients: 20000
-log:
-  level: warn
-YAML
+{ cat "$dir/tls/rproxy-tls.yaml"; printf 'limits:\n  max_clients: 20000\nlog:\n  level: warn\n'; } >"$dir/rproxy.yaml"
 idle=("$dir/tlsidle" -n "$n" -ca "$dir/tls/ca.crt" -cert "$dir/tls/client.crt" -key "$dir/tls/client.key")
 rss() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 metric() { curl -s "http://$1/metrics" | awk -v m="$2" '$1 == m {printf "%.0f", $2}'; }

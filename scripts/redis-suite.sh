@@ -180,9 +180,7 @@ start_redis() { # [tls]
 	if [ "${1:-}" = tls ]; then
 		# TLS only, client certificates required (tls-auth-clients yes),
 		# as the suite's own TLS servers.
-		listen=(--port 0 --tls-port "$RPORT" --tls-cert-file "$TLS_DIR/server.crt"
-			--tls-key-file "$TLS_DIR/server.key" --tls-ca-cert-file "$TLS_DIR/ca.crt"
-			--tls-auth-clients yes)
+		listen=(--port 0 --tls-port "$RPORT" --include "$TLS_DIR/redis-tls.conf")
 	fi
 	rm -rf "$WDIR/redis"
 	mkdir -p "$WDIR/redis"
@@ -234,20 +232,7 @@ if [[ " $MODES " == *" tls "* || " $MODES " == *" direct-tls "* ]]; then
 			{ log "the TLS modes need ${need[*]}: run  sudo apt-get install -y ${need[*]}"; exit 1; }
 	fi
 	bash scripts/make-test-certs.sh "$TLS_DIR"
-	cat "$CONFIG" - >"$TLS_CONFIG" <<EOF
-
-tls:
-  cert_file: $TLS_DIR/server.crt
-  key_file: $TLS_DIR/server.key
-  client_ca_file: $TLS_DIR/ca.crt
-
-upstream:
-  tls:
-    enabled: true
-    ca_file: $TLS_DIR/ca.crt
-    cert_file: $TLS_DIR/client.crt
-    key_file: $TLS_DIR/client.key
-EOF
+	cat "$CONFIG" "$TLS_DIR/rproxy-tls.yaml" >"$TLS_CONFIG"
 fi
 
 # next_unit prints the next unit of the mode's queue for a worker, and
