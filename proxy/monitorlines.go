@@ -4,18 +4,26 @@ import (
 	"bytes"
 	"sync"
 	"time"
+
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // monitorLines is what a session in MONITOR mode is not shown of the lines
-// the masters send: rproxy's own housekeeping (Server.ownMonitorCommand) and,
-// on a cluster, all but the first line of a command rproxy sent to every
-// master (fanOutCommands: CONFIG SET, FLUSHALL, INFO...), which each master
-// shows, where one Redis would show one line. Its state is the session's:
-// the pin's copy goroutine and the branches' ask it at once.
+// the masters send: rproxy's own housekeeping (Server.ownMonitorCommand), the
+// commands it sends on its own connections (the handshake of a new one, the
+// reset of a lent one: upstream.OwnCommands) and, on a cluster, all but the
+// first line of a command rproxy sent to every master (fanOutCommands:
+// CONFIG SET, FLUSHALL, INFO...), which each master shows, where one Redis
+// would show one line. Its state is the session's: the pin's copy goroutine
+// and the branches' ask it at once.
 type monitorLines struct {
 	s      *Server
 	mu     sync.Mutex
 	copies map[string]fanOutCopies // by the command as MONITOR shows it
+	// own is the view of upstream.OwnCommands, begun before the MONITOR
+	// is sent and acknowledged at the first line, its +OK.
+	own   *upstream.OwnMonitor
+	acked bool
 }
 
 // fanOutCopies counts the lines of one command sent to every master.
@@ -32,16 +40,23 @@ const fanOutLineSpan = time.Second
 const maxFanOutLines = 1024
 
 func newMonitorLines(s *Server) *monitorLines {
-	return &monitorLines{s: s, copies: map[string]fanOutCopies{}}
+	return &monitorLines{s: s, copies: map[string]fanOutCopies{}, own: s.cfg.Upstream.Own.Monitor()}
 }
 
 // hide reports whether line, a MONITOR line, is not shown.
 func (m *monitorLines) hide(line []byte) bool {
+	m.mu.Lock()
+	if !m.acked {
+		m.own.Acked()
+		m.acked = true
+	}
+	own := m.own
+	m.mu.Unlock()
 	addr, cmd, ok := monitorLineParts(line)
 	if !ok {
 		return false
 	}
-	if m.s.ownMonitorCommand(addr, cmd) {
+	if m.s.ownMonitorCommand(addr, cmd) || own.Hide(string(addr), monitorLineName(cmd)) {
 		return true
 	}
 	if m.s.routing == nil {
@@ -106,4 +121,17 @@ func monitorArg(cmd []byte) (arg, rest []byte, ok bool) {
 		}
 	}
 	return nil, nil, false
+}
+
+// monitorLineName is the name of a command as a MONITOR line shows it
+// ("NAME" "ARG" ...): the first quoted word.
+func monitorLineName(cmd []byte) string {
+	if len(cmd) < 2 || cmd[0] != '"' {
+		return ""
+	}
+	name, _, ok := bytes.Cut(cmd[1:], []byte(`"`))
+	if !ok {
+		return ""
+	}
+	return string(name)
 }

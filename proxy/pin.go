@@ -532,9 +532,7 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	}
 	w := &deadlineWriter{nc: nc, limits: &s.limits, clock: s.clock, wd: ss.writeDeadline}
 	relay, ended := newStreamRelay(w, s.cfg.Cluster != nil), make(chan bool, 1)
-	if s.tiering != nil || s.routing != nil {
-		relay.hideLine = newMonitorLines(s).hide
-	}
+	relay.hideLine = newMonitorLines(s).hide
 	relay.monitoring.Store(ss.role == 'O')
 	relay.shards.pinAddr = pin.Address()
 	relay.redirect.Store(ss.tracking.redirect)

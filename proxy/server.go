@@ -97,6 +97,9 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 	// One send sequence for every pool, user pools included, so sends and
 	// acknowledgements can be ordered (coalescing's inflight window).
 	cfg.Upstream.SendSeq = new(atomic.Uint64)
+	// One record of rproxy's own commands (handshakes, resets), which
+	// MONITOR hides (monitorLines).
+	cfg.Upstream.Own = upstream.NewOwnCommands(cfg.Upstream.Now)
 	if cfg.FollowMaster && cfg.Cluster == nil && cfg.Upstream.Sentinel == nil {
 		cfg.Upstream.Follow = upstream.NewMasterFollow(log.Named("upstream"), cfg.FollowEvery)
 	}

@@ -8,6 +8,10 @@
 # "cluster": rproxy with the suite config in front of a 3-master Redis Cluster
 # it starts, compared with the same direct (one redis-server) result: a client
 # pointed at rproxy should not see that its data is spread over masters.
+# With CLIENT_SUITE_SENTINEL=1 (the default) also mode "sentinel": rproxy
+# with the suite config in upstream.mode sentinel, finding the same
+# redis-server through a Sentinel this script starts (the Sentinel watches
+# it in every mode, so the direct run sees what the Sentinel does too).
 # Usage: make test-client-suite.
 #
 #   CLIENT_SUITE_LIBS      libraries to run (default "py go", plus "ioredis
@@ -19,6 +23,8 @@
 #                          against Redis itself (broken) always fails.
 #   CLIENT_SUITE_CLUSTER   1 (default): also run every library through rproxy
 #                          in front of a 3-master cluster; 0: not
+#   CLIENT_SUITE_SENTINEL  1 (default): also run every library through rproxy
+#                          in mode sentinel; 0: not
 #   CLIENT_SUITE_OUT       output folder (default suites/out/clients)
 #   RPROXY_BIN             rproxy binary (default: built into bin/rproxy)
 #
@@ -34,6 +40,7 @@ fi
 OUT=${CLIENT_SUITE_OUT:-$ROOT/suites/out/clients}
 MAX_DIFFER=${CLIENT_SUITE_MAX_DIFFER:--1}
 CLUSTER=${CLIENT_SUITE_CLUSTER:-1}
+SENTINEL=${CLIENT_SUITE_SENTINEL:-1}
 CONFIG=$ROOT/suites/rproxy-suite.yaml
 PY=/usr/bin/python3
 
@@ -103,6 +110,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/rproxy-client-suite.XXXXXX")
 REDIS_PID=
 PROXY_PID=
 DEFAULT_PID=
+SENTINEL_PIDS=()
 CLUSTER_PIDS=()
 stop_proc() {
 	[ -n "$1" ] || return 0
@@ -112,6 +120,7 @@ stop_proc() {
 cleanup() {
 	stop_proc "$PROXY_PID"
 	stop_proc "$DEFAULT_PID"
+	for pid in "${SENTINEL_PIDS[@]}"; do stop_proc "$pid"; done
 	stop_proc "$REDIS_PID"
 	for pid in "${CLUSTER_PIDS[@]}"; do stop_proc "$pid"; done
 	rm -rf "$WORK"
@@ -135,6 +144,24 @@ DEFAULT_PID=$!
 wait_ping "$DPORT" "$DEFAULT_PID" || { log "rproxy (default config) did not start"; tail "$OUT/rproxy-default.log" >&2; exit 1; }
 
 MODES="direct rproxy default"
+if [ "$SENTINEL" = 1 ]; then
+	# One Sentinel, quorum 1, monitoring the server as master "suite"
+	# (no replica: it never fails over); started before any run, so that
+	# the direct run meets its connections, PINGs and hello messages too.
+	SPORT=$(free_port $((DPORT + 50)))
+	mkdir -p "$WORK/sentinel"
+	printf 'port %s\nbind 127.0.0.1\ndaemonize no\ndir %s\nlogfile %s\nsentinel monitor suite 127.0.0.1 %s 1\n' \
+		"$SPORT" "$WORK/sentinel" "$OUT/sentinel.log" "$RPORT" >"$WORK/sentinel/sentinel.conf"
+	redis-server "$WORK/sentinel/sentinel.conf" --sentinel &
+	SENTINEL_PIDS+=($!)
+	wait_ping "$SPORT" $! || { log "redis-sentinel did not start"; tail "$OUT/sentinel.log" >&2; exit 1; }
+	{ cat "$CONFIG"; printf '\nupstream:\n  mode: sentinel\n  sentinel:\n    master_name: suite\n    addresses: ["127.0.0.1:%s"]\n' "$SPORT"; } >"$WORK/sentinel.yaml"
+	SNPORT=$(free_port $((SPORT + 1)))
+	"$RPROXY_BIN" -config "$WORK/sentinel.yaml" -listen "127.0.0.1:$SNPORT" >"$OUT/rproxy-sentinel.log" 2>&1 &
+	SENTINEL_PIDS+=($!)
+	wait_ping "$SNPORT" $! || { log "rproxy (sentinel) did not start"; tail "$OUT/rproxy-sentinel.log" >&2; exit 1; }
+	MODES+=" sentinel"
+fi
 if [ "$CLUSTER" = 1 ]; then
 	# Three masters, no replicas (scripts/cluster-lib.sh).
 	source scripts/cluster-lib.sh
@@ -164,6 +191,7 @@ for lib in $LIBS; do
 		rproxy) addr=127.0.0.1:$PPORT ;;
 		default) addr=127.0.0.1:$DPORT ;;
 		cluster) addr=127.0.0.1:$CPORT ;;
+		sentinel) addr=127.0.0.1:$SNPORT ;;
 		esac
 		t0=$SECONDS
 		if ! run_lib "$lib" "$addr" >"$OUT/$lib-$mode.json" 2>"$OUT/$lib-$mode.err"; then
@@ -176,6 +204,7 @@ done
 
 compared=rproxy,default
 [ "$CLUSTER" = 1 ] && compared+=,cluster
+[ "$SENTINEL" = 1 ] && compared+=,sentinel
 result=$("$PY" suites/clients/compare.py "$OUT" "$compared" $LIBS | tee "$OUT/compare.txt" | tail -n 1)
 cat "$OUT/compare.txt"
 same=$(sed -E 's/.*same=([0-9]+).*/\1/' <<<"$result")

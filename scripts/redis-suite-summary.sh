@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Summarise the logs of scripts/redis-suite.sh: usage redis-suite-summary.sh OUT [MIN_OK [CLUSTER_MIN_OK [TLS_MIN_OK]]]
+# Summarise the logs of scripts/redis-suite.sh: usage redis-suite-summary.sh OUT [MIN_OK [CLUSTER_MIN_OK [TLS_MIN_OK [SENTINEL_MIN_OK]]]]
 # Writes OUT/<mode>/failures.tsv (unit, test, first line of the error) and
 # OUT/summary.md, prints the summary, and exits 1 when the [ok] count through
 # rproxy is below MIN_OK (when MIN_OK > 0 and the rproxy mode was run), in
-# mode cluster below CLUSTER_MIN_OK, or in mode tls below TLS_MIN_OK.
+# mode cluster below CLUSTER_MIN_OK, in mode tls below TLS_MIN_OK, or in
+# mode sentinel below SENTINEL_MIN_OK.
 set -euo pipefail
 
 OUT=$1
 MIN_OK=${2:-0}
 CLUSTER_MIN_OK=${3:-0}
 TLS_MIN_OK=${4:-0}
+SENTINEL_MIN_OK=${5:-0}
 
 strip() { sed -e 's/\x1b\[[0-9;]*m//g' "$@"; }
 
@@ -76,11 +78,12 @@ baseline() {
 	rproxy) echo direct ;;
 	cluster) echo direct-cluster ;;
 	tls) echo direct-tls ;;
+	sentinel) echo direct-sentinel ;;
 	esac
 }
 
 modes=()
-for m in direct rproxy direct-cluster cluster direct-tls tls; do
+for m in direct rproxy direct-cluster cluster direct-tls tls direct-sentinel sentinel; do
 	[ -s "$OUT/$m/units.tsv" ] && modes+=("$m")
 done
 if [ "${#modes[@]}" -eq 0 ]; then
@@ -155,4 +158,5 @@ guard() { # MODE THRESHOLD VARIABLE
 guard rproxy "$MIN_OK" REDIS_SUITE_MIN_OK
 guard cluster "$CLUSTER_MIN_OK" REDIS_SUITE_CLUSTER_MIN_OK
 guard tls "$TLS_MIN_OK" REDIS_SUITE_TLS_MIN_OK
+guard sentinel "$SENTINEL_MIN_OK" REDIS_SUITE_SENTINEL_MIN_OK
 exit $status

@@ -12,11 +12,16 @@
 # certificates required: tls.client_ca_file) and dialling that server with
 # TLS (upstream.tls, with a client certificate). The certificates are made
 # here, with openssl, into the suite's tests/tls.
+# Two more run the whole suite with a Sentinel (redis-server --sentinel)
+# monitoring the server: "direct-sentinel" against the server, the
+# baseline (the Sentinel's own PINGs, INFOs and hello messages are seen by
+# some tests), and "sentinel" through rproxy in upstream.mode sentinel,
+# which finds the master through that Sentinel.
 # Usage: make test-redis-suite (see docs/suites.md).
 #
 #   REDIS_SUITE_MODES      modes to run, in order (default "direct rproxy";
-#                          also "direct-cluster", "cluster", "direct-tls"
-#                          and "tls")
+#                          also "direct-cluster", "cluster", "direct-tls",
+#                          "tls", "direct-sentinel" and "sentinel")
 #   REDIS_SUITE_UNITS      units to run (default: every unit of all_tests in
 #                          tests/test_helper.tcl; external mode skips what
 #                          needs its own server)
@@ -24,6 +29,7 @@
 #                          (0 = never; the Makefile sets the guard)
 #   REDIS_SUITE_CLUSTER_MIN_OK  the same for mode cluster
 #   REDIS_SUITE_TLS_MIN_OK      the same for mode tls
+#   REDIS_SUITE_SENTINEL_MIN_OK the same for mode sentinel
 #   REDIS_SUITE_JOBS       units run at once (default 1), each with its own
 #                          servers, rproxy and ports: the units mostly wait,
 #                          so 2 nearly halve the time on 2 cores
@@ -57,6 +63,7 @@ MODES=${REDIS_SUITE_MODES:-direct rproxy}
 MIN_OK=${REDIS_SUITE_MIN_OK:-0}
 CLUSTER_MIN_OK=${REDIS_SUITE_CLUSTER_MIN_OK:-0}
 TLS_MIN_OK=${REDIS_SUITE_TLS_MIN_OK:-0}
+SENTINEL_MIN_OK=${REDIS_SUITE_SENTINEL_MIN_OK:-0}
 JOBS=${REDIS_SUITE_JOBS:-1}
 STALL=${REDIS_SUITE_STALL:-60}
 UNIT_TIMEOUT=${REDIS_SUITE_UNIT_TIMEOUT:-600}
@@ -97,7 +104,7 @@ for b in redis-server redis-cli redis-benchmark redis-check-aof redis-check-rdb;
 	fi
 done
 
-if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* || " $MODES " == *" cluster "* || " $MODES " == *" tls "* ]]; then
+if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* || " $MODES " == *" cluster "* || " $MODES " == *" tls "* || " $MODES " == *" sentinel "* ]]; then
 	mkdir -p bin
 	go build -o bin/rproxy ./cmd/rproxy
 	RPROXY_BIN=$ROOT/bin/rproxy
@@ -136,6 +143,7 @@ wait_ping() {
 
 REDIS_PID=
 PROXY_PID=
+SENTINEL_PID=
 CLUSTER_PIDS=()
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rproxy-redis-suite.XXXXXX")
 stop_proc() {
@@ -155,9 +163,10 @@ stop_cluster() {
 }
 cleanup() {
 	stop_proc "$PROXY_PID"
+	stop_proc "$SENTINEL_PID"
 	stop_proc "$REDIS_PID"
 	stop_cluster
-	PROXY_PID= REDIS_PID=
+	PROXY_PID= REDIS_PID= SENTINEL_PID=
 	rm -rf "$WDIR" # a worker's own folder; the script's: all of WORK
 }
 trap cleanup EXIT
@@ -166,11 +175,12 @@ trap 'exit 143' TERM
 
 # Each worker (REDIS_SUITE_JOBS) has a folder and port ranges of its own,
 # below the ephemeral range (32768 up): from BASE, redis-server (+0..200),
-# rproxy (+300..500) and runtest's test server (--baseport BASE+700: it
-# listens just below); cluster nodes from 14000 + 1000 x worker (their bus
-# ports 10000 higher).
+# rproxy (+300..500), a Sentinel (+250..450, started before rproxy) and
+# runtest's test server (--baseport BASE+700: it listens just below);
+# cluster nodes from 14000 + 1000 x worker (their bus ports 10000 higher).
 RPORT=
 PPORT=
+SPORT=
 WDIR=$WORK
 BASE=
 start_redis() { # [tls]
@@ -194,6 +204,34 @@ start_redis() { # [tls]
 		tail -n 20 "$WDIR/redis/redis.log" >&2 || true
 		return 1
 	fi
+}
+# start_sentinel starts a Sentinel monitoring the server on RPORT as
+# master "suite" (quorum 1: it is the only one), and writes rproxy's config
+# for mode sentinel to the file given.
+start_sentinel() { # RPROXY_CONFIG
+	SPORT=$(free_port $((BASE + 250)))
+	rm -rf "$WDIR/sentinel"
+	mkdir -p "$WDIR/sentinel"
+	# Sentinel rewrites its config file: a fresh one per unit. No replica
+	# to promote, so no failover; a server the suite makes unreachable
+	# (DEBUG SLEEP) is only marked down.
+	cat >"$WDIR/sentinel/sentinel.conf" <<-EOF
+		port $SPORT
+		bind 127.0.0.1
+		daemonize no
+		dir $WDIR/sentinel
+		logfile $WDIR/sentinel/sentinel.log
+		sentinel monitor suite 127.0.0.1 $RPORT 1
+		sentinel down-after-milliseconds suite 5000
+	EOF
+	redis-server "$WDIR/sentinel/sentinel.conf" --sentinel &
+	SENTINEL_PID=$!
+	if ! wait_ping "$SPORT" "$SENTINEL_PID"; then
+		log "redis-sentinel on $SPORT did not start; log:"
+		tail -n 20 "$WDIR/sentinel/sentinel.log" >&2 || true
+		return 1
+	fi
+	{ cat "$CONFIG"; printf '\nupstream:\n  mode: sentinel\n  sentinel:\n    master_name: suite\n    addresses: ["127.0.0.1:%s"]\n' "$SPORT"; } >"$1"
 }
 start_proxy() { # LOGFILE [CONFIG UPSTREAM_PORT]
 	PPORT=$(free_port $((BASE + 300)))
@@ -275,6 +313,11 @@ run_worker() { # MODE QUEUE WORKER
 			PORT=$RPORT
 			extra+=(--cluster-mode)
 			;;
+		direct-sentinel | sentinel)
+			start_redis
+			start_sentinel "$WDIR/sentinel.yaml"
+			PORT=$RPORT
+			;;
 		cluster)
 			# A fresh cluster per unit, as a fresh server in the other modes.
 			start_cluster "$WDIR/cluster" "$cluster_base" "$SRC/tests/assets/default.conf"
@@ -289,6 +332,12 @@ run_worker() { # MODE QUEUE WORKER
 		rproxy)
 			: >"$base.rproxy.log"
 			start_proxy "$base.rproxy.log"
+			PORT=$PPORT
+			extra+=("${skip_args[@]}")
+			;;
+		sentinel)
+			: >"$base.rproxy.log"
+			start_proxy "$base.rproxy.log" "$WDIR/sentinel.yaml"
 			PORT=$PPORT
 			extra+=("${skip_args[@]}")
 			;;
@@ -318,13 +367,15 @@ run_worker() { # MODE QUEUE WORKER
 			kill -0 "$pid" 2>/dev/null || alive="a cluster node exited"
 		done
 		if [ -n "$PROXY_PID" ] && ! kill -0 "$PROXY_PID" 2>/dev/null; then alive="rproxy exited"; fi
-		stop_proc "$PROXY_PID"; stop_proc "$REDIS_PID"; stop_cluster
-		PROXY_PID= REDIS_PID=
+		if [ -n "$SENTINEL_PID" ] && ! kill -0 "$SENTINEL_PID" 2>/dev/null; then alive="redis-sentinel exited"; fi
+		stop_proc "$PROXY_PID"; stop_proc "$SENTINEL_PID"; stop_proc "$REDIS_PID"; stop_cluster
+		PROXY_PID= REDIS_PID= SENTINEL_PID=
 		if [ "$rc" != 0 ]; then
 			if [ "$MODE" = cluster ]; then
 				for i in 0 1 2; do cp "$WDIR/cluster/c$i/redis.log" "$base.redis-c$i.log" 2>/dev/null || true; done
 			else
 				cp "$WDIR/redis/redis.log" "$base.redis.log" 2>/dev/null || true
+				cp "$WDIR/sentinel/sentinel.log" "$base.sentinel.log" 2>/dev/null || true
 			fi
 		fi
 		[ -s "$base.rproxy.log" ] || rm -f "$base.rproxy.log"
@@ -383,7 +434,7 @@ for MODE in $MODES; do
 done
 
 status=0
-bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK" "$TLS_MIN_OK" || status=$?
+bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK" "$TLS_MIN_OK" "$SENTINEL_MIN_OK" || status=$?
 if [ "$worker_failed" = 1 ]; then
 	log "FAIL: units without a result (a server or rproxy did not start); the counts above miss them"
 	status=1

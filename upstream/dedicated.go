@@ -271,6 +271,7 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 			deadline = d
 		}
+		p.cfg.Own.note(nc, cmd)
 		if err := handshake(nc, deadline, cmd); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -306,6 +307,7 @@ func (p *Pool) dial(ctx context.Context) (net.Conn, error) {
 // setup sends Config.Setup on a new shared connection.
 func (p *Pool) setup(nc net.Conn) error {
 	for _, cmd := range p.cfg.Setup {
+		p.cfg.Own.note(nc, cmd)
 		if err := handshake(nc, p.cfg.Now().Add(p.cfg.DialTimeout), cmd); err != nil {
 			return fmt.Errorf("setup %q: %w", truncate(cmd, 40), err)
 		}
@@ -492,6 +494,9 @@ func (d *Dedicated) reset() bool {
 		marker := []byte(rand.Text())
 		b.Add(resp.AppendCommand(nil, []byte("ECHO"), marker))
 		echo = resp.AppendBulk(nil, marker)
+	}
+	for i := range b.Len() {
+		d.pool.cfg.Own.note(d.nc, b.Command(i))
 	}
 	d.Do(b, d.pool.cfg.Timeout)
 	if d.broken.Load() || string(b.Reply(0)) != "+RESET\r\n" {

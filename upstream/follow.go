@@ -155,6 +155,7 @@ func (f *MasterFollow) masterAt(p *Pool) bool {
 		return false
 	}
 	defer nc.Close()
+	p.cfg.Own.note(nc, roleCmd)
 	reply, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
 	return err == nil && isMasterRole(reply)
 }

@@ -104,6 +104,11 @@ type Config struct {
 	// Follow, when not nil (a standalone address), keeps the pool on a
 	// master when the address moves to another server (MasterFollow).
 	Follow *MasterFollow
+
+	// Own, when not nil, records the commands the pool sends on its own
+	// (handshakes, resets), for MONITOR to hide; shared by every pool of a
+	// proxy.
+	Own *OwnCommands
 }
 
 // Validate reports every problem with c.
@@ -755,6 +760,7 @@ func (p *Pool) waitProbe(ctx context.Context) probeResult {
 	}
 	defer nc.Close()
 	deadline := p.cfg.Now().Add(wait)
+	p.cfg.Own.note(nc, pingCmd)
 	if err := handshake(nc, deadline, pingCmd); err != nil {
 		res.busy = strings.Contains(err.Error(), `"-BUSY `)
 		// Any other error reply (NOPERM, max clients) is an answer too.
@@ -762,6 +768,7 @@ func (p *Pool) waitProbe(ctx context.Context) probeResult {
 		return res
 	}
 	res.answered = true
+	p.cfg.Own.note(nc, clientListCmd)
 	reply, err := roundTrip(nc, deadline, clientListCmd)
 	if err != nil {
 		return res
@@ -861,6 +868,7 @@ var roleCmd = resp.AppendCommandString(nil, "ROLE")
 // Sentinel, a connection must reach the master, not a replica (a master
 // demoted by a failover the Sentinel has not told of yet).
 func (p *Pool) confirmMaster(nc net.Conn) error {
+	p.cfg.Own.note(nc, roleCmd)
 	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
 	if err != nil {
 		return fmt.Errorf("ROLE: %w", err)
@@ -876,6 +884,7 @@ func (p *Pool) confirmMaster(nc net.Conn) error {
 // Config.Follow: whether the address has answered as a master. A ROLE
 // refused (an ACL without it) tells nothing.
 func (p *Pool) followRole(nc net.Conn) error {
+	p.cfg.Own.note(nc, roleCmd)
 	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
 	if err != nil {
 		return fmt.Errorf("ROLE: %w", err)

@@ -33,7 +33,8 @@ func StartSentinel(tb testing.TB, name string) *SentinelGroup {
 	return StartSentinelReplicas(tb, name, 1)
 }
 
-// StartSentinelReplicas is StartSentinel with replicas replicas.
+// StartSentinelReplicas is StartSentinel with replicas replicas (0: none,
+// and Replica is nil).
 func StartSentinelReplicas(tb testing.TB, name string, replicas int) *SentinelGroup {
 	tb.Helper()
 	g := &SentinelGroup{Name: name}
@@ -52,7 +53,9 @@ func StartSentinelReplicas(tb testing.TB, name string, replicas int) *SentinelGr
 			return nil
 		})
 	}
-	g.Replica = g.Replicas[0]
+	if replicas > 0 {
+		g.Replica = g.Replicas[0]
+	}
 	for range 3 {
 		conf := func(dir string) string {
 			path := filepath.Join(dir, "sentinel.conf")

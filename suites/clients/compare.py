@@ -3,7 +3,8 @@
 
 MODES is a comma-separated list of rproxy modes (rproxy: the suite config;
 default: rproxy's default config; cluster: the suite config in front of a
-3-master cluster). Reads OUT/<lib>-direct.json and
+3-master cluster; sentinel: the suite config, the server found through a
+Sentinel). Reads OUT/<lib>-direct.json and
 OUT/<lib>-<mode>.json, prints one line per library, mode and scenario, writes
 OUT/summary.md, and prints "same=N differ=M intended=I broken=K" last.
 broken: the scenario raised against Redis itself. intended: a difference that
