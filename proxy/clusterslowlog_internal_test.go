@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -163,6 +164,11 @@ func FuzzMonitorFanOutLine(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, cmd []byte) {
 		fanOutLine(cmd)
+		// The name upstream.OwnMonitor matches: a prefix of the line's
+		// first quoted word, never longer than the line.
+		if name := monitorLineName(cmd); len(name) > 0 && !bytes.HasPrefix(cmd, []byte(`"`+name+`"`)) {
+			t.Fatalf("monitorLineName(%q) = %q", cmd, name)
+		}
 	})
 }
 
