@@ -13,6 +13,10 @@
 //
 // Sessions that hold connection state borrow a Dedicated connection
 // (Pool.Acquire), used by one session at a time and reset before reuse.
+// What the pools send of their own (a new connection's handshake and
+// Setup, the ROLE that confirms a master, a returned connection's reset)
+// is recorded in Config.Own (OwnCommands) before it is sent, so that a
+// MONITOR relay can hide it (OwnMonitor).
 //
 // A connection that fails (read or write error, or no reply progress for
 // Config.Timeout while requests wait) fails every waiting command with
