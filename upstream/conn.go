@@ -566,7 +566,7 @@ func roundTrip(nc net.Conn, deadline time.Time, cmd []byte) ([]byte, error) {
 					return nil, errors.New("unexpected data after the reply")
 				}
 				if reply[0] == '-' || reply[0] == '!' {
-					return nil, fmt.Errorf("server replied %q", string(reply))
+					return nil, &errorReply{reply: reply}
 				}
 				return reply, nil
 			}
@@ -578,6 +578,18 @@ func roundTrip(nc net.Conn, deadline time.Time, cmd []byte) ([]byte, error) {
 }
 
 var errUnexpectedReply = errors.New("reply with no request waiting")
+
+// errorReply is roundTrip's error for an error reply.
+type errorReply struct{ reply []byte }
+
+func (e *errorReply) Error() string { return fmt.Sprintf("server replied %q", string(e.reply)) }
+
+// deniedByACL reports whether err is an error reply saying the upstream
+// user may not run the command (NOPERM).
+func deniedByACL(err error) bool {
+	var e *errorReply
+	return errors.As(err, &e) && bytes.HasPrefix(e.reply, []byte("-NOPERM"))
+}
 
 // errShut ends a read loop whose connection closeLocked shut down.
 var errShut = errors.New("connection shut down by the proxy")

@@ -870,6 +870,12 @@ var roleCmd = resp.AppendCommandString(nil, "ROLE")
 func (p *Pool) confirmMaster(nc net.Conn) error {
 	p.cfg.Own.note(nc, roleCmd)
 	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
+	if deniedByACL(err) {
+		// The user may not run ROLE (an application user of auth.mode
+		// passthrough, whose ACL Redis applies): the address the Sentinels
+		// name is taken as it is, as a client of Redis would take it.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("ROLE: %w", err)
 	}
@@ -886,6 +892,9 @@ func (p *Pool) confirmMaster(nc net.Conn) error {
 func (p *Pool) followRole(nc net.Conn) error {
 	p.cfg.Own.note(nc, roleCmd)
 	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
+	if deniedByACL(err) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("ROLE: %w", err)
 	}

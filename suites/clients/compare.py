@@ -28,6 +28,7 @@ INTENDED = {
     ("cluster", "tx_queue_error"): TX_SPANS_MASTERS,
     ("default", "expiry_exact"): "TTL jitter spreads SET EX TTLs over the 10% below the one asked for (docs/policy.md)",
     ("default", "lua_scripts"): "the default policy refuses the scenario's SCRIPT FLUSH, which affects every client (docs/policy.md)",
+    ("default", "acl_user"): "auth.mode none (the default) answers AUTH as a Redis without passwords: another user than default gets WRONGPASS (docs/commands.md)",
 }
 
 

@@ -451,6 +451,47 @@ var scenarios = []scenario{
 		out["ttl_b_getex"] = r.TTL(ctx, b).Val().Seconds()
 		return out, nil
 	}},
+	{"acl_user", func(ctx context.Context) (interface{}, error) {
+		// An ACL user (ACL SETUSER): a client logged in as it (Options'
+		// Username and Password: HELLO 3 AUTH at connect) gets what its
+		// rules allow and NOPERM for the rest; a wrong password and a
+		// deleted user are refused at connect.
+		admin := client(nil)
+		defer admin.Close()
+		user, pw := "cs-go-acl", "cs-go-acl-pw"
+		mine, other := key("acl", "k"), key("acl_other", "k")
+		admin.Do(ctx, "ACL", "DELUSER", user)
+		admin.Del(ctx, mine, other)
+		if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">"+pw, "~"+key("acl", "*"),
+			"+@connection", "+get", "+set", "+del", "+acl|whoami").Err(); err != nil {
+			return nil, err
+		}
+		u := client(&redis.Options{Username: user, Password: pw})
+		out := map[string]interface{}{
+			"whoami":           val(u.Do(ctx, "ACL", "WHOAMI").Result()),
+			"set":              val(u.Set(ctx, mine, "v", 0).Result()),
+			"get":              val(u.Get(ctx, mine).Result()),
+			"get_other_key":    val(u.Get(ctx, other).Result()),
+			"incr_not_allowed": val(u.Incr(ctx, mine).Result()),
+		}
+		cs, _ := u.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, mine, "w", 0)
+			p.Incr(ctx, mine)
+			p.Get(ctx, mine)
+			return nil
+		})
+		out["pipeline"] = cmds(cs)
+		u.Close()
+		wrong := client(&redis.Options{Username: user, Password: "nope"})
+		out["wrong_password"] = val(wrong.Ping(ctx).Result())
+		wrong.Close()
+		admin.Do(ctx, "ACL", "DELUSER", user)
+		gone := client(&redis.Options{Username: user, Password: pw})
+		out["deleted_user"] = val(gone.Ping(ctx).Result())
+		gone.Close()
+		admin.Del(ctx, mine)
+		return out, nil
+	}},
 }
 
 func main() {

@@ -205,4 +205,45 @@ run({
     out.ttl_b_getex = await r.ttl(b);
     return out;
   },
+  // An ACL user (ACL SETUSER): a client logged in as it (the username and
+  // password options: AUTH at connect) gets what its rules allow and
+  // NOPERM for the rest; a wrong password and a deleted user are refused.
+  async acl_user() {
+    const admin = client();
+    const [user, pw] = ['cs-ioredis-acl', 'cs-ioredis-acl-pw'];
+    const [mine, other] = [k('acl', 'k'), k('acl_other', 'k')];
+    await admin.call('ACL', 'DELUSER', user);
+    await admin.del(mine, other);
+    await admin.call('ACL', 'SETUSER', user, 'reset', 'on', `>${pw}`, `~${k('acl', '*')}`,
+      '+@connection', '+get', '+set', '+del', '+acl|whoami');
+    const u = client({ username: user, password: pw, enableReadyCheck: false }); // INFO is not allowed
+    const out = {
+      whoami: await settle(u.call('ACL', 'WHOAMI')),
+      set: await settle(u.set(mine, 'v')),
+      get: await settle(u.get(mine)),
+      get_other_key: await settle(u.get(other)),
+      incr_not_allowed: await settle(u.incr(mine)),
+      pipeline: pairs(await u.pipeline().set(mine, 'w').incr(mine).get(mine).exec()),
+    };
+    u.disconnect();
+    // A refused login: ioredis emits Redis's error and closes, no retry.
+    const login = async (password) => {
+      const c = client({ username: user, password, lazyConnect: true, retryStrategy: () => null, enableReadyCheck: false });
+      let refused = null;
+      c.on('error', (e) => { refused = refused || e.message; });
+      try {
+        await c.connect();
+        return await settle(c.ping());
+      } catch (e) {
+        return { error: refused || e.message };
+      } finally {
+        c.disconnect();
+      }
+    };
+    out.wrong_password = await login('nope');
+    await admin.call('ACL', 'DELUSER', user);
+    out.deleted_user = await login(pw);
+    await admin.del(mine);
+    return out;
+  },
 });

@@ -215,4 +215,44 @@ run({
     out.ttl_b_getex = await r.ttl(b);
     return out;
   },
+  // An ACL user (ACL SETUSER): a client logged in as it (the username and
+  // password options: AUTH at connect) gets what its rules allow and
+  // NOPERM for the rest; a wrong password and a deleted user are refused
+  // (connect() rejects with Redis's error).
+  async acl_user() {
+    const admin = await client();
+    const [user, pw] = ['cs-noderedis-acl', 'cs-noderedis-acl-pw'];
+    const [mine, other] = [k('acl', 'k'), k('acl_other', 'k')];
+    await admin.sendCommand(['ACL', 'DELUSER', user]);
+    await admin.del([mine, other]);
+    await admin.sendCommand(['ACL', 'SETUSER', user, 'reset', 'on', `>${pw}`, `~${k('acl', '*')}`,
+      '+@connection', '+get', '+set', '+del', '+acl|whoami']);
+    const u = await client({ username: user, password: pw });
+    const out = {
+      whoami: await settle(u.sendCommand(['ACL', 'WHOAMI'])),
+      set: await settle(u.set(mine, 'v')),
+      get: await settle(u.get(mine)),
+      get_other_key: await settle(u.get(other)),
+      incr_not_allowed: await settle(u.incr(mine)),
+    };
+    // Issued in one tick: one write (auto-pipelining).
+    out.pipeline = await Promise.all([settle(u.set(mine, 'w')), settle(u.incr(mine)), settle(u.get(mine))]);
+    await u.quit();
+    const login = async (password) => {
+      let c;
+      try {
+        c = await client({ username: user, password });
+      } catch (e) {
+        return { error: e.message };
+      }
+      const r = await settle(c.ping());
+      await c.disconnect();
+      return r;
+    };
+    out.wrong_password = await login('nope');
+    await admin.sendCommand(['ACL', 'DELUSER', user]);
+    out.deleted_user = await login(pw);
+    await admin.del(mine);
+    return out;
+  },
 });

@@ -341,6 +341,36 @@ def expiry_exact():
     return out
 
 
+@scenario
+def acl_user():
+    """An ACL user (ACL SETUSER): a client logged in as it (the library's
+    username/password options) gets what its rules allow and NOPERM for the
+    rest; a wrong password and a deleted user are refused at connect."""
+    admin = client()
+    user, pw = "cs-py-acl", "cs-py-acl-pw"
+    mine, other = k("acl", "k"), k("acl_other", "k")
+    admin.execute_command("ACL", "DELUSER", user)
+    admin.delete(mine, other)
+    admin.execute_command("ACL", "SETUSER", user, "reset", "on", ">" + pw, "~" + k("acl", "*"),
+                          "+@connection", "+get", "+set", "+del", "+acl|whoami")
+    u = client(username=user, password=pw, single_connection_client=True)
+    out = {
+        "whoami": j(u.execute_command("ACL", "WHOAMI")),
+        "set": j(u.set(mine, "v")),
+        "get": j(u.get(mine)),
+        "get_other_key": j(_err(lambda: u.get(other))),
+        "incr_not_allowed": j(_err(lambda: u.incr(mine))),
+        "pipeline": j(u.pipeline(transaction=False).set(mine, "w").incr(mine).get(mine)
+                      .execute(raise_on_error=False)),
+    }
+    u.close()
+    out["wrong_password"] = j(_err(lambda: client(username=user, password="nope").ping()))
+    admin.execute_command("ACL", "DELUSER", user)
+    out["deleted_user"] = j(_err(lambda: client(username=user, password=pw).ping()))
+    admin.delete(mine)
+    return out
+
+
 def main():
     res = {}
     for f in SCENARIOS:
