@@ -1,12 +1,13 @@
 package upstream
 
 import (
-	"bytes"
 	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rproxy/rproxy/resp"
 )
 
 // OwnCommands records the commands rproxy sends on its own upstream
@@ -41,9 +42,9 @@ type ownRef struct {
 	at   time.Time
 }
 
-// ownCommandsKept bounds what OwnCommands remembers: commands older than
-// ownCommandsAge, or beyond ownCommandsMax, are forgotten (a MONITOR so
-// far behind shows them).
+// ownCommandsMax and ownCommandsAge bound what OwnCommands remembers:
+// commands older than ownCommandsAge, or beyond the last ownCommandsMax,
+// are forgotten (a MONITOR so far behind shows them).
 const (
 	ownCommandsMax = 4096
 	ownCommandsAge = time.Minute
@@ -193,17 +194,13 @@ func (m *OwnMonitor) Hide(addr, name string) bool {
 // commandName is the upper-cased first argument of a RESP command
 // (*N\r\n$L\r\nNAME...), or "" when cmd is not one.
 func commandName(cmd []byte) string {
-	_, rest, ok := bytes.Cut(cmd, []byte("\r\n$"))
+	_, rest, ok := resp.Header(cmd, '*')
 	if !ok {
 		return ""
 	}
-	_, rest, ok = bytes.Cut(rest, []byte("\r\n"))
-	if !ok {
+	n, rest, ok := resp.Header(rest, '$')
+	if !ok || len(rest) < n {
 		return ""
 	}
-	name, _, ok := bytes.Cut(rest, []byte("\r\n"))
-	if !ok {
-		return ""
-	}
-	return strings.ToUpper(string(name))
+	return strings.ToUpper(string(rest[:n]))
 }
