@@ -50,10 +50,15 @@ func TestClusterManualFailoverUnderLoad(t *testing.T) {
 	}
 	waitAcked(t, workers, ackedSum(workers)+300, "after the failover")
 	stop()
-	checkCounters(t, workers, func(key string) []byte { return replicaOrMaster(t, cl, replica, failing, key).Do(t, "GET", key) }, false)
 	// A node that saw the cluster down for a moment (CI, 2026-11-30) shows
-	// as clusterdown rounds.
-	t.Logf("redirects followed: moved %v, ask %v, clusterdown %v", redirects(t, p, "moved"), redirects(t, p, "ask"), redirects(t, p, "clusterdown"))
+	// as clusterdown rounds. Then a WATCH loop may fail: a batch that began
+	// while its connection held a WATCH or a transaction gets the node's
+	// CLUSTERDOWN as it comes, as a direct client does (docs/cluster.md;
+	// make test, 2026-11-30: EXECABORT, 3 errors in one WATCH loop, after 4
+	// clusterdown rounds). Every other worker must see no error.
+	down := redirects(t, p, "clusterdown")
+	t.Logf("redirects followed: moved %v, ask %v, clusterdown %v", redirects(t, p, "moved"), redirects(t, p, "ask"), down)
+	checkCounters(t, workers, func(key string) []byte { return replicaOrMaster(t, cl, replica, failing, key).Do(t, "GET", key) }, down > 0)
 }
 
 // replicaOrMaster is the node serving key after the failover: the
