@@ -21,9 +21,9 @@ type monitorLines struct {
 	mu     sync.Mutex
 	copies map[string]fanOutCopies // by the command as MONITOR shows it
 	// own is the view of upstream.OwnCommands, begun before the MONITOR
-	// is sent and acknowledged at the first line, its +OK.
+	// is sent and acknowledged at the first line, its +OK (acked).
 	own   *upstream.OwnMonitor
-	acked bool
+	acked sync.Once
 }
 
 // fanOutCopies counts the lines of one command sent to every master.
@@ -45,18 +45,12 @@ func newMonitorLines(s *Server) *monitorLines {
 
 // hide reports whether line, a MONITOR line, is not shown.
 func (m *monitorLines) hide(line []byte) bool {
-	m.mu.Lock()
-	if !m.acked {
-		m.own.Acked()
-		m.acked = true
-	}
-	own := m.own
-	m.mu.Unlock()
+	m.acked.Do(m.own.Acked)
 	addr, cmd, ok := monitorLineParts(line)
 	if !ok {
 		return false
 	}
-	if m.s.ownMonitorCommand(addr, cmd) || own.Hide(string(addr), monitorLineName(cmd)) {
+	if m.s.ownMonitorCommand(addr, cmd) || m.own.Hide(string(addr), monitorLineName(cmd)) {
 		return true
 	}
 	if m.s.routing == nil {

@@ -13,10 +13,10 @@ import (
 // SETNAME, SETINFO, INFO, LIST, KILL, UNBLOCK), and AUTH where rproxy
 // checks it, that a session queued inside MULTI, outside stream mode.
 // Redis would queue each and run it at EXEC, its reply in EXEC's array,
-// where rproxy alone knows the answer. So an ECHO of a marker goes to Redis in each one's place: Redis
-// answers QUEUED (or refuses it, as it would the command, when MULTI was
-// refused), and EXEC's array holds the marker where the command's reply
-// goes. When that array comes, each marker is replaced by rproxy's answer,
+// where rproxy alone knows the answer. So an ECHO of a marker goes to
+// Redis in each one's place: Redis answers QUEUED (or refuses it, as it
+// would the command, when MULTI was refused), and EXEC's array holds the
+// marker where the command's reply goes. When that array comes, each marker is replaced by rproxy's answer,
 // made then and in order, so a SETNAME takes effect only if the
 // transaction ran, and a GETNAME after it in the transaction sees it.
 type txClient struct {

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -762,9 +763,12 @@ func (p *Pool) waitProbe(ctx context.Context) probeResult {
 	deadline := p.cfg.Now().Add(wait)
 	p.cfg.Own.note(nc, pingCmd)
 	if err := handshake(nc, deadline, pingCmd); err != nil {
-		res.busy = strings.Contains(err.Error(), `"-BUSY `)
-		// Any other error reply (NOPERM, max clients) is an answer too.
-		res.answered = !res.busy && strings.HasPrefix(err.Error(), "server replied ")
+		var e *errorReply
+		if errors.As(err, &e) {
+			res.busy = bytes.HasPrefix(e.reply, []byte("-BUSY "))
+			// Any other error reply (NOPERM, max clients) is an answer too.
+			res.answered = !res.busy
+		}
 		return res
 	}
 	res.answered = true
