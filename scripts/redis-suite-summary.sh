@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Summarise the logs of scripts/redis-suite.sh: usage redis-suite-summary.sh OUT [MIN_OK [CLUSTER_MIN_OK [TLS_MIN_OK [SENTINEL_MIN_OK]]]]
+# Summarise the logs of scripts/redis-suite.sh: usage redis-suite-summary.sh OUT [MIN_OK [CLUSTER_MIN_OK [TLS_MIN_OK [SENTINEL_MIN_OK [DB0_MIN_OK]]]]]
 # Writes OUT/<mode>/failures.tsv (unit, test, first line of the error) and
 # OUT/summary.md, prints the summary, and exits 1 when the [ok] count through
 # rproxy is below MIN_OK (when MIN_OK > 0 and the rproxy mode was run), in
 # mode cluster below CLUSTER_MIN_OK, in mode tls below TLS_MIN_OK, or in
-# mode sentinel below SENTINEL_MIN_OK.
+# mode sentinel below SENTINEL_MIN_OK, or in mode db0 below DB0_MIN_OK.
 set -euo pipefail
 
 OUT=$1
@@ -12,6 +12,7 @@ MIN_OK=${2:-0}
 CLUSTER_MIN_OK=${3:-0}
 TLS_MIN_OK=${4:-0}
 SENTINEL_MIN_OK=${5:-0}
+DB0_MIN_OK=${6:-0}
 
 strip() { sed -e 's/\x1b\[[0-9;]*m//g' "$@"; }
 
@@ -79,11 +80,12 @@ baseline() {
 	cluster) echo direct-cluster ;;
 	tls) echo direct-tls ;;
 	sentinel) echo direct-sentinel ;;
+	db0) echo direct-db0 ;;
 	esac
 }
 
 modes=()
-for m in direct rproxy direct-cluster cluster direct-tls tls direct-sentinel sentinel; do
+for m in direct rproxy direct-cluster cluster direct-tls tls direct-sentinel sentinel direct-db0 db0; do
 	[ -s "$OUT/$m/units.tsv" ] && modes+=("$m")
 done
 if [ "${#modes[@]}" -eq 0 ]; then
@@ -159,4 +161,5 @@ guard rproxy "$MIN_OK" REDIS_SUITE_MIN_OK
 guard cluster "$CLUSTER_MIN_OK" REDIS_SUITE_CLUSTER_MIN_OK
 guard tls "$TLS_MIN_OK" REDIS_SUITE_TLS_MIN_OK
 guard sentinel "$SENTINEL_MIN_OK" REDIS_SUITE_SENTINEL_MIN_OK
+guard db0 "$DB0_MIN_OK" REDIS_SUITE_DB0_MIN_OK
 exit $status

@@ -17,11 +17,18 @@
 # baseline (the Sentinel's own PINGs, INFOs and hello messages are seen by
 # some tests), and "sentinel" through rproxy in upstream.mode sentinel,
 # which finds the master through that Sentinel.
+# Two more run the whole suite in database 0 (runtest --singledb: no SELECT):
+# "direct-db0" against one redis-server and "db0" through rproxy as mode
+# rproxy. In the suite's own database 9 every session through rproxy is
+# pinned to a connection of its own; in database 0 its commands go through
+# the shared, multiplexed connection (coalescing, the hot-key tier), the
+# path most clients take.
 # Usage: make test-redis-suite (see docs/suites.md).
 #
 #   REDIS_SUITE_MODES      modes to run, in order (default "direct rproxy";
 #                          also "direct-cluster", "cluster", "direct-tls",
-#                          "tls", "direct-sentinel" and "sentinel")
+#                          "tls", "direct-sentinel", "sentinel",
+#                          "direct-db0" and "db0")
 #   REDIS_SUITE_UNITS      units to run (default: every unit of all_tests in
 #                          tests/test_helper.tcl; external mode skips what
 #                          needs its own server)
@@ -30,6 +37,7 @@
 #   REDIS_SUITE_CLUSTER_MIN_OK  the same for mode cluster
 #   REDIS_SUITE_TLS_MIN_OK      the same for mode tls
 #   REDIS_SUITE_SENTINEL_MIN_OK the same for mode sentinel
+#   REDIS_SUITE_DB0_MIN_OK      the same for mode db0
 #   REDIS_SUITE_JOBS       units run at once (default 1), each with its own
 #                          servers, rproxy and ports: the units mostly wait,
 #                          so 2 nearly halve the time on 2 cores
@@ -44,6 +52,8 @@
 #                          suites/redis-suite-skip.txt: each with its reason)
 #   REDIS_SUITE_CLUSTER_SKIP  more skipped in mode cluster (default
 #                          suites/redis-suite-cluster-skip.txt)
+#   REDIS_SUITE_DB0_SKIP   more skipped in mode db0 (default
+#                          suites/redis-suite-db0-skip.txt)
 #
 # Each unit runs in its own `runtest --single` with --durable, so one unit that
 # hangs or aborts costs only itself; it is reported as hung or aborted.
@@ -64,6 +74,7 @@ MIN_OK=${REDIS_SUITE_MIN_OK:-0}
 CLUSTER_MIN_OK=${REDIS_SUITE_CLUSTER_MIN_OK:-0}
 TLS_MIN_OK=${REDIS_SUITE_TLS_MIN_OK:-0}
 SENTINEL_MIN_OK=${REDIS_SUITE_SENTINEL_MIN_OK:-0}
+DB0_MIN_OK=${REDIS_SUITE_DB0_MIN_OK:-0}
 JOBS=${REDIS_SUITE_JOBS:-1}
 STALL=${REDIS_SUITE_STALL:-60}
 UNIT_TIMEOUT=${REDIS_SUITE_UNIT_TIMEOUT:-600}
@@ -71,12 +82,14 @@ OUT=${REDIS_SUITE_OUT:-$ROOT/suites/out/redis}
 CONFIG=${REDIS_SUITE_CONFIG:-$ROOT/suites/rproxy-suite.yaml}
 SKIP=${REDIS_SUITE_SKIP:-$ROOT/suites/redis-suite-skip.txt}
 CLUSTER_SKIP=${REDIS_SUITE_CLUSTER_SKIP:-$ROOT/suites/redis-suite-cluster-skip.txt}
+DB0_SKIP=${REDIS_SUITE_DB0_SKIP:-$ROOT/suites/redis-suite-db0-skip.txt}
 
 # Tests skipped through rproxy: they hang a whole unit on something no proxy
 # can give (see the file for each reason), which would hide the unit's other
 # tests. One test name per line; '#' lines are the reasons.
 skip_args=()
 cluster_skip_args=()
+db0_skip_args=()
 read_skips() { # FILE: appends --skiptest NAME per test to skipped
 	[ -f "$1" ] || return 0
 	while IFS= read -r line; do
@@ -89,6 +102,9 @@ read_skips "$SKIP"
 skip_args=("${skipped[@]}")
 read_skips "$CLUSTER_SKIP"
 cluster_skip_args=("${skipped[@]}")
+skipped=("${skip_args[@]}")
+read_skips "$DB0_SKIP"
+db0_skip_args=("${skipped[@]}")
 
 log() { echo "redis-suite: $*" >&2; }
 
@@ -104,7 +120,7 @@ for b in redis-server redis-cli redis-benchmark redis-check-aof redis-check-rdb;
 	fi
 done
 
-if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* || " $MODES " == *" cluster "* || " $MODES " == *" tls "* || " $MODES " == *" sentinel "* ]]; then
+if [ -z "${RPROXY_BIN:-}" ] && [[ " $MODES " == *" rproxy "* || " $MODES " == *" cluster "* || " $MODES " == *" tls "* || " $MODES " == *" sentinel "* || " $MODES " == *" db0 "* ]]; then
 	mkdir -p bin
 	go build -o bin/rproxy ./cmd/rproxy
 	RPROXY_BIN=$ROOT/bin/rproxy
@@ -302,6 +318,11 @@ run_worker() { # MODE QUEUE WORKER
 			start_redis
 			PORT=$RPORT
 			;;
+		direct-db0 | db0)
+			start_redis
+			PORT=$RPORT
+			extra+=(--singledb)
+			;;
 		direct-tls | tls)
 			TLS_CLI=(--tls --cacert "$TLS_DIR/ca.crt" --cert "$TLS_DIR/client.crt" --key "$TLS_DIR/client.key")
 			start_redis tls
@@ -334,6 +355,12 @@ run_worker() { # MODE QUEUE WORKER
 			start_proxy "$base.rproxy.log"
 			PORT=$PPORT
 			extra+=("${skip_args[@]}")
+			;;
+		db0)
+			: >"$base.rproxy.log"
+			start_proxy "$base.rproxy.log"
+			PORT=$PPORT
+			extra+=("${db0_skip_args[@]}")
 			;;
 		sentinel)
 			: >"$base.rproxy.log"
@@ -434,7 +461,7 @@ for MODE in $MODES; do
 done
 
 status=0
-bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK" "$TLS_MIN_OK" "$SENTINEL_MIN_OK" || status=$?
+bash scripts/redis-suite-summary.sh "$OUT" "$MIN_OK" "$CLUSTER_MIN_OK" "$TLS_MIN_OK" "$SENTINEL_MIN_OK" "$DB0_MIN_OK" || status=$?
 if [ "$worker_failed" = 1 ]; then
 	log "FAIL: units without a result (a server or rproxy did not start); the counts above miss them"
 	status=1
