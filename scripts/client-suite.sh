@@ -26,6 +26,9 @@
 #   CLIENT_SUITE_SENTINEL  1 (default): also run every library through rproxy
 #                          in mode sentinel; 0: not
 #   CLIENT_SUITE_OUT       output folder (default suites/out/clients)
+#   CLIENT_SUITE_CONFIG    rproxy's config in modes rproxy, cluster and
+#                          sentinel (default suites/rproxy-suite.yaml; those
+#                          two add an upstream section to it)
 #   RPROXY_BIN             rproxy binary (default: built into bin/rproxy)
 #
 # Needs /usr/bin/python3 with redis-py (Debian's python3-redis: installed as
@@ -41,7 +44,7 @@ OUT=${CLIENT_SUITE_OUT:-$ROOT/suites/out/clients}
 MAX_DIFFER=${CLIENT_SUITE_MAX_DIFFER:--1}
 CLUSTER=${CLIENT_SUITE_CLUSTER:-1}
 SENTINEL=${CLIENT_SUITE_SENTINEL:-1}
-CONFIG=$ROOT/suites/rproxy-suite.yaml
+CONFIG=${CLIENT_SUITE_CONFIG:-$ROOT/suites/rproxy-suite.yaml}
 PY=/usr/bin/python3
 
 log() { echo "client-suite: $*" >&2; }

@@ -54,6 +54,9 @@
 #                          suites/redis-suite-cluster-skip.txt)
 #   REDIS_SUITE_DB0_SKIP   more skipped in mode db0 (default
 #                          suites/redis-suite-db0-skip.txt)
+#   REDIS_SUITE_SINGLEDB   1: every mode in database 0 (runtest --singledb),
+#                          with mode db0's skips through rproxy (the TLS and
+#                          Sentinel modes as mode db0 does the plain one)
 #
 # Each unit runs in its own `runtest --single` with --durable, so one unit that
 # hangs or aborts costs only itself; it is reported as hung or aborted.
@@ -75,6 +78,7 @@ CLUSTER_MIN_OK=${REDIS_SUITE_CLUSTER_MIN_OK:-0}
 TLS_MIN_OK=${REDIS_SUITE_TLS_MIN_OK:-0}
 SENTINEL_MIN_OK=${REDIS_SUITE_SENTINEL_MIN_OK:-0}
 DB0_MIN_OK=${REDIS_SUITE_DB0_MIN_OK:-0}
+SINGLEDB=${REDIS_SUITE_SINGLEDB:-0}
 JOBS=${REDIS_SUITE_JOBS:-1}
 STALL=${REDIS_SUITE_STALL:-60}
 UNIT_TIMEOUT=${REDIS_SUITE_UNIT_TIMEOUT:-600}
@@ -105,6 +109,9 @@ cluster_skip_args=("${skipped[@]}")
 skipped=("${skip_args[@]}")
 read_skips "$DB0_SKIP"
 db0_skip_args=("${skipped[@]}")
+if [ "$SINGLEDB" = 1 ]; then
+	skip_args=("${db0_skip_args[@]}")
+fi
 
 log() { echo "redis-suite: $*" >&2; }
 
@@ -313,6 +320,7 @@ run_worker() { # MODE QUEUE WORKER
 	while unit=$(next_unit "$queue"); do
 		base=$MODE_OUT/units/${unit//\//_}
 		extra=(--baseport $((BASE + 700)))
+		[ "$SINGLEDB" = 1 ] && [[ $MODE != *cluster ]] && extra+=(--singledb)
 		case $MODE in
 		direct | rproxy)
 			start_redis

@@ -584,11 +584,13 @@ type errorReply struct{ reply []byte }
 
 func (e *errorReply) Error() string { return fmt.Sprintf("server replied %q", string(e.reply)) }
 
-// deniedByACL reports whether err is an error reply saying the upstream
-// user may not run the command (NOPERM).
-func deniedByACL(err error) bool {
+// roleUnknown reports whether err is an error reply that tells nothing of
+// the server's role: the upstream user may not run ROLE (NOPERM), or Redis
+// runs a script past its busy threshold and answers few commands, ROLE not
+// among them (BUSY).
+func roleUnknown(err error) bool {
 	var e *errorReply
-	return errors.As(err, &e) && bytes.HasPrefix(e.reply, []byte("-NOPERM"))
+	return errors.As(err, &e) && (bytes.HasPrefix(e.reply, []byte("-NOPERM")) || bytes.HasPrefix(e.reply, []byte("-BUSY")))
 }
 
 // errShut ends a read loop whose connection closeLocked shut down.

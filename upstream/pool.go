@@ -874,10 +874,12 @@ var roleCmd = resp.AppendCommandString(nil, "ROLE")
 func (p *Pool) confirmMaster(nc net.Conn) error {
 	p.cfg.Own.note(nc, roleCmd)
 	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
-	if deniedByACL(err) {
+	if roleUnknown(err) {
 		// The user may not run ROLE (an application user of auth.mode
-		// passthrough, whose ACL Redis applies): the address the Sentinels
-		// name is taken as it is, as a client of Redis would take it.
+		// passthrough, whose ACL Redis applies), or Redis is busy with a
+		// long script (a spare or a pin dialled meanwhile, the stall
+		// probe): the address the Sentinels name is taken as it is, as a
+		// client of Redis would take it.
 		return nil
 	}
 	if err != nil {
@@ -896,7 +898,7 @@ func (p *Pool) confirmMaster(nc net.Conn) error {
 func (p *Pool) followRole(nc net.Conn) error {
 	p.cfg.Own.note(nc, roleCmd)
 	r, err := roundTrip(nc, p.cfg.Now().Add(p.cfg.DialTimeout), roleCmd)
-	if deniedByACL(err) {
+	if roleUnknown(err) {
 		return nil
 	}
 	if err != nil {
