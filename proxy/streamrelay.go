@@ -457,6 +457,9 @@ func (r *streamRelay) finish() []byte {
 			r.stash = bytes.Clone(r.held) // until the reply after it shows whose it is
 			return nil
 		}
+		if r.hideLine != nil && r.monitoring.Load() && r.hideLine(r.held) {
+			return nil // a MONITOR line of rproxy's own while the RESET is under way
+		}
 		return r.held
 	}
 	if r.hold == holdMonitor && r.hideLine(r.held) {

@@ -319,6 +319,43 @@ func TestStreamRelayHidesOwnMonitorLines(t *testing.T) {
 	}
 }
 
+// TestStreamRelayHidesOwnMonitorLinesWhileResetting: the client's RESET
+// ends MONITOR, and until Redis's +RESET every status line is held to see
+// whether it is that one. A MONITOR line of rproxy's own that came in
+// between (a spare connection's ROLE, dialled in mode sentinel when MONITOR
+// took a connection) was shown: Redis's Tcl suite ("RESET clears MONITOR
+// state", in database 0 through a Sentinel) read "ROLE" where it wanted
+// RESET. Lines of others still show, and the RESET ends the copy.
+func TestStreamRelayHidesOwnMonitorLinesWhileResetting(t *testing.T) {
+	own := "+1.0 [0 127.0.0.1:1] \"ROLE\"\r\n"
+	other := "+1.1 [0 127.0.0.1:2] \"PING\"\r\n"
+	end := "-ERR unknown command 'rproxy-end-m1', with args beginning with: \r\n"
+	stream := own + other + "+RESET\r\n" + end
+	for _, size := range []int{1, 3, 7, len(stream)} {
+		var out bytes.Buffer
+		r := newStreamRelay(&out, false)
+		r.hideLine = func(line []byte) bool { return bytes.Contains(line, []byte("127.0.0.1:1]")) }
+		r.monitoring.Store(true)
+		e := newStreamEnd([]byte("rproxy-end-m1"))
+		r.endAfterReset(e)
+		var err error
+		for p := []byte(stream); len(p) > 0 && err == nil; {
+			k := min(size, len(p))
+			_, err = r.Write(p[:k])
+			p = p[k:]
+		}
+		if err != errStreamReset {
+			t.Fatalf("size %d: the copy did not end at the marker's answer: %v", size, err)
+		}
+		if out.String() != other {
+			t.Errorf("size %d: %q shown before the RESET, want only %q", size, out.String(), other)
+		}
+		if string(e.reset) != "+RESET\r\n" {
+			t.Errorf("size %d: the RESET's reply held back: %q", size, e.reset)
+		}
+	}
+}
+
 // TestStreamRelayCountsShardChannels: once shard channels are counted, the
 // pin's ssubscribe and sunsubscribe confirmations (RESP2 arrays, RESP3
 // pushes, long channels, while a mode probe waits too) show the session's
