@@ -19,6 +19,7 @@ import (
 
 	"github.com/rproxy/rproxy/internal/sysio"
 	"github.com/rproxy/rproxy/resp"
+	"go.uber.org/zap"
 )
 
 // A pool keeps the dedicated connections its sessions give back for the
@@ -352,7 +353,10 @@ func (p *Pool) Acquire(ctx context.Context) (*Dedicated, error) {
 			p.keepSpare()
 			return d, nil
 		}
-		d.close() // Redis closed it while idle (its timeout, a restart)
+		// Redis closed it while idle (its timeout, a restart), or sent
+		// something unasked.
+		p.log.Info("idle dedicated connection closed: not reusable", zap.String("local", d.LocalAddr()))
+		d.close()
 		p.dmu.Lock()
 	}
 	p.dmu.Unlock()
@@ -401,6 +405,8 @@ func (p *Pool) keepSpare() {
 		defer p.dmu.Unlock()
 		p.dialingSpare = false
 		if err != nil {
+			p.metrics.errors.WithLabelValues("dial").Inc()
+			p.log.Info("spare dedicated connection: dial failed", zap.Error(err))
 			return // the next Acquire dials, and reports the failure
 		}
 		if p.closed || len(p.idle) >= maxIdleDedicated {
