@@ -25,6 +25,8 @@
 #                     redis-server; "cluster": in front of a 3-master Redis
 #                     Cluster this script starts (go-redis and redis-py; the
 #                     direct run stays one redis-server)
+#   LIBS_PROCS        rproxy's procs for the rproxy runs (default: the
+#                     config's auto, 1 on 2 cores with Redis local)
 #
 # go-redis's suite dials Redis on the fixed port 6379, so that port must be
 # free: "direct" runs redis-server on 6379, "rproxy" runs redis-server on a
@@ -54,6 +56,9 @@ CONFIG=$OUT/rproxy.yaml
 cp "$LIBS/rproxy-libs.yaml" "$CONFIG"
 if [ -n "${LIBS_AUTH_MODE:-}" ]; then
 	printf '\nauth:\n  mode: %s\n' "$LIBS_AUTH_MODE" >>"$CONFIG"
+fi
+if [ -n "${LIBS_PROCS:-}" ]; then
+	printf '\nprocs: %s\n' "$LIBS_PROCS" >>"$CONFIG"
 fi
 UPSTREAM=${LIBS_UPSTREAM:-standalone}
 case $UPSTREAM in
