@@ -170,4 +170,4 @@ clean: ## remove build and test outputs
 	rm -rf bin coverage.out coverage.html *.coverprofile *.prof *.test suites/out
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  \1\t/'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  \1\t/'
