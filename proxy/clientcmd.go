@@ -795,10 +795,7 @@ func (cc *clientCommands) streamClient(ss *session, cmd resp.Command) bool {
 				if !refused {
 					ss.tracking.trackingArgs = ss.branchTrackingArgs(args)
 				}
-				for i, cmd := range branchCmds { // the branches made before bcastEverywhere's
-					ss.cstream.branches[i].send([][]byte{cmd}, []bool{false})
-				}
-				ss.streamCmds = append(ss.streamCmds, raw)
+				cc.trackingEverywhere(ss, raw, branchCmds)
 				return true
 			}
 		}
@@ -807,6 +804,38 @@ func (cc *clientCommands) streamClient(ss *session, cmd resp.Command) bool {
 		return false
 	}
 	return true
+}
+
+// trackingEverywhere sends a CLIENT TRACKING (raw) to the session's own
+// connection and cmds to its branches on other masters (those made before
+// bcastEverywhere's, which turned tracking on as they were made). The
+// client's reply, the own connection's, waits for the branches' replies:
+// when it came at once, a write the client (or another client it told)
+// made next on another master could reach that master before its branch's
+// CLIENT TRACKING, and its invalidation was never sent (Redis's
+// unit/tracking "Tracking NOLOOP mode in BCAST mode works" waited for it
+// for ever, once, on a cluster with procs 3). Where the client gets no
+// reply (CLIENT REPLY OFF or SKIP) there is nothing to hold.
+func (cc *clientCommands) trackingEverywhere(ss *session, raw []byte, cmds [][]byte) {
+	if len(cmds) == 0 || !ss.streamAnswered() {
+		for i, cmd := range cmds {
+			ss.cstream.branches[i].send([][]byte{cmd}, []bool{false})
+		}
+		ss.streamCmds = append(ss.streamCmds, raw)
+		return
+	}
+	parts := make([]*branchReply, len(cmds))
+	for i, cmd := range cmds {
+		parts[i] = ss.cstream.branches[i].send([][]byte{cmd}, []bool{true})[0]
+	}
+	ss.joinInStream(raw, func(pinReply []byte) []byte {
+		var pushes []byte
+		for _, p := range parts {
+			_, after := p.showApart()
+			pushes = append(pushes, after...)
+		}
+		return append(slices.Clip(pinReply), pushes...)
+	})
 }
 
 // nameReply is CLIENT GETNAME's reply: the name, or a null when there is

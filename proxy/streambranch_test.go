@@ -1379,3 +1379,44 @@ func TestClusterRedirectTrackingReadsNotDiverted(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTrackingOnAgainWaitsForEveryMaster: a CLIENT TRACKING sent by
+// a session that already has branches goes to its own connection and to
+// each branch; the client's +OK was the own connection's, given at once,
+// so a write made next on another master could reach it before the
+// branch's CLIENT TRACKING, and its invalidation was never sent (Redis's
+// unit/tracking hung on it once, on a cluster with procs 3). Now the +OK
+// waits for every master's: with one master paused, the +OK comes only
+// once the pause ends, whichever master it is, and a write there is then
+// announced.
+func TestClusterTrackingOnAgainWaitsForEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p, keys, w := keysPerMasterThrough(t, cl, "tk")
+	_, addrs := keyPerMaster(t, cl, "tk")
+	c := dialClient(t, p.Addr)
+	c.do("HELLO", "3")
+	if r := c.do("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "tk"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING on BCAST: %q", r)
+	}
+	const pause = 300 * time.Millisecond
+	for i, addr := range addrs {
+		if r := c.do("CLIENT", "TRACKING", "off"); r != "+OK\r\n" {
+			t.Fatalf("CLIENT TRACKING off: %q", r)
+		}
+		direct := dialClient(t, addr)
+		if r := direct.do("CLIENT", "PAUSE", strconv.Itoa(int(pause.Milliseconds())), "ALL"); r != "+OK\r\n" {
+			t.Fatalf("CLIENT PAUSE on %s: %q", addr, r)
+		}
+		start := time.Now()
+		if r := c.do("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "tk"); r != "+OK\r\n" {
+			t.Fatalf("CLIENT TRACKING on BCAST again: %q", r)
+		}
+		if took := time.Since(start); took < pause*2/3 {
+			t.Fatalf("master %s paused for %v: +OK after %v, before that master turned tracking on", addr, pause, took)
+		}
+		w.do("SET", keys[i], "x"+strconv.Itoa(i))
+		if got := readPush(t, c); !slices.Equal(got, []string{keys[i]}) {
+			t.Fatalf("after a write on %s: invalidation of %v, want [%s]", addr, got, keys[i])
+		}
+	}
+}
