@@ -795,7 +795,7 @@ func (cc *clientCommands) streamClient(ss *session, cmd resp.Command) bool {
 				if !refused {
 					ss.tracking.trackingArgs = ss.branchTrackingArgs(args)
 				}
-				cc.trackingEverywhere(ss, raw, branchCmds)
+				ss.trackingEverywhere(raw, branchCmds)
 				return true
 			}
 		}
@@ -816,7 +816,7 @@ func (cc *clientCommands) streamClient(ss *session, cmd resp.Command) bool {
 // unit/tracking "Tracking NOLOOP mode in BCAST mode works" waited for it
 // for ever, once, on a cluster with procs 3). Where the client gets no
 // reply (CLIENT REPLY OFF or SKIP) there is nothing to hold.
-func (cc *clientCommands) trackingEverywhere(ss *session, raw []byte, cmds [][]byte) {
+func (ss *session) trackingEverywhere(raw []byte, cmds [][]byte) {
 	if len(cmds) == 0 || !ss.streamAnswered() {
 		for i, cmd := range cmds {
 			ss.cstream.branches[i].send([][]byte{cmd}, []bool{false})
