@@ -41,8 +41,7 @@ func TestMonitorHidesOwnConnectionCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(sen.Close)
-		// Info: a connection the pool closes or fails to dial is logged
-		// (the settle after a step once saw one idle connection short).
+		// Info: a connection the pool closes or fails to dial is logged.
 		log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 		p := proxytest.StartLogged(t, log, "sentinel/mon", func(c *proxy.Config) { c.Upstream.Sentinel = sen })
 		compareMonitorLines(t, g.Master.Addr, p, monitorScenario{sentinel: true})
@@ -98,14 +97,14 @@ func (sc monitorScenario) run(t *testing.T, addr string, viaProxy bool, settle f
 	a.do("PUBLISH", "ch", "x")
 	b.read() // the message
 	b.do("UNSUBSCRIBE", "ch")
-	settle() // the subscriber's connection reset and back in its pool
+	settle() // the subscriber's connection returned, the spares idle
 	b.do("WATCH", "k")
 	b.do("MULTI")
 	b.do("SET", "k", "2")
 	if r := b.do("EXEC"); !strings.Contains(r, "OK") {
 		t.Fatalf("EXEC: %q", r)
 	}
-	settle() // the transaction's connection reset, a spare dialled
+	settle() // the transaction's connection returned, the spares idle
 	a.do("SET", "end", "1")
 	var lines []string
 	for {
@@ -129,12 +128,13 @@ func (sc monitorScenario) run(t *testing.T, addr string, viaProxy bool, settle f
 
 // waitPoolSettled waits until the subscriber's protocol's pool lends none
 // but MONITOR's (RESP2) and holds at least the two idle dedicated
-// connections it keeps as spares, dialled in the background; with the one
-// the subscriber or the transaction returned, once its reset is done, it
-// holds three. Make test twice saw that one missing for good (a returned
-// connection closed now and then instead of kept: cause not found), so
-// after 5 s two do: a reset or a dial still under way then sends commands
-// that the MONITOR view must hide anyway, which the comparison checks.
+// connections it keeps as spares, dialled in the background. Whether the
+// connection the subscriber or the transaction returned makes it three
+// depends on the order of two goroutines: a spare's dial that ends after
+// the return finds two idle and stops (keepSpare), and then the pool holds
+// two. A reset still under way once two are idle sends only rproxy's own
+// commands, which the MONITOR view must hide anyway: the comparison checks
+// that.
 func waitPoolSettled(t *testing.T, p *proxytest.Proxy, proto string) {
 	t.Helper()
 	want := 0.0
@@ -146,11 +146,11 @@ func waitPoolSettled(t *testing.T, p *proxytest.Proxy, proto string) {
 	for {
 		pinned := counterValue(t, p.Registry, "rproxy_upstream_pinned_connections", labels)
 		idle := counterValue(t, p.Registry, "rproxy_upstream_idle_dedicated_connections", labels)
-		if pinned == want && idle >= 3 || pinned == want && idle == 2 && time.Now().After(deadline) {
+		if pinned == want && idle >= 2 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("RESP%s: %v lent (want %v) and %v idle dedicated connections (want 3, or 2) after 5s", proto, pinned, want, idle)
+			t.Fatalf("RESP%s: %v lent (want %v) and %v idle dedicated connections (want 2 or more) after 5s", proto, pinned, want, idle)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
