@@ -28,6 +28,7 @@ const (
 	mergeInfo                        // INFO texts joined, counters added (joinInfo)
 	mergeLatest                      // LATENCY LATEST: each event once, its latest spike and its highest
 	mergeSlowlog                     // SLOWLOG GET: every master's entries, newest first, as many as asked
+	mergeACLLog                      // ACL LOG: every master's entries, newest first, repeats of one kind joined (clusteracllog.go)
 	mergeSlowlogLen                  // SLOWLOG LEN: the entries of every master's SLOWLOG GET -1, joined as mergeSlowlog joins them
 	mergeHistogram                   // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
 	mergeScan                        // SCAN: one master's reply, its cursor made the client's (clusterscan.go)
@@ -77,6 +78,7 @@ var fanOutCommands = map[string]mergeKind{
 	"acl|deluser":       mergeOK, // each master deletes the same users
 	"acl|load":          mergeOK,
 	"acl|save":          mergeOK,
+	"acl|log":           mergeACLLog, // ACL LOG RESET: mergeOK (fanOutSent)
 	"slowlog|reset":     mergeOK,
 	"slowlog|len":       mergeSlowlogLen, // a command sent to every master counts once
 	"slowlog|get":       mergeSlowlog,    // every master's entries, newest first
@@ -164,6 +166,8 @@ func (r *routing) fanOutMerge(kind mergeKind, parts int, args [][]byte, proto in
 	switch kind {
 	case mergeSlowlog, mergeSlowlogLen:
 		m.limit, m.own = slowlogCount(args), r.ownCommand
+	case mergeACLLog:
+		m.limit = aclLogCount(args)
 	case mergeKeys, mergeRandomKey:
 		m.hideCopies, m.randN = r.salting != nil, r.randN
 	}
@@ -173,13 +177,16 @@ func (r *routing) fanOutMerge(kind mergeKind, parts int, args [][]byte, proto in
 // fanOutSent is what a command of fanOutCommands sends every master, and
 // how the replies merge: raw and kind, but for SLOWLOG LEN, which sends
 // SLOWLOG GET -1 so that a command sent to every master counts once (with
-// other arguments: raw, each master's refusal summed).
+// other arguments: raw, each master's refusal summed), and ACL LOG RESET,
+// whose +OKs merge as any setting's.
 func fanOutSent(kind mergeKind, args [][]byte, raw []byte) (mergeKind, []byte) {
 	switch {
 	case kind == mergeSlowlogLen && len(args) == 2:
 		return kind, slowlogGetAll
 	case kind == mergeSlowlogLen:
 		return mergeSum, raw
+	case kind == mergeACLLog && aclLogResets(args):
+		return mergeOK, raw
 	}
 	return kind, raw
 }
@@ -770,6 +777,8 @@ func (m *merge) reply(replies [][]byte) []byte {
 		return m.slowlog(replies)
 	case mergeSlowlogLen:
 		return m.slowlogLen(replies)
+	case mergeACLLog:
+		return m.aclLog(replies)
 	case mergeScan:
 		return m.scanReply(replies[0])
 	case mergeAfterPin:
