@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/rproxy/rproxy/resp"
 )
 
 // aclEntry2 is an ACL LOG entry as Redis 7.0 sends it in RESP2.
@@ -114,4 +116,25 @@ func TestACLLogSent(t *testing.T) {
 			t.Errorf("%s: count %d, want %d", args, got, want)
 		}
 	}
+}
+
+// FuzzJoinACLLogs: whatever two masters answer to ACL LOG, the join is one
+// whole reply (an error for what is not an ACL LOG) or a master's error
+// as it came, no longer than what came in plus the counts' digits, and
+// never a panic.
+func FuzzJoinACLLogs(f *testing.F) {
+	f.Add(string(aclLogReply(aclEntry2(2, "command", "set", "u", "1.5"))), string(aclLogReply(aclEntry2(3, "command", "set", "u", "1.2"))), 10)
+	f.Add(string(aclLogReply(aclEntry3(1, "key", "k", "u", "0.5"))), "*0\r\n", 1)
+	f.Add("-ERR x\r\n", "*1\r\n%1\r\n$5\r\ncount\r\n:1\r\n", 0)
+	f.Fuzz(func(t *testing.T, a, b string, limit int) {
+		m := merge{kind: mergeACLLog, parts: 2, limit: max(0, limit%20)}
+		got := m.reply([][]byte{[]byte(a), []byte(b)})
+		v, err := resp.Parse(got)
+		if err != nil && string(got) != a && string(got) != b { // a master's error reply is passed on as it came
+			t.Fatalf("join of %q and %q = %q: %v", a, b, got, err)
+		}
+		if v.Kind == '*' && len(got) > len(a)+len(b)+20*(len(v.Elems)+1) {
+			t.Fatalf("join of %q and %q = %d bytes", a, b, len(got))
+		}
+	})
 }

@@ -27,6 +27,9 @@
 #                     direct run stays one redis-server)
 #   LIBS_PROCS        rproxy's procs for the rproxy runs (default: the
 #                     config's auto, 1 on 2 cores with Redis local)
+#   LIBS_CONFIG_ADD   a YAML file appended to rproxy's config for the rproxy
+#                     runs (sections suites/libs/rproxy-libs.yaml lacks, such
+#                     as hotkeys)
 #
 # go-redis's suite dials Redis on the fixed port 6379, so that port must be
 # free: "direct" runs redis-server on 6379, "rproxy" runs redis-server on a
@@ -59,6 +62,9 @@ if [ -n "${LIBS_AUTH_MODE:-}" ]; then
 fi
 if [ -n "${LIBS_PROCS:-}" ]; then
 	printf '\nprocs: %s\n' "$LIBS_PROCS" >>"$CONFIG"
+fi
+if [ -n "${LIBS_CONFIG_ADD:-}" ]; then
+	{ echo; cat "$LIBS_CONFIG_ADD"; } >>"$CONFIG"
 fi
 UPSTREAM=${LIBS_UPSTREAM:-standalone}
 case $UPSTREAM in
