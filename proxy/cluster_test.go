@@ -1389,3 +1389,54 @@ func TestClusterCommandsAtStartWaitForTheSlotMap(t *testing.T) {
 		t.Fatalf("replies = %q, want %q (Redis's)", got.String(), want)
 	}
 }
+
+// TestClusterSaltedReadsDuringWritePause: a GET of a salted key is served
+// during CLIENT PAUSE WRITE, as on Redis, which serves reads while it
+// holds writes. A read that misses a copy fills it (a SET), and the GET's
+// reply waited for that SET: for the whole pause (Redis's unit/pause
+// "Test that client pause starts at the end of a transaction", with every
+// key salted, lost its connection after 60 s), and every command behind
+// it on the copy's shared connection too. While a pause sent through
+// rproxy is in force, no copy is filled; after it, reads fill them again.
+func TestClusterSaltedReadsDuringWritePause(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+	})
+	c := dialClient(t, p.Addr)
+	c.do("SET", "hot:p", "v")
+	if r := c.do("CLIENT", "PAUSE", "20000", "WRITE"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT PAUSE: %q", r)
+	}
+	t.Cleanup(func() { c.do("CLIENT", "UNPAUSE") })
+	for i := range 6 { // every copy read twice: each misses
+		replied := make(chan string, 1)
+		go func() { replied <- c.doErr("GET", "hot:p") }()
+		select {
+		case r := <-replied:
+			if r != "$1\r\nv\r\n" {
+				t.Fatalf("GET %d during the pause: %q", i, r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("GET %d of a salted key: no reply within 5s of a 20s CLIENT PAUSE WRITE", i)
+		}
+	}
+	misses, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_miss"})
+	if misses < 4 {
+		t.Fatalf("%v copy reads missed, want 4 (no copy filled)", misses)
+	}
+	if n := counterValue(t, p.Registry, "rproxy_hotkey_salt_copy_fills_total", nil); n != 0 {
+		t.Fatalf("%v copies filled during the pause", n)
+	}
+	if r := c.do("CLIENT", "UNPAUSE"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT UNPAUSE: %q", r)
+	}
+	for range 3 {
+		if r := c.do("GET", "hot:p"); r != "$1\r\nv\r\n" {
+			t.Fatalf("GET after the pause: %q", r)
+		}
+	}
+	if n := counterValue(t, p.Registry, "rproxy_hotkey_salt_copy_fills_total", nil); n != 2 {
+		t.Fatalf("%v copies filled after the pause, want both", n)
+	}
+}

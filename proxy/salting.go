@@ -24,6 +24,10 @@ type salting struct {
 	// coalescing lets copy reads join flights (nil: off).
 	coalescing *coalescing
 	shared     *poolSet // the server's own shared connections (readable)
+	// pauses: while a CLIENT PAUSE sent through rproxy is in force, no
+	// copy is filled. A fill is a write, which Redis holds, and on the
+	// copy's shared connection every command behind it would wait too.
+	pauses *pauseWatch
 }
 
 func (sa *salting) command(ss *session, c *call) bool {
@@ -132,6 +136,9 @@ func (sa *salting) afterBatch(ss *session) {
 			toks = append(toks, sa.tier.Begin(sr.Origin()))
 		}
 		gens[i] = sr.FillGen() // -1: a write is under way, no fill
+		if sa.pauses != nil && sa.pauses.active() {
+			gens[i] = -1
+		}
 		sr.ReadOrigin(b)
 	}
 	if tracked {

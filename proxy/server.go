@@ -179,7 +179,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		}
 	}
 	if salted != nil {
-		s.salting = &salting{engine: salted, tier: s.hot, coalescing: s.coalescing, shared: &s.pools}
+		s.salting = &salting{engine: salted, tier: s.hot, coalescing: s.coalescing, shared: &s.pools, pauses: s.pauses}
 	}
 	if s.cluster != nil {
 		s.facade = &facade{cluster: s.cluster, announceAddr: cfg.ClusterAnnounce, tls: cfg.TLS != nil, refuseMsg: s.refuseMsg}
