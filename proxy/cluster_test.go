@@ -770,6 +770,7 @@ func TestClusterSaltedFanOut(t *testing.T) {
 			t.Errorf("master %s served %d of %d GETs (%.0f%%), want 25..40%%: %v", addr, n, total, 100*share, calls)
 		}
 	}
+	waitSaltFills(t, p, 2) // the two copies' fills, acknowledged in the background
 	sizes := dbsizes(t, cl)
 	for addr, n := range sizes {
 		if n != ":1" {
@@ -820,10 +821,9 @@ func TestClusterSaltedFanOut(t *testing.T) {
 		if m == cl.MasterForSlot(t, upstream.Slot([]byte("hot:short"))) {
 			continue
 		}
-		keys := string(m.Do(t, "KEYS", "*"))
-		if !strings.Contains(keys, "hot:short#rproxy-copy-") {
-			t.Fatalf("no copy on %s: %q", m.Addr, keys)
-		}
+		waitFor(t, "a copy of hot:short on "+m.Addr, func() bool { // filled in the background
+			return strings.Contains(string(m.Do(t, "KEYS", "*")), "hot:short#rproxy-copy-")
+		})
 	}
 	time.Sleep(600 * time.Millisecond)
 	for addr, n := range dbsizes(t, cl) {
@@ -869,13 +869,17 @@ func TestClusterSaltedHotKeyDetected(t *testing.T) {
 		t.Errorf("%v reads of a hot key served by copies (%v of them joined), want many", hits+joined, joined)
 	}
 	copies := 0
-	for _, m := range cl.Masters() {
-		keys := string(m.Do(t, "KEYS", "*"))
-		copies += strings.Count(keys, "plain#rproxy-copy-")
-		if strings.Contains(keys, "cold#") {
-			t.Errorf("a cold key got a copy on %s", m.Addr)
+	waitFor(t, "two copies of the hot key", func() bool { // filled in the background
+		copies = 0
+		for _, m := range cl.Masters() {
+			keys := string(m.Do(t, "KEYS", "*"))
+			copies += strings.Count(keys, "plain#rproxy-copy-")
+			if strings.Contains(keys, "cold#") {
+				t.Errorf("a cold key got a copy on %s", m.Addr)
+			}
 		}
-	}
+		return copies >= 2
+	})
 	if copies != 2 {
 		t.Errorf("%d copies of the hot key, want 2 (on the two other masters)", copies)
 	}
@@ -1169,7 +1173,11 @@ func TestClusterSaltRetiredCopiesDeleted(t *testing.T) {
 		if m == origin {
 			continue
 		}
-		r := m.Do(t, "KEYS", key+"#rproxy-copy-*")
+		var r []byte
+		waitFor(t, "a copy on "+m.Addr, func() bool { // filled in the background
+			r = m.Do(t, "KEYS", key+"#rproxy-copy-*")
+			return !strings.HasPrefix(string(r), "*0\r\n")
+		})
 		v, err := resp.Parse(r)
 		if err != nil || len(v.Elems) != 1 {
 			t.Fatalf("copies on %s: %q", m.Addr, r)
@@ -1436,7 +1444,58 @@ func TestClusterSaltedReadsDuringWritePause(t *testing.T) {
 			t.Fatalf("GET after the pause: %q", r)
 		}
 	}
-	if n := counterValue(t, p.Registry, "rproxy_hotkey_salt_copy_fills_total", nil); n != 2 {
-		t.Fatalf("%v copies filled after the pause, want both", n)
+	waitSaltFills(t, p, 2) // both copies, filled once the pause is over
+}
+
+// TestClusterSaltedReadsDuringAPauseSentToRedis: a write pause rproxy does
+// not know of (sent to the masters directly, as another rproxy node or a
+// failover pauses them) holds a copy's fill; the GET that missed the copy
+// has its value from the origin and is answered at once, as Redis answers
+// reads during the pause, and the fill lands when the pause ends. Before,
+// the GET's reply waited for its fill: for the whole pause.
+func TestClusterSaltedReadsDuringAPauseSentToRedis(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+	})
+	c := dialClient(t, p.Addr)
+	c.do("SET", "hot:q", "v")
+	for _, m := range cl.Masters() {
+		m.Do(t, "CLIENT", "PAUSE", "20000", "WRITE")
 	}
+	unpause := func() {
+		for _, m := range cl.Masters() {
+			m.Do(t, "CLIENT", "UNPAUSE")
+		}
+	}
+	t.Cleanup(unpause)
+	for i := range 3 { // each copy once (both miss), and the origin
+		replied := make(chan string, 1)
+		go func() { replied <- c.doErr("GET", "hot:q") }()
+		select {
+		case r := <-replied:
+			if r != "$1\r\nv\r\n" {
+				t.Fatalf("GET %d during the pause: %q", i, r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("GET %d of a salted key: no reply within 5s of a 20s CLIENT PAUSE WRITE sent to Redis", i)
+		}
+	}
+	if misses, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_miss"}); misses != 2 {
+		t.Fatalf("%v copy reads missed, want 2", misses)
+	}
+	if n := counterValue(t, p.Registry, "rproxy_hotkey_salt_copy_fills_total", nil); n != 0 {
+		t.Fatalf("%v fills acknowledged during the pause", n)
+	}
+	unpause()
+	waitSaltFills(t, p, 2)
+}
+
+// waitSaltFills waits until n salted copies' fills have been acknowledged
+// (in the background: salt.Engine.Settle).
+func waitSaltFills(t *testing.T, p *proxytest.Proxy, n float64) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%v salted copies filled", n), func() bool {
+		return counterValue(t, p.Registry, "rproxy_hotkey_salt_copy_fills_total", nil) >= n
+	})
 }

@@ -158,7 +158,7 @@ func (sa *salting) afterBatch(ss *session) {
 		ss.copies.over = append(ss.copies.over, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
 		sa.engine.Fill(&fills, sr.Read, gens[i], val, b.Reply(2*i+1))
 	}
-	sa.engine.Wait(&fills)
+	sa.engine.Settle(&fills)
 }
 
 // saltOverride replaces the reply of batch command idx (a copy read that

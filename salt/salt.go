@@ -96,6 +96,10 @@ type Key struct {
 	// bypassUntil (unix ms): after a failed copy update, reads go to the
 	// origin until any copy left behind has expired.
 	bypassUntil atomic.Int64
+	// filling has bit i set while a fill of copy i is unacknowledged: a
+	// read that misses the copy meanwhile sends none, so fills held by
+	// Redis (a CLIENT PAUSE, a failover's) do not pile up.
+	filling atomic.Uint32
 }
 
 // saltNames are a key's copies for one version of the slot map: [0] is
@@ -434,12 +438,14 @@ func (s *Engine) EndWrites(keys []*Key) {
 type Fills struct {
 	sent   []*upstream.Batch
 	owners []*Key
+	copies []int
 }
 
 // Fill handles the origin's replies to a copy read that missed (val: its
 // GET's, pttl: its PTTL's): it sends the copy's fill into f if gen (from
-// FillGen, or -1: no fill) is still the key's generation and no write is
-// under way. A missing origin sends the key's reads to it for a copy's TTL.
+// FillGen, or -1: no fill) is still the key's generation, no write is
+// under way and no fill of that copy is unacknowledged. A missing origin
+// sends the key's reads to it for a copy's TTL.
 func (s *Engine) Fill(f *Fills, r Read, gen int64, val, pttlReply []byte) {
 	sk := r.key
 	v, isBulk := resp.Payload(val, '$')
@@ -467,21 +473,34 @@ func (s *Engine) Fill(f *Fills, r Read, gen int64, val, pttlReply []byte) {
 	// The check and the send are one step with respect to a write's
 	// start (BeginWrite): a write that begins after it queues its DEL
 	// behind this SET on the same connection.
+	bit := uint32(1) << r.copy
 	sk.mu.Lock()
-	if sk.gen.Load() == gen && sk.writing.Load() == 0 {
+	if sk.gen.Load() == gen && sk.writing.Load() == 0 && sk.filling.Load()&bit == 0 {
+		sk.filling.Or(bit)
 		s.ordered.SendOrdered(fill)
-		f.sent, f.owners = append(f.sent, fill), append(f.owners, sk)
+		f.sent, f.owners, f.copies = append(f.sent, fill), append(f.owners, sk), append(f.copies, r.copy)
 	}
 	sk.mu.Unlock()
 }
 
-// Wait waits for the fills sent into f and handles failed ones.
-func (s *Engine) Wait(f *Fills) {
-	for i, b := range f.sent {
-		b.Wait()
-		s.checkReply(f.owners[i], b, "filling a salted copy")
+// Settle handles the fills sent into f once Redis has answered them,
+// without holding up the reads that sent them, which have their values
+// from the origin: a fill is a write, which Redis may hold (a CLIENT
+// PAUSE, a failover's pause) while it serves reads. Coherence does not
+// wait for it: a write that begins after a fill was sent deletes the copy
+// behind it on the same connection.
+func (s *Engine) Settle(f *Fills) {
+	if len(f.sent) == 0 {
+		return
 	}
-	s.metrics.fills.Add(float64(len(f.sent)))
+	go func(f Fills) {
+		for i, b := range f.sent {
+			b.Wait()
+			s.checkReply(f.owners[i], b, "filling a salted copy")
+			f.owners[i].filling.And(^(uint32(1) << f.copies[i]))
+			s.metrics.fills.Inc()
+		}
+	}(*f)
 }
 
 // OriginWritten deletes a salted key's copies when a tracking push
