@@ -1418,16 +1418,7 @@ func TestClusterSaltedReadsDuringWritePause(t *testing.T) {
 	}
 	t.Cleanup(func() { c.do("CLIENT", "UNPAUSE") })
 	for i := range 6 { // every copy read twice: each misses
-		replied := make(chan string, 1)
-		go func() { replied <- c.doErr("GET", "hot:p") }()
-		select {
-		case r := <-replied:
-			if r != "$1\r\nv\r\n" {
-				t.Fatalf("GET %d during the pause: %q", i, r)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("GET %d of a salted key: no reply within 5s of a 20s CLIENT PAUSE WRITE", i)
-		}
+		getDuringPause(t, c, "hot:p", i)
 	}
 	misses, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_miss"})
 	if misses < 4 {
@@ -1470,16 +1461,7 @@ func TestClusterSaltedReadsDuringAPauseSentToRedis(t *testing.T) {
 	}
 	t.Cleanup(unpause)
 	for i := range 3 { // each copy once (both miss), and the origin
-		replied := make(chan string, 1)
-		go func() { replied <- c.doErr("GET", "hot:q") }()
-		select {
-		case r := <-replied:
-			if r != "$1\r\nv\r\n" {
-				t.Fatalf("GET %d during the pause: %q", i, r)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("GET %d of a salted key: no reply within 5s of a 20s CLIENT PAUSE WRITE sent to Redis", i)
-		}
+		getDuringPause(t, c, "hot:q", i)
 	}
 	if misses, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_miss"}); misses != 2 {
 		t.Fatalf("%v copy reads missed, want 2", misses)
@@ -1489,6 +1471,22 @@ func TestClusterSaltedReadsDuringAPauseSentToRedis(t *testing.T) {
 	}
 	unpause()
 	waitSaltFills(t, p, 2)
+}
+
+// getDuringPause fails unless GET key (the i-th) answers "v" within 5 s
+// of the tests' 20 s write pauses, as Redis answers reads during one.
+func getDuringPause(t *testing.T, c *rawClient, key string, i int) {
+	t.Helper()
+	replied := make(chan string, 1)
+	go func() { replied <- c.doErr("GET", key) }()
+	select {
+	case r := <-replied:
+		if r != "$1\r\nv\r\n" {
+			t.Fatalf("GET %d during the pause: %q", i, r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("GET %d of a salted key: no reply within 5s of a 20s CLIENT PAUSE WRITE", i)
+	}
 }
 
 // waitSaltFills waits until n salted copies' fills have been acknowledged
