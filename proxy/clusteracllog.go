@@ -79,9 +79,9 @@ func (m *merge) aclLog(replies [][]byte) []byte {
 	}
 	slices.SortStableFunc(all, func(a, b aclLogEntry) int { return cmp.Compare(a.age, b.age) })
 	type group struct {
-		first   int   // index in all of its newest entry
-		count   int64 // joined count
-		masters uint64
+		first   int    // index in all of its newest entry
+		count   int64  // joined count
+		masters []bool // the masters with an entry in it
 	}
 	var groups []*group
 	open := map[string][]*group{} // by key, newest first
@@ -89,14 +89,14 @@ func (m *merge) aclLog(replies [][]byte) []byte {
 		e := &all[i]
 		var g *group
 		for _, h := range open[e.key] {
-			if e.master < 64 && h.masters&(1<<e.master) == 0 && e.age-all[h.first].age <= aclLogGroupSpan {
+			if !h.masters[e.master] && e.age-all[h.first].age <= aclLogGroupSpan {
 				g = h
 				break
 			}
 		}
 		switch {
 		case g == nil:
-			g = &group{first: i, count: e.count}
+			g = &group{first: i, count: e.count, masters: make([]bool, m.parts)}
 			groups = append(groups, g)
 			open[e.key] = append(open[e.key], g)
 		case e.everyMaster:
@@ -104,9 +104,7 @@ func (m *merge) aclLog(replies [][]byte) []byte {
 		default:
 			g.count += e.count
 		}
-		if e.master < 64 {
-			g.masters |= 1 << e.master
-		}
+		g.masters[e.master] = true
 	}
 	if len(groups) > m.limit {
 		groups = groups[:m.limit]
