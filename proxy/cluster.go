@@ -16,28 +16,29 @@ import (
 type mergeKind uint8
 
 const (
-	mergeSum        mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
-	mergeOK                          // no part failed: the first part's reply (MSET, FLUSHALL, CONFIG SET)
-	mergeArray                       // elements put back in key order: MGET
-	mergeAll                         // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
-	mergeUnion                       // arrays joined, each element once: PUBSUB CHANNELS
-	mergePairSum                     // arrays of name, count pairs, counts added: PUBSUB SHARDNUMSUB
-	mergeMin                         // the least integer: LASTSAVE
-	mergeMax                         // the greatest integer: PUBSUB NUMPAT
-	mergePairMax                     // arrays of name, count pairs, the greatest count of each: PUBSUB NUMSUB
-	mergeInfo                        // INFO texts joined, counters added (joinInfo)
-	mergeLatest                      // LATENCY LATEST: each event once, its latest spike and its highest
-	mergeSlowlog                     // SLOWLOG GET: every master's entries, newest first, as many as asked
-	mergeACLLog                      // ACL LOG: every master's entries, newest first, repeats of one kind joined (clusteracllog.go)
-	mergeSlowlogLen                  // SLOWLOG LEN: the entries of every master's SLOWLOG GET -1, joined as mergeSlowlog joins them
-	mergeHistogram                   // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
-	mergeScan                        // SCAN: one master's reply, its cursor made the client's (clusterscan.go)
-	mergeKeys                        // KEYS: every master's keys (clusterscan.go)
-	mergeRandomKey                   // RANDOMKEY: one of the masters' random keys, at random (clusterscan.go)
-	mergeDigest                      // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
-	mergeAfterPin                    // the pin's reply, made whole by the other masters' after it (clustertx.go)
-	mergeMade                        // no part: made when the batch's replies are in (clientTextAfterSelect)
-	mergeRedone                      // one part, a redirect the pin met: made again elsewhere in its turn (pinmoved.go)
+	mergeSum           mergeKind = iota // integers added: DEL, UNLINK, EXISTS, TOUCH, DBSIZE
+	mergeOK                             // no part failed: the first part's reply (MSET, FLUSHALL, CONFIG SET)
+	mergeArray                          // elements put back in key order: MGET
+	mergeAll                            // arrays of 0 and 1, 1 where every part says 1: SCRIPT EXISTS
+	mergeUnion                          // arrays joined, each element once: PUBSUB CHANNELS
+	mergePairSum                        // arrays of name, count pairs, counts added: PUBSUB SHARDNUMSUB
+	mergeMin                            // the least integer: LASTSAVE
+	mergeMax                            // the greatest integer: PUBSUB NUMPAT
+	mergePairMax                        // arrays of name, count pairs, the greatest count of each: PUBSUB NUMSUB
+	mergeInfo                           // INFO texts joined, counters added (joinInfo)
+	mergeLatest                         // LATENCY LATEST: each event once, its latest spike and its highest
+	mergeSlowlog                        // SLOWLOG GET: every master's entries, newest first, as many as asked
+	mergeACLLog                         // ACL LOG: every master's entries, newest first, repeats of one kind joined (clusteracllog.go)
+	mergeFunctionStats                  // FUNCTION STATS: the reply of the master running a script, else the first's
+	mergeSlowlogLen                     // SLOWLOG LEN: the entries of every master's SLOWLOG GET -1, joined as mergeSlowlog joins them
+	mergeHistogram                      // LATENCY HISTOGRAM: each command's calls and cumulative buckets added
+	mergeScan                           // SCAN: one master's reply, its cursor made the client's (clusterscan.go)
+	mergeKeys                           // KEYS: every master's keys (clusterscan.go)
+	mergeRandomKey                      // RANDOMKEY: one of the masters' random keys, at random (clusterscan.go)
+	mergeDigest                         // DEBUG DIGEST: the masters' digests XORed, as Redis XORs its keys' (all zeros: no keys)
+	mergeAfterPin                       // the pin's reply, made whole by the other masters' after it (clustertx.go)
+	mergeMade                           // no part: made when the batch's replies are in (clientTextAfterSelect)
+	mergeRedone                         // one part, a redirect the pin met: made again elsewhere in its turn (pinmoved.go)
 )
 
 // splitCommands are the multi-key commands a cluster runs per slot when
@@ -72,6 +73,7 @@ var fanOutCommands = map[string]mergeKind{
 	"function|delete":   mergeOK,
 	"function|flush":    mergeOK,
 	"function|restore":  mergeOK,
+	"function|stats":    mergeFunctionStats, // a script runs on one master; the libraries are every master's
 	"config|set":        mergeOK,
 	"config|resetstat":  mergeOK,
 	"acl|setuser":       mergeOK,
@@ -779,6 +781,8 @@ func (m *merge) reply(replies [][]byte) []byte {
 		return m.slowlogLen(replies)
 	case mergeACLLog:
 		return m.aclLog(replies)
+	case mergeFunctionStats:
+		return m.functionStats(replies)
 	case mergeScan:
 		return m.scanReply(replies[0])
 	case mergeAfterPin:
@@ -892,6 +896,35 @@ func (m *merge) partReplies(b *upstream.Batch, first int) [][]byte {
 		replies[i] = b.Reply(first + i)
 	}
 	return replies
+}
+
+// functionStats merges FUNCTION STATS replies: the functions are loaded on
+// every master (FUNCTION LOAD goes to each), so the engines' counts are
+// the same on all, but a script runs on the master of its keys: the reply
+// is that of the first master whose running_script is not null, else the
+// first master's, as one server would report the script it runs.
+func (m *merge) functionStats(replies [][]byte) []byte {
+	for i := range m.parts {
+		elems, err := mapOrArrayElements(replies[i])
+		if err != nil {
+			return resp.AppendError(nil, "ERR rproxy: unexpected reply from a cluster node: "+err.Error())
+		}
+		for j := 0; j+1 < len(elems); j += 2 {
+			if name, err := resp.Parse(elems[j]); err == nil && string(name.Str) == "running_script" && !resp.IsNull(elems[j+1]) {
+				return replies[i]
+			}
+		}
+	}
+	return replies[0]
+}
+
+// mapOrArrayElements splits a RESP3 map (its keys and values in turn) or
+// an array into its elements.
+func mapOrArrayElements(r []byte) ([][]byte, error) {
+	if n, rest, ok := resp.Header(r, '%'); ok {
+		return arrayElements(append(appendAggregate(nil, '*', 2*n), rest...))
+	}
+	return arrayElements(r)
 }
 
 // latest merges LATENCY LATEST replies: each event once, as the master

@@ -14,6 +14,7 @@ import (
 	"github.com/rproxy/rproxy/internal/redistest"
 	"github.com/rproxy/rproxy/proxy"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // The tests here are what the client-scenario suite's cluster mode found
@@ -649,5 +650,48 @@ func TestClusterACLLogIsEveryMasters(t *testing.T) {
 	slices.SortFunc(want, byKind)
 	if !slices.Equal(got, want) {
 		t.Errorf("ACL LOG through rproxy on a cluster:\n%v\none Redis:\n%v", got, want)
+	}
+}
+
+// TestClusterFunctionStatsShowsTheRunningScript: FUNCTION STATS through
+// rproxy on a cluster reports the function running on any master, as one
+// Redis reports the one it runs. Before, it was one master's in turn, and
+// two of three said running_script null while a function ran on the third.
+func TestClusterFunctionStatsShowsTheRunningScript(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	c := dialClient(t, p.Addr)
+	lib := "#!lua name=spin\nredis.register_function('spin', function(keys) local a = 1 while true do a = a + 1 end end)"
+	if r := c.do("FUNCTION", "LOAD", lib); r != "$4\r\nspin\r\n" {
+		t.Fatalf("FUNCTION LOAD: %q", r)
+	}
+	if r := c.do("FUNCTION", "STATS"); !strings.HasPrefix(r, "*4\r\n$14\r\nrunning_script\r\n$-1\r\n") {
+		t.Fatalf("FUNCTION STATS with nothing running: %q", r)
+	}
+	c.do("CONFIG", "SET", "busy-reply-threshold", "10")
+	keys, _ := keyPerMaster(t, cl, "spin")
+	master := cl.MasterForSlot(t, upstream.Slot([]byte(keys[1])))
+	spinner := dialClient(t, p.Addr)
+	spinner.send(resp.AppendCommandString(nil, "FCALL", "spin", "1", keys[1]))
+	waitFor(t, "the function running on its key's master", func() bool {
+		return !strings.Contains(string(master.Do(t, "FUNCTION", "STATS")), "running_script\r\n$-1")
+	})
+	// Commands sent behind the FCALL on its shared connection before
+	// upstream.stall_divert wait for it, as the suites' PING does (docs):
+	// the next ones go around.
+	waitFor(t, "the spinner's connection seen stalled", func() bool {
+		v, _ := metricSum(t, p.Registry, "rproxy_upstream_stalled_connections", nil)
+		return v > 0
+	})
+	for i := range 3 {
+		if r := c.do("FUNCTION", "STATS"); !strings.Contains(r, "running_script\r\n*6\r\n$4\r\nname\r\n$4\r\nspin\r\n") {
+			t.Errorf("FUNCTION STATS %d while spin runs: %q", i, r)
+		}
+	}
+	if r := c.do("FUNCTION", "KILL"); r != "+OK\r\n" {
+		t.Fatalf("FUNCTION KILL: %q", r)
+	}
+	if r := string(spinner.read()); !strings.HasPrefix(r, "-") {
+		t.Fatalf("FCALL after FUNCTION KILL: %q", r)
 	}
 }
