@@ -1,6 +1,9 @@
 package proxy
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestFunctionStatsJoin: FUNCTION STATS of every master answers as the
 // master running a script, in RESP2 and RESP3, else as the first; an
@@ -34,4 +37,18 @@ func TestFunctionStatsJoin(t *testing.T) {
 	if got := string(m.reply([][]byte{[]byte("+OK\r\n"), []byte(idle2), []byte(idle2)})); len(got) == 0 || got[0] != '-' {
 		t.Errorf("a reply that is no FUNCTION STATS: %q, want rproxy's error", got)
 	}
+}
+
+// FuzzFunctionStatsJoin: whatever the masters answer, the join is one of
+// their replies or rproxy's error, never a panic.
+func FuzzFunctionStatsJoin(f *testing.F) {
+	f.Add("*4\r\n$14\r\nrunning_script\r\n$-1\r\n$7\r\nengines\r\n*0\r\n", "%2\r\n$14\r\nrunning_script\r\n%0\r\n$7\r\nengines\r\n%0\r\n")
+	f.Add("%1\r\n$14\r\nrunning_script\r\n", "-ERR x\r\n")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		m := merge{kind: mergeFunctionStats, parts: 2}
+		got := string(m.reply([][]byte{[]byte(a), []byte(b)}))
+		if got != a && got != b && !strings.HasPrefix(got, "-ERR rproxy: unexpected reply") {
+			t.Fatalf("join of %q and %q = %q", a, b, got)
+		}
+	})
 }
