@@ -444,6 +444,9 @@ func (s *Server) closePools() {
 			}
 		}
 	}
+	if s.salting != nil {
+		s.salting.engine.Close() // its fills failed with the connections
+	}
 }
 
 func (s *Server) accept(c *clientConn) bool {

@@ -82,6 +82,8 @@ type Engine struct {
 
 	mu   sync.RWMutex // every salted GET reads keys; a new key writes it
 	keys map[string]*Key
+
+	settling sync.WaitGroup // Settle's goroutines (Close waits for them)
 }
 
 // Key is one salted key's copies and coherence counters.
@@ -493,7 +495,9 @@ func (s *Engine) Settle(f *Fills) {
 	if len(f.sent) == 0 {
 		return
 	}
+	s.settling.Add(1)
 	go func(f Fills) {
+		defer s.settling.Done()
 		for i, b := range f.sent {
 			b.Wait()
 			s.checkReply(f.owners[i], b, "filling a salted copy")
@@ -502,6 +506,11 @@ func (s *Engine) Settle(f *Fills) {
 		}
 	}(*f)
 }
+
+// Close waits for the fills Settle follows to be answered or failed: it is
+// called once the upstream connections are closed, which fails those
+// still unanswered, so that nothing logs after the proxy has shut down.
+func (s *Engine) Close() { s.settling.Wait() }
 
 // OriginWritten deletes a salted key's copies when a tracking push
 // says its origin was written (by any rproxy or client): copies filled
