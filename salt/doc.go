@@ -7,7 +7,9 @@
 // origin) and copies whose names hash to other masters (chosen from the
 // live slot map, the same on every rproxy). A read picks one at random
 // (Pick); a copy that misses is read from the origin and filled (Fill),
-// for at most Config.TTL and never beyond the origin's own expiry. A write
+// for at most Config.TTL and never beyond the origin's own expiry; the
+// fill is followed in the background (Settle), one per copy at a time, and
+// the read that sent it does not wait for it. A write
 // through rproxy marks the key before it is sent (BeginWrite) and deletes
 // its copies once acknowledged (EndWrites); a fill is sent only if no
 // write began since it read the origin, on the same ordered connection as
