@@ -918,15 +918,6 @@ func (m *merge) functionStats(replies [][]byte) []byte {
 	return replies[0]
 }
 
-// mapOrArrayElements splits a RESP3 map (its keys and values in turn) or
-// an array into its elements.
-func mapOrArrayElements(r []byte) ([][]byte, error) {
-	if n, rest, ok := resp.Header(r, '%'); ok {
-		return arrayElements(append(appendAggregate(nil, '*', 2*n), rest...))
-	}
-	return arrayElements(r)
-}
-
 // latest merges LATENCY LATEST replies: each event once, as the master
 // that saw its latest spike reports it, with the highest all-time maximum
 // of any master.
@@ -983,6 +974,21 @@ func arrayElements(r []byte) ([][]byte, error) {
 	if !ok {
 		return nil, errUnexpectedReply(r)
 	}
+	return splitElements(r, n, rest)
+}
+
+// mapOrArrayElements splits a RESP3 map (its keys and values in turn) or
+// an array into its elements.
+func mapOrArrayElements(r []byte) ([][]byte, error) {
+	if n, rest, ok := resp.Header(r, '%'); ok {
+		return splitElements(r, 2*n, rest)
+	}
+	return arrayElements(r)
+}
+
+// splitElements splits rest, what follows r's aggregate header, into n
+// whole replies.
+func splitElements(r []byte, n int, rest []byte) ([][]byte, error) {
 	// The count is the reply's word: room for what its bytes can hold
 	// (3 bytes an element at least), not for what it says.
 	out := make([][]byte, 0, min(n, len(rest)/3))

@@ -1407,12 +1407,7 @@ func TestClusterCommandsAtStartWaitForTheSlotMap(t *testing.T) {
 // it on the copy's shared connection too. While a pause sent through
 // rproxy is in force, no copy is filled; after it, reads fill them again.
 func TestClusterSaltedReadsDuringWritePause(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	p := startClusterProxy(t, cl, func(c *proxy.Config) {
-		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
-	})
-	c := dialClient(t, p.Addr)
-	c.do("SET", "hot:p", "v")
+	_, p, c := startSaltedWithKey(t, "hot:p")
 	if r := c.do("CLIENT", "PAUSE", "20000", "WRITE"); r != "+OK\r\n" {
 		t.Fatalf("CLIENT PAUSE: %q", r)
 	}
@@ -1445,12 +1440,7 @@ func TestClusterSaltedReadsDuringWritePause(t *testing.T) {
 // reads during the pause, and the fill lands when the pause ends. Before,
 // the GET's reply waited for its fill: for the whole pause.
 func TestClusterSaltedReadsDuringAPauseSentToRedis(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	p := startClusterProxy(t, cl, func(c *proxy.Config) {
-		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
-	})
-	c := dialClient(t, p.Addr)
-	c.do("SET", "hot:q", "v")
+	cl, p, c := startSaltedWithKey(t, "hot:q")
 	for _, m := range cl.Masters() {
 		m.Do(t, "CLIENT", "PAUSE", "20000", "WRITE")
 	}
@@ -1471,6 +1461,20 @@ func TestClusterSaltedReadsDuringAPauseSentToRedis(t *testing.T) {
 	}
 	unpause()
 	waitSaltFills(t, p, 2)
+}
+
+// startSaltedWithKey starts a 3-master cluster and rproxy salting keys
+// under "hot:" over three copies read in turn (roundRobin), and sets key
+// to "v" through a client it returns.
+func startSaltedWithKey(t *testing.T, key string) (*redistest.Cluster, *proxytest.Proxy, *rawClient) {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.Salt = &salt.Config{Copies: 3, TTL: 5 * time.Second, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+	})
+	c := dialClient(t, p.Addr)
+	c.do("SET", key, "v")
+	return cl, p, c
 }
 
 // getDuringPause fails unless GET key (the i-th) answers "v" within 5 s

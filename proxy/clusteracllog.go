@@ -119,27 +119,12 @@ func (m *merge) aclLog(replies [][]byte) []byte {
 // parseACLLogEntry reads one ACL LOG entry: a RESP2 array of names and
 // values, or a RESP3 map.
 func parseACLLogEntry(raw []byte) (aclLogEntry, bool) {
-	e := aclLogEntry{kind: '*', countAt: -1}
-	n, rest, ok := resp.Header(raw, '*')
-	if !ok {
-		if n, rest, ok = resp.Header(raw, '%'); !ok {
-			return e, false
-		}
-		e.kind, n = '%', 2*n
-	}
-	if n%2 != 0 || n > len(rest) {
+	e := aclLogEntry{countAt: -1}
+	fields, err := mapOrArrayElements(raw)
+	if err != nil || len(fields)%2 != 0 {
 		return e, false
 	}
-	var f resp.Framer
-	for range n {
-		f.Reset()
-		used, done, err := f.Next(rest)
-		if err != nil || !done {
-			return e, false
-		}
-		e.fields = append(e.fields, rest[:used])
-		rest = rest[used:]
-	}
+	e.kind, e.fields = raw[0], fields // '*' or '%': what mapOrArrayElements took
 	var reason, context, object, username []byte
 	ageSeen := false
 	for i := 0; i+1 < len(e.fields); i += 2 {

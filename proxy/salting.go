@@ -130,13 +130,14 @@ func (sa *salting) afterBatch(ss *session) {
 	followed := sa.tier != nil && sa.tier.Clustered()
 	tracked := followed && sa.tier.TrackingUp()
 	var toks []hotkey.Token
+	paused := sa.pauses != nil && sa.pauses.active()
 	b := upstream.NewBatch()
 	for i, sr := range misses {
 		if tracked {
 			toks = append(toks, sa.tier.Begin(sr.Origin()))
 		}
 		gens[i] = sr.FillGen() // -1: a write is under way, no fill
-		if sa.pauses != nil && sa.pauses.active() {
+		if paused {
 			gens[i] = -1
 		}
 		sr.ReadOrigin(b)
