@@ -9,6 +9,7 @@ import (
 
 	"github.com/rproxy/rproxy/command"
 	"github.com/rproxy/rproxy/resp"
+	"github.com/rproxy/rproxy/salt"
 	"github.com/rproxy/rproxy/upstream"
 )
 
@@ -236,6 +237,10 @@ type routeState struct {
 	// (sharedtx.go), all its keys in slot sharedTxSlot.
 	sharedTx     bool
 	sharedTxSlot int
+	// txSalted: the writes of the open transaction's queued commands,
+	// which run at its EXEC: held from when they are queued until then,
+	// so that no salted copy is filled in between (salting.noteWrites).
+	txSalted salt.Held
 }
 
 // merge is a client command sent as parts, consecutive in the batch.
@@ -406,6 +411,9 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		r.flush(ss)
 	}
 	if info.Name == "exec" || info.Name == "discard" {
+		if r.salting != nil {
+			r.salting.transactionEnds(ss)
+		}
 		if ss.pin != nil && r.crossSlotEnd(ss, info) || info.Name == "exec" && r.execFanOut(ss, cmd.Raw) {
 			return true
 		}
@@ -468,7 +476,8 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		}
 		return false
 	}
-	if r.salting != nil && info.Has(command.Write) {
+	if r.salting != nil && (info.Invalidates == command.InvalidatesKeys || info.Invalidates == command.InvalidatesUnknown) {
+		// Scripts and functions too: their declared keys may be written.
 		r.salting.noteWrites(ss, keys)
 	}
 	ss.slot = upstream.Slot(keys[0])

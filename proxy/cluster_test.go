@@ -1463,6 +1463,89 @@ func TestClusterSaltedReadsDuringAPauseSentToRedis(t *testing.T) {
 	waitSaltFills(t, p, 2)
 }
 
+// TestClusterSaltedWriteBeforeTheKeyIsSalted: a write sent before its key
+// had salted state (here held by a write pause sent to the origin's master
+// directly) is not acknowledged with a copy left holding the value it
+// replaced. The first read salts the key and reads the origin's old value
+// while the write waits; before, it filled the copies with it, and the
+// writer read its old value back after its +OK from two copies of three.
+func TestClusterSaltedWriteBeforeTheKeyIsSalted(t *testing.T) {
+	cl, p, r := startSaltedWithKey(t, "hot:e")
+	origin := cl.MasterForSlot(t, cl.Slot("hot:e"))
+	origin.Do(t, "CLIENT", "PAUSE", "20000", "WRITE")
+	t.Cleanup(func() { origin.Do(t, "CLIENT", "UNPAUSE") })
+	w := dialClient(t, p.Addr)
+	w.send([]byte("*3\r\n$3\r\nSET\r\n$5\r\nhot:e\r\n$2\r\nv2\r\n"))
+	waitFor(t, "the SET held by the pause", func() bool {
+		v, _ := metricSum(t, p.Registry, "rproxy_upstream_stalled_connections", nil)
+		return v > 0
+	})
+	for i := range 3 { // the key salted; each copy read once, the origin once
+		getDuringPause(t, r, "hot:e", i)
+	}
+	if misses, _ := metricSum(t, p.Registry, "rproxy_hotkey_salt_reads_total", map[string]string{"outcome": "copy_miss"}); misses != 2 {
+		t.Fatalf("%v copy reads missed, want 2", misses)
+	}
+	origin.Do(t, "CLIENT", "UNPAUSE")
+	if rep := string(w.read()); rep != "+OK\r\n" {
+		t.Fatalf("SET: %q", rep)
+	}
+	for i := range 6 {
+		if rep := w.do("GET", "hot:e"); rep != "$2\r\nv2\r\n" {
+			t.Fatalf("GET %d after the SET was acknowledged: %q", i, rep)
+		}
+	}
+}
+
+// TestClusterSaltedScriptAndTransactionWrites: a client reads its own
+// writes to a salted key made by a script (its declared key) or by a
+// transaction whose EXEC comes in a later read than the write it queued.
+// Before, neither deleted the copies (a script is not flagged write; a
+// queued write deleted them when queued, and reads refilled them with the
+// value the EXEC then replaced), and with the local tier off nothing else
+// would until the copies expired.
+func TestClusterSaltedScriptAndTransactionWrites(t *testing.T) {
+	_, p, c := startSaltedWithKey(t, "hot:s")
+	r := dialClient(t, p.Addr)
+	readAll := func(want, what string) {
+		t.Helper()
+		for i := range 3 { // the origin and each copy
+			if rep := c.do("GET", "hot:s"); rep != want {
+				t.Fatalf("GET %d after %s: %q, want %q", i, what, rep, want)
+			}
+		}
+	}
+	readAll("$1\r\nv\r\n", "SET")
+	waitSaltFills(t, p, 2)
+	if rep := c.do("EVAL", "return redis.call('SET', KEYS[1], ARGV[1])", "1", "hot:s", "v2"); rep != "+OK\r\n" {
+		t.Fatalf("EVAL: %q", rep)
+	}
+	readAll("$2\r\nv2\r\n", "EVAL")
+	waitSaltFills(t, p, 4)
+	lib := "#!lua name=saltlib\nredis.register_function('setkey', function(keys, args) return redis.call('SET', keys[1], args[1]) end)"
+	if rep := c.do("FUNCTION", "LOAD", lib); rep != "$7\r\nsaltlib\r\n" {
+		t.Fatalf("FUNCTION LOAD: %q", rep)
+	}
+	if rep := c.do("FCALL", "setkey", "1", "hot:s", "v3"); rep != "+OK\r\n" {
+		t.Fatalf("FCALL: %q", rep)
+	}
+	readAll("$2\r\nv3\r\n", "FCALL")
+	waitSaltFills(t, p, 6)
+	c.do("MULTI")
+	if rep := c.do("SET", "hot:s", "v4"); rep != "+QUEUED\r\n" {
+		t.Fatalf("SET in MULTI: %q", rep)
+	}
+	for i := range 3 { // another client, before the EXEC: the old value
+		if rep := r.do("GET", "hot:s"); rep != "$2\r\nv3\r\n" {
+			t.Fatalf("GET %d before the EXEC: %q", i, rep)
+		}
+	}
+	if rep := c.do("EXEC"); rep != "*1\r\n+OK\r\n" {
+		t.Fatalf("EXEC: %q", rep)
+	}
+	readAll("$2\r\nv4\r\n", "EXEC")
+}
+
 // startSaltedWithKey starts a 3-master cluster and rproxy salting keys
 // under "hot:" over three copies read in turn (roundRobin), and sets key
 // to "v" through a client it returns.

@@ -49,7 +49,7 @@ func (sa *salting) replies(ss *session) {
 // (served from the origin).
 type saltState struct {
 	reads  []saltRead
-	writes []*salt.Key
+	writes []salt.Write
 	over   []saltOverride
 }
 
@@ -78,13 +78,34 @@ func (sa *salting) read(ss *session, info *command.Info, key []byte) bool {
 	return true
 }
 
-// noteWrites marks the salted keys among a write's keys as being
-// written, before the write is sent (see salt.Engine).
+// noteWrites begins the writes of a command's keys before it is sent
+// (see salt.Engine); they end once its reply is in (afterBatch). A command
+// queued in a transaction writes at EXEC: its writes are held until the
+// EXEC's reply (transactionEnds), since a copy filled before the EXEC
+// would keep the value it replaces.
 func (sa *salting) noteWrites(ss *session, keys [][]byte) {
-	for _, k := range keys {
-		if sk := sa.engine.BeginWrite(k); sk != nil {
-			ss.copies.writes = append(ss.copies.writes, sk)
+	if ss.inTransaction() {
+		for _, k := range keys {
+			sa.engine.Hold(&ss.route.txSalted, k)
 		}
+		return
+	}
+	for _, k := range keys {
+		ss.copies.writes = append(ss.copies.writes, sa.engine.BeginWrite(k))
+	}
+}
+
+// transactionEnds runs when the open transaction's EXEC or DISCARD is
+// routed: its held writes end with this batch's replies.
+func (sa *salting) transactionEnds(ss *session) {
+	ss.copies.writes = ss.route.txSalted.Take(ss.copies.writes)
+}
+
+// transactionGone ends the held writes of a transaction the session left
+// without EXEC or DISCARD (RESET, or the client gone).
+func (sa *salting) transactionGone(ss *session) {
+	if !ss.route.txSalted.Empty() {
+		sa.engine.EndWrites(ss.route.txSalted.Take(nil))
 	}
 }
 

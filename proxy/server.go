@@ -478,6 +478,9 @@ func (s *Server) closed(c *clientConn, err error) {
 	// A client gone mid-transaction, mid-watch or in another database takes
 	// its pinned connection with it, as its own connection would end.
 	s.unpin(ss, true)
+	if s.salting != nil {
+		s.salting.transactionGone(ss)
+	}
 	ss.dropKept()
 	ss.dropBranches()
 	s.clients.Add(-1)

@@ -412,6 +412,9 @@ func (s *Server) boundReplies(ss *session) {
 func (s *Server) resetSession(ss *session) {
 	ss.route.multiPending = false
 	ss.route.keylessTx, ss.route.keyless, ss.route.keylessBytes = false, nil, 0
+	if s.salting != nil {
+		s.salting.transactionGone(ss)
+	}
 	ss.txClient.forget()
 	s.resetClientState(ss)
 	if s.cfg.Users != nil {

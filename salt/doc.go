@@ -13,8 +13,12 @@
 // through rproxy marks the key before it is sent (BeginWrite) and deletes
 // its copies once acknowledged (EndWrites); a fill is sent only if no
 // write began since it read the origin, on the same ordered connection as
-// any later deletion (see Engine). With the tier's tracking on a cluster,
-// writes made elsewhere delete the copies too (OriginWritten).
+// any later deletion (see Engine). A write of a key not salted yet is
+// counted in a bucket of keys (by hash): a key salted meanwhile is not
+// filled until it ends. A transaction's queued writes are held from when
+// they are queued until its EXEC is answered (Hold, Held). With the tier's
+// tracking on a cluster, writes made elsewhere delete the copies too
+// (OriginWritten).
 //
 // Metrics, on the Registerer given to New, namespace rproxy, subsystem
 // hotkey: salt_reads_total{outcome}, salt_missing_keys_total,

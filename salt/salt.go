@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -83,6 +84,13 @@ type Engine struct {
 	mu   sync.RWMutex // every salted GET reads keys; a new key writes it
 	keys map[string]*Key
 
+	// pending counts, by a hash of the key, writes under way to keys that
+	// had no salted state when they began: a key given state meanwhile (a
+	// read made it salted) fills no copy while its bucket counts one, since
+	// its origin may still change under the read (BeginWrite, FillGen).
+	pending [pendingBuckets]atomic.Int32
+	seed    maphash.Seed
+
 	settling sync.WaitGroup // Settle's goroutines (Close waits for them)
 }
 
@@ -102,7 +110,14 @@ type Key struct {
 	// read that misses the copy meanwhile sends none, so fills held by
 	// Redis (a CLIENT PAUSE, a failover's) do not pile up.
 	filling atomic.Uint32
+	// pending is the engine's count of writes under way, begun without
+	// salted state, to keys of this key's bucket.
+	pending *atomic.Int32
 }
+
+// pendingBuckets is how many buckets Engine.pending counts writes in: a
+// write in flight holds the fills of keys newly salted in its bucket only.
+const pendingBuckets = 1024
 
 // saltNames are a key's copies for one version of the slot map: [0] is
 // the origin.
@@ -146,7 +161,7 @@ func New(cfg Config, c *upstream.Cluster, now func() time.Time, reg prometheus.R
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Engine{cfg: cfg, cluster: c, now: now, log: log, keys: make(map[string]*Key)}
+	s := &Engine{cfg: cfg, cluster: c, now: now, log: log, keys: make(map[string]*Key), seed: maphash.MakeSeed()}
 	if c != nil { // nil only in tests of the key table
 		s.ordered = c.Router(2)
 	}
@@ -224,7 +239,7 @@ func (s *Engine) add(key []byte) *Key {
 		if len(s.keys) >= maxSaltedKeys {
 			return nil
 		}
-		sk = &Key{key: append([]byte(nil), key...)}
+		sk = &Key{key: append([]byte(nil), key...), pending: &s.pending[s.bucket(key)]}
 		sk.used.Store(s.now().UnixMilli())
 		s.keys[string(sk.key)] = sk
 	}
@@ -350,11 +365,12 @@ func (r Read) ReadOrigin(b *upstream.Batch) {
 }
 
 // FillGen returns the key's generation for a fill that reads the origin
-// now, or -1 when a write is under way (no fill).
+// now, or -1 when a write is under way (no fill): one begun on the key, or
+// one begun before the key was salted in its bucket.
 func (r Read) FillGen() int64 {
 	r.key.mu.Lock()
 	defer r.key.mu.Unlock()
-	if r.key.writing.Load() > 0 {
+	if r.key.writing.Load() > 0 || r.key.pending.Load() > 0 {
 		return -1
 	}
 	return r.key.gen.Load()
@@ -390,26 +406,108 @@ func (s *Engine) CountReads(hits, misses int) {
 	}
 }
 
-// BeginWrite marks key as being written, before the write is sent, and
-// returns its salted state for EndWrites; nil when key is not salted.
-func (s *Engine) BeginWrite(key []byte) *Key {
+// Write is a write begun by BeginWrite (or held by Hold), for EndWrites.
+type Write struct {
+	key    *Key  // the key's salted state; nil: it had none
+	bucket int32 // else the pending bucket counting it
+}
+
+// bucket is key's index in pending.
+func (s *Engine) bucket(key []byte) int32 {
+	return int32(maphash.Bytes(s.seed, key) % pendingBuckets)
+}
+
+// BeginWrite marks key as being written, before the write is sent; every
+// write is ended by EndWrites once Redis acknowledged it. A key without
+// salted state is counted in its pending bucket: a read that salts it
+// before the write ends fills no copy, since the origin it reads may be
+// the old value.
+func (s *Engine) BeginWrite(key []byte) Write {
+	b := s.bucket(key)
+	// Counted before the lookup: a read that salts the key after the
+	// lookup missed sees the count when it takes its FillGen.
+	s.pending[b].Add(1)
 	sk := s.Lookup(key)
 	if sk == nil {
-		return nil
+		return Write{bucket: b}
 	}
+	s.pending[b].Add(-1)
+	s.beginKey(sk)
+	return Write{key: sk}
+}
+
+func (s *Engine) beginKey(sk *Key) {
 	sk.mu.Lock()
 	sk.writing.Add(1)
 	sk.gen.Add(1)
 	sk.mu.Unlock()
-	return sk
 }
 
-// EndWrites runs once Redis acknowledged the writes begun on keys: it
-// deletes their copies, waits for the deletions, and ends the writes.
-func (s *Engine) EndWrites(keys []*Key) {
+// Held is the writes of an open transaction's queued commands, which
+// Redis runs at its EXEC: begun when each is queued and held until the
+// EXEC's reply (Writes, then EndWrites), so that no copy is filled in
+// between with the value the EXEC replaces. Each salted key and pending
+// bucket is held once, so it is bounded by the table and the buckets.
+type Held struct {
+	keys    map[*Key]struct{}
+	buckets map[int32]struct{}
+}
+
+// Hold begins a write of key into h unless h holds it already.
+func (s *Engine) Hold(h *Held, key []byte) {
+	b := s.bucket(key)
+	s.pending[b].Add(1)
+	if sk := s.Lookup(key); sk != nil {
+		s.pending[b].Add(-1)
+		if _, ok := h.keys[sk]; !ok {
+			if h.keys == nil {
+				h.keys = make(map[*Key]struct{})
+			}
+			h.keys[sk] = struct{}{}
+			s.beginKey(sk)
+		}
+		return
+	}
+	if _, ok := h.buckets[b]; ok {
+		s.pending[b].Add(-1)
+		return
+	}
+	if h.buckets == nil {
+		h.buckets = make(map[int32]struct{})
+	}
+	h.buckets[b] = struct{}{}
+}
+
+// Empty reports whether h holds no write.
+func (h *Held) Empty() bool { return len(h.keys) == 0 && len(h.buckets) == 0 }
+
+// Take appends h's writes to dst, for EndWrites, and empties h.
+func (h *Held) Take(dst []Write) []Write {
+	for sk := range h.keys {
+		dst = append(dst, Write{key: sk})
+	}
+	for b := range h.buckets {
+		dst = append(dst, Write{bucket: b})
+	}
+	clear(h.keys)
+	clear(h.buckets)
+	return dst
+}
+
+// EndWrites runs once Redis acknowledged the writes (or, for held ones,
+// the transaction ended): it deletes the copies of their salted keys,
+// waits for the deletions, and ends the writes.
+func (s *Engine) EndWrites(writes []Write) {
 	var dels []*upstream.Batch
 	var owners []*Key
-	for _, sk := range keys {
+	salted := 0
+	for _, w := range writes {
+		if w.key == nil {
+			s.pending[w.bucket].Add(-1)
+			continue
+		}
+		salted++
+		sk := w.key
 		s.current(sk).deletable(func(name []byte, slot int) {
 			b := upstream.NewBatch()
 			b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
@@ -417,21 +515,29 @@ func (s *Engine) EndWrites(keys []*Key) {
 			dels, owners = append(dels, b), append(owners, sk)
 		})
 	}
-	failed := map[*Key]bool{}
+	if salted == 0 {
+		return
+	}
+	var failed map[*Key]bool
 	for i, b := range dels {
 		b.Wait()
 		if !s.checkReply(owners[i], b, "deleting a salted copy after a write") {
+			if failed == nil {
+				failed = map[*Key]bool{}
+			}
 			failed[owners[i]] = true
 		}
 	}
 	s.metrics.deletes.Add(float64(len(dels)))
-	for _, sk := range keys {
-		sk.mu.Lock()
-		sk.gen.Add(1)
-		sk.writing.Add(-1)
-		sk.mu.Unlock()
-		if !failed[sk] {
-			sk.bypassUntil.Store(0) // written: a missing key may exist now
+	for _, w := range writes {
+		if sk := w.key; sk != nil {
+			sk.mu.Lock()
+			sk.gen.Add(1)
+			sk.writing.Add(-1)
+			sk.mu.Unlock()
+			if !failed[sk] {
+				sk.bypassUntil.Store(0) // written: a missing key may exist now
+			}
 		}
 	}
 }

@@ -52,3 +52,82 @@ func TestSaltedName(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteBeforeTheKeyIsSalted: a write begun while its key had no salted
+// state holds the fills of the key once a read salts it, until the write
+// ends; a write begun on a salted key raises its generation, which refuses
+// a fill whose read came before.
+func TestWriteBeforeTheKeyIsSalted(t *testing.T) {
+	s, err := New(Config{Copies: 3, TTL: time.Second}, nil, time.Now, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.BeginWrite([]byte("k"))
+	if w.key != nil {
+		t.Fatal("a key without salted state was given some by a write")
+	}
+	r := Read{key: s.get([]byte("k"))} // a read salts it while the write is under way
+	if g := r.FillGen(); g != -1 {
+		t.Fatalf("FillGen during a write begun before the key was salted: %d, want -1", g)
+	}
+	s.EndWrites([]Write{w})
+	gen := r.FillGen()
+	if gen < 0 {
+		t.Fatal("the key's fills stayed held after the write ended")
+	}
+	if s.BeginWrite([]byte("k")).key != r.key {
+		t.Fatal("a write of a salted key did not begin on its state")
+	}
+	if r.key.gen.Load() == gen || r.FillGen() != -1 {
+		t.Fatal("a write of a salted key neither raised its generation nor held its fills")
+	}
+}
+
+// TestHeldWrites: a transaction's queued writes are held once per salted
+// key and pending bucket, however often queued, and end together.
+func TestHeldWrites(t *testing.T) {
+	s, err := New(Config{Copies: 3, TTL: time.Second}, nil, time.Now, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h Held
+	if !h.Empty() {
+		t.Fatal("a new Held is not empty")
+	}
+	for range 3 {
+		s.Hold(&h, []byte("unsalted"))
+	}
+	b := s.bucket([]byte("unsalted"))
+	if n := s.pending[b].Load(); n != 1 {
+		t.Fatalf("pending after holding one key three times: %d, want 1", n)
+	}
+	r := Read{key: s.get([]byte("unsalted"))}
+	if r.FillGen() != -1 {
+		t.Fatal("a key salted while a transaction holds its write was given a fill")
+	}
+	ws := h.Take(nil)
+	if len(ws) != 1 || !h.Empty() {
+		t.Fatalf("Take: %d writes (want 1), empty after: %v", len(ws), h.Empty())
+	}
+	s.EndWrites(ws)
+	if n := s.pending[b].Load(); n != 0 || r.FillGen() < 0 {
+		t.Fatalf("pending %d after the held writes ended (want 0); FillGen %d", n, r.FillGen())
+	}
+}
+
+// BenchmarkWriteUnsalted is what salting adds to a write of a key without
+// salted state (most writes): a hash, two counts and a table lookup.
+func BenchmarkWriteUnsalted(b *testing.B) {
+	s, err := New(Config{Copies: 3, TTL: time.Second}, nil, time.Now, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.get([]byte("salted")) // a table that is not empty
+	key := []byte("user:1000:profile")
+	ws := make([]Write, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		ws[0] = s.BeginWrite(key)
+		s.EndWrites(ws)
+	}
+}
