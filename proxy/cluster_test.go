@@ -1546,6 +1546,43 @@ func TestClusterSaltedScriptAndTransactionWrites(t *testing.T) {
 	readAll("$2\r\nv4\r\n", "EXEC")
 }
 
+// TestClusterSaltedTransactionLeftOpen: the writes a transaction queued
+// hold their key's fills only while it is open: a RESET or the client
+// leaving ends it, and the copies fill again.
+func TestClusterSaltedTransactionLeftOpen(t *testing.T) {
+	for _, end := range []string{"reset", "close"} {
+		t.Run(end, func(t *testing.T) {
+			_, p, c := startSaltedWithKey(t, "hot:t")
+			tx := dialClient(t, p.Addr)
+			tx.do("MULTI")
+			if rep := tx.do("SET", "hot:t", "v2"); rep != "+QUEUED\r\n" {
+				t.Fatalf("SET in MULTI: %q", rep)
+			}
+			for i := range 3 {
+				if rep := c.do("GET", "hot:t"); rep != "$1\r\nv\r\n" {
+					t.Fatalf("GET %d: %q", i, rep)
+				}
+			}
+			if n := counterValue(t, p.Registry, "rproxy_hotkey_salt_copy_fills_total", nil); n != 0 {
+				t.Fatalf("%v copies filled while a transaction held a write of the key", n)
+			}
+			if end == "reset" {
+				if rep := tx.do("RESET"); rep != "+RESET\r\n" {
+					t.Fatalf("RESET: %q", rep)
+				}
+			} else {
+				tx.nc.Close()
+			}
+			waitFor(t, "the copies filled after the transaction ended", func() bool {
+				if rep := c.do("GET", "hot:t"); rep != "$1\r\nv\r\n" {
+					t.Fatalf("GET after the transaction ended: %q", rep)
+				}
+				return counterValue(t, p.Registry, "rproxy_hotkey_salt_copy_fills_total", nil) >= 2
+			})
+		})
+	}
+}
+
 // startSaltedWithKey starts a 3-master cluster and rproxy salting keys
 // under "hot:" over three copies read in turn (roundRobin), and sets key
 // to "v" through a client it returns.

@@ -474,13 +474,15 @@ func (s *Server) accept(c *clientConn) bool {
 
 func (s *Server) closed(c *clientConn, err error) {
 	ss := c.ss
+	if s.salting != nil {
+		// Before the session leaves the set, which Shutdown waits on to
+		// close the connections these deletions use.
+		s.salting.transactionGone(ss)
+	}
 	s.sessions.remove(ss)
 	// A client gone mid-transaction, mid-watch or in another database takes
 	// its pinned connection with it, as its own connection would end.
 	s.unpin(ss, true)
-	if s.salting != nil {
-		s.salting.transactionGone(ss)
-	}
 	ss.dropKept()
 	ss.dropBranches()
 	s.clients.Add(-1)
