@@ -7,7 +7,10 @@
 # scenario by scenario. With CLIENT_SUITE_CLUSTER=1 (the default) also mode
 # "cluster": rproxy with the suite config in front of a 3-master Redis Cluster
 # it starts, compared with the same direct (one redis-server) result: a client
-# pointed at rproxy should not see that its data is spread over masters.
+# pointed at rproxy should not see that its data is spread over masters. And
+# mode "salted": the same cluster through rproxy with every scenario key
+# salted (hotkeys.salt, three copies) and the local tier off, so that only
+# rproxy's own bookkeeping keeps the copies coherent with the writes.
 # With CLIENT_SUITE_SENTINEL=1 (the default) also mode "sentinel": rproxy
 # with the suite config in upstream.mode sentinel, finding the same
 # redis-server through a Sentinel this script starts (the Sentinel watches
@@ -22,13 +25,17 @@
 #                          the Makefile sets the guard). A scenario that fails
 #                          against Redis itself (broken) always fails.
 #   CLIENT_SUITE_CLUSTER   1 (default): also run every library through rproxy
-#                          in front of a 3-master cluster; 0: not
+#                          in front of a 3-master cluster, plain and salted;
+#                          0: not
 #   CLIENT_SUITE_SENTINEL  1 (default): also run every library through rproxy
 #                          in mode sentinel; 0: not
 #   CLIENT_SUITE_OUT       output folder (default suites/out/clients)
 #   CLIENT_SUITE_CONFIG    rproxy's config in modes rproxy, cluster and
 #                          sentinel (default suites/rproxy-suite.yaml; those
 #                          two add an upstream section to it)
+#   CLIENT_SUITE_CLUSTER_ADD  a YAML file appended to rproxy's config in
+#                          mode cluster only (settings only a cluster takes,
+#                          such as hotkeys.salt)
 #   RPROXY_BIN             rproxy binary (default: built into bin/rproxy)
 #
 # Needs /usr/bin/python3 with redis-py (Debian's python3-redis: installed as
@@ -170,11 +177,25 @@ if [ "$CLUSTER" = 1 ]; then
 	source scripts/cluster-lib.sh
 	start_cluster "$WORK" 14000 --save "" --appendonly no || exit 1
 	{ cat "$CONFIG"; printf '\nupstream:\n  mode: cluster\n'; } >"$WORK/cluster.yaml"
+	if [ -n "${CLIENT_SUITE_CLUSTER_ADD:-}" ]; then
+		{ echo; cat "$CLIENT_SUITE_CLUSTER_ADD"; } >>"$WORK/cluster.yaml"
+	fi
 	CPORT=$(free_port $((DPORT + 1)))
 	"$RPROXY_BIN" -config "$WORK/cluster.yaml" -listen "127.0.0.1:$CPORT" -upstream "127.0.0.1:${CPORTS[0]}" >"$OUT/rproxy-cluster.log" 2>&1 &
 	CLUSTER_PIDS+=($!)
 	wait_ping "$CPORT" $! || { log "rproxy (cluster) did not start"; tail "$OUT/rproxy-cluster.log" >&2; exit 1; }
 	MODES+=" cluster"
+	if grep -q '^hotkeys:' "$CONFIG"; then
+		log "mode salted not run: CLIENT_SUITE_CONFIG has a hotkeys section of its own"
+	else
+		# Every scenario key (cs:...) salted over three masters, the tier off.
+		{ cat "$CONFIG"; printf '\nupstream:\n  mode: cluster\n\nhotkeys:\n  tier: false\n  salt:\n    copies: 3\n    prefixes: ["cs:"]\n'; } >"$WORK/salted.yaml"
+		SAPORT=$(free_port $((CPORT + 1)))
+		"$RPROXY_BIN" -config "$WORK/salted.yaml" -listen "127.0.0.1:$SAPORT" -upstream "127.0.0.1:${CPORTS[0]}" >"$OUT/rproxy-salted.log" 2>&1 &
+		CLUSTER_PIDS+=($!)
+		wait_ping "$SAPORT" $! || { log "rproxy (salted) did not start"; tail "$OUT/rproxy-salted.log" >&2; exit 1; }
+		MODES+=" salted"
+	fi
 fi
 
 run_lib() { # LIB ADDR
@@ -194,6 +215,7 @@ for lib in $LIBS; do
 		rproxy) addr=127.0.0.1:$PPORT ;;
 		default) addr=127.0.0.1:$DPORT ;;
 		cluster) addr=127.0.0.1:$CPORT ;;
+		salted) addr=127.0.0.1:$SAPORT ;;
 		sentinel) addr=127.0.0.1:$SNPORT ;;
 		esac
 		t0=$SECONDS
@@ -207,6 +229,7 @@ done
 
 compared=rproxy,default
 [ "$CLUSTER" = 1 ] && compared+=,cluster
+[[ " $MODES " == *" salted "* ]] && compared+=,salted
 [ "$SENTINEL" = 1 ] && compared+=,sentinel
 result=$("$PY" suites/clients/compare.py "$OUT" "$compared" $LIBS | tee "$OUT/compare.txt" | tail -n 1)
 cat "$OUT/compare.txt"

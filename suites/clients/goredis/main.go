@@ -192,6 +192,46 @@ var scenarios = []scenario{
 		out["evalsha_in_multi"] = map[string]interface{}{"replies": cmds(cs), "err": val(nil, err)}
 		return out, nil
 	}},
+	{"read_own_writes", func(ctx context.Context) (interface{}, error) {
+		// The guides' patterns, each write read back at once, three times
+		// (on a cluster with salted copies, reads spread over the copies): a
+		// value a script rewrites, a lock with a token released by a script,
+		// a counter written by a transaction sent whole and by one typed
+		// command by command.
+		r := client(nil)
+		defer r.Close()
+		v, lock, ctr := key("own", "v"), key("own", "lock"), key("own", "ctr")
+		r.Del(ctx, v, lock, ctr)
+		reads := func(k string) []interface{} {
+			var out []interface{}
+			for range 3 {
+				out = append(out, val(r.Get(ctx, k).Result()))
+			}
+			return out
+		}
+		out := map[string]interface{}{}
+		r.Set(ctx, v, "v1", 0)
+		out["set"] = reads(v)
+		out["eval"] = val(r.Eval(ctx, "return redis.call('SET', KEYS[1], ARGV[1])", []string{v}, "v2").Result())
+		out["after_eval"] = reads(v)
+		out["lock"] = val(r.SetNX(ctx, lock, "tok1", 10*time.Second).Result())
+		out["locked"] = reads(lock)
+		release := redis.NewScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+		out["release"] = val(release.Run(ctx, r, []string{lock}, "tok1").Result())
+		out["after_release"] = reads(lock)
+		cs, err := r.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, ctr)
+			p.Expire(ctx, ctr, time.Minute)
+			return nil
+		})
+		out["tx"] = map[string]interface{}{"replies": cmds(cs), "err": val(nil, err)}
+		out["after_tx"] = reads(ctr)
+		conn := r.Conn()
+		defer conn.Close()
+		out["typed_tx"] = []interface{}{val(conn.Do(ctx, "MULTI").Result()), val(conn.Do(ctx, "INCR", ctr).Result()), val(conn.Do(ctx, "EXEC").Result())}
+		out["after_typed_tx"] = reads(ctr)
+		return out, nil
+	}},
 	{"spubsub_many_channels", func(ctx context.Context) (interface{}, error) {
 		// Shard channels of many slots on one connection (on a cluster
 		// through rproxy: of every master), subscribed one by one.

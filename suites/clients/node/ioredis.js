@@ -71,6 +71,29 @@ run({
     out.evalsha_in_multi = pairs(await r.multi().incrByScript(n, 1).get(n).exec());
     return out;
   },
+  async read_own_writes() {
+    // The guides' patterns, each write read back at once, three times (on a
+    // cluster with salted copies, reads spread over the copies): a value a
+    // script rewrites, a lock with a token released by a script, a counter
+    // written by a transaction.
+    const r = client();
+    const [v, lock, ctr] = [k('own', 'v'), k('own', 'lock'), k('own', 'ctr')];
+    await r.del(v, lock, ctr);
+    const reads = async (key) => [await settle(r.get(key)), await settle(r.get(key)), await settle(r.get(key))];
+    const out = {};
+    await r.set(v, 'v1');
+    out.set = await reads(v);
+    out.eval = await settle(r.eval("return redis.call('SET', KEYS[1], ARGV[1])", 1, v, 'v2'));
+    out.after_eval = await reads(v);
+    out.lock = await settle(r.set(lock, 'tok1', 'PX', 10000, 'NX'));
+    out.locked = await reads(lock);
+    r.defineCommand('releaseLock', { numberOfKeys: 1, lua: "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end" });
+    out.release = await settle(r.releaseLock(lock, 'tok1'));
+    out.after_release = await reads(lock);
+    out.tx = pairs(await r.multi().incr(ctr).expire(ctr, 60).exec());
+    out.after_tx = await reads(ctr);
+    return out;
+  },
   async pubsub_subscribe_then_publish() {
     const r = client();
     const sub = client();

@@ -155,6 +155,40 @@ def lua_scripts():
     return out
 
 
+@scenario
+def read_own_writes():
+    """The guides' patterns, each write read back at once, three times (on a
+    cluster with salted copies, reads spread over the copies): a value a
+    script rewrites, a lock with a token released by a script, a counter
+    written by a transaction sent whole and by one typed command by command."""
+    r = client()
+    v, lock, ctr = k("own", "v"), k("own", "lock"), k("own", "ctr")
+    r.delete(v, lock, ctr)
+    reads = lambda key: [j(r.get(key)) for _ in range(3)]
+    out = {}
+    r.set(v, "v1")
+    out["set"] = reads(v)
+    out["eval"] = j(r.eval("return redis.call('SET', KEYS[1], ARGV[1])", 1, v, "v2"))
+    out["after_eval"] = reads(v)
+    out["lock"] = j(r.set(lock, "tok1", nx=True, px=10000))
+    out["locked"] = reads(lock)
+    release = r.register_script(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+    out["release"] = release(keys=[lock], args=["tok1"])
+    out["after_release"] = reads(lock)
+    p = r.pipeline(transaction=True)
+    p.incr(ctr)
+    p.expire(ctr, 60)
+    out["tx"] = j(p.execute())
+    out["after_tx"] = reads(ctr)
+    t = client(single_connection_client=True)
+    out["typed_tx"] = [j(t.execute_command("MULTI")), j(t.execute_command("INCR", ctr)),
+                       j(t.execute_command("EXEC"))]
+    t.close()
+    out["after_typed_tx"] = reads(ctr)
+    return out
+
+
 def _err(f):
     try:
         return f()
