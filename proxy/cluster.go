@@ -419,6 +419,9 @@ func (r *routing) route(ss *session, info *command.Info, cmd resp.Command) bool 
 		}
 		ss.route.txQueued, ss.route.txFanOut = 0, nil
 	}
+	if r.salting != nil && info.Invalidates == command.InvalidatesAll {
+		r.salting.noteFlush(ss)
+	}
 	pinned := ss.pin != nil || ss.route.multiPending // commands stay whole: they go to one master
 	name := fanOutName(info.Name, args)
 	if name == "script|flush" {

@@ -95,6 +95,16 @@ func (sa *salting) noteWrites(ss *session, keys [][]byte) {
 	}
 }
 
+// noteFlush begins a FLUSHALL or FLUSHDB before it is sent (see
+// salt.Engine.BeginFlush); in a transaction it is held until the EXEC.
+func (sa *salting) noteFlush(ss *session) {
+	if ss.inTransaction() {
+		sa.engine.HoldFlush(&ss.route.txSalted)
+		return
+	}
+	ss.copies.writes = append(ss.copies.writes, sa.engine.BeginFlush())
+}
+
 // transactionEnds runs when the open transaction's EXEC or DISCARD is
 // routed: its held writes end with this batch's replies.
 func (sa *salting) transactionEnds(ss *session) {
@@ -140,7 +150,7 @@ func (sa *salting) afterBatch(ss *session) {
 	// Read the origins (value and remaining TTL), noting each key's
 	// generation first: a fill is made only if no write to the key began
 	// since, and is queued before any later write's deletion of the copy.
-	gens := make([]int64, len(misses))
+	gens := make([]salt.Gen, len(misses))
 	// With the tier's tracking connections up, the origins are read there:
 	// Redis then pushes any later write to them, whoever makes it, and
 	// salt.Engine.OriginWritten deletes the copies. A fill is made only if
@@ -157,9 +167,9 @@ func (sa *salting) afterBatch(ss *session) {
 		if tracked {
 			toks = append(toks, sa.tier.Begin(sr.Origin()))
 		}
-		gens[i] = sr.FillGen() // -1: a write is under way, no fill
+		gens[i] = sa.engine.FillGen(sr.Read) // NoFill: a write is under way
 		if paused {
-			gens[i] = -1
+			gens[i] = salt.NoFill
 		}
 		sr.ReadOrigin(b)
 	}
@@ -175,7 +185,7 @@ func (sa *salting) afterBatch(ss *session) {
 			val = resp2Null // read in RESP3 on the tracking connection
 		}
 		if followed && (!tracked || !sa.tier.Current(toks[i], sr.Origin())) {
-			gens[i] = -1 // untracked, written since, or tracking lost: no fill
+			gens[i] = salt.NoFill // untracked, written since, or tracking lost
 		}
 		ss.copies.over = append(ss.copies.over, saltOverride{idx: sr.idx, reply: append([]byte(nil), val...)})
 		sa.engine.Fill(&fills, sr.Read, gens[i], val, b.Reply(2*i+1))

@@ -16,7 +16,9 @@
 // any later deletion (see Engine). A write of a key not salted yet is
 // counted in a bucket of keys (by hash): a key salted meanwhile is not
 // filled until it ends. A transaction's queued writes are held from when
-// they are queued until its EXEC is answered (Hold, Held). With the tier's
+// they are queued until its EXEC is answered (Hold, Held). A flush stops
+// fills while under way and deletes again the copies of keys whose fills
+// were unanswered when it began (BeginFlush). With the tier's
 // tracking on a cluster, writes made elsewhere delete the copies too
 // (OriginWritten).
 //

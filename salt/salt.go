@@ -90,6 +90,12 @@ type Engine struct {
 	// its origin may still change under the read (BeginWrite, FillGen).
 	pending [pendingBuckets]atomic.Int32
 	seed    maphash.Seed
+	// flushing counts flushes (FLUSHALL, FLUSHDB) under way through
+	// rproxy, and epoch is raised when each begins and ends: a fill is made
+	// only if no flush was under way, begun or ended since it read the
+	// origin (Gen).
+	flushing atomic.Int32
+	epoch    atomic.Int64
 
 	settling sync.WaitGroup // Settle's goroutines (Close waits for them)
 }
@@ -364,16 +370,27 @@ func (r Read) ReadOrigin(b *upstream.Batch) {
 	b.AddSlot(resp.AppendCommand(nil, []byte("PTTL"), r.key.key), r.names.slots[0])
 }
 
-// FillGen returns the key's generation for a fill that reads the origin
-// now, or -1 when a write is under way (no fill): one begun on the key, or
-// one begun before the key was salted in its bucket.
-func (r Read) FillGen() int64 {
-	r.key.mu.Lock()
-	defer r.key.mu.Unlock()
-	if r.key.writing.Load() > 0 || r.key.pending.Load() > 0 {
-		return -1
+// Gen is what a read of the origin for a fill saw (FillGen): the fill is
+// made only if it is still current when the read is answered.
+type Gen struct {
+	key   int64 // the key's generation; negative: no fill
+	epoch int64 // the engine's flush epoch
+}
+
+// NoFill is the Gen of a read that fills no copy.
+var NoFill = Gen{key: -1}
+
+// FillGen returns the Gen of a fill that reads r's origin now, or NoFill
+// when a write is under way: one begun on the key, one begun before the
+// key was salted in its bucket, or a flush.
+func (s *Engine) FillGen(r Read) Gen {
+	sk := r.key
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	if sk.writing.Load() > 0 || sk.pending.Load() > 0 || s.flushing.Load() > 0 {
+		return NoFill
 	}
-	return r.key.gen.Load()
+	return Gen{key: sk.gen.Load(), epoch: s.epoch.Load()}
 }
 
 // Pick chooses where a salted GET of key reads: one of its copies, at
@@ -406,10 +423,41 @@ func (s *Engine) CountReads(hits, misses int) {
 	}
 }
 
-// Write is a write begun by BeginWrite (or held by Hold), for EndWrites.
+// Write is a write begun by BeginWrite or BeginFlush (or held by Hold),
+// for EndWrites.
 type Write struct {
-	key    *Key  // the key's salted state; nil: it had none
-	bucket int32 // else the pending bucket counting it
+	key    *Key        // the key's salted state; nil: it had none
+	bucket int32       // else the pending bucket counting it
+	flush  *flushWrite // or a flush
+}
+
+// flushWrite is a flush under way: the keys that had fills unacknowledged
+// when it began.
+type flushWrite struct{ filling []*Key }
+
+// BeginFlush marks a FLUSHALL or FLUSHDB as under way, before it is sent:
+// no copy is filled until it ends (EndWrites). The flush empties the
+// copies with their origins, but a fill sent before it on another
+// connection (fills go on RESP2 connections, a RESP3 client's flush on
+// RESP3 ones) may land after it and bring the old value back: the keys
+// with fills unacknowledged now have their copies deleted again once the
+// flush is acknowledged, behind those fills.
+func (s *Engine) BeginFlush() Write {
+	s.flushing.Add(1)
+	s.epoch.Add(1)
+	fw := &flushWrite{}
+	s.mu.RLock()
+	for _, sk := range s.keys {
+		// Under the key's mutex: a fill checks flushing and marks itself
+		// filling under it, so it is either seen here or refused.
+		sk.mu.Lock()
+		if sk.filling.Load() != 0 {
+			fw.filling = append(fw.filling, sk)
+		}
+		sk.mu.Unlock()
+	}
+	s.mu.RUnlock()
+	return Write{flush: fw}
 }
 
 // bucket is key's index in pending.
@@ -451,6 +499,14 @@ func (s *Engine) beginKey(sk *Key) {
 type Held struct {
 	keys    map[*Key]struct{}
 	buckets map[int32]struct{}
+	flush   *flushWrite
+}
+
+// HoldFlush begins a flush into h unless h holds one already.
+func (s *Engine) HoldFlush(h *Held) {
+	if h.flush == nil {
+		h.flush = s.BeginFlush().flush
+	}
 }
 
 // Hold begins a write of key into h unless h holds it already.
@@ -479,7 +535,7 @@ func (s *Engine) Hold(h *Held, key []byte) {
 }
 
 // Empty reports whether h holds no write.
-func (h *Held) Empty() bool { return len(h.keys) == 0 && len(h.buckets) == 0 }
+func (h *Held) Empty() bool { return len(h.keys) == 0 && len(h.buckets) == 0 && h.flush == nil }
 
 // Take appends h's writes to dst, for EndWrites, and empties h.
 func (h *Held) Take(dst []Write) []Write {
@@ -489,8 +545,12 @@ func (h *Held) Take(dst []Write) []Write {
 	for b := range h.buckets {
 		dst = append(dst, Write{bucket: b})
 	}
+	if h.flush != nil {
+		dst = append(dst, Write{flush: h.flush})
+	}
 	clear(h.keys)
 	clear(h.buckets)
+	h.flush = nil
 	return dst
 }
 
@@ -500,14 +560,8 @@ func (h *Held) Take(dst []Write) []Write {
 func (s *Engine) EndWrites(writes []Write) {
 	var dels []*upstream.Batch
 	var owners []*Key
-	salted := 0
-	for _, w := range writes {
-		if w.key == nil {
-			s.pending[w.bucket].Add(-1)
-			continue
-		}
-		salted++
-		sk := w.key
+	salted, flushes := 0, 0
+	del := func(sk *Key) {
 		s.current(sk).deletable(func(name []byte, slot int) {
 			b := upstream.NewBatch()
 			b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
@@ -515,7 +569,21 @@ func (s *Engine) EndWrites(writes []Write) {
 			dels, owners = append(dels, b), append(owners, sk)
 		})
 	}
-	if salted == 0 {
+	for _, w := range writes {
+		switch {
+		case w.flush != nil:
+			flushes++
+			for _, sk := range w.flush.filling {
+				del(sk)
+			}
+		case w.key == nil:
+			s.pending[w.bucket].Add(-1)
+		default:
+			salted++
+			del(w.key)
+		}
+	}
+	if salted == 0 && flushes == 0 {
 		return
 	}
 	var failed map[*Key]bool
@@ -529,6 +597,10 @@ func (s *Engine) EndWrites(writes []Write) {
 		}
 	}
 	s.metrics.deletes.Add(float64(len(dels)))
+	for range flushes {
+		s.epoch.Add(1)
+		s.flushing.Add(-1)
+	}
 	for _, w := range writes {
 		if sk := w.key; sk != nil {
 			sk.mu.Lock()
@@ -551,10 +623,11 @@ type Fills struct {
 
 // Fill handles the origin's replies to a copy read that missed (val: its
 // GET's, pttl: its PTTL's): it sends the copy's fill into f if gen (from
-// FillGen, or -1: no fill) is still the key's generation, no write is
-// under way and no fill of that copy is unacknowledged. A missing origin
+// FillGen, or NoFill) is still current (the key's generation and the
+// flush epoch), no write or flush is under way and no fill of that copy is
+// unacknowledged. A missing origin
 // sends the key's reads to it for a copy's TTL.
-func (s *Engine) Fill(f *Fills, r Read, gen int64, val, pttlReply []byte) {
+func (s *Engine) Fill(f *Fills, r Read, gen Gen, val, pttlReply []byte) {
 	sk := r.key
 	v, isBulk := resp.Payload(val, '$')
 	if resp.IsNull(val) {
@@ -564,7 +637,7 @@ func (s *Engine) Fill(f *Fills, r Read, gen int64, val, pttlReply []byte) {
 		sk.bypassUntil.Store(s.now().Add(s.cfg.TTL).UnixMilli())
 		s.metrics.missing.Inc()
 	}
-	if !isBulk || gen < 0 {
+	if !isBulk || gen.key < 0 {
 		return
 	}
 	ttl := s.cfg.TTL.Milliseconds()
@@ -583,7 +656,7 @@ func (s *Engine) Fill(f *Fills, r Read, gen int64, val, pttlReply []byte) {
 	// behind this SET on the same connection.
 	bit := uint32(1) << r.copy
 	sk.mu.Lock()
-	if sk.gen.Load() == gen && sk.writing.Load() == 0 && sk.filling.Load()&bit == 0 {
+	if sk.gen.Load() == gen.key && s.epoch.Load() == gen.epoch && s.flushing.Load() == 0 && sk.writing.Load() == 0 && sk.filling.Load()&bit == 0 {
 		sk.filling.Or(bit)
 		s.ordered.SendOrdered(fill)
 		f.sent, f.owners, f.copies = append(f.sent, fill), append(f.owners, sk), append(f.copies, r.copy)

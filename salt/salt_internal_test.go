@@ -67,18 +67,18 @@ func TestWriteBeforeTheKeyIsSalted(t *testing.T) {
 		t.Fatal("a key without salted state was given some by a write")
 	}
 	r := Read{key: s.get([]byte("k"))} // a read salts it while the write is under way
-	if g := r.FillGen(); g != -1 {
-		t.Fatalf("FillGen during a write begun before the key was salted: %d, want -1", g)
+	if g := s.FillGen(r); g != NoFill {
+		t.Fatalf("FillGen during a write begun before the key was salted: %v, want NoFill", g)
 	}
 	s.EndWrites([]Write{w})
-	gen := r.FillGen()
-	if gen < 0 {
+	gen := s.FillGen(r)
+	if gen == NoFill {
 		t.Fatal("the key's fills stayed held after the write ended")
 	}
 	if s.BeginWrite([]byte("k")).key != r.key {
 		t.Fatal("a write of a salted key did not begin on its state")
 	}
-	if r.key.gen.Load() == gen || r.FillGen() != -1 {
+	if r.key.gen.Load() == gen.key || s.FillGen(r) != NoFill {
 		t.Fatal("a write of a salted key neither raised its generation nor held its fills")
 	}
 }
@@ -102,7 +102,7 @@ func TestHeldWrites(t *testing.T) {
 		t.Fatalf("pending after holding one key three times: %d, want 1", n)
 	}
 	r := Read{key: s.get([]byte("unsalted"))}
-	if r.FillGen() != -1 {
+	if s.FillGen(r) != NoFill {
 		t.Fatal("a key salted while a transaction holds its write was given a fill")
 	}
 	ws := h.Take(nil)
@@ -110,8 +110,8 @@ func TestHeldWrites(t *testing.T) {
 		t.Fatalf("Take: %d writes (want 1), empty after: %v", len(ws), h.Empty())
 	}
 	s.EndWrites(ws)
-	if n := s.pending[b].Load(); n != 0 || r.FillGen() < 0 {
-		t.Fatalf("pending %d after the held writes ended (want 0); FillGen %d", n, r.FillGen())
+	if n := s.pending[b].Load(); n != 0 || s.FillGen(r) == NoFill {
+		t.Fatalf("pending %d after the held writes ended (want 0); FillGen %v", n, s.FillGen(r))
 	}
 }
 
@@ -129,5 +129,43 @@ func BenchmarkWriteUnsalted(b *testing.B) {
 	for b.Loop() {
 		ws[0] = s.BeginWrite(key)
 		s.EndWrites(ws)
+	}
+}
+
+// TestFlushHoldsFills: a flush under way refuses fills, and one whose read
+// of the origin came before the flush began or ended; the keys with fills
+// unacknowledged when it began are noted, their copies to be deleted again.
+func TestFlushHoldsFills(t *testing.T) {
+	s, err := New(Config{Copies: 3, TTL: time.Second}, nil, time.Now, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Read{key: s.get([]byte("k"))}
+	other := s.get([]byte("other"))
+	other.filling.Store(1 << 1)
+	before := s.FillGen(r)
+	w := s.BeginFlush()
+	if s.FillGen(r) != NoFill {
+		t.Fatal("FillGen during a flush did not refuse the fill")
+	}
+	if len(w.flush.filling) != 1 || w.flush.filling[0] != other {
+		t.Fatalf("keys with fills unacknowledged at the flush: %d, want the one", len(w.flush.filling))
+	}
+	other.filling.Store(0) // no copies to delete: EndWrites needs no cluster
+	w.flush.filling = nil
+	s.EndWrites([]Write{w})
+	after := s.FillGen(r)
+	if after == NoFill || after.epoch == before.epoch {
+		t.Fatalf("after the flush: FillGen %v, before it %v: want a new epoch", after, before)
+	}
+	var h Held
+	s.HoldFlush(&h)
+	s.HoldFlush(&h)
+	if s.flushing.Load() != 1 {
+		t.Fatalf("a transaction holding two flushes counted %d, want 1", s.flushing.Load())
+	}
+	s.EndWrites(h.Take(nil))
+	if s.flushing.Load() != 0 || !h.Empty() {
+		t.Fatal("the held flush did not end")
 	}
 }
