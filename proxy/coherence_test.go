@@ -350,6 +350,38 @@ func TestWriteHotKeyTrackedOncePerWrite(t *testing.T) {
 	}
 }
 
+// TestCrossNodeSaltedCopiesFlushed: a FLUSHALL sent to one master directly
+// (not through rproxy) flushes its keys, but not the copies other masters
+// keep of them; client tracking reports it only as "flushed", and rproxy
+// then deletes every salted copy. Before, the copies served the flushed
+// value until they expired (hotkeys.salt.ttl, here 60 s).
+func TestCrossNodeSaltedCopiesFlushed(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.HotKey.Tier = true
+		c.HotKey.Detector.Threshold = 1e9 // the tier caches nothing: copies serve
+		c.Salt = &salt.Config{Copies: 3, TTL: time.Minute, Prefixes: []string{"hot:"}, IntN: roundRobin()}
+	})
+	waitServing(t, p)
+	c := dialClient(t, p.Addr)
+	c.do("SET", "hot:f", "v")
+	for range 3 {
+		if r := c.do("GET", "hot:f"); r != "$1\r\nv\r\n" {
+			t.Fatalf("GET: %q", r)
+		}
+	}
+	waitSaltFills(t, p, 2)
+	cl.MasterForSlot(t, cl.Slot("hot:f")).Do(t, "FLUSHALL")
+	waitFor(t, "every read of the flushed key answered nil", func() bool {
+		for range 3 { // the origin and both copies
+			if r := c.do("GET", "hot:f"); r != "$-1\r\n" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // With the tier on but its tracking connections down, salted copies are
 // not filled (reads fall back to the origin): an untracked copy could
 // outlive a write made elsewhere by up to hotkeys.salt.ttl.

@@ -176,6 +176,7 @@ func New(cfg Config, reg prometheus.Registerer, log *zap.Logger) (*Server, error
 		s.tiering = newTiering(hot, &s.pools, cfg.Cluster != nil)
 		if salted != nil && hot.Clustered() {
 			hot.OnKey(salted.OriginWritten)
+			hot.OnFlush(salted.FlushSeen)
 		}
 	}
 	if salted != nil {

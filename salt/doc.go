@@ -20,7 +20,8 @@
 // fills while under way and deletes again the copies of keys whose fills
 // were unanswered when it began (BeginFlush). With the tier's
 // tracking on a cluster, writes made elsewhere delete the copies too
-// (OriginWritten).
+// (OriginWritten), and a flush reported there deletes every copy
+// (FlushSeen).
 //
 // Metrics, on the Registerer given to New, namespace rproxy, subsystem
 // hotkey: salt_reads_total{outcome}, salt_missing_keys_total,

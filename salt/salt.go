@@ -691,6 +691,41 @@ func (s *Engine) Settle(f *Fills) {
 // still unanswered, so that nothing logs after the proxy has shut down.
 func (s *Engine) Close() { s.settling.Wait() }
 
+// FlushSeen handles a flush that a tracking push reported, whoever made it
+// (sent to a master directly, through another rproxy, or this one's): a
+// fill whose read of the origin came before it is refused, and every
+// salted key's copies are deleted, behind any fill already sent. A flush
+// sent to one master alone leaves the copies other masters keep of its
+// keys, which tracking reports only as "flushed". The deletions run in the
+// background (Close waits for them), not on the tracking connection's
+// reader.
+func (s *Engine) FlushSeen() {
+	s.epoch.Add(1)
+	var dels []*upstream.Batch
+	var owners []*Key
+	s.mu.RLock()
+	for _, sk := range s.keys {
+		sk.mu.Lock() // in order with the key's fills (Fill)
+		s.current(sk).deletable(func(name []byte, slot int) {
+			b := upstream.NewBatch()
+			b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
+			s.ordered.SendOrdered(b)
+			dels, owners = append(dels, b), append(owners, sk)
+		})
+		sk.mu.Unlock()
+	}
+	s.mu.RUnlock()
+	s.metrics.deletes.Add(float64(len(dels)))
+	s.settling.Add(1)
+	go func() {
+		defer s.settling.Done()
+		for i, b := range dels {
+			b.Wait()
+			s.checkReply(owners[i], b, "deleting a salted copy after a flush")
+		}
+	}()
+}
+
 // OriginWritten deletes a salted key's copies when a tracking push
 // says its origin was written (by any rproxy or client): copies filled
 // from a tracked read are gone within the tracking lag and a DEL's round

@@ -115,6 +115,9 @@ type Engine struct {
 	// onKey, if set before the tracking connection starts, is called with
 	// every key of a tracking push (salted copies, package salt).
 	onKey atomic.Pointer[func(key []byte)]
+	// onFlush, likewise, is called on a push that says a database was
+	// flushed.
+	onFlush atomic.Pointer[func()]
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -404,6 +407,11 @@ func (h *Engine) Current(tok hotkey.Token, key []byte) bool { return h.tier.Curr
 // OnKey sets f to be called with every key of a tracking push. Set it
 // before clients are served.
 func (h *Engine) OnKey(f func(key []byte)) { h.onKey.Store(&f) }
+
+// OnFlush has f called on every push that says a database was flushed
+// (FLUSHALL, FLUSHDB), whoever flushed it; set before the tracking
+// connection starts.
+func (h *Engine) OnFlush(f func()) { h.onFlush.Store(&f) }
 
 // TrackingUp reports whether reads on the tracking connection are tracked
 // now (the tier serves: connection up, within max lag).
@@ -834,6 +842,9 @@ func (h *Engine) onPush(push []byte) {
 	h.metrics.pushes.Inc()
 	if v.Elems[1].Null {
 		h.Clear()
+		if f := h.onFlush.Load(); f != nil {
+			(*f)()
+		}
 		return
 	}
 	for _, k := range v.Elems[1].Elems {
