@@ -174,6 +174,8 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		stages = s.chain.stream
 		// A CLIENT REPLY SKIP before silences this command's reply.
 		ss.replySkipped, ss.skipNext = ss.skipNext, false
+	} else if ss.readsAnsweredLater() && mayWrite(c.info) {
+		s.answerReadsBeforeWrite(ss)
 	}
 	for _, st := range stages {
 		if st.command(ss, c) {
@@ -490,6 +492,37 @@ func (ss *session) noteWrite(info *command.Info) {
 	if info == nil || info.Invalidates != command.InvalidatesNone {
 		ss.flights.wrote, ss.flights.batchWrote = true, true
 	}
+}
+
+// readsAnsweredLater reports whether the batch holds reads whose replies
+// may be made after it is sent: joined flights (coalescing), salted copy
+// reads (a miss reads the origin then) and GETs a miss may hold (the
+// tier's miss collapsing, which reads again after the key's next write).
+// A write later in the batch could show in them, where Redis answers a
+// pipeline in order (answerReadsBeforeWrite).
+func (ss *session) readsAnsweredLater() bool {
+	return len(ss.flights.joined) > 0 || len(ss.copies.reads) > 0 || len(ss.hotWrites.misses) > 0
+}
+
+// answerReadsBeforeWrite runs before a command that may write, queued
+// after reads answered later: the GETs miss collapsing would hold are
+// answered as Redis answers them (not held: the key's next write could be
+// this batch's own), and joined flights and salted copy reads are
+// answered first, by sending the batch so far.
+func (s *Server) answerReadsBeforeWrite(ss *session) {
+	if len(ss.hotWrites.misses) > 0 {
+		clear(ss.hotWrites.misses)
+		ss.hotWrites.misses = ss.hotWrites.misses[:0]
+	}
+	if len(ss.flights.joined) > 0 || len(ss.copies.reads) > 0 {
+		s.flush(ss)
+	}
+}
+
+// mayWrite reports whether a command may write, or opens a transaction
+// that may (whose commands stay in one batch).
+func mayWrite(info *command.Info) bool {
+	return info == nil || info.Invalidates != command.InvalidatesNone || info.Name == "multi"
 }
 
 // isGet reports whether c is a GET with one key.
