@@ -462,18 +462,20 @@ func (p *Pool) drainBegan() {
 // when it was the last; answered: Redis answered everything that drain
 // waited for.
 func (p *Pool) drainEnded(answered bool) {
-	p.drainMu.Lock()
-	if p.drains.Add(-1) == 0 {
-		close(p.drained)
-		p.drained = nil
-	}
-	p.drainMu.Unlock()
+	// Counted before the gate opens, so that what the waiting sends do
+	// next sees the drain ended (the drain tests read it then).
 	p.metrics.draining.Dec()
 	outcome := "closed"
 	if answered {
 		outcome = "answered"
 	}
 	p.metrics.drains.WithLabelValues(outcome).Inc()
+	p.drainMu.Lock()
+	if p.drains.Add(-1) == 0 {
+		close(p.drained)
+		p.drained = nil
+	}
+	p.drainMu.Unlock()
 }
 
 // awaitDrains waits, within Config.Timeout, while a connection of the
