@@ -174,7 +174,7 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		stages = s.chain.stream
 		// A CLIENT REPLY SKIP before silences this command's reply.
 		ss.replySkipped, ss.skipNext = ss.skipNext, false
-	} else if ss.readsAnsweredLater() && mayWrite(c.info) {
+	} else if ss.readsAnsweredLater() && mayAffectReads(c.info) {
 		s.answerReadsBeforeWrite(ss)
 	}
 	for _, st := range stages {
@@ -504,8 +504,8 @@ func (ss *session) readsAnsweredLater() bool {
 	return len(ss.flights.joined) > 0 || len(ss.copies.reads) > 0 || len(ss.hotWrites.misses) > 0
 }
 
-// answerReadsBeforeWrite runs before a command that may write, queued
-// after reads answered later: the GETs miss collapsing would hold are
+// answerReadsBeforeWrite runs before a command that may change what a
+// read returns (mayAffectReads), queued after reads answered later: the GETs miss collapsing would hold are
 // answered as Redis answers them (not held: the key's next write could be
 // this batch's own), and joined flights and salted copy reads are
 // answered first, by sending the batch so far.
@@ -519,10 +519,12 @@ func (s *Server) answerReadsBeforeWrite(ss *session) {
 	}
 }
 
-// mayWrite reports whether a command may write, or opens a transaction
-// that may (whose commands stay in one batch).
-func mayWrite(info *command.Info) bool {
-	return info == nil || info.Invalidates != command.InvalidatesNone || info.Name == "multi"
+// mayAffectReads reports whether a command may change what a read
+// returns: a write, an unknown command, a MULTI (its transaction's
+// commands stay in one batch), or a publish (a subscriber may write on
+// it).
+func mayAffectReads(info *command.Info) bool {
+	return info == nil || info.Invalidates != command.InvalidatesNone || info.Name == "multi" || info.Has(command.PubSub)
 }
 
 // isGet reports whether c is a GET with one key.
