@@ -505,10 +505,11 @@ func (ss *session) readsAnsweredLater() bool {
 }
 
 // answerReadsBeforeWrite runs before a command that may change what a
-// read returns (mayAffectReads), queued after reads answered later: the GETs miss collapsing would hold are
-// answered as Redis answers them (not held: the key's next write could be
-// this batch's own), and joined flights and salted copy reads are
-// answered first, by sending the batch so far.
+// read returns (mayAffectReads), queued after reads answered later: the
+// GETs miss collapsing would hold are answered as Redis answered them (not
+// held: the key's next write could be this batch's own), and joined
+// flights and salted copy reads are answered first, by sending the batch
+// so far.
 func (s *Server) answerReadsBeforeWrite(ss *session) {
 	if len(ss.hotWrites.misses) > 0 {
 		clear(ss.hotWrites.misses)
