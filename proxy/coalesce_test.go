@@ -385,7 +385,7 @@ func readThenWriteRounds(t *testing.T, p *proxytest.Proxy, key string, rounds in
 // TestPipelinedReadNotAnsweredByALaterWrite: a GET pipelined before a SET
 // of its key reads the value from before the SET, while other clients read
 // the key. Before, the GET could join another client's flight not yet
-// sent, and the session's own SET, sent meanwhile, ran first: 119 to 158
+// sent, and the session's own SET, sent meanwhile, ran first: 119 to 175
 // of 1,000 such GETs read the value written after them. The same for a
 // GET the tier's miss collapsing would hold until the key's next write
 // (256 of 1,000), and on a cluster for a salted copy that missed, read
