@@ -97,7 +97,7 @@ type Engine struct {
 	flushing atomic.Int32
 	epoch    atomic.Int64
 
-	settling sync.WaitGroup // Settle's goroutines (Close waits for them)
+	settling sync.WaitGroup // background waits: Settle's and copyDeletes.waitInBackground's (Close waits for them)
 }
 
 // Key is one salted key's copies and coherence counters.
@@ -347,6 +347,55 @@ func (s *Engine) checkReply(sk *Key, b *upstream.Batch, what string) bool {
 	return false
 }
 
+// copyDeletes are DELs of salted copies sent on the ordered connections,
+// each with the key it deletes for.
+type copyDeletes struct {
+	sent   []*upstream.Batch
+	owners []*Key
+}
+
+// add sends a DEL of each of sk's copies, behind any fill of it sent
+// before on the same connections.
+func (d *copyDeletes) add(s *Engine, sk *Key) {
+	s.current(sk).deletable(func(name []byte, slot int) {
+		b := upstream.NewBatch()
+		b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
+		s.ordered.SendOrdered(b)
+		d.sent, d.owners = append(d.sent, b), append(d.owners, sk)
+	})
+}
+
+// wait waits for the DELs' replies, counts them, and returns the keys
+// whose deletion failed (nil: none), which checkReply sends to their
+// origin until the copies expire.
+func (d *copyDeletes) wait(s *Engine, what string) map[*Key]bool {
+	var failed map[*Key]bool
+	for i, b := range d.sent {
+		b.Wait()
+		if !s.checkReply(d.owners[i], b, what) {
+			if failed == nil {
+				failed = map[*Key]bool{}
+			}
+			failed[d.owners[i]] = true
+		}
+	}
+	s.metrics.deletes.Add(float64(len(d.sent)))
+	return failed
+}
+
+// waitInBackground waits for the DELs off the caller's goroutine (a
+// tracking connection's reader); Close waits for it.
+func (d *copyDeletes) waitInBackground(s *Engine, what string) {
+	if len(d.sent) == 0 {
+		return
+	}
+	s.settling.Add(1)
+	go func() {
+		defer s.settling.Done()
+		d.wait(s, what)
+	}()
+}
+
 // Read is a GET of one of a salted key's copies.
 type Read struct {
 	key   *Key
@@ -480,20 +529,16 @@ func (s *Engine) BeginWrite(key []byte) Write {
 		return Write{bucket: b}
 	}
 	s.pending[b].Add(-1)
-	s.beginKey(sk)
-	return Write{key: sk}
-}
-
-func (s *Engine) beginKey(sk *Key) {
 	sk.mu.Lock()
 	sk.writing.Add(1)
 	sk.gen.Add(1)
 	sk.mu.Unlock()
+	return Write{key: sk}
 }
 
 // Held is the writes of an open transaction's queued commands, which
 // Redis runs at its EXEC: begun when each is queued and held until the
-// EXEC's reply (Writes, then EndWrites), so that no copy is filled in
+// EXEC's reply (Take, then EndWrites), so that no copy is filled in
 // between with the value the EXEC replaces. Each salted key and pending
 // bucket is held once, so it is bounded by the table and the buckets.
 type Held struct {
@@ -509,29 +554,30 @@ func (s *Engine) HoldFlush(h *Held) {
 	}
 }
 
-// Hold begins a write of key into h unless h holds it already.
+// Hold begins a write of key into h unless h holds it already (then the
+// write begun again is undone: a generation raised once more only refuses
+// a fill that raced it).
 func (s *Engine) Hold(h *Held, key []byte) {
-	b := s.bucket(key)
-	s.pending[b].Add(1)
-	if sk := s.Lookup(key); sk != nil {
-		s.pending[b].Add(-1)
-		if _, ok := h.keys[sk]; !ok {
+	w := s.BeginWrite(key)
+	if w.key != nil {
+		if _, ok := h.keys[w.key]; !ok {
 			if h.keys == nil {
 				h.keys = make(map[*Key]struct{})
 			}
-			h.keys[sk] = struct{}{}
-			s.beginKey(sk)
+			h.keys[w.key] = struct{}{}
+			return
 		}
+		w.key.writing.Add(-1)
 		return
 	}
-	if _, ok := h.buckets[b]; ok {
-		s.pending[b].Add(-1)
+	if _, ok := h.buckets[w.bucket]; !ok {
+		if h.buckets == nil {
+			h.buckets = make(map[int32]struct{})
+		}
+		h.buckets[w.bucket] = struct{}{}
 		return
 	}
-	if h.buckets == nil {
-		h.buckets = make(map[int32]struct{})
-	}
-	h.buckets[b] = struct{}{}
+	s.pending[w.bucket].Add(-1)
 }
 
 // Empty reports whether h holds no write.
@@ -558,45 +604,26 @@ func (h *Held) Take(dst []Write) []Write {
 // the transaction ended): it deletes the copies of their salted keys,
 // waits for the deletions, and ends the writes.
 func (s *Engine) EndWrites(writes []Write) {
-	var dels []*upstream.Batch
-	var owners []*Key
+	var dels copyDeletes
 	salted, flushes := 0, 0
-	del := func(sk *Key) {
-		s.current(sk).deletable(func(name []byte, slot int) {
-			b := upstream.NewBatch()
-			b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
-			s.ordered.SendOrdered(b)
-			dels, owners = append(dels, b), append(owners, sk)
-		})
-	}
 	for _, w := range writes {
 		switch {
 		case w.flush != nil:
 			flushes++
 			for _, sk := range w.flush.filling {
-				del(sk)
+				dels.add(s, sk)
 			}
 		case w.key == nil:
 			s.pending[w.bucket].Add(-1)
 		default:
 			salted++
-			del(w.key)
+			dels.add(s, w.key)
 		}
 	}
 	if salted == 0 && flushes == 0 {
 		return
 	}
-	var failed map[*Key]bool
-	for i, b := range dels {
-		b.Wait()
-		if !s.checkReply(owners[i], b, "deleting a salted copy after a write") {
-			if failed == nil {
-				failed = map[*Key]bool{}
-			}
-			failed[owners[i]] = true
-		}
-	}
-	s.metrics.deletes.Add(float64(len(dels)))
+	failed := dels.wait(s, "deleting a salted copy after a write")
 	for range flushes {
 		s.epoch.Add(1)
 		s.flushing.Add(-1)
@@ -625,8 +652,8 @@ type Fills struct {
 // GET's, pttl: its PTTL's): it sends the copy's fill into f if gen (from
 // FillGen, or NoFill) is still current (the key's generation and the
 // flush epoch), no write or flush is under way and no fill of that copy is
-// unacknowledged. A missing origin
-// sends the key's reads to it for a copy's TTL.
+// unacknowledged. A missing origin sends the key's reads to it for a
+// copy's TTL.
 func (s *Engine) Fill(f *Fills, r Read, gen Gen, val, pttlReply []byte) {
 	sk := r.key
 	v, isBulk := resp.Payload(val, '$')
@@ -686,8 +713,9 @@ func (s *Engine) Settle(f *Fills) {
 	}(*f)
 }
 
-// Close waits for the fills Settle follows to be answered or failed: it is
-// called once the upstream connections are closed, which fails those
+// Close waits for the fills Settle follows, and the deletions followed in
+// the background (OriginWritten, FlushSeen), to be answered or failed: it
+// is called once the upstream connections are closed, which fails those
 // still unanswered, so that nothing logs after the proxy has shut down.
 func (s *Engine) Close() { s.settling.Wait() }
 
@@ -701,29 +729,15 @@ func (s *Engine) Close() { s.settling.Wait() }
 // reader.
 func (s *Engine) FlushSeen() {
 	s.epoch.Add(1)
-	var dels []*upstream.Batch
-	var owners []*Key
+	var dels copyDeletes
 	s.mu.RLock()
 	for _, sk := range s.keys {
 		sk.mu.Lock() // in order with the key's fills (Fill)
-		s.current(sk).deletable(func(name []byte, slot int) {
-			b := upstream.NewBatch()
-			b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
-			s.ordered.SendOrdered(b)
-			dels, owners = append(dels, b), append(owners, sk)
-		})
+		dels.add(s, sk)
 		sk.mu.Unlock()
 	}
 	s.mu.RUnlock()
-	s.metrics.deletes.Add(float64(len(dels)))
-	s.settling.Add(1)
-	go func() {
-		defer s.settling.Done()
-		for i, b := range dels {
-			b.Wait()
-			s.checkReply(owners[i], b, "deleting a salted copy after a flush")
-		}
-	}()
+	dels.waitInBackground(s, "deleting a salted copy after a flush")
 }
 
 // OriginWritten deletes a salted key's copies when a tracking push
@@ -737,21 +751,10 @@ func (s *Engine) OriginWritten(key []byte) {
 	if sk == nil {
 		return
 	}
-	var dels []*upstream.Batch
+	var dels copyDeletes
 	sk.mu.Lock()
 	sk.gen.Add(1)
-	s.current(sk).deletable(func(name []byte, slot int) {
-		b := upstream.NewBatch()
-		b.AddSlot(resp.AppendCommand(nil, []byte("DEL"), name), slot)
-		s.ordered.SendOrdered(b)
-		dels = append(dels, b)
-	})
+	dels.add(s, sk)
 	sk.mu.Unlock()
-	s.metrics.deletes.Add(float64(len(dels)))
-	go func() { // not on the tracking connection's reader
-		for _, b := range dels {
-			b.Wait()
-			s.checkReply(sk, b, "deleting a salted copy after a tracked write")
-		}
-	}()
+	dels.waitInBackground(s, "deleting a salted copy after a tracked write")
 }
