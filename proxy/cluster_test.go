@@ -896,35 +896,27 @@ func TestClusterSaltedReadYourWrites(t *testing.T) {
 	w := dialClient(t, p.Addr)
 	w.do("SET", "hot:n", "0")
 	var acked atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	var bad atomic.Value
 	var reads atomic.Int64
+	var readers []func() bool
 	for range 4 {
 		r := dialClient(t, p.Addr)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				floor := acked.Load()
-				rep := r.doErr("GET", "hot:n")
-				v, ok := bulkInt(rep)
-				if !ok {
-					bad.CompareAndSwap(nil, "GET: "+rep)
-					return
-				}
-				reads.Add(1)
-				if v < floor {
-					bad.CompareAndSwap(nil, fmt.Sprintf("read %d after %d was acknowledged", v, floor))
-				}
+		readers = append(readers, func() bool {
+			floor := acked.Load()
+			rep := r.doErr("GET", "hot:n")
+			v, ok := bulkInt(rep)
+			if !ok {
+				bad.CompareAndSwap(nil, "GET: "+rep)
+				return false
 			}
-		}()
+			reads.Add(1)
+			if v < floor {
+				bad.CompareAndSwap(nil, fmt.Sprintf("read %d after %d was acknowledged", v, floor))
+			}
+			return true
+		})
 	}
+	stop := loopUntilStopped(readers...)
 	for i := int64(1); i <= 500; i++ {
 		if r := w.do("SET", "hot:n", strconv.FormatInt(i, 10)); r != "+OK\r\n" {
 			t.Fatalf("SET: %q", r)
@@ -934,8 +926,7 @@ func TestClusterSaltedReadYourWrites(t *testing.T) {
 			t.Fatalf("the writer read %d after writing %d", r, i)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if b := bad.Load(); b != nil {
 		t.Fatal(b)
 	}

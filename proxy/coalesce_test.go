@@ -354,24 +354,12 @@ func TestReadAfterScriptWriteInPipeline(t *testing.T) {
 func readThenWriteRounds(t *testing.T, p *proxytest.Proxy, key string, rounds int, reset func(c *rawClient, i int) string) int {
 	t.Helper()
 	a := dialClient(t, p.Addr)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	var readers []func() bool
 	for range 3 {
 		r := dialClient(t, p.Addr)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r.doErr("GET", key)
-			}
-		}()
+		readers = append(readers, func() bool { r.doErr("GET", key); return true })
 	}
-	defer func() { close(stop); wg.Wait() }()
+	defer loopUntilStopped(readers...)()
 	late := 0
 	for i := 1; i <= rounds; i++ {
 		want := reset(a, i) + "+OK\r\n"

@@ -136,34 +136,23 @@ func TestPolicyBigKeyDel(t *testing.T) {
 	// answers.
 	other := dialClient(t, rewrite.Addr)
 	var slowest atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			start := time.Now()
-			if r := other.do("PING"); r != "+PONG\r\n" {
-				t.Errorf("PING = %q", r)
-				return
-			}
-			if d := time.Since(start).Nanoseconds(); d > slowest.Load() {
-				slowest.Store(d)
-			}
+	stop := loopUntilStopped(func() bool {
+		start := time.Now()
+		if r := other.do("PING"); r != "+PONG\r\n" {
+			t.Errorf("PING = %q", r)
+			return false
 		}
-	}()
+		if d := time.Since(start).Nanoseconds(); d > slowest.Load() {
+			slowest.Store(d)
+		}
+		return true
+	})
 	rs.Do(t, "CONFIG", "RESETSTAT")
 	if r := dialClient(t, rewrite.Addr).do("DEL", "big"); r != ":1\r\n" {
 		t.Fatalf("rewritten DEL = %q", r)
 	}
 	time.Sleep(50 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 	stats := string(rs.Do(t, "INFO", "commandstats"))
 	if !strings.Contains(stats, "cmdstat_unlink:calls=1") || strings.Contains(stats, "cmdstat_del:") {
 		t.Fatalf("big DEL not sent as UNLINK:\n%s", stats)

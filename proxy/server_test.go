@@ -37,6 +37,31 @@ func dialClient(t testing.TB, addr string) *rawClient {
 	return &rawClient{t: t, nc: nc, rd: bufio.NewReader(nc)}
 }
 
+// loopUntilStopped runs each of loops in a goroutine of its own, again and
+// again while it returns true, until the returned stop is called; stop
+// waits for them.
+func loopUntilStopped(loops ...func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, loop := range loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !loop() {
+					return
+				}
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
+}
+
 func (c *rawClient) send(raw []byte) {
 	c.t.Helper()
 	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
