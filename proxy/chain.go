@@ -51,7 +51,10 @@ import (
 // tierReads answers it from the local tier if the key is hot and cached
 // (else asks for a fill); salting may send it to a salted copy;
 // coalescing may join it to an identical GET in flight; dispatch queues it
-// in the session's batch. After the read's last command, flush
+// in the session's batch. (A command that may write, queued after reads
+// whose replies come after the batch is sent, first has those answered:
+// answerReadsBeforeWrite, as Redis answers a pipeline in order.) After the
+// read's last command, flush
 // (session.go) sends the batch on a shared connection (upstream.Pool.Do),
 // runs the replies phase, and writes each reply in the client's order.
 type chain struct {
