@@ -99,6 +99,7 @@ func (s *Server) newChain() chain {
 	add(&c.replies, s.tiering != nil, tw)
 	add(&c.replies, s.coalescing != nil, s.coalescing)
 
+	add(&c.stream, true, bk)
 	add(&c.stream, true, arityCheck{s})
 	add(&c.stream, s.routing != nil, streamMulti{s.stream}) // a MULTI deferred to its first command's master
 	add(&c.stream, true, s.policing)
@@ -647,7 +648,9 @@ func (s *Server) forwardBlocking(ss *session, info *command.Info, raw []byte) {
 			ss.catchUpWriteOffset()
 		}
 	}
-	ss.blocking = true
+	if !ss.blocking {
+		ss.blocking, ss.blockingCmd = true, ss.lastCmd
+	}
 	ss.slowlog.skip = true // it waits as long as the client asked, or Redis held it: not slow
 	ss.forward(raw)
 }
@@ -766,7 +769,25 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		return true
 	}
 	ss.streamCmds = append(ss.streamCmds, cmd.Raw)
+	if waitsInStream(ss, c) {
+		// Redis reads the marker after it only once it is answered.
+		n := &ss.blockedInStream
+		n.Add(1)
+		ss.relay.queue(relayAnswer{made: func() []byte { n.Add(-1); return nil }})
+		ss.streamCmds = append(ss.streamCmds, errorCmd)
+		ss.streamHelpers++
+	}
 	return true
+}
+
+// waitsInStream reports whether c, sent in stream mode, is a blocking
+// command whose wait CLIENT LIST shows (the b flag) until its reply has
+// come (session.blockedInStream). Not inside a transaction, where Redis
+// does not block, nor after CLIENT REPLY OFF or SKIP, where the replies
+// that would tell are not sent.
+func waitsInStream(ss *session, c *call) bool {
+	return c.info != nil && c.info.Handling == command.BlockingCmd && !isNonBlockingRead(c.info, c.cmd.Args) &&
+		!ss.inTransaction() && ss.streamAnswered()
 }
 
 func (streamDispatch) replies(*session) {}

@@ -69,7 +69,7 @@ func (cc *clientCommands) clientLine(dst []byte, ss, caller *session, cmd resp.C
 	if st.multi || inExec > 0 {
 		flags, multi = flags+"x", inExec
 	}
-	if ss.blockedNow.Load() {
+	if ss.blockedNow.Load() || ss.blockedInStream.Load() > 0 {
 		flags += "b"
 	}
 	if st.tracking {
@@ -415,7 +415,7 @@ func (cc *clientCommands) unblock(args [][]byte) (reply, send []byte, blocked *u
 	if !ok {
 		return []byte("-ERR value is not an integer or out of range\r\n"), nil, nil
 	}
-	d := cc.sessions.pinOf(id)
+	d := cc.sessions.blockableOf(id)
 	if d == nil || d.RedisID() == 0 {
 		return []byte(":0\r\n"), nil, nil // not blocked: it has no connection of its own
 	}

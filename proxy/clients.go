@@ -75,10 +75,24 @@ func (ss *session) publishedState() clientState {
 // publishView publishes the session's state after a batch. It allocates
 // only when the client name changes.
 func (s *Server) publishView(ss *session) {
+	ss.settleSelect()
+	s.publishState(ss, ss.liveState())
+}
+
+// publishBlocked publishes, as a blocking batch starts to wait, the
+// session's state with the blocking command as its last (Redis's CLIENT
+// LIST shows a blocked client's command, even if more follow in its
+// pipeline) and marks it blocked (the b flag).
+func (s *Server) publishBlocked(ss *session) {
+	st := ss.liveState()
+	st.cmd = ss.blockingCmd
+	s.publishState(ss, st)
+	ss.blockedNow.Store(true)
+}
+
+func (s *Server) publishState(ss *session, st clientState) {
 	v := &ss.view
 	v.active.Store(s.clock().UnixNano())
-	ss.settleSelect()
-	st := ss.liveState()
 	if st == v.last {
 		return
 	}

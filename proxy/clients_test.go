@@ -731,3 +731,116 @@ func TestClientKillOfABlockedClient(t *testing.T) {
 		t.Errorf("QUIT after a BLPOP: %q before the close, want +OK", got)
 	}
 }
+
+// TestClientListShowsABlockedClientAsRedisDoes: CLIENT LIST shows a client
+// waiting in a blocking command as Redis does (the b flag, and the
+// blocking command as cmd= even with more commands behind it in the
+// pipeline), and after its reply the flags and the last command, also
+// for a client in stream mode (RESP3 with CLIENT TRACKING ON, as rueidis
+// connects by default) and for two blocking commands pipelined there.
+// Each step is run against Redis first and rproxy must come to show the
+// same flags and cmd. Before 2026-12-01 rproxy never showed b in stream
+// mode (rueidis's TestUnblockOnCancelReusesBlockingConn waits for it), nor
+// any stream-mode command as cmd=, and showed the command before the
+// BLPOP while it waited.
+func TestClientListShowsABlockedClientAsRedisDoes(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	field := regexp.MustCompile(` (flags=\S+) .* (cmd=\S+) `)
+	shown := func(lister *rawClient, id string) string {
+		m := field.FindStringSubmatch(lister.do("CLIENT", "LIST", "ID", id))
+		if m == nil {
+			return "(no line)"
+		}
+		return m[1] + " " + m[2]
+	}
+	blpop := resp.AppendCommandString(nil, "BLPOP", "blocked:list", "0")
+	get := resp.AppendCommandString(nil, "GET", "blocked:other")
+	push := func(c, other *rawClient, v string, replies ...string) {
+		other.do("LPUSH", "blocked:list", v)
+		c.readPrefixes(replies...)
+	}
+	// A step acts, then CLIENT LIST is read; blocks: Redis is waited for
+	// to show the client blocked first.
+	type step struct {
+		name   string
+		blocks bool
+		act    func(c, other *rawClient)
+	}
+	for _, tc := range []struct {
+		name  string
+		setup [][]string
+		steps []step
+	}{{
+		name: "pipelined after the BLPOP",
+		steps: []step{
+			{"blocked", true, func(c, _ *rawClient) { c.send(append(slices.Clip(blpop), get...)) }},
+			{"answered", false, func(c, other *rawClient) { push(c, other, "a", "*2", "$-1") }},
+		},
+	}, {
+		name:  "stream mode",
+		setup: [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "ON"}},
+		steps: []step{
+			{"blocked", true, func(c, _ *rawClient) { c.send(blpop) }},
+			{"answered", false, func(c, other *rawClient) { push(c, other, "a", "*2") }},
+			{"then a GET", false, func(c, _ *rawClient) { c.send(get); c.readPrefixes("_") }},
+		},
+	}, {
+		name:  "stream mode, two pipelined",
+		setup: [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "ON"}},
+		steps: []step{
+			{"blocked", true, func(c, _ *rawClient) { c.send(append(slices.Clip(blpop), blpop...)) }},
+			{"one answered", true, func(c, other *rawClient) { push(c, other, "a", "*2") }},
+			{"both answered", false, func(c, other *rawClient) { push(c, other, "b", "*2") }},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var want []string // Redis's
+			for _, addr := range []string{rs.Addr, p.Addr} {
+				c, other, lister := dialClient(t, addr), dialClient(t, addr), dialClient(t, addr)
+				for _, args := range tc.setup {
+					c.do(args...)
+				}
+				id := c.id()
+				for i, st := range tc.steps {
+					st.act(c, other)
+					if addr == rs.Addr {
+						if st.blocks {
+							waitFor(t, st.name+": Redis to show the client blocked", func() bool {
+								return strings.Contains(shown(lister, id), "flags=b")
+							})
+						}
+						want = append(want, shown(lister, id))
+						continue
+					}
+					var got string
+					waitFor(t, fmt.Sprintf("%s: rproxy's CLIENT LIST to show Redis's %q", st.name, want[i]), func() bool {
+						got = shown(lister, id)
+						return got == want[i]
+					})
+				}
+			}
+			t.Logf("Redis and rproxy: %q", want)
+		})
+	}
+}
+
+// TestStreamModeCommandsCounted: a stream-mode session's commands count in
+// rproxy_proxy_command_calls_total, as the others' do (before 2026-12-01
+// a RESP3 client with tracking on, rueidis's default, counted in none).
+func TestStreamModeCommandsCounted(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr)
+	c := dialClient(t, p.Addr)
+	calls := func() float64 {
+		v, _ := metricSum(t, p.Registry, "rproxy_proxy_command_calls_total", map[string]string{"command": "get"})
+		return v
+	}
+	c.do("HELLO", "3")
+	c.do("CLIENT", "TRACKING", "ON")
+	before := calls()
+	c.pipeline([]string{"GET", "counted:a"}, []string{"GET", "counted:b"}, []string{"GET", "counted:c"})
+	if got := calls() - before; got != 3 {
+		t.Errorf("3 GETs in stream mode counted %v times in rproxy_proxy_command_calls_total{command=\"get\"}", got)
+	}
+}

@@ -80,23 +80,42 @@ func TestClusterPublishCountsSubscribers(t *testing.T) {
 // TestClusterClientUnblockOnAnyMaster: CLIENT UNBLOCK ends a BLPOP whichever
 // master the blocked client's key is on, outside MULTI (round 0) and inside
 // (round 1, answered in EXEC's array). Before, it went to any master,
-// which knew no such client (:0), and the BLPOP waited on.
+// which knew no such client (:0), and the BLPOP waited on. Round 2: the
+// blocked client is in stream mode (RESP3, tracking on, as rueidis
+// connects), its BLPOP on its pin's master or on a branch to another, and
+// CLIENT LIST shows it blocked there too (before 2026-12-01, never).
 func TestClusterClientUnblockOnAnyMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
 	keys, _ := keyPerMaster(t, cl, "queue")
 	c := dialClient(t, p.Addr)
-	for round := range 2 {
+	for round := range 3 {
 		// Not in the masters' order: keyless commands go to the masters
 		// in turn, and could meet the blocked one by chance.
 		for _, i := range []int{0, 2, 1} {
 			k := keys[i]
 			blocked := dialClient(t, p.Addr)
+			if round == 2 {
+				blocked.do("HELLO", "3")
+				blocked.do("CLIENT", "TRACKING", "ON")
+			}
 			id := strings.TrimSuffix(strings.TrimPrefix(blocked.do("CLIENT", "ID"), ":"), "\r\n")
 			blocked.send(resp.AppendCommandString(nil, "BLPOP", k, "0"))
 			waitFor(t, "the BLPOP blocked", func() bool {
 				return strings.Contains(c.do("CLIENT", "LIST", "ID", id), "flags=b")
 			})
+			if round == 2 {
+				if r := c.do("CLIENT", "UNBLOCK", id); r != ":1\r\n" {
+					t.Fatalf("round %d: CLIENT UNBLOCK of a stream-mode BLPOP on %s = %q, want :1", round, k, r)
+				}
+				if r := string(blocked.read()); r != "_\r\n" {
+					t.Fatalf("round %d: the unblocked stream-mode BLPOP on %s got %q, want RESP3's null", round, k, r)
+				}
+				waitFor(t, "the b flag gone", func() bool {
+					return !strings.Contains(c.do("CLIENT", "LIST", "ID", id), "flags=b")
+				})
+				continue
+			}
 			if round == 0 {
 				if r := c.do("CLIENT", "UNBLOCK", id); r != ":1\r\n" {
 					t.Fatalf("round %d: CLIENT UNBLOCK of a BLPOP on %s = %q, want :1", round, k, r)

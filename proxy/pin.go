@@ -228,7 +228,7 @@ func (s *Server) doPinned(ss *session) {
 		held = held || t.kind != trackNone
 	}
 	if ss.blocking {
-		ss.blockedNow.Store(true) // CLIENT LIST's b flag, for other sessions
+		s.publishBlocked(ss) // CLIENT LIST's b flag and cmd, for other sessions
 	}
 	if !ss.pinDirty {
 		// A command that may change the connection's state beyond what
@@ -271,7 +271,7 @@ func (s *Server) doPinned(ss *session) {
 		s.followPinnedRedirects(ss, rt) // a key moved under a WATCH or a transaction (pinmoved.go)
 		rt.HideRedirects(ss.batch)      // clients see one node (facade.go)
 	}
-	ss.blocking = false
+	ss.blocking, ss.blockingCmd = false, ""
 	for i, t := range ss.track {
 		ss.settle(t, ss.batch.Reply(i))
 	}
@@ -504,6 +504,7 @@ func (s *Server) unpin(ss *session, clientGone bool) {
 	ss.pinTx.reset()
 	ss.pinSlots = ss.pinSlots[:0]
 	ss.inMulti, ss.multiSent, ss.watching, ss.db, ss.dbUnknown, ss.blocking = false, false, false, 0, false, false
+	ss.blockingCmd = ""
 	ss.track = ss.track[:0]
 	ss.route.crossSlotTx = false
 }

@@ -93,7 +93,13 @@ type session struct {
 
 	killed     atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
 	blockedNow atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
-	multiSent  bool        // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
+	// blockedInStream counts the blocking commands a stream-mode session
+	// sent whose replies have not come (CLIENT LIST's b flag there).
+	blockedInStream atomic.Int32
+	// blockedBranch is, on a cluster, the branch to another master a
+	// stream-mode session's blocking command waits on (CLIENT UNBLOCK).
+	blockedBranch atomic.Pointer[upstream.Dedicated]
+	multiSent     bool // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
 	// pinnedState: db, dbUnknown, inMulti, watching and the open
 	// transaction's queued SELECTs, as Redis's replies settle them.
 	pinnedState
@@ -137,8 +143,11 @@ type pinning struct {
 	pinTx      pinnedTx // the open transaction on a cluster's pin (pinmoved.go)
 	pinSlots   []int    // the slots of the keys the pin ran commands of, on a cluster (pinServed)
 	blocking   bool     // batch holds a blocking command: no timeout, watch the client
-	track      []track
-	kept       []keptPin // pins kept for the session's next (a tracked connection, per protocol and user)
+	// blockingCmd is the batch's first blocking command's name, as
+	// CLIENT LIST shows it while the session waits.
+	blockingCmd string
+	track       []track
+	kept        []keptPin // pins kept for the session's next (a tracked connection, per protocol and user)
 }
 
 // streamMode is a session's state in stream mode: after a (un)subscribe,

@@ -94,10 +94,16 @@ func (set *sessionSet) byID(id int64) *session {
 	return nil
 }
 
-// pinOf is the connection of its own that session id holds (nil: none).
-func (set *sessionSet) pinOf(id int64) *upstream.Dedicated {
-	if target := set.byID(id); target != nil {
-		return target.pinRef.Load()
+// blockableOf is the connection of its own on which session id may wait
+// in a blocking command (nil: none): the branch a stream-mode session's
+// blocking command waits on, on a cluster, else its pin.
+func (set *sessionSet) blockableOf(id int64) *upstream.Dedicated {
+	target := set.byID(id)
+	if target == nil {
+		return nil
 	}
-	return nil
+	if d := target.blockedBranch.Load(); d != nil {
+		return d
+	}
+	return target.pinRef.Load()
 }

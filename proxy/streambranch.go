@@ -723,7 +723,18 @@ func (cs *clusterStream) sendOnBranchFollowed(ss *session, c *call, pool *upstre
 	}
 	replies := b.sendFollowed(cmds, want, follow)
 	if answered {
-		ss.relay.queue(relayAnswer{later: replies[len(replies)-1]})
+		a := relayAnswer{later: replies[len(replies)-1]}
+		if waitsInStream(ss, c) {
+			n, on, d := &ss.blockedInStream, &ss.blockedBranch, b.d
+			n.Add(1)
+			on.Store(d)
+			a.then = func(r []byte) []byte {
+				on.CompareAndSwap(d, nil)
+				n.Add(-1)
+				return r
+			}
+		}
+		ss.relay.queue(a)
 	}
 	// errorCmd drops the pin's CLIENT CACHING flag, as the command does.
 	ss.streamCmds = append(ss.streamCmds, errorCmd)
