@@ -872,7 +872,10 @@ var streamActedCommands = [][]string{
 	{"CLIENT", "NO-EVICT", "on"}, {"CLIENT", "NO-EVICT", "off"}, {"DBSIZE"},
 }
 var streamPlainCommands = [][]string{{"PING"}, {"PING", "x"}, {"GET", "k"}, {"SET", "k", "v"}, {"ECHO", "hi"}, {"EXEC"}, {"DISCARD"},
-	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}, {"GET", "n"}, {"MOVE", "k", "1"}, {"COPY", "n", "k", "DB", "1"}, {"SWAPDB", "0", "1"}}
+	{"PUBLISH", "allowed1", "m"}, {"INCR", "n"}, {"GET", "n"}, {"MOVE", "k", "1"}, {"COPY", "n", "k", "DB", "1"}, {"SWAPDB", "0", "1"},
+	// A blocking command that waits, or finds an element (the stream-mode
+	// marker after it: CLIENT LIST's b flag).
+	{"LPUSH", "l", "x"}, {"BLPOP", "l", "0.01"}}
 
 // streamTestServers starts the two Redis servers of a stream-mode random
 // test, one for the direct client and one behind rproxy, whose default

@@ -4,7 +4,8 @@
 Usage: compare.py OUT_DIR
 
 Reads OUT_DIR/goredis-{direct,rproxy}/{ginkgo.json,plain.out} and
-OUT_DIR/redispy-{direct,rproxy}/junit.xml and OUT_DIR/redigo-{direct,rproxy}/test.out,
+OUT_DIR/redispy-{direct,rproxy}/junit.xml, OUT_DIR/redigo-{direct,rproxy}/test.out
+and OUT_DIR/rueidis-{direct,rproxy}/{root.out,lock.out,compat.json,compat.out},
 prints Markdown: per suite the
 passed/failed/skipped counts of each run, then every test that failed (or
 did not finish) through rproxy but passed direct, with its error text.
@@ -150,6 +151,10 @@ def main():
         ("go-redis plain Go tests", gotest, "goredis-%s/plain.out", "goredis-%s/plain.out"),
         ("redis-py", junit, "redispy-%s/junit.xml", "redispy-%s/pytest.out"),
         ("redigo", gotest, "redigo-%s/test.out", "redigo-%s/test.out"),
+        ("rueidis root package", gotest, "rueidis-%s/root.out", "rueidis-%s/root.out"),
+        ("rueidislock", gotest, "rueidis-%s/lock.out", "rueidis-%s/lock.out"),
+        ("rueidiscompat Ginkgo suite", ginkgo, "rueidis-%s/compat.json", "rueidis-%s/compat.out"),
+        ("rueidiscompat plain Go tests", gotest, "rueidis-%s/compat.out", "rueidis-%s/compat.out"),
     ]
     total = 0
     for title, parse, pat, logpat in suites:

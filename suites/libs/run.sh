@@ -3,7 +3,8 @@
 # and once through rproxy, and lists the tests that fail only through rproxy.
 # See docs/suites-libraries.md.
 #
-#   suites/libs/run.sh [goredis] [redispy] [redigo]      (default: all three)
+#   suites/libs/run.sh [goredis] [redispy] [redigo] [rueidis]
+#                                        (default: goredis redispy redigo)
 #
 # Environment:
 #   LIBS_OUT          where results go (default suites/libs/.cache/out/<UTC time>)
@@ -16,6 +17,8 @@
 #   REDISPY_TIMEOUT   seconds for each redis-py run (default 300)
 #   REDIGO_VERSION    redigo's version (default v1.9.3)
 #   REDIGO_TIMEOUT    seconds for each redigo run (default 300)
+#   RUEIDIS_TIMEOUT   seconds for each of rueidis's three test binaries
+#                     (default 600)
 #   LIBS_AUTH_MODE    rproxy's auth.mode for the rproxy runs (default: none,
 #                     the default, which refuses AUTH; "passthrough" lets
 #                     Redis check AUTH, so the suites' ACL and AUTH tests run)
@@ -46,6 +49,7 @@ PLAIN_TIMEOUT=${PLAIN_TIMEOUT:-300}
 REDISPY_TIMEOUT=${REDISPY_TIMEOUT:-300}
 REDIGO_VERSION=${REDIGO_VERSION:-v1.9.3}
 REDIGO_TIMEOUT=${REDIGO_TIMEOUT:-300}
+RUEIDIS_TIMEOUT=${RUEIDIS_TIMEOUT:-600}
 GOREDIS_PLAIN=${GOREDIS_PLAIN:-full}
 PY=/usr/bin/python3
 PORT=6379
@@ -325,6 +329,73 @@ run_redigo() {
 	echo "exit $?" >>"$d/test.out"
 }
 
+# ---- rueidis ---------------------------------------------------------------
+# rueidis (the version rproxy's go.mod names for its own tests) connects in
+# RESP3 with client-side caching on by default: through rproxy every
+# session of it is in stream mode. Three test binaries: the root package
+# (tests that dial 127.0.0.1:6379; those needing a Sentinel, a cluster,
+# Redis 5, KeyDB, Dragonfly or Kvrocks are skipped), rueidislock (locks
+# released through client-side caching, database 10), and rueidiscompat's
+# Ginkgo suite (go-redis's API over rueidis), whose BeforeSuite dials the
+# redis-stack, Redis 8.6 and cluster servers of rueidis's docker-compose:
+# patched to dial 127.0.0.1:6379 (RESP2 through AlwaysRESP2), with the
+# cluster, search and Redis 8.6 specs left out. Commands of Redis 7.2 and
+# later fail both ways on Redis 7.0.
+RUEIDIS_SKIP='Sentinel|Cluster|KeyDB|Dragonfly|Kvrocks|5Client|Client5'
+
+prepare_rueidis() {
+	local ver dir m src
+	ver=$(cd "$ROOT" && go list -m -f '{{.Version}}' github.com/redis/rueidis) || return 1
+	dir=$CACHE/rueidis-$ver
+	echo "rueidis: $ver" >>"$OUT/info.txt"
+	RUEIDIS_DIR=$dir
+	if [ ! -f "$dir/.patched-1" ]; then
+		log "copying rueidis $ver from the module cache and patching rueidiscompat's BeforeSuite"
+		rm -rf "$dir"
+		# rueidiscompat's go.mod replaces rueidis and its mock with ../ and ../mock.
+		for m in "" /rueidiscompat /mock; do
+			src=$(cd "$CACHE" && GOFLAGS=-mod=mod go mod download -json "github.com/redis/rueidis$m@$ver" |
+				"$PY" -c 'import json,sys;print(json.load(sys.stdin)["Dir"])') || return 1
+			cp -r "$src" "$dir$m" && chmod -R u+w "$dir$m" || return 1
+		done
+		local f=$dir/rueidiscompat/adapter_test.go
+		perl -pi -e 's/127\.0\.0\.1:(6378|7010|6382|6356|6381|7007)"/127.0.0.1:6379"/' "$f"
+		perl -0pi -e 's/(\tclientresp2, err = rueidis\.NewClient\(rueidis\.ClientOption\{\n(?:\t\t[^\n]*\n)*?\t\tDisableCache: true,\n)/$1\t\tAlwaysRESP2:  true,\n/' "$f"
+		perl -pi -e 's/^\t(testCluster\((true|false)\)|testAdapterSearchRESP[23]\(\)|testAdapterRedis86\(\))$/\t\/\/ $1/' "$f"
+		[ "$(grep -c '127.0.0.1:6379' "$f")" = 6 ] && [ "$(grep -c 'AlwaysRESP2:  true' "$f")" = 2 ] &&
+			[ "$(grep -c '^	// test' "$f")" = 5 ] || { log "adapter_test.go patch did not apply"; return 1; }
+		touch "$dir/.patched-1"
+		rm -f "$CACHE"/rueidis-"$ver"-*.test
+	fi
+	for m in root:. lock:./rueidislock compat:./rueidiscompat; do
+		[ -x "$CACHE/rueidis-$ver-${m%%:*}.test" ] && continue
+		log "building rueidis's ${m%%:*} test binary"
+		(cd "$dir/${m#*:}" && go test -c -o "$CACHE/rueidis-$ver-${m%%:*}.test" .) || return 1
+	done
+	RUEIDIS_BIN=$CACHE/rueidis-$ver
+}
+
+run_rueidis() {
+	local mode=$1 d
+	d=$OUT/rueidis-$mode
+	start_servers "$mode" "$d"
+	log "rueidis root package tests ($mode)"
+	(cd "$RUEIDIS_DIR" && timeout -k 10 $((RUEIDIS_TIMEOUT + 30)) "$RUEIDIS_BIN-root.test" -test.v \
+		-test.timeout "${RUEIDIS_TIMEOUT}s" -test.skip "$RUEIDIS_SKIP" >"$d/root.out" 2>&1)
+	echo "exit $?" >>"$d/root.out"
+	log "rueidislock tests ($mode)"
+	(cd "$RUEIDIS_DIR/rueidislock" && timeout -k 10 $((RUEIDIS_TIMEOUT + 30)) "$RUEIDIS_BIN-lock.test" -test.v \
+		-test.timeout "${RUEIDIS_TIMEOUT}s" >"$d/lock.out" 2>&1)
+	echo "exit $?" >>"$d/lock.out"
+	log "rueidiscompat tests and Ginkgo suite ($mode)"
+	redis-cli -p $PORT flushall >/dev/null
+	(cd "$RUEIDIS_DIR/rueidiscompat" && timeout -k 10 $((RUEIDIS_TIMEOUT + 30)) "$RUEIDIS_BIN-compat.test" -test.v \
+		-test.timeout "${RUEIDIS_TIMEOUT}s" -ginkgo.seed 1 -ginkgo.no-color \
+		-ginkgo.json-report "$d/compat.json" >"$d/compat.out" 2>&1)
+	echo "exit $?" >>"$d/compat.out"
+	stop_servers
+}
+
 # ---- main ------------------------------------------------------------------
 # run_lib NAME LABEL WHY: prepare_NAME, then run_NAME in each mode, or say in
 # info.txt why LABEL was not run.
@@ -341,6 +412,7 @@ run_lib() {
 run_lib goredis go-redis "preparation failed"
 run_lib redispy redis-py "no source: set REDISPY_SRC or make 'apt-get source python-redis' work"
 run_lib redigo redigo "preparation failed"
+run_lib rueidis rueidis "preparation failed"
 
 "$PY" "$LIBS/compare.py" "$OUT" | tee "$OUT/summary.md"
 log "results in $OUT"
