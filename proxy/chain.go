@@ -757,7 +757,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 			s.stream.streamTxEnd(ss, c) // EXEC's reply merged with every master's (streamfanout.go)
 			return true
 		case info.Name == "multi" && !ss.inTransaction() && s.stream.mayFanOutInTransaction(ss):
-			s.stream.armStreamTx(ss, relayAnswer{})
+			s.stream.armStreamTx(ss, relayAnswer{}, errorCmd)
 		case info.Name == "exec" || info.Name == "discard":
 			ss.route.txQueued, ss.route.txFanOut = 0, nil
 		}

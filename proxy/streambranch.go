@@ -468,34 +468,57 @@ func (cs *clusterStream) branchTransaction(ss *session) (pool *upstream.Pool, op
 
 // deferStreamMulti answers, in stream mode, a MULTI whose transaction
 // goes on in a later read (a client that waits for each reply, as
-// redis-cli or Redis's test client) without sending it anywhere yet: its
-// first command decides where it runs (startDeferredStreamMulti), as
-// outside stream mode (deferMulti). Sent to the pin, a first command of
-// another master's key could only fail. It reports whether it deferred.
+// redis-cli or Redis's test client, or a pipeline longer than a read)
+// without sending it anywhere yet: its first command decides where it runs
+// (startDeferredStreamMulti), as outside stream mode (deferMulti). Sent to
+// the pin, a first command of another master's key could only fail. A
+// CLIENT CACHING flag Redis holds stays on the pin meanwhile
+// (clientErrorCmd) and goes with the transaction. It reports whether it
+// deferred.
 func (cs *clusterStream) deferStreamMulti(ss *session, raw []byte) bool {
-	if !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
-		return false // Redis's own handling of the reply, or of the caching flag, is kept
+	if !ss.streamAnswered() || ss.skipNext {
+		return false // Redis's own handling of the reply is kept
 	}
 	ss.route.multiRaw = bytes.Clone(raw) // sent later as the client spelled it (deferMulti)
 	ss.route.txQueued, ss.route.txFanOut = 0, nil
 	ss.noteTransaction("multi")
 	ss.cstream.multiDeferred = true
+	ss.cstream.multiCaching = cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds)
 	ss.relay.substitute([]byte("+OK\r\n"))
-	ss.streamCmds = append(ss.streamCmds, errorCmd)
+	ss.streamCmds = append(ss.streamCmds, markerKeeping(ss.cstream.multiCaching))
 	ss.streamHelpers++
 	return true
+}
+
+// markerKeeping is the errorCmd to send in stream mode where Redis holds a
+// CLIENT CACHING flag that must stay (clientErrorCmd) or not.
+func markerKeeping(caching bool) []byte {
+	if caching {
+		return clientErrorCmd
+	}
+	return errorCmd
 }
 
 // startDeferredStreamMulti sends the MULTI deferStreamMulti answered, its
 // reply hidden, to where c, the transaction's first command, goes: the
 // branch of its keys' master, or else the pin.
 func (cs *clusterStream) startDeferredStreamMulti(ss *session, c *call) {
-	ss.cstream.multiDeferred = false
+	caching := ss.cstream.multiCaching
+	ss.cstream.multiDeferred, ss.cstream.multiCaching = false, false
 	if cs.branching(ss) {
 		pool, keys := cs.masterOf(ss, c.info, c.cmd.Args)
 		if keys == keysOneSlot && !samePool(pool, ss.pinPool) {
 			if b, err := cs.branch(ss, pool); err == nil {
-				b.send([][]byte{ss.route.multiRaw}, []bool{false})
+				cmds := [][]byte{ss.route.multiRaw}
+				if caching && ss.cstream.lastCaching != nil {
+					// The flag goes with the transaction, and the pin
+					// drops it, as its MULTI would have taken it.
+					cmds = [][]byte{ss.cstream.lastCaching, ss.route.multiRaw}
+					ss.relay.queue(relayAnswer{})
+					ss.streamCmds = append(ss.streamCmds, errorCmd)
+					ss.streamHelpers++
+				}
+				b.send(cmds, make([]bool, len(cmds)))
 				ss.cstream.branchTx = pool
 				return
 			}
@@ -506,10 +529,10 @@ func (cs *clusterStream) startDeferredStreamMulti(ss *session, c *call) {
 	}
 	drop := relayAnswer{rewrite: func([]byte) []byte { return nil }}
 	if cs.routing != nil {
-		cs.armStreamTx(ss, drop) // its errorCmd, which the transaction's EXEC may need (streamfanout.go)
+		cs.armStreamTx(ss, drop, markerKeeping(caching)) // its errorCmd, which the transaction's EXEC may need (streamfanout.go)
 	} else {
 		ss.relay.queue(drop)
-		ss.streamCmds = append(ss.streamCmds, errorCmd)
+		ss.streamCmds = append(ss.streamCmds, markerKeeping(caching))
 		ss.streamHelpers++
 	}
 	ss.streamCmds = append(ss.streamCmds, ss.route.multiRaw)

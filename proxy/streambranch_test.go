@@ -595,6 +595,61 @@ func TestClusterTrackingAcrossMasters(t *testing.T) {
 	}
 }
 
+// TestClusterTrackingCachedReadAcrossReads: rueidis's cached read (CLIENT
+// CACHING YES, MULTI, PTTL, GET, EXEC) whose transaction goes on in a
+// later read of rproxy's runs on its key's master with the caching flag,
+// and tracks the key there only. A client that waits for MULTI's reply
+// makes the split here; a pipeline longer than a read makes it in
+// rueidis's MGetCache (20,000 keys in TestSingleClientIntegration through
+// rproxy on a cluster), as in the second part. Before 2026-12-01 such a
+// MULTI went to the session's own master, where a key of another was
+// refused and EXEC answered EXECABORT (9 of 1,000 pipelined).
+func TestClusterTrackingCachedReadAcrossReads(t *testing.T) {
+	p, keys, w := clusterKeysPerMaster(t, "cr")
+	o := dialClient(t, p.Addr)
+	o.do("HELLO", "3")
+	o.do("CLIENT", "TRACKING", "ON", "OPTIN")
+	for i, k := range keys {
+		if r := o.pipeline([]string{"CLIENT", "CACHING", "YES"}, []string{"MULTI"}); r != "+OK\r\n+OK\r\n" {
+			t.Fatalf("CLIENT CACHING YES, MULTI: %q", r)
+		}
+		v := "v" + strconv.Itoa(i)
+		r := o.pipeline([]string{"PTTL", k}, []string{"GET", k}, []string{"EXEC"})
+		if want := "+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$2\r\n" + v + "\r\n"; r != want {
+			t.Fatalf("then PTTL %s, GET %s, EXEC: %q, want %q", k, k, r, want)
+		}
+		// The flag went with the transaction: the next read is not tracked.
+		if r := o.do("GET", k+"-untracked"); r != "_\r\n" {
+			t.Fatalf("GET %s-untracked: %q", k, r)
+		}
+	}
+	for _, k := range keys {
+		w.do("SET", k+"-untracked", "x")
+		w.do("SET", k, "new")
+		if push := readPush(t, o); !slices.Equal(push, []string{k}) {
+			t.Fatalf("invalidation %v, want [%s] (and none of %s-untracked)", push, k, k)
+		}
+	}
+
+	// Pipelined, rueidis's way: 1,000 cached reads over the three masters
+	// in one write, which rproxy reads in several.
+	var cmds [][]string
+	var want strings.Builder
+	for i := range 1000 {
+		k := keys[i%len(keys)]
+		cmds = append(cmds, []string{"CLIENT", "CACHING", "YES"}, []string{"MULTI"}, []string{"PTTL", k}, []string{"GET", k}, []string{"EXEC"})
+		want.WriteString("+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$3\r\nnew\r\n")
+	}
+	if got := o.pipeline(cmds...); got != want.String() {
+		i := 0
+		for i < len(got) && i < want.Len() && got[i] == want.String()[i] {
+			i++
+		}
+		t.Fatalf("1,000 cached reads pipelined: the replies differ from byte %d: %.200q", i, got[i:])
+	}
+	writesInvalidate(t, o, w, keys)
+}
+
 // TestClusterTrackingBranchLostClosesClient: when a tracking session's
 // connection to another master ends, rproxy closes the client, whose cache
 // would otherwise miss that master's invalidations for good (a client

@@ -45,7 +45,10 @@ type clusterStreamState struct {
 	watchPool   *upstream.Pool // a WATCH sent on this master's branch, until UNWATCH, EXEC or DISCARD
 	// multiDeferred: a MULTI answered and not sent yet; the transaction's
 	// first command decides where it goes (deferStreamMulti).
+	// multiCaching: Redis held a CLIENT CACHING flag when it came, which
+	// the transaction takes (Redis keeps it from MULTI to EXEC).
 	multiDeferred bool
+	multiCaching  bool
 	divertedTx    *divertedTx // a transaction of a migrating slot, run on the shared connections at its EXEC (streamasked.go)
 	shardBranched bool        // an SSUBSCRIBE went to a branch (streamshard.go)
 	// Keyspace notifications from masters other than the pin's

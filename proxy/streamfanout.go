@@ -234,11 +234,11 @@ func (cs *clusterStream) streamQueue(ss *session, c *call) bool {
 // client may send a server-wide command in it (one in this read, or the
 // read ends before EXEC). a is the relayAnswer for the errorCmd, which
 // armStreamTx queues.
-func (cs *clusterStream) armStreamTx(ss *session, a relayAnswer) {
+func (cs *clusterStream) armStreamTx(ss *session, a relayAnswer, marker []byte) {
 	t := &streamTx{}
 	a.tx = t
 	ss.relay.queue(a)
-	ss.streamCmds = append(ss.streamCmds, errorCmd)
+	ss.streamCmds = append(ss.streamCmds, marker)
 	ss.streamHelpers++
 	t.multiAt = ss.pinSent + len(ss.streamCmds)
 	ss.streamTx = t

@@ -12,8 +12,8 @@ import (
 
 // TestClusterTrackingAsStandaloneRandomSequences: seeded random sessions
 // of a RESP3 client tracking keys (default and OPTIN mode), with another
-// client writing between its pipelines, WATCH transactions and replies
-// turned off, through rproxy in front of three
+// client writing between its pipelines, some pipelines split in two
+// writes, WATCH transactions and replies turned off, through rproxy in front of three
 // masters and on one standalone Redis: the client's replies are the same
 // bytes, and so are the keys it is told to invalidate. Pushes are compared
 // as a sorted list at each sequence's end, after a read of every master's
@@ -134,7 +134,15 @@ func TestClusterTrackingAsStandaloneRandomSequences(t *testing.T) {
 				}
 			}
 			if optin || cmds[0][0] != "CLIENT" {
-				run(cmds...)
+				if cut := 1 + rng.IntN(len(cmds)); rng.IntN(4) == 0 && cut < len(cmds) {
+					// In two writes, the first answered before the second
+					// is sent: a transaction, or a CLIENT CACHING flag,
+					// goes on in rproxy's next read.
+					run(cmds[:cut]...)
+					run(cmds[cut:]...)
+				} else {
+					run(cmds...)
+				}
 			}
 			// The other client writes, on both sides.
 			if rng.IntN(2) == 0 {
