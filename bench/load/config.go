@@ -50,6 +50,12 @@ type Config struct {
 	ValueSize int     `json:"value_size"`  // bytes per SET value
 	TTL       int     `json:"ttl_seconds"` // if > 0, SETs carry EX TTL
 
+	// Tracking makes each connection send HELLO 3 and CLIENT TRACKING ON
+	// OPTIN before it is measured, as rueidis connects by default: through
+	// rproxy such a session runs in stream mode. Its plain GETs are not
+	// tracked (no CLIENT CACHING YES), as rueidis's Do.
+	Tracking bool `json:"tracking"`
+
 	// Seed fixes the random streams: client i draws from PCG(Seed, i), so
 	// runs with the same Config issue the same commands per client.
 	Seed uint64 `json:"seed"`

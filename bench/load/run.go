@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/rproxy/rproxy/resp"
 )
 
 // Run drives load at cfg.Addr as cfg describes and returns what it measured.
@@ -78,6 +80,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 // dialAll connects the clients in parallel. conns[i] is nil where dialling
 // failed, with the reason in errs; errs lists failures in client order.
+// With cfg.Tracking each connection is switched to RESP3 with tracking on
+// first (startTracking).
 func dialAll(ctx context.Context, cfg Config) (conns []net.Conn, errs []error) {
 	conns = make([]net.Conn, cfg.Clients)
 	dialErr := make([]error, cfg.Clients)
@@ -90,6 +94,13 @@ func dialAll(ctx context.Context, cfg Config) (conns []net.Conn, errs []error) {
 				dialErr[i] = fmt.Errorf("client %d: dial: %w", i, err)
 				return
 			}
+			if cfg.Tracking {
+				if err := startTracking(c, cfg.Timeout); err != nil {
+					c.Close()
+					dialErr[i] = fmt.Errorf("client %d: %w", i, err)
+					return
+				}
+			}
 			conns[i] = c
 		})
 	}
@@ -100,4 +111,30 @@ func dialAll(ctx context.Context, cfg Config) (conns []net.Conn, errs []error) {
 		}
 	}
 	return conns, errs
+}
+
+// startTracking sends HELLO 3 and CLIENT TRACKING ON OPTIN on conn and
+// checks the second reply (the first is HELLO's map).
+func startTracking(conn net.Conn, timeout time.Duration) error {
+	conn.SetDeadline(time.Now().Add(timeout))
+	defer conn.SetDeadline(time.Time{})
+	cmds := resp.AppendCommandString(nil, "HELLO", "3")
+	cmds = resp.AppendCommandString(cmds, "CLIENT", "TRACKING", "ON", "OPTIN")
+	if _, err := conn.Write(cmds); err != nil {
+		return fmt.Errorf("tracking: %w", err)
+	}
+	w := newWire(conn, time.Now())
+	for i, want := range []byte{'%', '+'} {
+		kind, head, err := w.next()
+		if err != nil {
+			return fmt.Errorf("tracking: reply %d: %w", i+1, err)
+		}
+		if kind != want {
+			return fmt.Errorf("tracking: reply %d is %q", i+1, head)
+		}
+	}
+	if !w.drained() {
+		return fmt.Errorf("tracking: more than two replies")
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rproxy/rproxy/internal/redistest"
+	"github.com/rproxy/rproxy/resp"
 )
 
 // testConfig is a small, quick configuration against addr.
@@ -230,5 +231,55 @@ func TestWarmupExcluded(t *testing.T) {
 	}
 	if res.Seconds < 0.2 || res.Seconds > 0.5 {
 		t.Errorf("measured %.3fs, want about 0.2s", res.Seconds)
+	}
+}
+
+// TestTrackingConnections: with Tracking every connection is in RESP3 with
+// tracking on (Redis's CLIENT LIST shows t and resp=3 for each), its GETs
+// are answered and counted, and a push among the replies (an invalidation
+// of a key read with CLIENT CACHING YES, written meanwhile) is not taken
+// for one.
+func TestTrackingConnections(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv.Addr)
+	cfg.Tracking = true
+	cfg.ReadRatio = 0.5
+	res := run(t, cfg)
+	if res.Ops == 0 || res.Errors != 0 || res.ConnErrors != 0 || res.Reads == 0 {
+		t.Fatalf("ops %d, reads %d, errors %d, conn errors %d", res.Ops, res.Reads, res.Errors, res.ConnErrors)
+	}
+
+	conns, errs := dialAll(context.Background(), cfg)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	list := string(srv.Do(t, "CLIENT", "LIST"))
+	if strings.Count(list, "flags=t ") != cfg.Clients || strings.Count(list, "resp=3") != cfg.Clients {
+		t.Errorf("%d connections: CLIENT LIST\n%s", cfg.Clients, list)
+	}
+	c := conns[0]
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var cmds []byte
+	cmds = resp.AppendCommandString(cmds, "CLIENT", "CACHING", "YES")
+	cmds = resp.AppendCommandString(cmds, "GET", "tracked")
+	if _, err := c.Write(cmds); err != nil {
+		t.Fatal(err)
+	}
+	w := newWire(c, time.Now())
+	for range 2 {
+		if _, _, err := w.next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Do(t, "SET", "tracked", "1") // Redis pushes an invalidation to c
+	if _, err := c.Write(resp.AppendCommandString(nil, "PING")); err != nil {
+		t.Fatal(err)
+	}
+	if kind, head, err := w.next(); err != nil || kind != '+' {
+		t.Errorf("after an invalidation, PING's reply read as %q %q (%v), want the +PONG past the push", kind, head, err)
 	}
 }

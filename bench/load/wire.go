@@ -35,7 +35,8 @@ func newWire(conn net.Conn, base time.Time) *wire {
 }
 
 // next reads one complete reply and returns its type byte and its first
-// bytes (at most headLen).
+// bytes (at most headLen). RESP3 pushes (invalidations, with -tracking) are
+// read past: they answer no command.
 func (c *wire) next() (kind byte, head []byte, err error) {
 	c.headN = 0
 	for {
@@ -60,6 +61,10 @@ func (c *wire) next() (kind byte, head []byte, err error) {
 		c.r += n
 		if err != nil {
 			return 0, nil, fmt.Errorf("framing reply: %w", err)
+		}
+		if done && c.framer.Kind() == '>' {
+			c.headN = 0
+			continue
 		}
 		if done {
 			return c.framer.Kind(), c.head[:c.headN], nil

@@ -84,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (load.Config, bool, error) {
 	fs.Float64Var(&c.ReadRatio, "read-ratio", c.ReadRatio, "share of GETs; the rest are SETs")
 	fs.IntVar(&c.ValueSize, "value-size", c.ValueSize, "SET value size in bytes")
 	fs.IntVar(&c.TTL, "ttl", c.TTL, "if > 0, SETs carry EX with this many seconds")
+	fs.BoolVar(&c.Tracking, "tracking", c.Tracking, "connect as rueidis does: HELLO 3 and CLIENT TRACKING ON OPTIN (stream mode through rproxy)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed; client i uses PCG(seed, i)")
 	fs.BoolVar(&c.Prepopulate, "prepopulate", c.Prepopulate, "SET every key once before measuring (4 connections, pipelined 1000 deep)")
 	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "run this long before measuring; excluded from the figures")
