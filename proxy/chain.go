@@ -108,6 +108,7 @@ func (s *Server) newChain() chain {
 	add(&c.stream, true, transactionGuard{s})
 	add(&c.stream, true, s.authing)
 	add(&c.stream, s.routing != nil, streamFacade{s.facade}) // CLUSTER SLOTS and the like: rproxy's topology, not the master's
+	add(&c.stream, s.routing != nil, streamScriptKill{s})    // SCRIPT and FUNCTION KILL on every master
 	add(&c.stream, true, streamDispatch{s})
 	return c
 }
@@ -467,8 +468,7 @@ func runsWhileSubscribed(name string) bool {
 type scriptKill struct{ s *Server }
 
 func (st scriptKill) command(ss *session, c *call) bool {
-	info, args := c.info, c.cmd.Args
-	if info == nil || (info.Name != "script" && info.Name != "function") || len(args) != 2 || !bytes.EqualFold(args[1], []byte("kill")) || ss.inTransaction() {
+	if !isScriptKill(c) || ss.inTransaction() {
 		return false
 	}
 	st.s.killOutOfBand(ss, c.cmd.Raw)
@@ -476,6 +476,32 @@ func (st scriptKill) command(ss *session, c *call) bool {
 }
 
 func (scriptKill) replies(*session) {}
+
+// isScriptKill reports whether c is SCRIPT KILL or FUNCTION KILL.
+func isScriptKill(c *call) bool {
+	info, args := c.info, c.cmd.Args
+	return info != nil && (info.Name == "script" || info.Name == "function") && len(args) == 2 && bytes.EqualFold(args[1], []byte("kill"))
+}
+
+// streamScriptKill is scriptKill in stream mode on a cluster: the
+// session's own connection reaches one master, and the script to stop may
+// run on any (another client's keyless FCALL ran on whichever master its
+// connection reached). The commands before it are sent first; its answer
+// comes in their order.
+type streamScriptKill struct{ s *Server }
+
+func (st streamScriptKill) command(ss *session, c *call) bool {
+	if !isScriptKill(c) || ss.inTransaction() {
+		return false
+	}
+	if len(ss.streamCmds) > 0 {
+		st.s.sendStreamBatch(ss)
+	}
+	ss.replyInMode(st.s.killOnEveryMaster(ss, c.cmd.Raw))
+	return true
+}
+
+func (streamScriptKill) replies(*session) {}
 
 // readable reports whether a forwarded read may be served by the tier,
 // salted copies or a shared flight: the tier and the flights hold db 0 as

@@ -421,32 +421,50 @@ func TestClusterInfoIsTheWholeData(t *testing.T) {
 // TestClusterScriptKillWhereItRuns: SCRIPT KILL stops a script whichever
 // master runs it, as on one Redis (killOutOfBand asks every master). No
 // cluster test covered it when Redis's Tcl suite first ran in cluster
-// mode, whose unit/multi kills a script that way.
+// mode, whose unit/multi kills a script that way. The same from a client
+// in stream mode (RESP3, tracking on: rueidis's default), which before
+// 2026-12-01 sent it to its own connection's master alone (a FUNCTION KILL
+// of rueidiscompat's suite left a function running on another for good).
 func TestClusterScriptKillWhereItRuns(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0, "--busy-reply-threshold", "10")
 	p := startClusterProxy(t, cl)
 	keys, addrs := keyPerMaster(t, cl, "busy")
-	c := dialClient(t, p.Addr)
-	if r := c.do("SCRIPT", "KILL"); !strings.HasPrefix(r, "-NOTBUSY") {
-		t.Errorf("SCRIPT KILL with no script running = %q, want NOTBUSY", r)
-	}
-	for i := range keys {
-		running := dialClient(t, p.Addr)
-		running.send(resp.AppendCommandString(nil, "EVAL", "while true do end", "1", keys[i]))
-		direct := dialClient(t, addrs[i])
-		for deadline := time.Now().Add(5 * time.Second); !strings.HasPrefix(direct.do("PING"), "-BUSY"); {
-			if time.Now().After(deadline) {
-				t.Fatalf("the script on %s never made its master busy", addrs[i])
+	plain, stream := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	stream.do("HELLO", "3")
+	stream.do("CLIENT", "TRACKING", "ON")
+	for _, c := range []*rawClient{plain, stream} {
+		if r := c.do("SCRIPT", "KILL"); !strings.HasPrefix(r, "-NOTBUSY") {
+			t.Errorf("SCRIPT KILL with no script running = %q, want NOTBUSY", r)
+		}
+		for i := range keys {
+			running := dialClient(t, p.Addr)
+			running.send(resp.AppendCommandString(nil, "EVAL", "while true do end", "1", keys[i]))
+			direct := dialClient(t, addrs[i])
+			for deadline := time.Now().Add(5 * time.Second); !strings.HasPrefix(direct.do("PING"), "-BUSY"); {
+				if time.Now().After(deadline) {
+					t.Fatalf("the script on %s never made its master busy", addrs[i])
+				}
 			}
-		}
-		if r := c.do("SCRIPT", "KILL"); r != "+OK\r\n" {
-			t.Fatalf("SCRIPT KILL with a script running on %s = %q, want +OK", addrs[i], r)
-		}
-		if r := string(running.read()); !strings.Contains(r, "killed by user") {
-			t.Errorf("the killed EVAL got %q", r)
-		}
-		if r := direct.do("PING"); r != "+PONG\r\n" {
-			t.Fatalf("after SCRIPT KILL, PING on %s = %q", addrs[i], r)
+			// Pipelined after a command: the replies in order.
+			if c == plain {
+				if r := c.do("SCRIPT", "KILL"); r != "+OK\r\n" {
+					t.Fatalf("SCRIPT KILL with a script running on %s = %q, want +OK", addrs[i], r)
+				}
+			} else {
+				// In stream mode pipelined after an ECHO, which goes to the
+				// session's own connection (-BUSY if its master runs the
+				// script): the replies in order.
+				r := c.pipeline([]string{"ECHO", "e"}, []string{"SCRIPT", "KILL"})
+				if echo, kill, _ := strings.Cut(r, "\r\n+"); echo != "$1\r\ne" && !strings.HasPrefix(echo, "-BUSY") || kill != "OK\r\n" {
+					t.Fatalf("stream mode: ECHO, SCRIPT KILL with a script running on %s = %q, want ECHO's reply, then +OK", addrs[i], r)
+				}
+			}
+			if r := string(running.read()); !strings.Contains(r, "killed by user") {
+				t.Errorf("the killed EVAL got %q", r)
+			}
+			if r := direct.do("PING"); r != "+PONG\r\n" {
+				t.Fatalf("after SCRIPT KILL, PING on %s = %q", addrs[i], r)
+			}
 		}
 	}
 }

@@ -450,6 +450,11 @@ func (s *Server) resetClientState(ss *session) {
 // first that is not NOTBUSY.
 func (s *Server) killOutOfBand(ss *session, raw []byte) {
 	s.flush(ss) // replies stay in order
+	ss.reply(s.killOnEveryMaster(ss, raw))
+}
+
+// killOnEveryMaster is killOutOfBand's kill, and its reply.
+func (s *Server) killOnEveryMaster(ss *session, raw []byte) []byte {
 	backend := ss.pools[ss.proto]
 	var reply []byte
 	for _, slot := range backend.Shards() {
@@ -472,7 +477,7 @@ func (s *Server) killOutOfBand(ss *session, raw []byte) {
 			reply = r
 		}
 	}
-	ss.reply(reply)
+	return reply
 }
 
 // answeredByProxy reports whether rproxy answers the command for the
