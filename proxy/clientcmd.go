@@ -69,7 +69,7 @@ func (cc *clientCommands) clientLine(dst []byte, ss, caller *session, cmd resp.C
 	if st.multi || inExec > 0 {
 		flags, multi = flags+"x", inExec
 	}
-	if ss.blockedNow.Load() || ss.blockedInStream.Load() > 0 {
+	if (ss.blockedNow.Load() || ss.blockedInStream.Load() > 0) && cc.blockedOnRedis(ss) {
 		flags += "b"
 	}
 	if st.tracking {
@@ -163,6 +163,33 @@ func validClientType(t []byte) bool {
 		return true
 	}
 	return false
+}
+
+// blockedOnRedis reports whether Redis holds ss's blocking command, which
+// rproxy marks as it sends it, before Redis has it: a client that waits
+// for the b flag to unblock the command (rueidis's UnblockOnCancel test)
+// must find it blocked on Redis, or CLIENT UNBLOCK answers 0. Redis's
+// CLIENT LIST line of the connection it waits on decides; if Redis cannot
+// say (an error), rproxy's mark stands.
+func (cc *clientCommands) blockedOnRedis(ss *session) bool {
+	d := cc.sessions.blockableOf(ss.id)
+	if d == nil || d.RedisID() == 0 {
+		return false
+	}
+	backend := cc.pools[2]
+	b := upstream.NewBatch()
+	b.Add(resp.AppendCommand(nil, []byte("CLIENT"), []byte("LIST"), []byte("ID"), strconv.AppendInt(nil, d.RedisID(), 10)))
+	backend.PinPool(slotOfServer(backend, d.Address())).Do(b)
+	r := b.Reply(0)
+	if len(r) == 0 || r[0] == '-' {
+		return true
+	}
+	_, flags, ok := bytes.Cut(r, []byte(" flags="))
+	if !ok {
+		return false // not listed: the connection is gone
+	}
+	flags, _, _ = bytes.Cut(flags, []byte(" "))
+	return bytes.IndexByte(flags, 'b') >= 0
 }
 
 // clientListText is CLIENT LIST's text, or the error reply for bad
