@@ -407,6 +407,12 @@ func (cc *clientCommands) clientUnblock(ss *session, cmd resp.Command) {
 		ss.replyInMode(reply)
 		return
 	}
+	if ss.stream && cc.cluster {
+		// The session's own connection reaches one master; the blocked
+		// connection may be on another.
+		ss.replyInMode(cc.unblockWhereBlocked(ss, send, blocked))
+		return
+	}
 	if ss.pin == nil && !ss.stream {
 		// On a cluster, to the master the blocked connection is on.
 		ss.slot = slotOfServer(ss.pools[ss.proto], blocked.Address())
@@ -422,6 +428,12 @@ func (cc *clientCommands) unblockInExec(ss *session, args [][]byte) []byte {
 	if reply != nil {
 		return reply
 	}
+	return cc.unblockWhereBlocked(ss, send, blocked)
+}
+
+// unblockWhereBlocked sends send, a CLIENT UNBLOCK of blocked, on a shared
+// connection to the server blocked is on, and returns the reply.
+func (cc *clientCommands) unblockWhereBlocked(ss *session, send []byte, blocked *upstream.Dedicated) []byte {
 	pools := ss.pools[ss.proto]
 	b := upstream.NewBatch()
 	b.Add(send)

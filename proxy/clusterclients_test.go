@@ -80,22 +80,28 @@ func TestClusterPublishCountsSubscribers(t *testing.T) {
 // TestClusterClientUnblockOnAnyMaster: CLIENT UNBLOCK ends a BLPOP whichever
 // master the blocked client's key is on, outside MULTI (round 0) and inside
 // (round 1, answered in EXEC's array). Before, it went to any master,
-// which knew no such client (:0), and the BLPOP waited on. Round 2: the
-// blocked client is in stream mode (RESP3, tracking on, as rueidis
+// which knew no such client (:0), and the BLPOP waited on. Rounds 2 and
+// 3: the blocked client is in stream mode (RESP3, tracking on, as rueidis
 // connects), its BLPOP on its pin's master or on a branch to another, and
-// CLIENT LIST shows it blocked there too (before 2026-12-01, never).
+// CLIENT LIST shows it blocked there too (before 2026-12-01, never);
+// in round 3 the client that unblocks it is in stream mode too (before,
+// its CLIENT UNBLOCK went to its own connection's master: :0 elsewhere).
 func TestClusterClientUnblockOnAnyMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	p := startClusterProxy(t, cl)
 	keys, _ := keyPerMaster(t, cl, "queue")
 	c := dialClient(t, p.Addr)
-	for round := range 3 {
+	for round := range 4 {
+		if round == 3 {
+			c.do("HELLO", "3")
+			c.do("CLIENT", "TRACKING", "ON")
+		}
 		// Not in the masters' order: keyless commands go to the masters
 		// in turn, and could meet the blocked one by chance.
 		for _, i := range []int{0, 2, 1} {
 			k := keys[i]
 			blocked := dialClient(t, p.Addr)
-			if round == 2 {
+			if round >= 2 {
 				blocked.do("HELLO", "3")
 				blocked.do("CLIENT", "TRACKING", "ON")
 			}
@@ -104,7 +110,7 @@ func TestClusterClientUnblockOnAnyMaster(t *testing.T) {
 			waitFor(t, "the BLPOP blocked", func() bool {
 				return strings.Contains(c.do("CLIENT", "LIST", "ID", id), "flags=b")
 			})
-			if round == 2 {
+			if round >= 2 {
 				if r := c.do("CLIENT", "UNBLOCK", id); r != ":1\r\n" {
 					t.Fatalf("round %d: CLIENT UNBLOCK of a stream-mode BLPOP on %s = %q, want :1", round, k, r)
 				}
