@@ -491,7 +491,8 @@ func isScriptKill(c *call) bool {
 type streamScriptKill struct{ s *Server }
 
 func (st streamScriptKill) command(ss *session, c *call) bool {
-	if !isScriptKill(c) || ss.inTransaction() {
+	if !isScriptKill(c) || ss.inTransaction() || ss.resp2Subscribed() { // subscribed: Redis refuses it
+
 		return false
 	}
 	if len(ss.streamCmds) > 0 {

@@ -407,7 +407,7 @@ func (cc *clientCommands) clientUnblock(ss *session, cmd resp.Command) {
 		ss.replyInMode(reply)
 		return
 	}
-	if ss.stream && cc.cluster {
+	if ss.stream && cc.cluster && !ss.resp2Subscribed() { // subscribed: Redis refuses it
 		// The session's own connection reaches one master; the blocked
 		// connection may be on another.
 		ss.replyInMode(cc.unblockWhereBlocked(ss, send, blocked))
