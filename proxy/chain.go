@@ -491,8 +491,8 @@ func isScriptKill(c *call) bool {
 type streamScriptKill struct{ s *Server }
 
 func (st streamScriptKill) command(ss *session, c *call) bool {
-	if !isScriptKill(c) || ss.inTransaction() || ss.resp2Subscribed() { // subscribed: Redis refuses it
-
+	// In RESP2's subscribed context Redis refuses it: it goes as sent.
+	if !isScriptKill(c) || ss.inTransaction() || ss.resp2Subscribed() {
 		return false
 	}
 	if len(ss.streamCmds) > 0 {
