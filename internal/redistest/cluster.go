@@ -114,7 +114,14 @@ func StartClusterWith(tb testing.TB, masters, replicasPerMaster int, nodeArgs fu
 	}
 	c := &Cluster{args: args, nodeArgs: nodeArgs}
 	total := masters * (1 + replicasPerMaster)
-	for i := 0; i < total; i++ {
+	if nodeArgs == nil && len(args) == 0 {
+		// Nodes of the default arguments started ahead (spareNodes): a
+		// new master waits 2 s after its start before it declares the
+		// cluster up, which a spare has usually spent already.
+		c.Nodes = spares.take(tb, total)
+		spares.refill(total)
+	}
+	for len(c.Nodes) < total {
 		c.Nodes = append(c.Nodes, c.startNode(tb))
 	}
 	// Run before the nodes stop: what the nodes saw (a state change, a
@@ -845,7 +852,16 @@ func (c *Cluster) startNode(tb testing.TB) *ClusterNode {
 	// which does not exist for ports above 55535 and is not checked for
 	// being free.
 	bus := FreePort(tb)
-	nodeArgs := append([]string{
+	nodeArgs := append(clusterNodeArgs(bus), c.args...)
+	if c.nodeArgs != nil {
+		nodeArgs = append(nodeArgs, c.nodeArgs(tb)...)
+	}
+	return &ClusterNode{Server: Start(tb, nodeArgs...), BusPort: bus}
+}
+
+// clusterNodeArgs are a cluster node's arguments, its bus port bus.
+func clusterNodeArgs(bus int) []string {
+	return []string{
 		"--cluster-enabled", "yes",
 		// Relative to --dir, i.e. <Server.Dir>/nodes.conf, which is
 		// not known before Start; it survives Restart, so a restarted
@@ -860,11 +876,7 @@ func (c *Cluster) startNode(tb testing.TB) *ClusterNode {
 		// still 0 (redis/redis#9287), and with no writes only the
 		// master's replication PING moves it: every 10 s by default.
 		"--repl-ping-replica-period", "1",
-	}, c.args...)
-	if c.nodeArgs != nil {
-		nodeArgs = append(nodeArgs, c.nodeArgs(tb)...)
 	}
-	return &ClusterNode{Server: Start(tb, nodeArgs...), BusPort: bus}
 }
 
 // readIdentity reads n's node id and the bus port it actually uses (the

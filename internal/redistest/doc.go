@@ -7,6 +7,10 @@
 // test binary dies (Linux PR_SET_PDEATHSIG), so a panicking test does not
 // leak servers.
 //
+// StartCluster builds a Redis Cluster of such servers. Nodes of its default
+// arguments are started ahead, while the previous test runs (spares.go): a
+// master started on demand keeps the cluster down for its first 2 s.
+//
 // Typical use:
 //
 //	srv := redistest.Start(t)

@@ -79,33 +79,50 @@ func (p *process) signal(sig os.Signal) {
 // with a hint telling how to install it.
 func RequireBinary(tb testing.TB, name string) string {
 	tb.Helper()
+	p, err := lookBinary(name)
+	if err != nil {
+		tb.Fatalf("%s not found: install it with `%s` (or run `make test`, which installs it)", name, InstallHint)
+	}
+	return p
+}
+
+// lookBinary returns the path of the named executable.
+func lookBinary(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
-		return p
+		return p, nil
 	}
 	// PATH may be trimmed in some environments; look in the usual places.
 	for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/usr/sbin"} {
 		p := filepath.Join(dir, name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p
+			return p, nil
 		}
 	}
-	tb.Fatalf("%s not found: install it with `%s` (or run `make test`, which installs it)", name, InstallHint)
-	return ""
+	return "", fmt.Errorf("%s not found", name)
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 // Another process may take it before it is used; callers must cope with that.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
+	port, err := freePort()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return port
+}
+
+// freePort is FreePort's work.
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatalf("redistest: finding a free port: %v", err)
+		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	if err := l.Close(); err != nil {
-		tb.Fatalf("redistest: finding a free port: %v", err)
+		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
-	return port
+	return port, nil
 }
 
 // Start starts redis-server on a free loopback port, waits until it answers
@@ -124,14 +141,8 @@ func Start(tb testing.TB, args ...string) *Server {
 // command line.
 func start(tb testing.TB, conf func(dir string) string, args ...string) *Server {
 	tb.Helper()
-	s := &Server{
-		bin:   RequireBinary(tb, "redis-server"),
-		Dir:   tb.TempDir(),
-		extra: append([]string(nil), args...),
-	}
+	s := newServer(RequireBinary(tb, "redis-server"), tb.TempDir(), args)
 	s.confArg = conf(s.Dir)
-	s.LogFile = filepath.Join(s.Dir, "redis.log")
-	s.outFile = filepath.Join(s.Dir, "redis-stdout.log")
 	// Registered after TempDir, so it runs before the directory is removed.
 	tb.Cleanup(s.Stop)
 
@@ -140,11 +151,7 @@ func start(tb testing.TB, conf func(dir string) string, args ...string) *Server 
 		port := FreePort(tb)
 		p, err := s.launchAndWait(port)
 		if err == nil {
-			s.mu.Lock()
-			s.Port = port
-			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			s.proc = p
-			s.mu.Unlock()
+			s.setProcess(port, p)
 			return s
 		}
 		lastErr = err
@@ -154,6 +161,27 @@ func start(tb testing.TB, conf func(dir string) string, args ...string) *Server 
 	}
 	tb.Fatalf("redistest: redis-server failed to start after %d attempts: %v\n%s", startRetries, lastErr, s.logTail())
 	return nil
+}
+
+// newServer is a Server of binary bin in dir, with extra arguments args,
+// not started.
+func newServer(bin, dir string, args []string) *Server {
+	return &Server{
+		bin:     bin,
+		Dir:     dir,
+		extra:   append([]string(nil), args...),
+		LogFile: filepath.Join(dir, "redis.log"),
+		outFile: filepath.Join(dir, "redis-stdout.log"),
+	}
+}
+
+// setProcess records p, started on port, as s's running process.
+func (s *Server) setProcess(port int, p *process) {
+	s.mu.Lock()
+	s.Port = port
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s.proc = p
+	s.mu.Unlock()
 }
 
 // Restart starts redis-server again on the same port and directory (with
