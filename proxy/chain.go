@@ -104,6 +104,7 @@ func (s *Server) newChain() chain {
 	add(&c.stream, s.routing != nil, streamMulti{s.stream}) // a MULTI deferred to its first command's master
 	add(&c.stream, true, s.policing)
 	add(&c.stream, s.tiering != nil, tw)
+	add(&c.stream, s.salting != nil, streamSaltWrites{s.salting}) // salted keys' writes end before their replies are shown
 	add(&c.stream, true, subscribedContext{s})
 	add(&c.stream, true, transactionGuard{s})
 	add(&c.stream, true, s.authing)
@@ -186,6 +187,9 @@ func (s *Server) exec(ss *session, cmd resp.Command) {
 		if st.command(ss, c) {
 			break
 		}
+	}
+	if len(ss.streamSalt.next) > 0 {
+		s.endStreamWritesAfter(ss) // stream-mode writes no stage tied to their reply
 	}
 	if len(ss.txClient.pending) > 0 && ss.txClient.noteEnd(c.info) {
 		s.flush(ss)
@@ -795,6 +799,7 @@ func (st streamDispatch) command(ss *session, c *call) bool {
 		ss.rewriteInStream(cmd.Raw, func(r []byte) []byte { return s.infoReply(r, nil, withProxy) })
 		return true
 	}
+	ss.writesEndBeforeReply(s.salting, info) // salted keys' copies deleted first (streamsalt.go)
 	ss.streamCmds = append(ss.streamCmds, cmd.Raw)
 	if waitsInStream(ss, c) {
 		// Redis reads the marker after it only once it is answered.

@@ -479,6 +479,7 @@ func (s *Server) closed(c *clientConn, err error) {
 		// Before the session leaves the set, which Shutdown waits on to
 		// close the connections these deletions use.
 		s.salting.transactionGone(ss)
+		s.salting.streamWritesGone(ss)
 	}
 	s.sessions.remove(ss)
 	// A client gone mid-transaction, mid-watch or in another database takes

@@ -165,6 +165,9 @@ type streamMode struct {
 	// streamHelpers counts the batch's commands sent only to help the relay
 	// (the errorCmd before a HELLO): not the client's.
 	streamHelpers int
+	// streamSalt: writes of salted keys sent in stream mode whose replies
+	// have not been shown (streamsalt.go).
+	streamSalt streamSaltState
 	// The channels, patterns and shard channels subscribed, by kind
 	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
 	subscribed map[byte]map[string]struct{}

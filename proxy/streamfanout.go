@@ -245,8 +245,9 @@ func (cs *clusterStream) armStreamTx(ss *session, a relayAnswer, marker []byte) 
 }
 
 // mayFanOutInTransaction reports whether a transaction starting now on the
-// pin may hold a command of fanOutCommands: one among the read's commands
-// before its EXEC or DISCARD, or the read ends before them.
+// pin may hold a command of fanOutCommands or a write of a salted key: one
+// among the read's commands before its EXEC or DISCARD, or the read ends
+// before them.
 func (cs *clusterStream) mayFanOutInTransaction(ss *session) bool {
 	if cs.routing == nil || !ss.streamAnswered() || ss.skipNext || cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
 		return false // no reply to merge into, or to the errorCmd; an errorCmd would drop the client's CLIENT CACHING flag
@@ -262,6 +263,9 @@ func (cs *clusterStream) mayFanOutInTransaction(ss *session) bool {
 		}
 		if kind, ok := fanOutCommands[fanOutName(info.Name, c.Args)]; ok && fansOutWhenPinned(kind) {
 			return true
+		}
+		if cs.routing.salting.writesSalted(table, info, c.Args) {
+			return true // its EXEC's reply waits for the copies' deletion (streamsalt.go)
 		}
 	}
 	return true
@@ -284,6 +288,20 @@ func (cs *clusterStream) streamTxEnd(ss *session, c *call) {
 		t.f = func(reply []byte) []byte {
 			defer close(done)
 			return cs.routing.execReply(be, proto, pinAddr, queued, count, reply, dropping(drops, flushes))
+		}
+	}
+	if ss.streamAnswered() {
+		if end := ss.takeStreamWrites(cs.routing.salting); end != nil {
+			// The transaction wrote salted keys: their copies are deleted
+			// before the client sees its reply (streamsalt.go).
+			merge := t.f
+			t.f = func(reply []byte) []byte {
+				end()
+				if merge != nil {
+					return merge(reply)
+				}
+				return reply
+			}
 		}
 	}
 	t.execAt.Store(int64(ss.pinSent + len(ss.streamCmds) - t.multiAt + 1))
