@@ -77,6 +77,64 @@ func TestClusterPublishCountsSubscribers(t *testing.T) {
 	}
 }
 
+// TestClusterPublishCountsSubscribersInStreamMode: the same counts for
+// clients in stream mode (RESP3 with client tracking on, rueidis's default,
+// whose connection rproxy pins to one master): their SUBSCRIBEs and
+// PUBLISHes go to the pub/sub master too. Before 2026-12-01 a session's
+// connection went to the master of the last key it had used, and
+// rueidiscompat's "PubSub should pub/sub" got PUBLISH 0.
+func TestClusterPublishCountsSubscribersInStreamMode(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	keys, _ := keyPerMaster(t, cl, "k")
+	n := 0
+	tracking := func() *rawClient {
+		c := dialClient(t, p.Addr)
+		c.do("HELLO", "3")
+		// A key read first, of each master in turn: rueidis's connections
+		// have read keys before they subscribe.
+		c.do("GET", keys[n%len(keys)])
+		n++
+		if r := c.do("CLIENT", "TRACKING", "ON"); r != "+OK\r\n" {
+			t.Fatalf("CLIENT TRACKING ON = %q", r)
+		}
+		return c
+	}
+	var subs []*rawClient
+	for range 3 {
+		s := tracking()
+		s.send(resp.AppendCommandString(nil, "SUBSCRIBE", "ch"))
+		s.readPrefixes(">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n")
+		subs = append(subs, s)
+	}
+	pubs := []*rawClient{dialClient(t, p.Addr), tracking(), tracking(), tracking()}
+	for i, pub := range pubs {
+		if r := pub.do("PUBLISH", "ch", "m"); r != ":3\r\n" {
+			t.Errorf("PUBLISH from publisher %d (0: plain, others tracking) = %q, want :3", i, r)
+		}
+		for _, s := range subs {
+			s.readPrefixes(">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n")
+		}
+		if r := pub.do("PUBSUB", "NUMSUB", "ch"); !strings.HasSuffix(r, "$2\r\nch\r\n:3\r\n") {
+			t.Errorf("PUBSUB NUMSUB ch from publisher %d = %q, want ch 3", i, r)
+		}
+	}
+	// A subscriber publishing (rueidis's one connection to a node does
+	// both), to its own channel and a pattern's.
+	for range 3 {
+		s := tracking()
+		s.send(resp.AppendCommandString(nil, "SUBSCRIBE", "own"))
+		s.readPrefixes(">3\r\n$9\r\nsubscribe\r\n$3\r\nown\r\n:1\r\n")
+		s.send(resp.AppendCommandString(nil, "PSUBSCRIBE", "pat*"))
+		s.readPrefixes(">3\r\n$10\r\npsubscribe\r\n$4\r\npat*\r\n:2\r\n")
+		s.send(resp.AppendCommandString(nil, "PUBLISH", "own", "m"))
+		s.readPrefixes(">3\r\n$7\r\nmessage\r\n$3\r\nown\r\n$1\r\nm\r\n", ":1\r\n")
+		s.send(resp.AppendCommandString(nil, "PUBLISH", "pat1", "m"))
+		s.readPrefixes(">4\r\n$8\r\npmessage\r\n$4\r\npat*\r\n$4\r\npat1\r\n$1\r\nm\r\n", ":1\r\n")
+		s.do("RESET")
+	}
+}
+
 // TestClusterClientUnblockOnAnyMaster: CLIENT UNBLOCK ends a BLPOP whichever
 // master the blocked client's key is on, outside MULTI (round 0) and inside
 // (round 1, answered in EXEC's array). Before, it went to any master,

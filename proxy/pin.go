@@ -516,7 +516,16 @@ func (s *Server) startStream(ss *session, raw []byte) {
 	// The replies so far first: their flush may release a pin whose state
 	// ended (EXEC in the same read) or lose it, and then a fresh one is taken.
 	s.flush(ss)
-	if ss.pin == nil && !s.pinSession(ss, ss.slot) {
+	slot := ss.slot
+	if name := rawCommandName(raw); s.cfg.Cluster != nil && !bytes.EqualFold(name, []byte("ssubscribe")) && !bytes.EqualFold(name, []byte("sunsubscribe")) {
+		// On a cluster the pub/sub master, whatever the session's last key
+		// was (client tracking, CLIENT REPLY, MONITOR...): the session's
+		// SUBSCRIBEs and PUBLISHes then go there, as any other session's,
+		// and PUBLISH's count and PUBSUB NUMSUB count every subscriber, as
+		// one Redis does (pubsubSlot). Shard channels are their slot's.
+		slot = pubsubSlot
+	}
+	if ss.pin == nil && !s.pinSession(ss, slot) {
 		return
 	}
 	if err := ss.conn.Flush(); err != nil {
