@@ -452,8 +452,18 @@ func (s *Server) resetClientState(ss *session) {
 // to stop. On a cluster it goes to every master, and the reply is the
 // first that is not NOTBUSY.
 func (s *Server) killOutOfBand(ss *session, raw []byte) {
-	s.flush(ss) // replies stay in order
-	ss.reply(s.killOnEveryMaster(ss, raw))
+	if len(ss.order) == 0 {
+		ss.reply(s.killOnEveryMaster(ss, raw))
+		return
+	}
+	// The commands before it may wait on their connection behind the very
+	// script it stops, which Redis answers only once the script ends: the
+	// kill goes first, and its reply after theirs. A script of the
+	// client's own among them Redis runs before a kill sent after it on
+	// one connection, which then finds none; here it finds none too.
+	r := s.killOnEveryMaster(ss, raw)
+	s.flush(ss)
+	ss.reply(r)
 }
 
 // killOnEveryMaster is killOutOfBand's kill, and its reply.

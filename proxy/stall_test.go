@@ -329,3 +329,35 @@ func TestClientPauseThroughProxyHoldsOnlyTheWriter(t *testing.T) {
 		t.Errorf("GET k after the pause: %q", r)
 	}
 }
+
+// TestScriptKillPipelinedBehindTheScript: a SCRIPT KILL pipelined after a
+// command that went onto the shared connection behind another client's
+// endless script stops the script at once. Before 2026-12-01 rproxy sent
+// the kill only once the command before it was answered, which Redis does
+// only after the script: the client waited for upstream.timeout, and the
+// script ran on. Stall diverting is off here, so the ECHO is sure to wait
+// behind the script (with it on, a command sent before the stall is seen
+// waits the same way).
+func TestScriptKillPipelinedBehindTheScript(t *testing.T) {
+	rs := redistest.Start(t, "--busy-reply-threshold", "50")
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) {
+		c.Upstream.StallDivert = 0
+		c.Upstream.Timeout = 20 * time.Second
+	})
+	running, killer := dialClient(t, p.Addr), dialClient(t, p.Addr)
+	killer.do("PING")
+	running.send(resp.AppendCommandString(nil, "EVAL", "while true do end", "0"))
+	waitBusy(t, rs)
+	start := time.Now()
+	killer.send(append(resp.AppendCommandString(nil, "ECHO", "e"), resp.AppendCommandString(nil, "SCRIPT", "KILL")...))
+	echo, kill := string(killer.read()), string(killer.read())
+	if echo != "$1\r\ne\r\n" && !strings.HasPrefix(echo, "-BUSY") || kill != "+OK\r\n" {
+		t.Fatalf("ECHO, SCRIPT KILL behind a running script: %q, %q; want ECHO's reply (or -BUSY), +OK", echo, kill)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the replies took %v: the kill waited behind the script", took)
+	}
+	if r := string(running.read()); !strings.Contains(r, "killed by user") {
+		t.Errorf("the killed EVAL got %q", r)
+	}
+}
