@@ -21,6 +21,10 @@ import (
 	"github.com/rproxy/rproxy/resp"
 )
 
+// TestMain stops the cluster nodes redistest started ahead once the tests
+// are done, and removes their directories.
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+
 // buildBinary builds rproxy once per test run.
 func buildBinary(t *testing.T) string {
 	t.Helper()

@@ -9,7 +9,9 @@
 //
 // StartCluster builds a Redis Cluster of such servers. Nodes of its default
 // arguments are started ahead, while the previous test runs (spares.go): a
-// master started on demand keeps the cluster down for its first 2 s.
+// master started on demand keeps the cluster down for its first 2 s. A
+// package whose tests call StartCluster runs them through Main from its
+// TestMain, which stops the nodes left over and removes their directories.
 //
 // Typical use:
 //

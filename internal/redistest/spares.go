@@ -15,9 +15,10 @@ const maxSpares = 6
 // StartCluster calls that take them. Redis Cluster holds a new master's
 // state at fail for 2 s after the process starts (CLUSTER_WRITABLE_DELAY),
 // so a cluster of nodes started on demand is up 2 s later at the earliest;
-// spares are started while the previous test runs. Unused spares die with
-// the test binary (Pdeathsig, see launch); their directories stay in the
-// temporary directory.
+// spares are started while the previous test runs. A package whose tests
+// start clusters runs them through Main, which stops the spares left and
+// removes their directories; without it they die with the test binary
+// (Pdeathsig, see launch) and their directories stay behind.
 var spares spareNodes
 
 // spareNodes is a pool of started cluster nodes with the default
@@ -26,6 +27,40 @@ type spareNodes struct {
 	mu       sync.Mutex
 	ready    []*ClusterNode
 	starting int
+	// done: Main has stopped the pool; a node still starting then is
+	// stopped as it comes up. starts counts the starting goroutines.
+	done   bool
+	starts sync.WaitGroup
+}
+
+// Main runs m's tests and then stops the spare cluster nodes left and
+// removes their directories; it returns m.Run's exit code. Call it from
+// TestMain in a package whose tests call StartCluster:
+//
+//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+func Main(m *testing.M) int {
+	code := m.Run()
+	spares.stop()
+	return code
+}
+
+// stop stops the pool: the ready nodes, and the starting ones once they
+// are up (refill starts no more).
+func (sp *spareNodes) stop() {
+	sp.mu.Lock()
+	ready := sp.ready
+	sp.ready, sp.done = nil, true
+	sp.mu.Unlock()
+	for _, node := range ready {
+		node.remove()
+	}
+	sp.starts.Wait()
+}
+
+// remove stops a spare node and removes its directory.
+func (node *ClusterNode) remove() {
+	node.Server.Stop()
+	os.RemoveAll(node.Server.Dir)
 }
 
 // take returns up to n spare nodes, now tb's: stopped and removed when it
@@ -37,11 +72,7 @@ func (sp *spareNodes) take(tb testing.TB, n int) []*ClusterNode {
 	sp.ready = sp.ready[k:]
 	sp.mu.Unlock()
 	for _, node := range nodes {
-		s := node.Server
-		tb.Cleanup(func() {
-			s.Stop()
-			os.RemoveAll(s.Dir)
-		})
+		tb.Cleanup(node.remove)
 	}
 	return nodes
 }
@@ -52,20 +83,26 @@ func (sp *spareNodes) take(tb testing.TB, n int) []*ClusterNode {
 func (sp *spareNodes) refill(n int) {
 	sp.mu.Lock()
 	missing := min(n, maxSpares) - len(sp.ready) - sp.starting
-	if missing <= 0 {
+	if missing <= 0 || sp.done {
 		sp.mu.Unlock()
 		return
 	}
 	sp.starting += missing
+	sp.starts.Add(missing)
 	sp.mu.Unlock()
 	for range missing {
 		go func() {
+			defer sp.starts.Done()
 			node := startSpare()
 			sp.mu.Lock()
-			defer sp.mu.Unlock()
 			sp.starting--
-			if node != nil {
+			stopped := sp.done
+			if node != nil && !stopped {
 				sp.ready = append(sp.ready, node)
+			}
+			sp.mu.Unlock()
+			if node != nil && stopped {
+				node.remove()
 			}
 		}()
 	}
