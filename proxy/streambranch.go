@@ -757,18 +757,9 @@ func (cs *clusterStream) sendOnBranchFollowed(ss *session, c *call, pool *upstre
 				return r
 			}
 		}
-		if end := ss.takeStreamWrites(cs.routing.salting); end != nil {
-			// A write of salted keys: its copies are deleted before the
-			// client sees its reply (streamsalt.go).
-			then := a.then
-			a.then = func(r []byte) []byte {
-				end()
-				if then != nil {
-					return then(r)
-				}
-				return r
-			}
-		}
+		// A write of salted keys: its copies are deleted before the client
+		// sees its reply (streamsalt.go).
+		a.then = endingFirst(ss.takeStreamWrites(cs.routing.salting), a.then)
 		ss.relay.queue(a)
 	}
 	// errorCmd drops the pin's CLIENT CACHING flag, as the command does.

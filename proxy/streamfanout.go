@@ -291,18 +291,9 @@ func (cs *clusterStream) streamTxEnd(ss *session, c *call) {
 		}
 	}
 	if ss.streamAnswered() {
-		if end := ss.takeStreamWrites(cs.routing.salting); end != nil {
-			// The transaction wrote salted keys: their copies are deleted
-			// before the client sees its reply (streamsalt.go).
-			merge := t.f
-			t.f = func(reply []byte) []byte {
-				end()
-				if merge != nil {
-					return merge(reply)
-				}
-				return reply
-			}
-		}
+		// The transaction wrote salted keys: their copies are deleted before
+		// the client sees its reply (streamsalt.go).
+		t.f = endingFirst(ss.takeStreamWrites(cs.routing.salting), t.f)
 	}
 	t.execAt.Store(int64(ss.pinSent + len(ss.streamCmds) - t.multiAt + 1))
 	ss.streamCmds = append(ss.streamCmds, c.cmd.Raw)

@@ -119,6 +119,22 @@ func (ss *session) takeStreamWrites(sa *salting) func() {
 	return func() { ss.endSaltWrites(sa, o) }
 }
 
+// endingFirst returns a reply rewrite that calls end (from
+// takeStreamWrites) and then rewrite: rewrite itself when end is nil, and
+// the reply as it is when rewrite is nil.
+func endingFirst(end func(), rewrite func([]byte) []byte) func([]byte) []byte {
+	if end == nil {
+		return rewrite
+	}
+	return func(r []byte) []byte {
+		end()
+		if rewrite != nil {
+			return rewrite(r)
+		}
+		return r
+	}
+}
+
 // writesEndBeforeReply ties the writes begun for the command about to be
 // sent on the pin to its reply, which the relay holds until they end (a
 // marker before it, as joinInStream). Not an EXEC's or a DISCARD's (of a
