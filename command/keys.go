@@ -77,8 +77,34 @@ func movableKeys(name string, args [][]byte, dst [][]byte) ([][]byte, bool) {
 			}
 		}
 		return dst, true
+	case "migrate":
+		return migrateKeys(args, dst)
 	}
 	return dst, false
+}
+
+// migrateKeys reads MIGRATE's keys as Redis's migrateGetKeys does: the key
+// argument, or with the KEYS option (found after the fixed arguments,
+// skipping AUTH's and AUTH2's values) the arguments after it, the key
+// argument then being empty.
+func migrateKeys(args [][]byte, dst [][]byte) ([][]byte, bool) {
+	if len(args) < 6 {
+		return dst, false
+	}
+	for i := 6; i < len(args); i++ {
+		switch {
+		case eqFold(args[i], "keys"):
+			if len(args[3]) > 0 {
+				return dst, false // Redis refuses it
+			}
+			return append(dst, args[i+1:]...), true
+		case eqFold(args[i], "auth"):
+			i++
+		case eqFold(args[i], "auth2"):
+			i += 2
+		}
+	}
+	return append(dst, args[3]), true
 }
 
 // numKeys reads a key count at args[at] followed by that many keys.

@@ -22,9 +22,18 @@ func TestKeysMatchGetKeys(t *testing.T) {
 		"georadiusbymember g m 1 km storedist d", "lmpop 2 a b left", "zmpop 1 z min",
 		"blmpop 0 2 a b left", "bzmpop 0 1 z max", "sintercard 2 a b", "zunion 2 a b",
 		"bitop and d a b", "sinterstore d a b", "pfmerge d a b", "object encoding k", "xadd s * f v",
+		// MIGRATE ("" is the empty argument): the key, or those after KEYS.
+		"migrate h 1 k 0 1", `migrate h 1 "" 0 1 KEYS a b`, `migrate h 1 "" 0 1 COPY REPLACE keys a`,
+		`migrate h 1 "" 0 1 AUTH keys KEYS a b`, `migrate h 1 "" 0 1 AUTH2 u keys KEYS a keys b`,
+		`migrate h 1 "" 0 1`, `migrate h 1 "" 0 1 KEYS`,
 	}
 	for _, c := range cases {
 		args := strings.Fields(c)
+		for i, a := range args {
+			if a == `""` {
+				args[i] = ""
+			}
+		}
 		info := tb.Lookup([]byte(args[0]))
 		if info == nil {
 			t.Fatalf("%s: not in the table", args[0])
@@ -62,7 +71,7 @@ func TestKeysMatchGetKeys(t *testing.T) {
 
 func TestKeysIncomplete(t *testing.T) {
 	tb := Builtin()
-	for _, c := range []string{"eval x", "eval x 3 a", "eval x -1", "eval x +1 k", "eval x 01 k", "fcall f +1 k", "zunionstore d", "migrate h p k 0 0", "get"} {
+	for _, c := range []string{"eval x", "eval x 3 a", "eval x -1", "eval x +1 k", "eval x 01 k", "fcall f +1 k", "zunionstore d", "migrate h p k 0", "migrate h p k 0 0 KEYS a", "get"} {
 		args := strings.Fields(c)
 		bargs := make([][]byte, len(args))
 		for i, a := range args {

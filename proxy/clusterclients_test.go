@@ -796,3 +796,54 @@ func TestClusterFunctionStatsShowsTheRunningScript(t *testing.T) {
 		t.Fatalf("FCALL after FUNCTION KILL: %q", r)
 	}
 }
+
+// TestClusterMigrateFromEveryMaster: MIGRATE moves a key, or keys after its
+// KEYS option, from the master that holds them to another server, from a
+// session in stream mode too (rueidis's default). Before, rproxy did not
+// read MIGRATE's keys: outside stream mode it went to any master and
+// followed the MOVED, and in stream mode it went to the pin's master,
+// where a key of another master got rproxy's slot error (rueidiscompat
+// "should Migrate").
+func TestClusterMigrateFromEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	p := startClusterProxy(t, cl)
+	target := redistest.Start(t)
+	port := strconv.Itoa(target.Port)
+	keys, _ := keyPerMaster(t, cl, "mig")
+	plain := dialClient(t, p.Addr)
+	stream := dialClient(t, p.Addr)
+	stream.do("HELLO", "3")
+	if r := stream.do("CLIENT", "TRACKING", "ON", "OPTIN"); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON OPTIN = %q", r)
+	}
+	for _, s := range []struct {
+		name string
+		c    *rawClient
+	}{{"plain", plain}, {"stream", stream}} {
+		for i, k := range keys {
+			one, tagged := s.name+"-"+k, "{"+k+"}"+s.name
+			for _, w := range []string{one, tagged + "a", tagged + "b"} {
+				if r := plain.do("SET", w, "v"); r != "+OK\r\n" {
+					t.Fatalf("SET %s = %q", w, r)
+				}
+			}
+			if r := s.c.do("MIGRATE", "127.0.0.1", port, one, "0", "5000"); r != "+OK\r\n" {
+				t.Errorf("%s session, master %d: MIGRATE %s = %q, want +OK", s.name, i, one, r)
+			}
+			if r := s.c.do("MIGRATE", "127.0.0.1", port, "", "0", "5000", "REPLACE", "KEYS", tagged+"a", tagged+"b"); r != "+OK\r\n" {
+				t.Errorf("%s session, master %d: MIGRATE KEYS = %q, want +OK", s.name, i, r)
+			}
+			if r := s.c.do("MIGRATE", "127.0.0.1", port, "nokey"+k, "0", "5000"); r != "+NOKEY\r\n" {
+				t.Errorf("%s session, master %d: MIGRATE of a missing key = %q, want +NOKEY", s.name, i, r)
+			}
+			for _, w := range []string{one, tagged + "a", tagged + "b"} {
+				if r := plain.do("EXISTS", w); r != ":0\r\n" {
+					t.Errorf("%s session: %s still on the cluster after MIGRATE (EXISTS %q)", s.name, w, r)
+				}
+				if r := string(target.Do(t, "GET", w)); r != "$1\r\nv\r\n" {
+					t.Errorf("%s session: %s on the target = %q", s.name, w, r)
+				}
+			}
+		}
+	}
+}
