@@ -595,6 +595,21 @@ func (c *limitedConn) rawRead(fd uintptr) bool {
 			c.rawPut() // nothing yet: wait holding no buffer
 			return false
 		}
+		// A buffer larger than one read takes (sized for a pipeline of
+		// large commands: resp.RequestParser.ReadBufferFor) is filled while
+		// the socket holds bytes, so that they are served as one batch.
+		for c.rawErr == nil && unread && c.rawN >= sysio.MaxCall && c.rawN < len(b) {
+			n, more, err := c.inq.Read(fd, b[c.rawN:])
+			if err == syscall.EAGAIN {
+				unread = false
+				break
+			}
+			if err != nil || n <= 0 {
+				break // the next read returns the error, or the end, again
+			}
+			c.rawN += n
+			unread = more
+		}
 		if c.rawStep == nil || c.rawErr != nil || c.rawN <= 0 {
 			return true
 		}

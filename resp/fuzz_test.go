@@ -83,7 +83,7 @@ func FuzzRequestParserCost(f *testing.F) {
 		chunks := chunkSizes(sizes)
 		var cmds []Command
 		for k := 0; len(data) > 0; k++ {
-			buf := p.ReadBuffer()
+			buf := p.ReadBufferFor(k % 2 * len(data)) // told what is left every other read
 			size := len(data)
 			if len(chunks) > 0 {
 				size = min(size, chunks[k%len(chunks)])

@@ -32,6 +32,10 @@ const readBufSize = 16 << 10
 // sent) before the bytes come.
 const growStep = 1 << 20
 
+// gatherMax bounds the buffer ReadBufferFor sizes for bytes the socket
+// holds behind a large bulk.
+const gatherMax = 1 << 20
+
 // readState is what a RequestParser needs only while it holds bytes: a
 // read buffer of readBufSize and the slices a batch's commands are made
 // of. It is pooled, so an idle connection holds none of it, and a busy
@@ -52,10 +56,11 @@ const (
 	maxPooledArgs    = 4096
 	maxPooledScratch = 64 << 10
 	// maxPooledBig bounds the large-command buffer a pooled readState
-	// keeps: 100 KB SETs then reuse one buffer instead of allocating and
-	// zeroing a new one per command. Pooled states are shared by all
-	// connections and dropped by the GC, so idle connections hold none.
-	maxPooledBig = 512 << 10
+	// keeps: 100 KB SETs, alone or pipelined (gatherMax), then reuse one
+	// buffer instead of allocating and zeroing a new one per batch. Pooled
+	// states are shared by all connections and dropped by the GC, so idle
+	// connections hold none.
+	maxPooledBig = gatherMax
 )
 
 // LimitError reports a client request that breaks Redis's framing rules or
@@ -171,7 +176,15 @@ type RequestParser struct {
 // use, moves a partial command to the buffer's start when that frees
 // space, and sizes the buffer for a large bulk from its declared length,
 // in bounded steps. Commands returned by Parse are invalid after it.
-func (p *RequestParser) ReadBuffer() []byte {
+func (p *RequestParser) ReadBuffer() []byte { return p.ReadBufferFor(0) }
+
+// ReadBufferFor is ReadBuffer for a caller that knows how many bytes the
+// socket holds beyond those read (unread; 0 if unknown, or none). While a
+// large bulk is being read, the buffer is then sized for those bytes too
+// (up to gatherMax): a pipeline of large commands is read, and served, as
+// one batch rather than one command a batch. The count is the kernel's,
+// not the client's word.
+func (p *RequestParser) ReadBufferFor(unread int) []byte {
 	if p.cmdStart == p.end {
 		// Nothing partial (start state, or ignored bytes): start over.
 		p.pos -= p.cmdStart
@@ -180,17 +193,23 @@ func (p *RequestParser) ReadBuffer() []byte {
 	}
 	partial := p.end - p.cmdStart
 	want := partial + 1
+	gather := 0 // the buffer wanted for the bytes the socket holds
 	if p.state == rsBulkData {
 		// The rest of this bulk in one read if it can, but never more than
 		// twice what has arrived, or a step past it, on the client's word.
 		want = p.pos - p.cmdStart + int(p.bulk) + 2
 		want = max(min(want, max(2*partial, partial+growStep)), partial+1)
+		if unread > 0 {
+			gather = min(partial+unread, gatherMax)
+			want = max(want, gather)
+		}
 	}
 	switch {
 	case p.buf == nil:
 		p.alloc(want)
-	case p.end < len(p.buf) && (p.state == rsBulkData || len(p.buf)-p.cmdStart >= want):
-		// Room after what has arrived: a bulk's buffer grows once full.
+	case p.end < len(p.buf) && (p.state == rsBulkData && len(p.buf)-p.cmdStart >= gather || len(p.buf)-p.cmdStart >= want):
+		// Room after what has arrived: a bulk's buffer grows once full
+		// (or once short of what the socket holds).
 	case want <= len(p.buf) && (partial <= len(p.buf)/2 || p.cmdStart >= len(p.buf)/2) && !(len(p.buf) > readBufSize && want <= readBufSize/2):
 		p.shift(p.buf)
 	default:

@@ -57,7 +57,9 @@ func parseChunked(t testing.TB, data []byte, sizes []int, lim RequestLimits) par
 		return true
 	}
 	for k := 0; len(data) > 0; k++ {
-		buf := p.ReadBuffer()
+		// Every other read is told what is left to read, as the proxy's
+		// reads are by TCP_INQ.
+		buf := p.ReadBufferFor(k % 2 * len(data))
 		size := len(buf)
 		if len(sizes) > 0 {
 			size = min(size, sizes[k%len(sizes)])
@@ -349,6 +351,70 @@ func TestRequestParserLargeBulk(t *testing.T) {
 	}
 	if got := len(liar.ReadBuffer()) + liar.end; got > 2<<20 {
 		t.Fatalf("a 512 MB declaration with 2 bytes sent made a %d byte buffer", got)
+	}
+}
+
+// TestRequestParserGathersLargeCommands: told what the socket holds
+// (ReadBufferFor), the parser sizes its buffer for a pipeline of large
+// commands, up to gatherMax, so that one read serves them as one batch;
+// without the count, each comes alone. Every command arrives intact.
+func TestRequestParserGathersLargeCommands(t *testing.T) {
+	value := bytes.Repeat([]byte("v"), 100<<10)
+	one := AppendCommand(nil, []byte("SET"), []byte("k"), value)
+	for _, tc := range []struct {
+		commands   int
+		told       bool
+		maxBatches int
+	}{
+		{8, true, 1},  // 800 KB: the first read's 16 KB, then the rest at once
+		{30, true, 4}, // 3 MB: batches of up to gatherMax
+		{8, false, 8}, // without the count: one command a batch
+		{1, true, 1},  // nothing behind it
+	} {
+		in := bytes.Repeat(one, tc.commands)
+		var p RequestParser
+		var cmds []Command
+		var err error
+		got, batches, maxBuf := 0, 0, 0
+		for data := in; len(data) > 0; {
+			var buf []byte
+			if tc.told {
+				buf = p.ReadBufferFor(len(data))
+			} else {
+				buf = p.ReadBuffer()
+			}
+			maxBuf = max(maxBuf, len(p.buf))
+			n := copy(buf, data)
+			data = data[n:]
+			if cmds, err = p.Parse(n, RequestLimits{}, cmds[:0]); err != nil {
+				t.Fatal(err)
+			}
+			for p.Buffered() {
+				var more []Command
+				if more, err = p.Parse(0, RequestLimits{}, nil); err != nil {
+					t.Fatal(err)
+				}
+				cmds = append(cmds, more...)
+			}
+			if len(cmds) > 0 {
+				batches++
+			}
+			for _, c := range cmds {
+				if len(c.Args) != 3 || !bytes.Equal(c.Args[2], value) {
+					t.Fatalf("%d commands: command %d came damaged", tc.commands, got)
+				}
+				got++
+			}
+		}
+		if got != tc.commands || batches > tc.maxBatches {
+			t.Errorf("%d commands, told %v: %d parsed in %d batches, want %d in at most %d", tc.commands, tc.told, got, batches, tc.commands, tc.maxBatches)
+		}
+		if tc.told && tc.commands > 1 && batches == tc.commands {
+			t.Errorf("%d commands, told: one a batch", tc.commands)
+		}
+		if maxBuf > gatherMax+len(one) {
+			t.Errorf("%d commands: a %d byte buffer, over gatherMax and a command", tc.commands, maxBuf)
+		}
 	}
 }
 

@@ -17,10 +17,10 @@ import (
 	"github.com/rproxy/rproxy/resp"
 )
 
-// maxWriteRetained bounds the write buffer a shared connection keeps for
-// the next write. There are only a few shared connections, and with 100 KB
-// values one write of ten clients' commands already passes 1 MB: dropping
-// it each time cost 9% of the proxy's CPU in regrowing it.
+// maxWriteRetained bounds the write chunks a shared connection keeps for
+// its next writes (writeQueue). There are only a few shared connections,
+// and with 100 KB values one write of ten clients' commands already passes
+// 1 MB: dropping its buffer each time cost 9% of the proxy's CPU.
 const maxWriteRetained = 8 << 20
 
 // readBufSize is the reader's buffer: large enough that a burst of pipelined
@@ -33,16 +33,17 @@ type conn struct {
 	id   int
 
 	mu          sync.Mutex
-	nc          net.Conn // nil while down
-	downReason  string   // why the connection is down (for the clients' error)
-	closeReason string   // set by whoever closes nc, read by run
-	inflight    []*Batch // batches sent or queued, oldest first
-	head        int      // inflight[head] is the oldest
-	wbuf        []byte   // bytes queued for the next write
-	wcount      int      // commands in wbuf
-	spare       []byte   // the previous write buffer, reused
+	nc          net.Conn   // nil while down
+	downReason  string     // why the connection is down (for the clients' error)
+	closeReason string     // set by whoever closes nc, read by run
+	inflight    []*Batch   // batches sent or queued, oldest first
+	head        int        // inflight[head] is the oldest
+	wq          writeQueue // bytes queued for the next write
+	wcount      int        // commands in wq
+	wqNext      writeQueue // the previous write's queue, emptied: its slice of chunks reused
+	freeChunks  [][]byte   // emptied chunks, reused (up to maxWriteRetained bytes)
 	wake        chan struct{}
-	unsent      []*Batch // batches whose bytes are in wbuf, not yet taken by the writer
+	unsent      []*Batch // batches whose bytes are in wq, not yet taken by the writer
 
 	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
 	shut         atomic.Bool  // nc was shut down (closeLocked): its reader stops
@@ -125,7 +126,7 @@ func (c *conn) send(b *Batch) (string, bool) {
 	c.inflight = append(c.inflight, b)
 	c.unsent = append(c.unsent, b)
 	for _, cmd := range b.cmds {
-		c.wbuf = append(c.wbuf, cmd...)
+		c.wq.add(cmd, &c.freeChunks)
 	}
 	c.wcount += len(b.cmds)
 	c.mu.Unlock()
@@ -153,16 +154,16 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			c.mu.Unlock()
 			return
 		}
-		if len(c.wbuf) == 0 && len(c.unsent) == 0 {
+		if c.wq.n == 0 && len(c.unsent) == 0 {
 			// A wake for commands an earlier write already took (a send
 			// during the gather leaves one behind). Swapping now would
 			// drop the empty buffer and make the next write grow a new one.
 			c.mu.Unlock()
 			continue
 		}
-		// Double buffering: senders fill the spare while buf is written.
-		buf, count := c.wbuf, c.wcount
-		c.wbuf, c.wcount, c.spare = c.spare[:0], 0, nil
+		// Double buffering: senders fill the next queue while q is written.
+		q, count := c.wq, c.wcount
+		c.wq, c.wcount, c.wqNext = c.wqNext, 0, writeQueue{}
 		seq := c.pool.cfg.SendSeq.Add(1)
 		for i, b := range c.unsent {
 			b.sentSeq.Store(seq)
@@ -171,12 +172,16 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		}
 		c.unsent = c.unsent[:0]
 		c.mu.Unlock()
-		_, err := nc.Write(buf)
-		c.pool.metrics.observeWrite(count, len(buf))
-		c.mu.Lock()
-		if cap(buf) <= maxWriteRetained {
-			c.spare = buf[:0]
+		var err error
+		for _, chunk := range q.chunks {
+			if _, err = nc.Write(chunk); err != nil {
+				break
+			}
 		}
+		c.pool.metrics.observeWrite(count, q.n)
+		c.mu.Lock()
+		q.reset(&c.freeChunks)
+		c.wqNext = q
 		if err != nil {
 			c.pool.metrics.errors.WithLabelValues("write").Inc()
 			c.closeLocked("write: " + err.Error())
@@ -278,7 +283,8 @@ func (c *conn) startDrain(reason string) {
 	failed := slices.Clone(c.inflight[c.head:])
 	clear(c.inflight)
 	c.inflight, c.head = c.inflight[:0], 0
-	c.wbuf, c.wcount = c.wbuf[:0], 0 // the unsent batches' bytes: never written now
+	c.wq.reset(&c.freeChunks) // the unsent batches' bytes: never written now
+	c.wcount = 0
 	clear(c.unsent)
 	c.unsent = c.unsent[:0]
 	c.draining, c.drainSince, c.drainReason = true, c.pool.cfg.Now(), reason
@@ -445,7 +451,8 @@ func (c *conn) run(ctx context.Context) {
 			failed, resend = failed[:len(failed)-n], slices.Clone(c.unsent)
 		}
 		c.inflight, c.head = nil, 0
-		c.wbuf, c.wcount = c.wbuf[:0], 0
+		c.wq.reset(&c.freeChunks)
+		c.wcount = 0
 		for _, b := range c.unsent {
 			b.sent.Store(true) // never written now; no one may join it
 		}
@@ -772,7 +779,7 @@ func (c *conn) gather() {
 // progress the pool's config counts (reads joining coalesced flights).
 func (c *conn) queued() uint64 {
 	c.mu.Lock()
-	n := uint64(len(c.wbuf))
+	n := uint64(c.wq.n)
 	c.mu.Unlock()
 	if p := c.pool.cfg.GatherProgress; p != nil {
 		n += p()

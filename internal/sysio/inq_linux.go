@@ -81,6 +81,18 @@ func (r *InqReader) Read(fd uintptr, p []byte) (n int, unread bool, err error) {
 	}
 }
 
+// Unread returns the bytes the socket held after the last Read, as TCP_INQ
+// reported them: 0 when unknown (TCP_INQ off, no read yet) or none.
+func (r *InqReader) Unread() int {
+	if !r.on {
+		return 0
+	}
+	if n := r.inq(); n > 1 {
+		return int(n)
+	}
+	return 0 // 1 also stands for the peer's end
+}
+
 // inq is the TCP_CM_INQ the last read returned, or 1 (read again) if it
 // returned none.
 func (r *InqReader) inq() int32 {

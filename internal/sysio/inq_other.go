@@ -17,3 +17,6 @@ func (r *InqReader) Read(fd uintptr, p []byte) (n int, unread bool, err error) {
 	n, err = Read(fd, p)
 	return n, true, err
 }
+
+// Unread returns 0: unknown here.
+func (r *InqReader) Unread() int { return 0 }

@@ -25,6 +25,10 @@ import (
 // P from other goroutines; larger reads and writes take several calls.
 const maxCall = 256 << 10
 
+// MaxCall is maxCall, for a caller that fills a larger buffer in several
+// reads.
+const MaxCall = maxCall
+
 // Read is read(2) of fd into p (at most maxCall bytes): n >= 0 and a nil
 // error, or -1 and the errno (EAGAIN when there is nothing to read). EINTR
 // is retried.
