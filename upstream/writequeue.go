@@ -24,8 +24,22 @@ func (q *writeQueue) add(b []byte, free *[][]byte) {
 	q.n += len(b)
 	for len(b) > 0 {
 		k := len(q.chunks)
-		if k == 0 || len(q.chunks[k-1]) == cap(q.chunks[k-1]) {
-			q.chunks = append(q.chunks, newChunk(free, k == 0 && len(b) <= firstChunkSize))
+		switch {
+		case k == 0:
+			size := writeChunkSize
+			if len(b) <= firstChunkSize {
+				size = firstChunkSize
+			}
+			q.chunks = append(q.chunks, takeChunk(free, size))
+			k = 1
+		case len(q.chunks[k-1]) < cap(q.chunks[k-1]):
+		case k == 1 && cap(q.chunks[0]) < writeChunkSize:
+			// A small first chunk is full: its bytes move to a chunk of
+			// writeChunkSize, so that a write up to that size stays one
+			// call (the small one is dropped: free chunks serve from now).
+			q.chunks[0] = append(takeChunk(free, writeChunkSize), q.chunks[0]...)
+		default:
+			q.chunks = append(q.chunks, takeChunk(free, writeChunkSize))
 			k++
 		}
 		last := q.chunks[k-1]
@@ -35,19 +49,19 @@ func (q *writeQueue) add(b []byte, free *[][]byte) {
 	}
 }
 
-// newChunk returns an empty chunk: a free one, or a new one of
-// firstChunkSize (small) or writeChunkSize.
-func newChunk(free *[][]byte, small bool) []byte {
-	if n := len(*free); n > 0 {
-		c := (*free)[n-1]
-		(*free)[n-1] = nil
-		*free = (*free)[:n-1]
-		return c
+// takeChunk returns an empty chunk of at least size bytes: the last such
+// in free, or a new one.
+func takeChunk(free *[][]byte, size int) []byte {
+	f := *free
+	for i := len(f) - 1; i >= 0; i-- {
+		if c := f[i]; cap(c) >= size {
+			f[i] = f[len(f)-1]
+			f[len(f)-1] = nil
+			*free = f[:len(f)-1]
+			return c
+		}
 	}
-	if small {
-		return make([]byte, 0, firstChunkSize)
-	}
-	return make([]byte, 0, writeChunkSize)
+	return make([]byte, 0, size)
 }
 
 // reset empties q, keeping its chunks in free up to maxWriteRetained bytes

@@ -37,6 +37,18 @@ func TestWriteQueue(t *testing.T) {
 	if len(small.chunks) != 1 || cap(small.chunks[0]) != firstChunkSize {
 		t.Fatalf("a small command took %d chunks (first of %d bytes)", len(small.chunks), cap(small.chunks[0]))
 	}
+	// Past the small chunk, up to writeChunkSize: still one chunk (one
+	// write call), the bytes in order.
+	var medium writeQueue
+	want = nil
+	for i := range 1000 {
+		b := []byte("*2\r\n$3\r\nGET\r\n$4\r\nk" + string(rune('a'+i%26)) + "xx\r\n")
+		medium.add(b, new([][]byte))
+		want = append(want, b...)
+	}
+	if len(medium.chunks) != 1 || !bytes.Equal(medium.chunks[0], want) {
+		t.Fatalf("%d bytes of small commands took %d chunks", len(want), len(medium.chunks))
+	}
 
 	var big writeQueue
 	free = nil
