@@ -51,7 +51,8 @@ func newClientConn(nc net.Conn) *clientConn {
 	c.readBuf, c.releaseBuf = c.parser.ReadBuffer, c.parser.Release
 	if lc, ok := nc.(*limitedConn); ok {
 		lc.bufHeld = c.parser.Holding
-		// Called from lc's reads only (rawRead, readTLS), which read inq.
+		// Called only from lc's own reads (rawRead, readTLS), on the
+		// goroutine whose last read set inq (off over TLS: the count is 0).
 		c.readBuf = func() []byte { return c.parser.ReadBufferFor(lc.inq.Unread()) }
 	}
 	return c

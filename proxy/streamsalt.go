@@ -149,7 +149,7 @@ func (ss *session) writesEndBeforeReply(sa *salting, info *command.Info) {
 	switch {
 	case end == nil:
 	case ss.streamAnswered():
-		ss.relay.queue(relayAnswer{rewrite: func(r []byte) []byte { end(); return r }, join: true})
+		ss.relay.queue(relayAnswer{rewrite: endingFirst(end, nil), join: true})
 		ss.streamCmds = append(ss.streamCmds, markerKeeping(cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds)))
 		ss.streamHelpers++
 	default:

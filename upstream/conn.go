@@ -156,8 +156,8 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		}
 		if c.wq.n == 0 && len(c.unsent) == 0 {
 			// A wake for commands an earlier write already took (a send
-			// during the gather leaves one behind). Swapping now would
-			// drop the empty buffer and make the next write grow a new one.
+			// during the gather leaves one behind): nothing to write, and
+			// nothing to swap.
 			c.mu.Unlock()
 			continue
 		}
