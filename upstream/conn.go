@@ -6,14 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/rproxy/rproxy/internal/sysio"
 	"github.com/rproxy/rproxy/resp"
 )
 
@@ -40,10 +43,24 @@ type conn struct {
 	head        int        // inflight[head] is the oldest
 	wq          writeQueue // bytes queued for the next write
 	wcount      int        // commands in wq
-	wqNext      writeQueue // the previous write's queue, emptied: its slice of chunks reused
+	wqNext      writeQueue // the previous write's queue, emptied: its slices reused
 	freeChunks  [][]byte   // emptied chunks, reused (up to maxWriteRetained bytes)
-	wake        chan struct{}
-	unsent      []*Batch // batches whose bytes are in wq, not yet taken by the writer
+	// rawOut: nc's socket when nc is a plain one (sysio.Conn), written by
+	// vectored calls; then wq borrows large commands (writeQueue). nil
+	// while down, or over TLS.
+	rawOut syscall.RawConn
+
+	// out is the queue the writer writes (swapped in from wq under mu and
+	// wmu). wmu is held by the writer around each write call, and by a
+	// drain while it recalls what out borrows (writeQueue.recall): so no
+	// call reads a borrowed command once its batch is failed.
+	wmu     sync.Mutex
+	out     writeQueue
+	iov     []syscall.Iovec    // the writer's vector, one call's
+	werr    error              // the writer's last call's error
+	writeFn func(uintptr) bool // writeVectored, made once
+	wake    chan struct{}
+	unsent  []*Batch // batches whose bytes are in wq, not yet taken by the writer
 
 	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
 	shut         atomic.Bool  // nc was shut down (closeLocked): its reader stops
@@ -82,7 +99,10 @@ type conn struct {
 }
 
 func newConn(p *Pool, id int) *conn {
-	return &conn{pool: p, id: id, downReason: "connecting", wake: make(chan struct{}, 1)}
+	c := &conn{pool: p, id: id, downReason: "connecting", wake: make(chan struct{}, 1),
+		iov: make([]syscall.Iovec, 0, sysio.MaxVec)}
+	c.writeFn = c.writeVectored
+	return c
 }
 
 // localAddr is the connection's local address (the addr Redis lists it
@@ -125,8 +145,9 @@ func (c *conn) send(b *Batch) (string, bool) {
 	}
 	c.inflight = append(c.inflight, b)
 	c.unsent = append(c.unsent, b)
+	borrow := c.rawOut != nil
 	for _, cmd := range b.cmds {
-		c.wq.add(cmd, &c.freeChunks)
+		c.wq.add(cmd, &c.freeChunks, borrow)
 	}
 	c.wcount += len(b.cmds)
 	c.mu.Unlock()
@@ -161,27 +182,29 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			c.mu.Unlock()
 			continue
 		}
-		// Double buffering: senders fill the next queue while q is written.
-		q, count := c.wq, c.wcount
-		c.wq, c.wcount, c.wqNext = c.wqNext, 0, writeQueue{}
+		// Double buffering: senders fill the next queue while out is
+		// written.
+		count, size := c.wcount, c.wq.n
+		c.wmu.Lock()
+		c.out, c.wq = c.wq, c.wqNext
+		c.wmu.Unlock()
+		c.wcount, c.wqNext = 0, writeQueue{}
+		rc := c.rawOut
 		seq := c.pool.cfg.SendSeq.Add(1)
 		for i, b := range c.unsent {
 			b.sentSeq.Store(seq)
-			b.sent.Store(true) // its bytes are in buf, about to be written
+			b.sent.Store(true) // its bytes are in out, about to be written
 			c.unsent[i] = nil
 		}
 		c.unsent = c.unsent[:0]
 		c.mu.Unlock()
-		var err error
-		for _, chunk := range q.chunks {
-			if _, err = nc.Write(chunk); err != nil {
-				break
-			}
-		}
-		c.pool.metrics.observeWrite(count, q.n)
+		err := c.writeOut(nc, rc)
+		c.pool.metrics.observeWrite(count, size)
 		c.mu.Lock()
-		q.reset(&c.freeChunks)
-		c.wqNext = q
+		c.wmu.Lock()
+		c.out.reset(&c.freeChunks)
+		c.wqNext, c.out = c.out, writeQueue{}
+		c.wmu.Unlock()
 		if err != nil {
 			c.pool.metrics.errors.WithLabelValues("write").Inc()
 			c.closeLocked("write: " + err.Error())
@@ -189,6 +212,55 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			return // run fails everything queued, written or not
 		}
 		c.mu.Unlock()
+	}
+}
+
+// writeOut writes c.out: by vectored calls on the plain socket rc, or
+// segment by segment through nc (rc nil: TLS, where nothing is borrowed,
+// so a drain's recall has nothing to change under it).
+func (c *conn) writeOut(nc net.Conn, rc syscall.RawConn) error {
+	if rc == nil {
+		for _, s := range c.out.segs {
+			if _, err := nc.Write(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	c.werr = nil
+	err := rc.Write(c.writeFn)
+	if err == nil {
+		err = c.werr
+	}
+	if err != nil {
+		return sysio.OpError("write", nc, err)
+	}
+	return nil
+}
+
+// writeVectored is rc.Write's callback: it writes c.out until all is
+// written (true) or the socket is full (false: wait for room).
+func (c *conn) writeVectored(fd uintptr) bool {
+	for {
+		c.wmu.Lock()
+		iov := c.out.next(c.iov, sysio.MaxCall)
+		if len(iov) == 0 {
+			c.wmu.Unlock()
+			return true
+		}
+		n, err := sysio.Writev(fd, iov)
+		if err == nil {
+			c.out.advance(n)
+		}
+		clear(iov) // no reference to what was written outlives the call
+		c.wmu.Unlock()
+		if err == syscall.EAGAIN {
+			return false
+		}
+		if err != nil {
+			c.werr = os.NewSyscallError("writev", err)
+			return true
+		}
 	}
 }
 
@@ -285,6 +357,11 @@ func (c *conn) startDrain(reason string) {
 	c.inflight, c.head = c.inflight[:0], 0
 	c.wq.reset(&c.freeChunks) // the unsent batches' bytes: never written now
 	c.wcount = 0
+	// The written batches are failed below, and so are their callers'
+	// again: the rest of their bytes is written from copies.
+	c.wmu.Lock()
+	c.out.recall()
+	c.wmu.Unlock()
 	clear(c.unsent)
 	c.unsent = c.unsent[:0]
 	c.draining, c.drainSince, c.drainReason = true, c.pool.cfg.Now(), reason
@@ -396,6 +473,10 @@ func (c *conn) run(ctx context.Context) {
 			break
 		}
 		c.nc, c.closeReason = nc, ""
+		c.rawOut = nil
+		if sc, ok := nc.(*sysio.Conn); ok {
+			c.rawOut, _ = sc.SyscallConn()
+		}
 		c.shut.Store(false)
 		c.mu.Unlock()
 		if first && c.isSpare {
@@ -442,7 +523,7 @@ func (c *conn) run(ctx context.Context) {
 			}
 		}
 		nc.Close()
-		c.nc, c.downReason = nil, reason
+		c.nc, c.downReason, c.rawOut = nil, reason, nil
 		failed := c.inflight[c.head:]
 		var resend []*Batch
 		if n := len(c.unsent); c.redialNow.Load() && n <= len(failed) {

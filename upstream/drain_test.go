@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -471,5 +472,68 @@ func TestLentConnectionWaitsForADrain(t *testing.T) {
 	o.checkNewWins(t, p, done)
 	if d.Broken() {
 		t.Error("the lent connection broke")
+	}
+}
+
+// TestDrainRecallsBorrowedCommands: a large command is written to Redis
+// from where its caller holds it (writeQueue borrows it). When its batch
+// is failed by a drain while Redis reads nothing, the caller may change
+// those bytes at once, as Do's contract allows, and Redis, once it reads
+// again, still gets the command as it was sent.
+func TestDrainRecallsBorrowedCommands(t *testing.T) {
+	release, held := make(chan struct{}), make(chan struct{})
+	got := make(chan []byte, 1)
+	f := startFake(t, func(args [][]byte) string {
+		if !strings.EqualFold(string(args[0]), "SET") {
+			<-release // the watcher's probe: a stopped Redis answers none, so the connection drains
+			return "+PONG\r\n"
+		}
+		switch string(args[1]) {
+		case "hold":
+			close(held)
+			<-release // reads nothing meanwhile
+		case "big":
+			got <- bytes.Clone(args[2])
+		}
+		return "+OK\r\n"
+	})
+	var releaseOnce sync.Once
+	resume := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(resume)
+	p, err := NewPool(Config{Address: f.ln.Addr().String(), Connections: 1, Protocol: 2, DialTimeout: time.Second,
+		Timeout: time.Second, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond}, NewMetrics(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+
+	hold := NewBatch()
+	hold.Add(resp.AppendCommandString(nil, "SET", "hold", "x"))
+	holdDone := make(chan struct{})
+	go func() {
+		defer close(holdDone)
+		p.Do(hold)
+	}()
+	<-held
+	// Far more than the sockets buffer: the writer is inside this command
+	// when the drain fails it.
+	value := bytes.Repeat([]byte("v"), 16<<20)
+	raw := resp.AppendCommand(nil, []byte("SET"), []byte("big"), value)
+	big := NewBatch()
+	big.Add(raw)
+	p.Do(big)
+	<-holdDone
+	if r := big.Reply(0); !bytes.HasPrefix(r, []byte("-ERR upstream unavailable")) {
+		t.Fatalf("the large SET, written in part while Redis read nothing, got %q; want the drain's error", r)
+	}
+	clear(raw) // the caller's again
+	resume()
+	select {
+	case v := <-got:
+		if !bytes.Equal(v, value) {
+			t.Fatalf("Redis got a value of %d bytes, not the one sent (%d bytes of %q)", len(v), len(value), value[:1])
+		}
+	case <-time.After(20 * time.Second): // the drain ends at 10 timeouts, closing the connection
+		t.Fatal("Redis never got the large SET whole: its bytes were changed under the writer")
 	}
 }

@@ -46,6 +46,29 @@ func Write(fd uintptr, p []byte) (int, error) {
 	return call(syscall.SYS_WRITE, fd, p)
 }
 
+// MaxVec bounds the slices one Writev call takes.
+const MaxVec = 64
+
+// Writev is writev(2) of the slices iov points to, as Write: the caller
+// keeps them within MaxCall bytes and MaxVec slices in all, so that one
+// call holds the P no longer than one Write.
+func Writev(fd uintptr, iov []syscall.Iovec) (int, error) {
+	if len(iov) == 0 {
+		return 0, nil
+	}
+	beforeWrite(fd)
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return -1, e
+		}
+		return int(n), nil
+	}
+}
+
 func call(trap, fd uintptr, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
