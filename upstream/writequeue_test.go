@@ -2,9 +2,14 @@ package upstream
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"syscall"
 	"testing"
 	"unsafe"
+
+	"github.com/rproxy/rproxy/resp"
 )
 
 // queued is what q would write, in order, from its writer's position.
@@ -161,5 +166,62 @@ func BenchmarkWriteQueue100KB(b *testing.B) {
 			q.add(cmd, &free, false)
 		}
 		q.reset(&free)
+	}
+}
+
+// TestLargeCommandsFromReusedBuffers: sessions that, as a client's read
+// buffer is, build each batch's commands in one buffer they reuse for the
+// next batch, with small commands and large ones (borrowed, written by
+// writev in parts) mixed, from many goroutines on two connections: each
+// ECHO's reply is its own value.
+func TestLargeCommandsFromReusedBuffers(t *testing.T) {
+	f := startFake(t, echoReply)
+	p := testPool(t, f.ln.Addr().String(), 2)
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			b := NewBatch()
+			var buf []byte
+			var ends []int
+			var vals [][]byte
+			for round := range 40 {
+				b.Reset()
+				buf, ends, vals = buf[:0], ends[:0], vals[:0]
+				n := 1 + rng.IntN(4)
+				for i := range n {
+					size := 1 + rng.IntN(100)
+					if rng.IntN(2) == 0 {
+						size = borrowMin + rng.IntN(300<<10)
+					}
+					v := bytes.Repeat([]byte{byte('a' + (g+round+i)%26)}, size)
+					buf = resp.AppendCommand(buf, []byte("ECHO"), v)
+					ends = append(ends, len(buf))
+					vals = append(vals, v)
+				}
+				start := 0
+				for _, end := range ends {
+					b.Add(buf[start:end])
+					start = end
+				}
+				p.Do(b)
+				for i, v := range vals {
+					want := fmt.Sprintf("$%d\r\n%s\r\n", len(v), v)
+					if string(b.Reply(i)) != want {
+						errs <- fmt.Sprintf("goroutine %d round %d: reply %d of %d bytes is not its ECHO's value (%d bytes)", g, round, i, len(b.Reply(i)), len(v))
+						return
+					}
+				}
+				clear(buf) // the buffer is the session's again
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
 	}
 }
