@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -345,6 +346,90 @@ func TestUpstreamStalledTimesOut(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestTimedOutLargeSetsRunAsSent: SETs of 900 KB from 12 clients at once
+// to a stopped Redis time out while rproxy is still writing them from the
+// clients' read buffers (the upstream queue borrows large commands, and
+// those buffers, up to 1 MB, go back to a pool shared by all clients);
+// each client's next SET of the same size is read meanwhile, into one of
+// those buffers. Once Redis resumes, each timed-out SET has run with the
+// value its client sent, or not at all: never with another's bytes
+// (upstream's recall copies what was left to write).
+func TestTimedOutLargeSetsRunAsSent(t *testing.T) {
+	rs := redistest.Start(t)
+	p := proxytest.Start(t, rs.Addr, func(c *proxy.Config) { c.Upstream.Timeout = 500 * time.Millisecond })
+	const clients, size = 12, 900 << 10
+	cs := make([]*rawClient, clients)
+	for i := range cs {
+		cs[i] = dialClient(t, p.Addr)
+		if got := cs[i].do("PING"); got != "+PONG\r\n" {
+			t.Fatalf("PING = %q", got)
+		}
+	}
+	rs.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			rs.Resume()
+		}
+	}()
+	key := func(round, i int) string { return fmt.Sprintf("r%d-k%02d", round, i) }
+	value := func(i int) string { return strings.Repeat(string(rune('a'+i)), size) }
+	var wg sync.WaitGroup
+	errs := make(chan string, clients)
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.send(resp.AppendCommandString(nil, "SET", key(1, i), value(i)))
+			c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			r, err := resp.ReadReply(c.rd, nil)
+			if err != nil || !strings.HasPrefix(string(r), "-ERR upstream unavailable: no reply within 500ms") {
+				errs <- fmt.Sprintf("client %d: a SET to a stopped Redis = %q, %v; want the timeout", i, truncateString(string(r), 80), err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	for i, c := range cs {
+		c.send(resp.AppendCommandString(nil, "SET", key(2, i), strings.Repeat("Z", size)))
+	}
+	waitFor(t, "every client's second SET read and counted", func() bool {
+		v, _ := metricSum(t, p.Registry, "rproxy_proxy_command_calls_total", map[string]string{"command": "set"})
+		return v == 2*clients
+	})
+	rs.Resume()
+	resumed = true
+	for i, c := range cs {
+		if got := string(c.read()); got != "+OK\r\n" {
+			t.Fatalf("client %d's second SET, after the drain = %q", i, truncateString(got, 80))
+		}
+	}
+	direct := dialClient(t, rs.Addr)
+	ran := 0
+	for i := range clients {
+		got := direct.do("GET", key(1, i))
+		switch got {
+		case "$-1\r\n":
+		case fmt.Sprintf("$%d\r\n%s\r\n", size, value(i)):
+			ran++
+		default:
+			t.Fatalf("Redis holds %s = %d bytes, %q...; want the value its client sent, or none", key(1, i), len(got), truncateString(got, 40))
+		}
+	}
+	t.Logf("%d of the %d timed-out SETs ran", ran, clients)
+}
+
+// truncateString is s cut to n bytes, for error messages.
+func truncateString(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func TestClientInputLimits(t *testing.T) {
