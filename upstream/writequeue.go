@@ -113,6 +113,9 @@ func (q *writeQueue) written() bool { return q.seg == len(q.segs) }
 // so that their callers may change them from now on while what is left
 // of them is still written.
 func (q *writeQueue) recall() {
+	if len(q.lent) == 0 {
+		return // nothing borrowed (over TLS, never): q is not touched
+	}
 	for _, i := range q.lent {
 		if i >= q.seg {
 			q.segs[i] = append([]byte(nil), q.segs[i]...)
