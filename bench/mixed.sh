@@ -6,42 +6,38 @@
 # of small values in closed loop for 4 s (bench/cmd/load). Prints per
 # round: target, the GETs' p50, p99 and p99.9 (µs) and GETs/s, and the
 # SETs/s of the load behind them. Needs redis-server, redis-benchmark,
-# nutcracker, python3.
+# nutcracker, python3 (bench/targets.sh starts the rproxy builds).
 set -euo pipefail
 old=${1:?usage: bench/mixed.sh OLD NEW [rounds]}
 new=${2:?usage: bench/mixed.sh OLD NEW [rounds]}
 rounds=${3:-3}
 dir=$(mktemp -d)
-pids=
-trap 'kill $pids 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+pids=()
+trap 'kill "${pids[@]}" $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 cd "$(dirname "$0")/.."
+. bench/targets.sh
 go build -o "$dir/load" ./bench/cmd/load
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-rp=$(free_port); tp=$(free_port); op=$(free_port); np=$(free_port)
+rp=$(free_port)
 redis-server --port "$rp" --save '' --appendonly no >"$dir/redis.log" 2>&1 &
-pids="$pids $!"
-printf 'pool:\n  listen: 127.0.0.1:%s\n  redis: true\n  servers:\n    - 127.0.0.1:%s:1\n' "$tp" "$rp" >"$dir/nut.yml"
+pids+=($!)
+wait_ping "$rp"
+declare -A port pid
+targets=()
+start_rproxy old "$old"
+start_rproxy new "$new"
+port[twemproxy]=$(free_port)
+printf 'pool:\n  listen: 127.0.0.1:%s\n  redis: true\n  servers:\n    - 127.0.0.1:%s:1\n' "${port[twemproxy]}" "$rp" >"$dir/nut.yml"
 nutcracker -c "$dir/nut.yml" >"$dir/nut.log" 2>&1 &
-pids="$pids $!"
-"$old" -listen "127.0.0.1:$op" -upstream "127.0.0.1:$rp" >"$dir/old.log" 2>&1 &
-pids="$pids $!"
-"$new" -listen "127.0.0.1:$np" -upstream "127.0.0.1:$rp" >"$dir/new.log" 2>&1 &
-pids="$pids $!"
-for p in "$rp" "$tp" "$op" "$np"; do
-	for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
-done
+pids+=($!)
+wait_ping "${port[twemproxy]}"
+port[direct]=$rp
 "$dir/load" -addr "127.0.0.1:$rp" -prepopulate -requests 1 -json >/dev/null
 echo "round target get_p50_us get_p99_us get_p99_9_us gets_per_s sets_per_s_behind"
 for r in $(seq "$rounds"); do
 	order="old new twemproxy direct"
 	if ((r % 2 == 0)); then order="direct twemproxy new old"; fi
 	for t in $order; do
-		case $t in
-		old) p=$op ;;
-		new) p=$np ;;
-		twemproxy) p=$tp ;;
-		direct) p=$rp ;;
-		esac
+		p=${port[$t]}
 		redis-benchmark -p "$p" -c 10 -n 100000000 -r 200 -P 16 -d 100000 -t set -q >"$dir/bg.txt" 2>&1 &
 		bg=$!
 		sleep 1

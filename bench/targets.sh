@@ -1,4 +1,4 @@
-# bench/targets.sh — sourced by bench/churn.sh and bench/transactions.sh:
+# bench/targets.sh — sourced by bench/churn.sh, bench/transactions.sh and bench/mixed.sh:
 # helpers to start the targets they compare on one redis-server. The caller
 # sets dir (a temporary directory), rp (the redis-server's port), and the
 # arrays pids, targets and the associative port and pid.
