@@ -57,16 +57,7 @@ func Writev(fd uintptr, iov []syscall.Iovec) (int, error) {
 		return 0, nil
 	}
 	beforeWrite(fd)
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		if e == syscall.EINTR {
-			continue
-		}
-		if e != 0 {
-			return -1, e
-		}
-		return int(n), nil
-	}
+	return rawCall(syscall.SYS_WRITEV, fd, unsafe.Pointer(&iov[0]), len(iov))
 }
 
 func call(trap, fd uintptr, p []byte) (int, error) {
@@ -76,15 +67,21 @@ func call(trap, fd uintptr, p []byte) (int, error) {
 	if len(p) > maxCall {
 		p = p[:maxCall]
 	}
+	return rawCall(trap, fd, unsafe.Pointer(&p[0]), len(p))
+}
+
+// rawCall makes the system call trap(fd, ptr, n) without the scheduler's
+// bookkeeping, retrying EINTR: n >= 0 and a nil error, or -1 and the errno.
+func rawCall(trap, fd uintptr, ptr unsafe.Pointer, n int) (int, error) {
 	for {
-		n, _, e := syscall.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		r, _, e := syscall.RawSyscall(trap, fd, uintptr(ptr), uintptr(n))
 		if e == syscall.EINTR {
 			continue
 		}
 		if e != 0 {
 			return -1, e
 		}
-		return int(n), nil
+		return int(r), nil
 	}
 }
 
