@@ -69,6 +69,12 @@ type Upstream struct {
 	// PAUSE WRITE or FAILOVER), to a spare connection if need be; default
 	// 100ms; 0 = off; at most half of Timeout applies.
 	StallDivert Duration `yaml:"stall_divert"`
+	// BacklogDivert: a small batch (at most a sixteenth of this) goes
+	// around a shared connection holding this many bytes of commands not
+	// yet answered (pipelines of large values), to a spare connection if
+	// need be, instead of waiting for Redis to read them all; default 1mb;
+	// 0 = off; otherwise at least 64kb.
+	BacklogDivert ByteSize `yaml:"backlog_divert"`
 	// FollowMaster (mode standalone): once the address has answered as a
 	// master, a READONLY reply starts a search for a master at the
 	// address, and the connections move to one found there, so that a
@@ -497,18 +503,19 @@ func Default() Config {
 		Procs:  0,
 		TLS:    TLS{MinVersion: "1.2"},
 		Upstream: Upstream{
-			Address:      "127.0.0.1:6379",
-			Mode:         "standalone",
-			Cluster:      UpstreamCluster{Seeds: []string{}, Refresh: Duration(10 * time.Second), MaxRedirects: 5, ReplicaReadPrefixes: []string{}},
-			Sentinel:     UpstreamSentinel{Addresses: []string{}, ReplicaReadPrefixes: []string{}, FailoverHold: Duration(5 * time.Second)},
-			Connections:  1,
-			DialTimeout:  Duration(time.Second),
-			Timeout:      Duration(5 * time.Second),
-			BackoffMin:   Duration(50 * time.Millisecond),
-			BackoffMax:   Duration(2 * time.Second),
-			GatherYields: 4,
-			StallDivert:  Duration(100 * time.Millisecond),
-			FollowMaster: true,
+			Address:       "127.0.0.1:6379",
+			Mode:          "standalone",
+			Cluster:       UpstreamCluster{Seeds: []string{}, Refresh: Duration(10 * time.Second), MaxRedirects: 5, ReplicaReadPrefixes: []string{}},
+			Sentinel:      UpstreamSentinel{Addresses: []string{}, ReplicaReadPrefixes: []string{}, FailoverHold: Duration(5 * time.Second)},
+			Connections:   1,
+			DialTimeout:   Duration(time.Second),
+			Timeout:       Duration(5 * time.Second),
+			BackoffMin:    Duration(50 * time.Millisecond),
+			BackoffMax:    Duration(2 * time.Second),
+			GatherYields:  4,
+			StallDivert:   Duration(100 * time.Millisecond),
+			BacklogDivert: Megabyte,
+			FollowMaster:  true,
 		},
 		Auth:     Auth{Mode: "none"},
 		Coalesce: Coalesce{Commands: []string{"get"}, Window: "unsent"},
@@ -951,6 +958,9 @@ func (c Config) Validate() error {
 	}
 	if u.StallDivert < 0 {
 		add("upstream.stall_divert must be 0 (off) or more, got %s", u.StallDivert)
+	}
+	if u.BacklogDivert != 0 && u.BacklogDivert < 64*Kilobyte {
+		add("upstream.backlog_divert must be 0 (off) or at least 64kb, got %s", u.BacklogDivert)
 	}
 	positive := func(path string, d Duration) {
 		if d <= 0 {

@@ -102,8 +102,8 @@ func TestExampleHasEveryKeyInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := yamlPaths()
-	if len(want) != 102 {
-		t.Errorf("Config has %d yaml keys, test expects 102: %v", len(want), want)
+	if len(want) != 103 {
+		t.Errorf("Config has %d yaml keys, test expects 103: %v", len(want), want)
 	}
 	got := filePaths(t, data)
 	for _, p := range want {
@@ -312,6 +312,10 @@ func TestValidateRules(t *testing.T) {
 		{"connections 0", func(c *Config) { c.Upstream.Connections = 0 }, "upstream.connections must be between 1 and 64, got 0"},
 		{"connections 65", func(c *Config) { c.Upstream.Connections = 65 }, "upstream.connections must be between 1 and 64, got 65"},
 		{"connections 1", func(c *Config) { c.Upstream.Connections = 1 }, ""},
+		{"backlog_divert 0", func(c *Config) { c.Upstream.BacklogDivert = 0 }, ""},
+		{"backlog_divert 64kb", func(c *Config) { c.Upstream.BacklogDivert = 64 * Kilobyte }, ""},
+		{"backlog_divert 1kb", func(c *Config) { c.Upstream.BacklogDivert = Kilobyte }, "upstream.backlog_divert must be 0 (off) or at least 64kb, got 1kb"},
+		{"stall_divert -1s", func(c *Config) { c.Upstream.StallDivert = Duration(-time.Second) }, "upstream.stall_divert must be 0 (off) or more, got -1s"},
 		{"connections 64", func(c *Config) { c.Upstream.Connections = 64 }, ""},
 		{"dial_timeout 0", func(c *Config) { c.Upstream.DialTimeout = 0 }, "upstream.dial_timeout must be greater than 0, got 0s"},
 		{"timeout 0", func(c *Config) { c.Upstream.Timeout = 0 }, "upstream.timeout must be greater than 0, got 0s"},

@@ -40,6 +40,9 @@ type Batch struct {
 	// parent is the batch a cluster Router split this part from: it is
 	// marked stalled with its part.
 	parent *Batch
+	// size is the commands' bytes, as counted into its connection's
+	// backlog (conn.send) and out again when it leaves it.
+	size int
 }
 
 // SentSeq is the send sequence number the batch's bytes left with (valid
@@ -54,6 +57,15 @@ func (b *Batch) Sent() bool { return b.sent.Load() }
 // (Config.StallDivert): its replies may be long in coming, as behind a
 // paused write, while other batches go around it.
 func (b *Batch) Stalled() bool { return b.stalled.Load() }
+
+// bytes is the size of the batch's commands.
+func (b *Batch) bytes() int {
+	n := 0
+	for _, cmd := range b.cmds {
+		n += len(cmd)
+	}
+	return n
+}
 
 // NewBatch returns an empty batch.
 func NewBatch() *Batch {

@@ -65,8 +65,13 @@ type conn struct {
 
 	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
 	shut         atomic.Bool  // nc was shut down (closeLocked): its reader stops
+	// backlog is the bytes of the commands of the batches in inflight
+	// (queued, or written and not all answered): how much Redis has yet
+	// to read and run before a batch sent now (Config.BacklogDivert).
+	// Changed under mu, read without it.
+	backlog atomic.Int64
 
-	// isSpare: one of the pool's spare connections (Config.StallDivert),
+	// isSpare: one of the pool's spare connections (StallDivert, BacklogDivert),
 	// which neither counts for the pool's first dial nor calls OnState;
 	// firstUp, made by each start of it, is closed when that run is first
 	// up. stalled: the pool's watcher found it stalled for StallDivert.
@@ -147,9 +152,12 @@ func (c *conn) send(b *Batch) (string, bool) {
 	c.inflight = append(c.inflight, b)
 	c.unsent = append(c.unsent, b)
 	borrow := c.rawOut != nil
+	b.size = 0
 	for _, cmd := range b.cmds {
 		c.wq.add(cmd, &c.freeChunks, borrow)
+		b.size += len(cmd)
 	}
+	c.backlog.Add(int64(b.size))
 	c.wcount += len(b.cmds)
 	c.mu.Unlock()
 	select {
@@ -315,14 +323,6 @@ func (c *conn) markWaitingStalled() {
 	}
 }
 
-// busy reports whether batches are queued or waiting for replies, or the
-// connection drains the replies of batches that timed out.
-func (c *conn) busy() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.head < len(c.inflight) || c.draining
-}
-
 // startDrain fails the batches waiting on c, whose oldest request has had
 // no reply for Config.Timeout, with reason, and keeps the connection to
 // read the replies to what was written (draining). Closing it instead
@@ -356,6 +356,7 @@ func (c *conn) startDrain(reason string) {
 	failed := slices.Clone(c.inflight[c.head:])
 	clear(c.inflight)
 	c.inflight, c.head = c.inflight[:0], 0
+	c.backlog.Store(0)
 	c.wq.reset(&c.freeChunks) // the unsent batches' bytes: never written now
 	c.wcount = 0
 	// The written batches are failed below, and so are their callers'
@@ -422,6 +423,7 @@ func (c *conn) front() *Batch {
 // popFront removes the oldest batch once all its replies are in.
 func (c *conn) popFront() {
 	c.mu.Lock()
+	c.backlog.Add(-int64(c.inflight[c.head].size))
 	c.inflight[c.head] = nil
 	c.head++
 	if c.head == len(c.inflight) {
@@ -533,6 +535,7 @@ func (c *conn) run(ctx context.Context) {
 			failed, resend = failed[:len(failed)-n], slices.Clone(c.unsent)
 		}
 		c.inflight, c.head = nil, 0
+		c.backlog.Store(0)
 		c.wq.reset(&c.freeChunks)
 		c.wcount = 0
 		for _, b := range c.unsent {

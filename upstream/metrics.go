@@ -68,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		stalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "stalled_connections", Help: "Upstream connections, shared or spare, whose oldest request has seen no reply for upstream.stall_divert (new batches go around them)."}, proto),
 		diverted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "diverted_batches_total", Help: "Batches sent around stalled shared upstream connections (upstream.stall_divert)."}, proto),
+			Name: "diverted_batches_total", Help: "Batches sent around a shared upstream connection, by reason (stall: its oldest request has seen no reply for upstream.stall_divert; backlog: it holds upstream.backlog_divert bytes of commands not yet answered)."}, []string{"protocol", "reason"}),
 		draining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "draining_connections", Help: "Shared upstream connections whose requests timed out, kept open until Redis answers what was written on them; new requests wait for them, at most upstream.timeout."}, proto),
 		drains: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -109,10 +109,13 @@ type poolMetrics struct {
 	pinned        prometheus.Gauge
 	idle          prometheus.Gauge
 	stalled       prometheus.Gauge
-	diverted      prometheus.Counter
+	diverted      divertedCounters
 	draining      prometheus.Gauge
 	drains        *prometheus.CounterVec
 }
+
+// divertedCounters are diverted_batches_total's series of one protocol.
+type divertedCounters struct{ stall, backlog prometheus.Counter }
 
 func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 	p := strconv.Itoa(protocol)
@@ -127,7 +130,7 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 		pinned:        m.pinned.WithLabelValues(p),
 		idle:          m.idle.WithLabelValues(p),
 		stalled:       m.stalled.WithLabelValues(p),
-		diverted:      m.diverted.WithLabelValues(p),
+		diverted:      divertedCounters{stall: m.diverted.WithLabelValues(p, "stall"), backlog: m.diverted.WithLabelValues(p, "backlog")},
 		draining:      m.draining.WithLabelValues(p),
 		drains:        m.drains.MustCurryWith(prometheus.Labels{"protocol": p}),
 	}

@@ -51,6 +51,15 @@ type Config struct {
 	// wait too. Off (0) for pools with Setup or OnPush (a tracking
 	// connection's state is its own) and for SendOn.
 	StallDivert time.Duration
+	// BacklogDivert, when > 0, sends a small batch (at most a sixteenth of
+	// it) around a shared connection holding at least this many bytes of
+	// commands not yet answered (Redis reads them before the batch): to
+	// another connection of the pool with room under it, or else a spare,
+	// dialled at the first such batch and closed after spareQuiet without
+	// one. Pipelines of large values then no longer delay every other
+	// client's reads behind them; directly, Redis reads each client's
+	// connection in turn. Off (0) for pools with Setup or OnPush.
+	BacklogDivert int
 
 	// GatherYields is how many times the writer may yield, while the queue
 	// keeps growing, to gather more commands into one write (0: none).
@@ -121,6 +130,9 @@ func (c Config) Validate() error {
 	if c.Connections < 1 {
 		errs = append(errs, fmt.Errorf("upstream: connections must be at least 1, got %d", c.Connections))
 	}
+	if c.BacklogDivert < 0 {
+		errs = append(errs, fmt.Errorf("upstream: backlog divert must be 0 (off) or more, got %d", c.BacklogDivert))
+	}
 	if c.Protocol != 2 && c.Protocol != 3 {
 		errs = append(errs, fmt.Errorf("upstream: protocol must be 2 or 3, got %d", c.Protocol))
 	}
@@ -144,11 +156,14 @@ type Pool struct {
 	// spares are the connections batches go to while every one of conns
 	// is stalled (Config.StallDivert): started at the first such stall.
 	// diverting: the watcher found a connection stalled for StallDivert.
-	spares    []*spare
-	all       []*conn // conns, then the spares' connections
-	diverting atomic.Bool
-	quietFrom int64 // watch's: unix nanos since which nothing was stalled
-	ctx       context.Context
+	// backlogged: a batch went around a backlog (Config.BacklogDivert)
+	// since the watcher last looked, which keeps the spares open.
+	spares     []*spare
+	all        []*conn // conns, then the spares' connections
+	diverting  atomic.Bool
+	backlogged atomic.Bool
+	quietFrom  int64 // watch's: unix nanos since which nothing was stalled or backlogged
+	ctx        context.Context
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -222,7 +237,7 @@ func NewPool(cfg Config, m *Metrics, log *zap.Logger) (*Pool, error) {
 			c.run(ctx)
 		}()
 	}
-	if cfg.StallDivert > 0 && cfg.Setup == nil && cfg.OnPush == nil {
+	if (cfg.StallDivert > 0 || cfg.BacklogDivert > 0) && cfg.Setup == nil && cfg.OnPush == nil {
 		for i := 0; i < cfg.Connections; i++ {
 			c := newConn(p, cfg.Connections+i)
 			c.isSpare = true
@@ -304,6 +319,9 @@ func (p *Pool) trySend(b *Batch) (string, bool) {
 	if p.diverting.Load() && p.sendAround(b, start) {
 		return "", true
 	}
+	if len(p.spares) > 0 && p.cfg.BacklogDivert > 0 && p.sendAroundBacklog(b, start) {
+		return "", true
+	}
 	var reason string
 	for i := uint32(0); i < n; i++ {
 		c := p.conns[(start+i)%n]
@@ -327,7 +345,7 @@ func (p *Pool) sendAround(b *Batch, start uint32) bool {
 			continue
 		}
 		if _, ok := c.send(b); ok {
-			p.metrics.diverted.Inc()
+			p.metrics.diverted.stall.Inc()
 			return true
 		}
 	}
@@ -349,7 +367,46 @@ func (p *Pool) sendAround(b *Batch, start uint32) bool {
 			closedWithin(up, wait)
 		}
 		if _, ok := sp.c.send(b); ok {
-			p.metrics.diverted.Inc()
+			p.metrics.diverted.stall.Inc()
+			return true
+		}
+	}
+	return false
+}
+
+// sendAroundBacklog queues b, when it is small and the connection next in
+// turn holds a backlog (Config.BacklogDivert), on a connection whose
+// backlog stays under the mark with b: one of conns, else a spare, started
+// here the first time but not waited for. It reports false when b is to
+// go to the connection next in turn.
+func (p *Pool) sendAroundBacklog(b *Batch, start uint32) bool {
+	n := uint32(len(p.conns))
+	limit := int64(p.cfg.BacklogDivert)
+	if p.conns[start%n].backlog.Load() < limit {
+		return false
+	}
+	size := int64(b.bytes())
+	if size*16 > limit {
+		return false // a large batch is the backlog's kind: it waits its turn
+	}
+	p.backlogged.Store(true)
+	for i := uint32(1); i < n; i++ {
+		c := p.conns[(start+i)%n]
+		if c.stalled.Load() || c.backlog.Load()+size >= limit {
+			continue
+		}
+		if _, ok := c.send(b); ok {
+			p.metrics.diverted.backlog.Inc()
+			return true
+		}
+	}
+	for _, sp := range p.spares {
+		sp.start(p)
+		if sp.c.stalled.Load() || sp.c.backlog.Load()+size >= limit {
+			continue
+		}
+		if _, ok := sp.c.send(b); ok { // fails while the spare is dialled
+			p.metrics.diverted.backlog.Inc()
 			return true
 		}
 	}
@@ -399,16 +456,24 @@ func (sp *spare) start(p *Pool) <-chan struct{} {
 	return sp.c.firstUp
 }
 
-// stopIfIdle closes the spare's connection if it runs and nothing waits on it.
+// stopIfIdle closes the spare's connection if it runs and nothing waits on
+// it. The check and the close are one step under the connection's lock,
+// so that no batch is queued in between (send) only to fail with it.
 func (sp *spare) stopIfIdle() {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if sp.stop == nil || sp.c.busy() {
+	if sp.stop == nil {
+		return
+	}
+	c := sp.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.head < len(c.inflight) || c.draining {
 		return
 	}
 	sp.stop()
 	sp.stop = nil
-	sp.c.closeWith("spare no longer needed")
+	c.closeLocked("spare no longer needed")
 }
 
 // awaitDial waits, within Config.Timeout, until a connection is up
@@ -621,7 +686,7 @@ func (p *Pool) Close() {
 // spareQuiet without a stall.
 func (p *Pool) watch(ctx context.Context) {
 	tick := p.cfg.Timeout / 10
-	if len(p.spares) > 0 {
+	if len(p.spares) > 0 && p.cfg.StallDivert > 0 {
 		tick = min(tick, p.cfg.StallDivert/2)
 	}
 	tick = min(max(tick, time.Millisecond), time.Second)
@@ -646,7 +711,7 @@ func (p *Pool) watch(ctx context.Context) {
 				c.closeWith(fmt.Sprintf("no reply within %v to commands that timed out", d.Round(time.Millisecond)))
 			}
 			stalled := c.stalledSince(now)
-			if len(p.spares) > 0 && p.setStalled(c, stalled > p.cfg.StallDivert) {
+			if len(p.spares) > 0 && p.cfg.StallDivert > 0 && p.setStalled(c, stalled > p.cfg.StallDivert) {
 				c.markWaitingStalled()
 				diverting = true
 				if i < len(p.conns) {
@@ -696,6 +761,9 @@ func (p *Pool) watch(ctx context.Context) {
 			continue // no divert: nothing below to do
 		}
 		p.diverting.Store(diverting)
+		if p.backlogged.Swap(false) {
+			diverting = true // for the spares' quiet: a backlog needs them as a stall does
+		}
 		switch {
 		case sharedStalled == len(p.conns):
 			for _, sp := range p.spares {

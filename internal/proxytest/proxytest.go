@@ -32,14 +32,15 @@ func Config(upstreamAddr string) proxy.Config {
 	return proxy.Config{
 		Listen: "127.0.0.1:0",
 		Upstream: upstream.Config{
-			Address:      upstreamAddr,
-			Connections:  1,
-			GatherYields: 4,
-			StallDivert:  100 * time.Millisecond, // the shipped default
-			DialTimeout:  time.Second,
-			Timeout:      2 * time.Second,
-			BackoffMin:   10 * time.Millisecond,
-			BackoffMax:   200 * time.Millisecond,
+			Address:       upstreamAddr,
+			Connections:   1,
+			GatherYields:  4,
+			StallDivert:   100 * time.Millisecond, // the shipped default
+			BacklogDivert: 1 << 20,                // the shipped default
+			DialTimeout:   time.Second,
+			Timeout:       2 * time.Second,
+			BackoffMin:    10 * time.Millisecond,
+			BackoffMax:    200 * time.Millisecond,
 		},
 		Limits: proxy.Limits{
 			MaxClients:     10000,

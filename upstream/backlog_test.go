@@ -1,0 +1,103 @@
+package upstream
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBacklogDivertSendsSmallBatchesAround: a shared connection holding
+// BacklogDivert bytes of commands not yet answered (here a large ECHO
+// behind a command the server holds) no longer makes a small batch wait
+// for all of them: once the spare is up, the small batch goes there and
+// is answered while the backlog still waits. A large batch still waits
+// its turn on the shared connection. The backlogs are counted back to
+// zero when their replies come, and when the connection is lost; the
+// spare is closed once nothing has gone around a backlog for spareQuiet.
+func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
+	release, never := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(never) })
+	f := startFake(t, func(args [][]byte) string {
+		switch strings.ToUpper(string(args[0])) {
+		case "HOLD":
+			<-release
+			return "+OK\r\n"
+		case "HOLDLONG":
+			<-never
+			return "+OK\r\n"
+		case "ECHO":
+			return echoReply(args)
+		}
+		return "+OK\r\n"
+	})
+	const limit = 64 << 10
+	p := testPool(t, f.ln.Addr().String(), 2, func(c *Config) {
+		c.Connections, c.StallDivert, c.BacklogDivert, c.Timeout = 1, 0, limit, 30*time.Second
+	})
+	shared, spare := p.conns[0], p.spares[0].c
+
+	big := strings.Repeat("v", 100<<10)
+	held := make(chan []string, 1)
+	go func() { held <- do(p, []string{"HOLD"}, []string{"ECHO", big}) }()
+	waitFor(t, "the shared connection's backlog", func() bool { return shared.backlog.Load() >= limit })
+
+	// The first small batch starts the spare, and waits behind the
+	// backlog if the spare is not up yet: it is not waited for.
+	first := make(chan []string, 1)
+	go func() { first <- do(p, []string{"ECHO", "first"}) }()
+	waitFor(t, "the spare up", func() bool { return spare.up() })
+
+	diverted := metricValue(t, p.metrics.diverted.backlog)
+	small := make(chan []string, 1)
+	go func() { small <- do(p, []string{"ECHO", "small"}) }()
+	select {
+	case r := <-small:
+		if r[0] != "$5\r\nsmall\r\n" {
+			t.Fatalf("small batch around the backlog: %q", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a small batch waited behind the shared connection's backlog")
+	}
+	if got := metricValue(t, p.metrics.diverted.backlog); got != diverted+1 {
+		t.Errorf("diverted_batches_total{reason=backlog} %v, want %v", got, diverted+1)
+	}
+
+	// A batch of more than a sixteenth of the mark waits its turn.
+	before := shared.backlog.Load()
+	large := make(chan []string, 1)
+	mid := strings.Repeat("m", limit/16+1)
+	go func() { large <- do(p, []string{"ECHO", mid}) }()
+	waitFor(t, "the large batch queued on the shared connection", func() bool { return shared.backlog.Load() > before })
+	select {
+	case r := <-large:
+		t.Fatalf("a large batch went around the backlog: %.20q", r)
+	default:
+	}
+
+	close(release)
+	if r := <-held; r[0] != "+OK\r\n" || r[1] != "$102400\r\n"+big+"\r\n" {
+		t.Fatalf("held batch: %.40q", r)
+	}
+	if r := <-first; r[0] != "$5\r\nfirst\r\n" {
+		t.Fatalf("first small batch: %q", r)
+	}
+	if r := <-large; len(r[0]) != len(mid)+len("$4097\r\n\r\n") {
+		t.Fatalf("large batch: %.20q", r)
+	}
+	if b := shared.backlog.Load() + spare.backlog.Load(); b != 0 {
+		t.Fatalf("backlog %d bytes with every reply in, want 0", b)
+	}
+	waitFor(t, "the spare closed once quiet", func() bool { return !spare.up() })
+
+	// A lost connection's batches leave its backlog with it.
+	lost := make(chan []string, 1)
+	go func() { lost <- do(p, []string{"HOLDLONG"}, []string{"ECHO", big}) }()
+	waitFor(t, "the backlog again", func() bool { return shared.backlog.Load() >= limit })
+	f.killConns()
+	if r := <-lost; !strings.HasPrefix(r[0], "-") {
+		t.Fatalf("batch on a lost connection: %.40q", r)
+	}
+	if b := shared.backlog.Load(); b != 0 {
+		t.Fatalf("backlog %d bytes after the connection was lost, want 0", b)
+	}
+}
