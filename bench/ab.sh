@@ -5,6 +5,9 @@
 # CPU per request from /proc. Prints per-round figures and the medians of
 # the per-round ratios NEW/OLD (throughput and CPU per request).
 # For changes that should cost nothing (a refactor): ratios near 1.00.
+# AB_CLIENTS (default 50) and AB_SIZE (value bytes, redis-benchmark -d;
+# default 3) change the load: e.g. 200 clients of 1000-byte values put
+# megabytes of commands on the shared connection at -P 16.
 # TLS=1: the same over TLS, clients to rproxy and rproxy to a TLS-only
 # redis-server, client certificates on both sides (scripts/make-test-certs.sh).
 set -euo pipefail
@@ -43,7 +46,7 @@ cpu() { awk '{print $14+$15}' "/proc/$1/stat"; } # user+system clock ticks
 run() { # port test pipeline -> prints rps
 	local n=100000
 	[ "$3" -gt 1 ] && n=800000
-	redis-benchmark "${tls[@]}" -p "$1" -c 50 -r 100000 -n "$n" -P "$3" -t "$2" -q 2>/dev/null |
+	redis-benchmark "${tls[@]}" -p "$1" -c "${AB_CLIENTS:-50}" -d "${AB_SIZE:-3}" -r 100000 -n "$n" -P "$3" -t "$2" -q 2>/dev/null |
 		tr '\r' '\n' | awk '/requests per second/ {print $2}' | tail -1
 }
 hz=$(getconf CLK_TCK)
