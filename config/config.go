@@ -71,7 +71,8 @@ type Upstream struct {
 	StallDivert Duration `yaml:"stall_divert"`
 	// BacklogDivert: a small batch (at most a sixteenth of this) goes
 	// around a shared connection holding this many bytes of commands not
-	// yet answered (pipelines of large values), to a spare connection if
+	// yet answered and of their expected replies (pipelines of large
+	// values), to a spare connection if
 	// need be, instead of waiting for Redis to read them all; default 1mb;
 	// 0 = off; otherwise at least 64kb.
 	BacklogDivert ByteSize `yaml:"backlog_divert"`

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rproxy/rproxy/resp"
 )
 
 // TestBacklogDivertSendsSmallBatchesAround: a shared connection holding
@@ -11,7 +13,9 @@ import (
 // behind a command the server holds) no longer makes a small batch wait
 // for all of them: once the spare is up, the small batch goes there and
 // is answered while the backlog still waits. A large batch still waits
-// its turn on the shared connection. The backlogs are counted back to
+// its turn on the shared connection, and so does a small batch whose
+// previous use got large replies (a session reading large values: its
+// next replies are expected to be as large). The backlogs are counted back to
 // zero when their replies come, and when the connection is lost; the
 // spare is closed once nothing has gone around a backlog for spareQuiet.
 func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
@@ -35,6 +39,13 @@ func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
 		c.Connections, c.StallDivert, c.BacklogDivert, c.Timeout = 1, 0, limit, 30*time.Second
 	})
 	shared, spare := p.conns[0], p.spares[0].c
+
+	mid := strings.Repeat("m", limit/16+1)
+	reader := NewBatch()
+	reader.Add(resp.AppendCommandString(nil, "ECHO", mid))
+	p.Do(reader)
+	reader.ResetKeep()
+	reader.Add(resp.AppendCommandString(nil, "ECHO", "r"))
 
 	big := strings.Repeat("v", 100<<10)
 	held := make(chan []string, 1)
@@ -65,12 +76,18 @@ func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
 	// A batch of more than a sixteenth of the mark waits its turn.
 	before := shared.backlog.Load()
 	large := make(chan []string, 1)
-	mid := strings.Repeat("m", limit/16+1)
 	go func() { large <- do(p, []string{"ECHO", mid}) }()
 	waitFor(t, "the large batch queued on the shared connection", func() bool { return shared.backlog.Load() > before })
+	// So does a small one expecting large replies.
+	before = shared.backlog.Load()
+	read := make(chan struct{})
+	go func() { p.Do(reader); close(read) }()
+	waitFor(t, "the reader's batch queued on the shared connection", func() bool { return shared.backlog.Load() > before })
 	select {
 	case r := <-large:
 		t.Fatalf("a large batch went around the backlog: %.20q", r)
+	case <-read:
+		t.Fatalf("a batch expecting large replies went around the backlog: %q", reader.Reply(0))
 	default:
 	}
 
@@ -83,6 +100,9 @@ func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
 	}
 	if r := <-large; len(r[0]) != len(mid)+len("$4097\r\n\r\n") {
 		t.Fatalf("large batch: %.20q", r)
+	}
+	if <-read; string(reader.Reply(0)) != "$1\r\nr\r\n" {
+		t.Fatalf("the reader's batch: %q", reader.Reply(0))
 	}
 	if b := shared.backlog.Load() + spare.backlog.Load(); b != 0 {
 		t.Fatalf("backlog %d bytes with every reply in, want 0", b)

@@ -40,9 +40,13 @@ type Batch struct {
 	// parent is the batch a cluster Router split this part from: it is
 	// marked stalled with its part.
 	parent *Batch
-	// size is the commands' bytes, as counted into its connection's
-	// backlog (conn.send) and out again when it leaves it.
-	size int
+	// size is what the batch counts for in its connection's backlog
+	// (conn.send), and out again when it leaves it: its commands' bytes
+	// and, for the replies it will get, the bytes of the replies of its
+	// previous use (lastReplies). A session reuses its batch, so a client
+	// that reads large values is expected to go on reading large values.
+	size        int
+	lastReplies int
 }
 
 // SentSeq is the send sequence number the batch's bytes left with (valid
@@ -58,9 +62,10 @@ func (b *Batch) Sent() bool { return b.sent.Load() }
 // paused write, while other batches go around it.
 func (b *Batch) Stalled() bool { return b.stalled.Load() }
 
-// bytes is the size of the batch's commands.
-func (b *Batch) bytes() int {
-	n := 0
+// expectedBytes is the size of the batch's commands and of the replies
+// its previous use got.
+func (b *Batch) expectedBytes() int {
+	n := b.lastReplies
 	for _, cmd := range b.cmds {
 		n += len(cmd)
 	}
@@ -85,6 +90,9 @@ func (b *Batch) ResetKeep() {
 	b.sent.Store(false)
 	b.stalled.Store(false)
 	b.parent = nil
+	if len(b.cmds) > 0 {
+		b.lastReplies = len(b.replies)
+	}
 	clear(b.cmds) // drop the references so the commands can be collected
 	b.replies = b.replies[:0]
 	b.replyEnds = b.replyEnds[:0]

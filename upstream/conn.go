@@ -65,9 +65,10 @@ type conn struct {
 
 	lastProgress atomic.Int64 // unix nanos of the last reply bytes (or of the first request after idle)
 	shut         atomic.Bool  // nc was shut down (closeLocked): its reader stops
-	// backlog is the bytes of the commands of the batches in inflight
-	// (queued, or written and not all answered): how much Redis has yet
-	// to read and run before a batch sent now (Config.BacklogDivert).
+	// backlog is the sizes (Batch.size: commands and expected replies) of
+	// the batches in inflight (queued, or written and not all answered):
+	// how much Redis has yet to read, run and write back before a batch
+	// sent now is answered (Config.BacklogDivert).
 	// Changed under mu, read without it.
 	backlog atomic.Int64
 
@@ -152,7 +153,7 @@ func (c *conn) send(b *Batch) (string, bool) {
 	c.inflight = append(c.inflight, b)
 	c.unsent = append(c.unsent, b)
 	borrow := c.rawOut != nil
-	b.size = 0
+	b.size = b.lastReplies
 	for _, cmd := range b.cmds {
 		c.wq.add(cmd, &c.freeChunks, borrow)
 		b.size += len(cmd)

@@ -53,7 +53,8 @@ type Config struct {
 	StallDivert time.Duration
 	// BacklogDivert, when > 0, sends a small batch (at most a sixteenth of
 	// it) around a shared connection holding at least this many bytes of
-	// commands not yet answered (Redis reads them before the batch): to
+	// commands not yet answered (Redis reads them before the batch), with
+	// the bytes of the replies they are expected to get (Batch.size): to
 	// another connection of the pool with room under it, or else a spare,
 	// dialled at the first such batch and closed after spareQuiet without
 	// one. Pipelines of large values then no longer delay every other
@@ -385,7 +386,7 @@ func (p *Pool) sendAroundBacklog(b *Batch, start uint32) bool {
 	if p.conns[start%n].backlog.Load() < limit {
 		return false
 	}
-	size := int64(b.bytes())
+	size := int64(b.expectedBytes())
 	if size*16 > limit {
 		return false // a large batch is the backlog's kind: it waits its turn
 	}
