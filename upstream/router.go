@@ -200,6 +200,7 @@ func (r *Router) sendAll(sc *splitScratch, parent *Batch) {
 func (sc *splitScratch) release() {
 	for i, pb := range sc.parts {
 		pb.Reset()
+		pb.lastReplies = 0 // another session's next: no hint of its replies (Batch.size)
 		subBatches.Put(pb)
 		sc.parts[i] = nil
 	}
