@@ -121,3 +121,52 @@ func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
 		t.Fatalf("backlog %d bytes after the connection was lost, want 0", b)
 	}
 }
+
+// TestBacklogDivertToAnotherSharedConnection: with two shared connections
+// taken in turn, a small batch whose turn falls on the one holding a
+// backlog goes to the other, which has room; no spare is needed. Without
+// the divert every other batch would wait behind the held one.
+func TestBacklogDivertToAnotherSharedConnection(t *testing.T) {
+	release := make(chan struct{})
+	f := startFake(t, func(args [][]byte) string {
+		switch strings.ToUpper(string(args[0])) {
+		case "HOLD":
+			<-release
+			return "+OK\r\n"
+		case "ECHO":
+			return echoReply(args)
+		}
+		return "+OK\r\n"
+	})
+	const limit = 64 << 10
+	p := testPool(t, f.ln.Addr().String(), 2, func(c *Config) {
+		c.Connections, c.StallDivert, c.BacklogDivert, c.Timeout = 2, 0, limit, 30*time.Second
+	})
+	held := make(chan []string, 1)
+	go func() { held <- do(p, []string{"HOLD"}, []string{"ECHO", strings.Repeat("v", 100<<10)}) }()
+	waitFor(t, "a shared connection's backlog", func() bool {
+		return p.conns[0].backlog.Load() >= limit || p.conns[1].backlog.Load() >= limit
+	})
+	for i := range 6 {
+		done := make(chan []string, 1)
+		go func() { done <- do(p, []string{"ECHO", "small"}) }()
+		select {
+		case r := <-done:
+			if r[0] != "$5\r\nsmall\r\n" {
+				t.Fatalf("batch %d: %q", i, r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("batch %d waited behind the other connection's backlog", i)
+		}
+	}
+	if got := metricValue(t, p.metrics.diverted.backlog); got < 1 {
+		t.Errorf("diverted_batches_total{reason=backlog} %v, want at least 1", got)
+	}
+	if sp := p.spares[0].c; sp.up() {
+		t.Error("a spare was dialled while a shared connection had room")
+	}
+	close(release)
+	if r := <-held; r[0] != "+OK\r\n" {
+		t.Fatalf("held batch: %.40q", r)
+	}
+}
