@@ -8,6 +8,34 @@ import (
 	"github.com/rproxy/rproxy/resp"
 )
 
+// limit is the backlog_divert of startBacklogPool's pools.
+const limit = 64 << 10
+
+// startBacklogPool starts a stand-in that holds HOLD until release is
+// closed (HOLDLONG until the test ends) and echoes ECHO, and a pool of
+// conns shared connections to it with BacklogDivert limit and no
+// StallDivert, so that only a backlog sends batches around.
+func startBacklogPool(t *testing.T, conns int, release <-chan struct{}) (*fakeRedis, *Pool) {
+	t.Helper()
+	never := make(chan struct{})
+	t.Cleanup(func() { close(never) })
+	f := startFake(t, func(args [][]byte) string {
+		switch strings.ToUpper(string(args[0])) {
+		case "HOLD":
+			<-release
+		case "HOLDLONG":
+			<-never
+		case "ECHO":
+			return echoReply(args)
+		}
+		return "+OK\r\n"
+	})
+	p := testPool(t, f.ln.Addr().String(), 2, func(c *Config) {
+		c.Connections, c.StallDivert, c.BacklogDivert, c.Timeout = conns, 0, limit, 30*time.Second
+	})
+	return f, p
+}
+
 // TestBacklogDivertSendsSmallBatchesAround: a shared connection holding
 // BacklogDivert bytes of commands not yet answered (here a large ECHO
 // behind a command the server holds) no longer makes a small batch wait
@@ -19,25 +47,8 @@ import (
 // zero when their replies come, and when the connection is lost; the
 // spare is closed once nothing has gone around a backlog for spareQuiet.
 func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
-	release, never := make(chan struct{}), make(chan struct{})
-	t.Cleanup(func() { close(never) })
-	f := startFake(t, func(args [][]byte) string {
-		switch strings.ToUpper(string(args[0])) {
-		case "HOLD":
-			<-release
-			return "+OK\r\n"
-		case "HOLDLONG":
-			<-never
-			return "+OK\r\n"
-		case "ECHO":
-			return echoReply(args)
-		}
-		return "+OK\r\n"
-	})
-	const limit = 64 << 10
-	p := testPool(t, f.ln.Addr().String(), 2, func(c *Config) {
-		c.Connections, c.StallDivert, c.BacklogDivert, c.Timeout = 1, 0, limit, 30*time.Second
-	})
+	release := make(chan struct{})
+	f, p := startBacklogPool(t, 1, release)
 	shared, spare := p.conns[0], p.spares[0].c
 
 	mid := strings.Repeat("m", limit/16+1)
@@ -107,7 +118,14 @@ func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
 	if b := shared.backlog.Load() + spare.backlog.Load(); b != 0 {
 		t.Fatalf("backlog %d bytes with every reply in, want 0", b)
 	}
-	waitFor(t, "the spare closed once quiet", func() bool { return !spare.up() })
+	// The watcher ticks once a second here (Timeout/10, at most 1 s) and
+	// closes the spare on the tick after a whole spareQuiet without a
+	// divert: 2-4 s, which a loaded machine can stretch past waitFor's 5.
+	for deadline := time.Now().Add(20 * time.Second); spare.up(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the spare still up 20 s after the last batch went around a backlog")
+		}
+	}
 
 	// A lost connection's batches leave its backlog with it.
 	lost := make(chan []string, 1)
@@ -128,20 +146,9 @@ func TestBacklogDivertSendsSmallBatchesAround(t *testing.T) {
 // the divert every other batch would wait behind the held one.
 func TestBacklogDivertToAnotherSharedConnection(t *testing.T) {
 	release := make(chan struct{})
-	f := startFake(t, func(args [][]byte) string {
-		switch strings.ToUpper(string(args[0])) {
-		case "HOLD":
-			<-release
-			return "+OK\r\n"
-		case "ECHO":
-			return echoReply(args)
-		}
-		return "+OK\r\n"
-	})
-	const limit = 64 << 10
-	p := testPool(t, f.ln.Addr().String(), 2, func(c *Config) {
-		c.Connections, c.StallDivert, c.BacklogDivert, c.Timeout = 2, 0, limit, 30*time.Second
-	})
+	_, p := startBacklogPool(t, 2, release)
+	// Ready is one connection up; the divert needs the other one too.
+	waitFor(t, "both shared connections up", func() bool { return p.conns[0].up() && p.conns[1].up() })
 	held := make(chan []string, 1)
 	go func() { held <- do(p, []string{"HOLD"}, []string{"ECHO", strings.Repeat("v", 100<<10)}) }()
 	waitFor(t, "a shared connection's backlog", func() bool {
