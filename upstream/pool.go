@@ -145,8 +145,8 @@ func (c Config) Validate() error {
 }
 
 // Pool is a fixed set of shared, pipelined connections to one Redis server,
-// all speaking one protocol version, and as many spares for stalls
-// (Config.StallDivert).
+// all speaking one protocol version, and as many spares for stalls and
+// backlogs (Config.StallDivert, Config.BacklogDivert).
 type Pool struct {
 	cfg     Config
 	log     *zap.Logger
@@ -155,7 +155,8 @@ type Pool struct {
 	next    atomic.Uint32
 
 	// spares are the connections batches go to while every one of conns
-	// is stalled (Config.StallDivert): started at the first such stall.
+	// is stalled (Config.StallDivert), or holds a backlog
+	// (Config.BacklogDivert): started at the first such stall or batch.
 	// diverting: the watcher found a connection stalled for StallDivert.
 	// backlogged: a batch went around a backlog (Config.BacklogDivert)
 	// since the watcher last looked, which keeps the spares open.
@@ -415,7 +416,8 @@ func (p *Pool) sendAroundBacklog(b *Batch, start uint32) bool {
 }
 
 // spare is a connection batches go to while the pool's shared ones are
-// stalled: started at a stall, stopped once the pool has been quiet for
+// stalled or hold backlogs: started at a stall or at the first batch sent
+// around a backlog, stopped once the pool has been quiet (neither) for
 // spareQuiet with nothing waiting on it.
 type spare struct {
 	c *conn
@@ -429,8 +431,8 @@ type spare struct {
 	done chan struct{}      // closed when the last run has returned
 }
 
-// spareQuiet is how long the pool must have had no stalled connection
-// before its spares are closed.
+// spareQuiet is how long the pool must have had no stalled connection,
+// and sent no batch around a backlog, before its spares are closed.
 const spareQuiet = time.Second
 
 // start runs the spare's connection if it is not running, and returns a
@@ -684,7 +686,7 @@ func (p *Pool) Close() {
 // clients. With spares (Config.StallDivert) it also marks the connections
 // stalled for StallDivert, which Send then goes around, dials the spares
 // when every shared connection is stalled, and closes them after
-// spareQuiet without a stall.
+// spareQuiet without a stall or a batch sent around a backlog.
 func (p *Pool) watch(ctx context.Context) {
 	tick := p.cfg.Timeout / 10
 	if len(p.spares) > 0 && p.cfg.StallDivert > 0 {
