@@ -72,9 +72,9 @@ type Upstream struct {
 	// BacklogDivert: a small batch (at most a sixteenth of this) goes
 	// around a shared connection holding this many bytes of commands not
 	// yet answered and of their expected replies (pipelines of large
-	// values), to a spare connection if
-	// need be, instead of waiting for Redis to read them all; default 1mb;
-	// 0 = off; otherwise at least 64kb.
+	// values), to a spare connection if need be, instead of waiting for
+	// Redis to read them all; default 1mb; 0 = off; otherwise at least
+	// 64kb.
 	BacklogDivert ByteSize `yaml:"backlog_divert"`
 	// FollowMaster (mode standalone): once the address has answered as a
 	// master, a READONLY reply starts a search for a master at the

@@ -59,7 +59,8 @@ type Config struct {
 	// dialled at the first such batch and closed after spareQuiet without
 	// one. Pipelines of large values then no longer delay every other
 	// client's reads behind them; directly, Redis reads each client's
-	// connection in turn. Off (0) for pools with Setup or OnPush.
+	// connection in turn. Off (0) for pools with Setup or OnPush, and for
+	// SendOn, which keeps its connection.
 	BacklogDivert int
 
 	// GatherYields is how many times the writer may yield, while the queue
