@@ -138,6 +138,65 @@ func TestREADMEHasEveryKey(t *testing.T) {
 	}
 }
 
+// TestDocumentedDefaults parses each key's documented default, as a file
+// setting only that key, and expects Default(): a default changed in code
+// and not in the tables (or the other way round) fails here.
+func TestDocumentedDefaults(t *testing.T) {
+	for _, doc := range []struct {
+		file string
+		col  int // the default's column
+		min  int // rows with one key each
+	}{{"README.md", 2, 87}, {"../docs/configuration.md", 1, 54}} {
+		data, err := os.ReadFile(doc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		for _, line := range strings.Split(string(data), "\n") {
+			cells := strings.Split(line, "|")
+			if !strings.HasPrefix(line, "| `") || len(cells) < doc.col+3 {
+				continue
+			}
+			key := strings.Trim(strings.TrimSpace(cells[1]), "`")
+			value, ok := firstCode(cells[doc.col+1])
+			if !ok || strings.ContainsAny(key, " *") || !slices.Contains(yamlPaths(), key) {
+				continue // a section, or a row naming several keys
+			}
+			parts := strings.Split(key, ".")
+			var src strings.Builder
+			for i, part := range parts {
+				src.WriteString(strings.Repeat("  ", i) + part + ":")
+				if i < len(parts)-1 {
+					src.WriteString("\n")
+				}
+			}
+			src.WriteString(" " + value + "\n")
+			c, err := Parse([]byte(src.String()), doc.file)
+			if err != nil {
+				t.Errorf("%s: %s's default %s does not parse: %v", doc.file, key, value, err)
+				continue
+			}
+			if !reflect.DeepEqual(c, Default()) {
+				t.Errorf("%s: %s's documented default %s is not Default()'s", doc.file, key, value)
+			}
+			checked++
+		}
+		if checked < doc.min {
+			t.Errorf("%s: only %d defaults checked; the table's format changed?", doc.file, checked)
+		}
+	}
+}
+
+// firstCode returns the first `code span` of a table cell.
+func firstCode(cell string) (string, bool) {
+	_, rest, ok := strings.Cut(cell, "`")
+	if !ok {
+		return "", false
+	}
+	code, _, ok := strings.Cut(rest, "`")
+	return code, ok && code != ""
+}
+
 func TestEmpty(t *testing.T) {
 	for _, src := range []string{"", "\n\n", "# only a comment\n", "---\n", "---\n...\n", "~\n"} {
 		if c := mustParse(t, src); !reflect.DeepEqual(c, Default()) {
