@@ -20,8 +20,9 @@ type clientView struct {
 	created time.Time    // set before the session is shared
 	active  atomic.Int64 // coarse clock (Unix ns) at the end of the last batch; 0: none yet
 	mu      sync.Mutex
-	pub     clientState // under mu
-	last    clientState // the session goroutine's copy of pub
+	// pub is written under mu by the session's goroutine only, which so
+	// may read it without mu; other goroutines read it under mu.
+	pub clientState
 }
 
 // clientState is the part of a session that changes as it runs.
@@ -34,18 +35,18 @@ type clientState struct {
 	multi  bool // in a transaction (CLIENT LIST's x flag)
 	stream bool // in stream mode: pub/sub, MONITOR, replication, tracking, CLIENT REPLY
 	// role is 'S' after SYNC or PSYNC (a replica), 'O' after MONITOR, else 0.
-	role  byte
-	proto int // 2 or 3
-	// Subscriptions (CLIENT LIST's sub, psub, ssub; P flag) and tracking
-	// (t flag).
-	subs, psubs, ssubs int
-	tracking           bool
-	redirect           int64 // CLIENT LIST's redir: -1 off, 0 on without REDIRECT, else rproxy's id
-	bcast              bool  // tracking in BCAST mode (B flag)
-	noEvict            bool  // CLIENT NO-EVICT ON (e flag)
+	role byte
 	// selectSeq: db is a stream-mode SELECT's, which Redis may refuse
 	// (session.streamSelect): the relay's answer, if in, is the truth.
 	selectSeq uint32
+	proto     int // 2 or 3
+	// Subscriptions (CLIENT LIST's sub, psub, ssub; P flag) and tracking
+	// (t flag).
+	subs, psubs, ssubs int
+	redirect           int64 // CLIENT LIST's redir: -1 off, 0 on without REDIRECT, else rproxy's id
+	tracking           bool
+	bcast              bool // tracking in BCAST mode (B flag)
+	noEvict            bool // CLIENT NO-EVICT ON (e flag)
 }
 
 // liveState is the session's clientState now; only its own goroutine may
@@ -93,10 +94,9 @@ func (s *Server) publishBlocked(ss *session) {
 func (s *Server) publishState(ss *session, st clientState) {
 	v := &ss.view
 	v.active.Store(s.clock().UnixNano())
-	if st == v.last {
+	if st == v.pub {
 		return
 	}
-	v.last = st
 	v.mu.Lock()
 	v.pub = st
 	v.mu.Unlock()

@@ -218,9 +218,9 @@ type routeState struct {
 	// on the master of its first key (moveTransaction). noKeys: route
 	// found no key in the command it routed last.
 	keylessTx    bool
+	noKeys       bool
 	keyless      [][]byte
 	keylessBytes int
-	noKeys       bool
 	multiRaw     []byte // the deferred MULTI, as the client sent it
 	rest         []resp.Command
 	restAt       int

@@ -82,17 +82,16 @@ type limitedConn struct {
 	tlsFirst []byte
 	bufHeld  func() bool
 	// read's state for its RawConn callback (rawRead), set per read.
-	rawFn      func(uintptr) bool
-	rawBuf     func() []byte
-	rawPut     func()
-	rawStep    func(n int) bool
-	rawStepped bool // rawStep asked to stop: read returns (0, nil)
-	rawN       int
-	rawErr     error
-	inq        sysio.InqReader         // rawRead's reads: whether a next read could find anything
-	w          sysio.Writer            // over raw: Write
-	limits     *atomic.Pointer[Limits] // the server's, for the idle timeout and the query buffer limit
-	clock      func() time.Time
+	rawFn   func(uintptr) bool
+	rawBuf  func() []byte
+	rawPut  func()
+	rawStep func(n int) bool
+	rawN    int
+	rawErr  error
+	inq     sysio.InqReader         // rawRead's reads: whether a next read could find anything
+	w       sysio.Writer            // over raw: Write
+	limits  *atomic.Pointer[Limits] // the server's, for the idle timeout and the query buffer limit
+	clock   func() time.Time
 
 	// While the session waits on a blocking command, a watcher reads the
 	// client so that a client that leaves is noticed (Redis unblocks it);
@@ -110,8 +109,9 @@ type limitedConn struct {
 	// stepping: rawRead's step runs, holding the socket's read, and Close
 	// only shuts the socket down. closing: Close has begun; no step starts
 	// after it (Close's wait for the read would wait for the step).
-	stepping bool
-	closing  bool
+	stepping   bool
+	closing    bool
+	rawStepped bool // rawStep asked to stop: read returns (0, nil)
 	// idleTimedOut: a read ended on the idle deadline (the close callback
 	// tells an idle client from one whose replies could not be written).
 	idleTimedOut atomic.Bool

@@ -85,8 +85,8 @@ type queuedSelect struct{ at, db int }
 type pinnedState struct {
 	inMulti   bool // Redis answered MULTI; set from replies, after the batch
 	watching  bool
-	db        int  // database selected on the pin
 	dbUnknown bool // a SELECT ran inside a transaction: keep the pin
+	db        int  // database selected on the pin
 	// queued counts the open transaction's +QUEUED replies, and selects
 	// holds its SELECTs (selectedInTransaction).
 	queued  int

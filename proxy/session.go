@@ -56,12 +56,17 @@ type session struct {
 	conn  *clientConn
 	addr  netip.Addr // the client's address, for policy rules
 	state atomic.Int32
+	// The session's flags, together (a session is allocated per client:
+	// each field's padding counts 10,000 times).
+	authed    bool // true once AUTH succeeded, or when clients need not authenticate
+	quit      bool
+	multiSent bool // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
+	timed     bool // this batch is being timed (metrics.sampler)
 
 	proto int      // 2 or 3, as set by HELLO
 	pools *poolSet // shared connections: the server's, or those of the upstream user it AUTHed as
 	// poolsRef is pools, for other goroutines (closing a deleted user's sessions).
 	poolsRef atomic.Pointer[poolSet]
-	authed   bool   // true once AUTH succeeded, or when clients need not authenticate
 	user     string // the rproxy user it authenticated as
 	name     string // CLIENT SETNAME
 	libName  string // CLIENT SETINFO LIB-NAME
@@ -70,7 +75,6 @@ type session struct {
 	// The batch being built from one read of pipelined commands: commands for
 	// the upstream go into batch; the rest is in batchWork.
 	batch *upstream.Batch
-	quit  bool
 	// The working state of a batch, taken for each batch by a session that
 	// parked since the last (releaseIdle): its fields are the session's.
 	*batchWork
@@ -91,15 +95,15 @@ type session struct {
 	// Stream mode: pub/sub, MONITOR, tracking, replication (pin.go).
 	streamMode
 
-	killed     atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
-	blockedNow atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
+	killed        atomic.Bool // CLIENT KILL closed it: gone for CLIENT LIST and KILL at once
+	blockedNow    atomic.Bool // waiting in a blocking command (CLIENT LIST's b flag)
+	writeTimedOut atomic.Bool // a large reply's or a stream's write hit the deadline
 	// blockedInStream counts the blocking commands a stream-mode session
 	// sent whose replies have not come (CLIENT LIST's b flag there).
 	blockedInStream atomic.Int32
 	// blockedBranch is, on a cluster, the branch to another master a
 	// stream-mode session's blocking command waits on (CLIENT UNBLOCK).
 	blockedBranch atomic.Pointer[upstream.Dedicated]
-	multiSent     bool // the client sent MULTI and no EXEC or DISCARD yet: its view, as it sends
 	// pinnedState: db, dbUnknown, inMulti, watching and the open
 	// transaction's queued SELECTs, as Redis's replies settle them.
 	pinnedState
@@ -112,8 +116,6 @@ type session struct {
 	queuedPause [][]byte
 
 	writeDeadline writeDeadline // the client socket's write deadline (ClientWriteTimeout)
-	writeTimedOut atomic.Bool   // a large reply's or a stream's write hit the deadline
-	timed         bool          // this batch is being timed (metrics.sampler)
 
 	// lastCmd is the name of the last command read, for error logs and
 	// CLIENT LIST.
@@ -135,6 +137,7 @@ type pinning struct {
 	pinPool  *upstream.Pool                     // the pool the pin came from
 	pinRef   atomic.Pointer[upstream.Dedicated] // pin, for other sessions (CLIENT UNBLOCK, TRACKING REDIRECT)
 	pinDirty bool                               // a command other than a blocking one ran on pin: it is reset when released
+	blocking bool                               // batch holds a blocking command: no timeout, watch the client
 	// pinAsking: the pin followed an ASK to the node importing slot
 	// pinAskSlot (movePin), which serves the slot only to commands after
 	// ASKING: each batch on it runs with ASKING before it (askingQueued).
@@ -142,7 +145,6 @@ type pinning struct {
 	pinAskSlot int
 	pinTx      pinnedTx // the open transaction on a cluster's pin (pinmoved.go)
 	pinSlots   []int    // the slots of the keys the pin ran commands of, on a cluster (pinServed)
-	blocking   bool     // batch holds a blocking command: no timeout, watch the client
 	// blockingCmd is the batch's first blocking command's name, as
 	// CLIENT LIST shows it while the session waits.
 	blockingCmd string
@@ -171,9 +173,6 @@ type streamMode struct {
 	// The channels, patterns and shard channels subscribed, by kind
 	// ('c', 'p', 's'), as the client asked: for CLIENT LIST's sub, psub, ssub.
 	subscribed map[byte]map[string]struct{}
-	// subscribedSure: a modeProbe found Redis in RESP2's subscribed mode,
-	// and no unsubscribe went since, so no other probe is needed.
-	subscribedSure bool
 	// selectSeq numbers the stream-mode SELECTs sent (streamSelect), and
 	// selectDone is the last one answered, as seq<<32 | the database the
 	// connection is in after it: set by the relay, read by settleSelect.
@@ -190,6 +189,9 @@ type streamMode struct {
 	// mode lasts until RESET (leavesStream).
 	streamHeld bool
 	noEvict    bool // CLIENT NO-EVICT ON sent (CLIENT LIST's e flag)
+	// subscribedSure: a modeProbe found Redis in RESP2's subscribed mode,
+	// and no unsubscribe went since, so no other probe is needed.
+	subscribedSure bool
 }
 
 // batchWork is what a session needs while it serves a batch and keeps
@@ -1140,8 +1142,7 @@ func (s *Server) countLocal(ss *session) {
 // GETREDIR and TRACKINGINFO report, what a cluster's branches are given,
 // and whether its pinned connection holds Redis's tracking entries.
 type trackingState struct {
-	redirect   int64 // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
-	trackBcast bool  // CLIENT TRACKING on in BCAST mode
+	redirect int64 // CLIENT GETREDIR in rproxy's ids: -1 tracking off, 0 on without REDIRECT
 	// trackPrefixes: in BCAST mode, the prefixes Redis holds for the
 	// session ("" for none given); each CLIENT TRACKING on adds to them.
 	trackPrefixes [][]byte
@@ -1160,4 +1161,5 @@ type trackingState struct {
 	// connection to Redis would stay with its entries, and closed when the
 	// client leaves.
 	pinTracked bool
+	trackBcast bool // CLIENT TRACKING on in BCAST mode
 }

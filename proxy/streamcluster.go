@@ -49,8 +49,8 @@ type clusterStreamState struct {
 	// the transaction takes (Redis keeps it from MULTI to EXEC).
 	multiDeferred bool
 	multiCaching  bool
-	divertedTx    *divertedTx // a transaction of a migrating slot, run on the shared connections at its EXEC (streamasked.go)
 	shardBranched bool        // an SSUBSCRIBE went to a branch (streamshard.go)
+	divertedTx    *divertedTx // a transaction of a migrating slot, run on the shared connections at its EXEC (streamasked.go)
 	// Keyspace notifications from masters other than the pin's
 	// (streamnotify.go).
 	notifyBranches []*notifyBranch

@@ -1,0 +1,30 @@
+package proxy
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// TestIdleConnectionStructsFitTheirSizeClasses holds the structs every
+// client connection keeps while idle to the allocator's size classes they
+// were measured in: a field that takes the session from 1,280 bytes to
+// 1,288 costs 128 more per connection (the next class, 1,408; 10,000 idle
+// clients: 1.25 MB), as the session's growth from 1,024 to 1,448 bytes
+// did before this test. Crossing a line is a choice to make with the
+// suite's idle-10k figure in hand (issue 18: at most 4 KB per idle
+// connection), not by accident: a flag added next to the other flags
+// costs nothing.
+func TestIdleConnectionStructsFitTheirSizeClasses(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		size, most uintptr
+	}{
+		{"session", unsafe.Sizeof(session{}), 1280},
+		{"limitedConn", unsafe.Sizeof(limitedConn{}), 480},
+		{"clientConn", unsafe.Sizeof(clientConn{}), 240},
+	} {
+		if c.size > c.most {
+			t.Errorf("%s is %d bytes, over the %d-byte size class it was measured in", c.name, c.size, c.most)
+		}
+	}
+}
