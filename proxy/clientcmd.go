@@ -714,11 +714,11 @@ func redirectElsewhere(id int64) []byte {
 // CLIENT TRACKING command args make: with REDIRECT, the target's id on
 // that branch's master. The error is the reply, before anything is sent.
 func (cc *clientCommands) trackingOnBranches(ss *session, args [][]byte) ([][]byte, []byte) {
-	if len(ss.cstream.branches) == 0 {
+	if len(ss.cstream().branches) == 0 {
 		return nil, nil
 	}
-	cmds := make([][]byte, len(ss.cstream.branches))
-	for i, b := range ss.cstream.branches {
+	cmds := make([][]byte, len(ss.cstream().branches))
+	for i, b := range ss.cstream().branches {
 		cmd, errReply := cc.trackingOnServer(args, b.pool.Address())
 		if errReply != nil {
 			return nil, errReply
@@ -858,14 +858,14 @@ func (cc *clientCommands) streamClient(ss *session, cmd resp.Command) bool {
 func (ss *session) trackingEverywhere(raw []byte, cmds [][]byte) {
 	if len(cmds) == 0 || !ss.streamAnswered() {
 		for i, cmd := range cmds {
-			ss.cstream.branches[i].send([][]byte{cmd}, []bool{false})
+			ss.cstream().branches[i].send([][]byte{cmd}, []bool{false})
 		}
 		ss.streamCmds = append(ss.streamCmds, raw)
 		return
 	}
 	parts := make([]*branchReply, len(cmds))
 	for i, cmd := range cmds {
-		parts[i] = ss.cstream.branches[i].send([][]byte{cmd}, []bool{true})[0]
+		parts[i] = ss.cstream().branches[i].send([][]byte{cmd}, []bool{true})[0]
 	}
 	ss.joinInStream(raw, func(pinReply []byte) []byte {
 		var pushes []byte
@@ -964,7 +964,7 @@ func (ss *session) replyClientText(text []byte) {
 // database it names, which Redis may refuse: the answer is then made when
 // its turn comes, with the database the replies before it settled.
 func (ss *session) answerClientText(text []byte) {
-	if ss.selectSettled() || ss.inTransaction() || !ss.streamAnswered() || ss.cstream.branchTx != nil ||
+	if ss.selectSettled() || ss.inTransaction() || !ss.streamAnswered() || ss.cstream().branchTx != nil ||
 		cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
 		ss.answerInStream(appendText(nil, ss.proto, text), func() []byte { return scriptText(text) })
 		return
@@ -1052,7 +1052,7 @@ func (cc *clientCommands) trackingInfoOfBranches(ss *session, raw []byte) []*bra
 		return nil
 	}
 	var parts []*branchReply
-	for _, b := range ss.cstream.branches {
+	for _, b := range ss.cstream().branches {
 		if b.tracks {
 			parts = append(parts, b.send([][]byte{raw}, []bool{true})[0])
 		}
@@ -1119,7 +1119,7 @@ func (ss *session) forgetSubscriptions() {
 // Redis, and so does errorCmd (inside MULTI Redis keeps the flag until
 // EXEC).
 func (ss *session) substituteInStream(r []byte) {
-	if b := ss.branchTo(ss.cstream.branchTx); b != nil {
+	if b := ss.branchTo(ss.cstream().branchTx); b != nil {
 		// Inside a transaction on a branch: Redis rejects errorCmd there
 		// too, which makes its EXEC fail (EXECABORT), as on the pin; the
 		// client sees r in its place.

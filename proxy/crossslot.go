@@ -41,7 +41,7 @@ func (r *routing) crossSlotCommand(ss *session, info *command.Info) bool {
 	// while pinned switches the connection, not the pool it came from).
 	// A pin that followed an ASK serves the slot it asks for.
 	slot := ss.slot & (upstream.Slots - 1)
-	if ss.pinPool.Address() == r.cluster.MasterAddr(slot) || ss.pinAsking && slot == ss.pinAskSlot {
+	if ss.pinPool.Address() == r.cluster.MasterAddr(slot) || ss.pinAsking && slot == int(ss.pinAskSlot) {
 		r.endKeyless(ss) // the transaction's first key is here: it stays
 		ss.notePinSlot(slot)
 		return false

@@ -383,7 +383,7 @@ func (s *Server) movePin(ss *session, rt *upstream.Router) bool {
 	ss.pin, ss.pinPool = d, pool
 	ss.pinRef.Store(d)
 	ss.pinAsking = ask
-	ss.pinAskSlot = slotNumber(slot)
+	ss.pinAskSlot = int32(slotNumber(slot))
 	return true
 }
 
@@ -597,7 +597,7 @@ func (s *Server) leaveStream(ss *session) {
 	s.backToShared(ss)
 	s.resetSession(ss)
 	ss.tracking.redirect, ss.tracking.trackBcast, ss.tracking.trackPrefixes, ss.role = -1, false, nil, 0
-	ss.tracking.trackingArgs, ss.cstream.lastCaching = nil, nil // a later stream's branches must not track
+	ss.tracking.trackingArgs, ss.cstream().lastCaching = nil, nil // a later stream's branches must not track
 	ss.replyOff, ss.skipNext, ss.replySkipped = false, false, false
 	clear(ss.subscribed)
 	// Redis's +RESET, held back by the relay: the client reads it once the
@@ -632,7 +632,7 @@ func (s *Server) leaveStreamUnsubscribed(ss *session) {
 func (ss *session) leavesStream() bool {
 	return ss.stream && ss.role == 0 && ss.tracking.redirect == -1 && !ss.tracking.trackBcast && ss.tracking.trackingArgs == nil &&
 		len(ss.subscribed['c'])+len(ss.subscribed['p'])+len(ss.subscribed['s']) == 0 &&
-		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.cstream.watchPool == nil && ss.cstream.branchTx == nil &&
+		ss.streamAnswered() && !ss.inTransaction() && !ss.streamWatch && ss.cstream().watchPool == nil && ss.cstream().branchTx == nil &&
 		ss.db == 0 && !ss.dbUnknown && !ss.streamHeld
 }
 

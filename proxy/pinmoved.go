@@ -223,10 +223,11 @@ var (
 	execCmd  = resp.AppendCommandString(nil, "EXEC")
 )
 
-// slotNumber reads a redirect's slot (-1 if it names none).
+// slotNumber reads a redirect's slot (-1 if it names none: not a number,
+// or out of a cluster's 16,384).
 func slotNumber(slot string) int {
 	n, err := strconv.Atoi(slot)
-	if err != nil {
+	if err != nil || n < 0 || n >= 1<<14 {
 		return -1
 	}
 	return n

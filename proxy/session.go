@@ -107,8 +107,12 @@ type session struct {
 	// pinnedState: db, dbUnknown, inMulti, watching and the open
 	// transaction's queued SELECTs, as Redis's replies settle them.
 	pinnedState
-	// The state of stream mode beyond the pin on a cluster (clusterStream).
-	cstream clusterStreamState
+	// The state of stream mode beyond the pin on a cluster (clusterStream),
+	// made at its first use (cstream): most sessions never need it.
+	cs *clusterStreamState
+	// notifyRef is cstream().notifyBranches as published for other
+	// sessions (TRACKING REDIRECT), which must not make cs.
+	notifyRef atomic.Pointer[[]*notifyBranch]
 	// CLIENT TRACKING as the session set it up (trackingState).
 	tracking trackingState
 	// A CLIENT PAUSE or UNPAUSE queued in the open transaction, followed
@@ -142,7 +146,7 @@ type pinning struct {
 	// pinAskSlot (movePin), which serves the slot only to commands after
 	// ASKING: each batch on it runs with ASKING before it (askingQueued).
 	pinAsking  bool
-	pinAskSlot int
+	pinAskSlot int32    // a slot fits, and beside pinAsking it takes no room of its own
 	pinTx      pinnedTx // the open transaction on a cluster's pin (pinmoved.go)
 	pinSlots   []int    // the slots of the keys the pin ran commands of, on a cluster (pinServed)
 	// blockingCmd is the batch's first blocking command's name, as

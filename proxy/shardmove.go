@@ -112,7 +112,7 @@ func (cs *clusterStream) resubscribeMoved(ss *session) {
 // a SKIP included)
 // and holds no CLIENT CACHING flag for the client's next command.
 func (cs *clusterStream) mayResubscribe(ss *session, pool *upstream.Pool) bool {
-	if ss.role != 0 || ss.pinPool == nil || ss.inTransaction() || ss.cstream.branchTx != nil || ss.cstream.multiDeferred {
+	if ss.role != 0 || ss.pinPool == nil || ss.inTransaction() || ss.cstream().branchTx != nil || ss.cstream().multiDeferred {
 		return false
 	}
 	if samePool(pool, ss.pinPool) {
@@ -145,7 +145,7 @@ func (cs *clusterStream) resubscribeOnBranch(ss *session, pool *upstream.Pool, m
 	if err != nil {
 		return false
 	}
-	ss.cstream.shardBranched = true
+	ss.cstream().shardBranched = true
 	w := b.sendShard(resp.AppendCommandString(nil, "SSUBSCRIBE", m.channel), 1, false)
 	shards := &ss.relay.shards
 	go func() {

@@ -60,7 +60,7 @@ func (cs *clusterStream) divertAsked(ss *session, c *call, slot int) bool {
 func (cs *clusterStream) streamFollow(ss *session, c *call) func(slot int) []byte {
 	info := c.info
 	if info == nil || info.Handling != command.Forward || ss.inTransaction() || ss.watching || ss.streamWatch ||
-		ss.cstream.watchPool != nil || ss.cstream.branchTx != nil || !ss.streamAnswered() {
+		ss.cstream().watchPool != nil || ss.cstream().branchTx != nil || !ss.streamAnswered() {
 		return nil
 	}
 	read := info.Has(command.ReadOnly)
@@ -135,7 +135,7 @@ type divertedTx struct {
 // commands only (no blocking one), all keys in one slot marked migrating,
 // no WATCH held. It reports whether it did.
 func (cs *clusterStream) divertTransaction(ss *session, c *call) bool {
-	if cs.routing == nil || !cs.routing.cluster.AnyMigrating() || ss.streamWatch || ss.watching || ss.cstream.watchPool != nil ||
+	if cs.routing == nil || !cs.routing.cluster.AnyMigrating() || ss.streamWatch || ss.watching || ss.cstream().watchPool != nil ||
 		!ss.streamAnswered() || ss.skipNext {
 		return false
 	}
@@ -147,7 +147,7 @@ func (cs *clusterStream) divertTransaction(ss *session, c *call) bool {
 			if _, ok := ss.readsElsewhere(); !keyed || reads && !ok || !cs.routing.cluster.Migrating(slot) {
 				return false
 			}
-			ss.cstream.divertedTx = &divertedTx{slot: slot, want: n, reads: reads}
+			ss.cstream().divertedTx = &divertedTx{slot: slot, want: n, reads: reads}
 			ss.noteTransaction("multi")
 			ss.relay.substitute([]byte("+OK\r\n"))
 			ss.streamCmds = append(ss.streamCmds, errorCmd)
@@ -173,14 +173,14 @@ func (cs *clusterStream) divertTransaction(ss *session, c *call) bool {
 // EXEC's turn; a command that did not come here (refused, answered by
 // rproxy) makes the EXEC fail as Redis's would (EXECABORT).
 func (cs *clusterStream) divertedCommand(ss *session, c *call) {
-	tx := ss.cstream.divertedTx
+	tx := ss.cstream().divertedTx
 	if c.info == nil || c.info.Name != "exec" {
 		tx.cmds = append(tx.cmds, bytes.Clone(c.cmd.Raw))
 		ss.relay.substitute([]byte("+QUEUED\r\n"))
 		ss.streamCmds = append(ss.streamCmds, errorCmd)
 		return
 	}
-	ss.cstream.divertedTx = nil
+	ss.cstream().divertedTx = nil
 	ss.noteTransaction("exec")
 	rt, ok := ss.pools[ss.proto].(*upstream.Router)
 	if !ok || len(tx.cmds) != tx.want {

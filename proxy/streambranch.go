@@ -482,10 +482,10 @@ func (cs *clusterStream) deferStreamMulti(ss *session, raw []byte) bool {
 	ss.route.multiRaw = bytes.Clone(raw) // sent later as the client spelled it (deferMulti)
 	ss.route.txQueued, ss.route.txFanOut = 0, nil
 	ss.noteTransaction("multi")
-	ss.cstream.multiDeferred = true
-	ss.cstream.multiCaching = cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds)
+	ss.cstream().multiDeferred = true
+	ss.cstream().multiCaching = cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds)
 	ss.relay.substitute([]byte("+OK\r\n"))
-	ss.streamCmds = append(ss.streamCmds, markerKeeping(ss.cstream.multiCaching))
+	ss.streamCmds = append(ss.streamCmds, markerKeeping(ss.cstream().multiCaching))
 	ss.streamHelpers++
 	return true
 }
@@ -503,23 +503,23 @@ func markerKeeping(caching bool) []byte {
 // reply hidden, to where c, the transaction's first command, goes: the
 // branch of its keys' master, or else the pin.
 func (cs *clusterStream) startDeferredStreamMulti(ss *session, c *call) {
-	caching := ss.cstream.multiCaching
-	ss.cstream.multiDeferred, ss.cstream.multiCaching = false, false
+	caching := ss.cstream().multiCaching
+	ss.cstream().multiDeferred, ss.cstream().multiCaching = false, false
 	if cs.branching(ss) {
 		pool, keys := cs.masterOf(ss, c.info, c.cmd.Args)
 		if keys == keysOneSlot && !samePool(pool, ss.pinPool) {
 			if b, err := cs.branch(ss, pool); err == nil {
 				cmds := [][]byte{ss.route.multiRaw}
-				if caching && ss.cstream.lastCaching != nil {
+				if caching && ss.cstream().lastCaching != nil {
 					// The flag goes with the transaction, and the pin
 					// drops it, as its MULTI would have taken it.
-					cmds = [][]byte{ss.cstream.lastCaching, ss.route.multiRaw}
+					cmds = [][]byte{ss.cstream().lastCaching, ss.route.multiRaw}
 					ss.relay.queue(relayAnswer{})
 					ss.streamCmds = append(ss.streamCmds, errorCmd)
 					ss.streamHelpers++
 				}
 				b.send(cmds, make([]bool, len(cmds)))
-				ss.cstream.branchTx = pool
+				ss.cstream().branchTx = pool
 				return
 			}
 		}
@@ -544,7 +544,7 @@ func (cs *clusterStream) startDeferredStreamMulti(ss *session, c *call) {
 type streamMulti struct{ cs *clusterStream }
 
 func (st streamMulti) command(ss *session, c *call) bool {
-	if ss.cstream.multiDeferred {
+	if ss.cstream().multiDeferred {
 		st.cs.startDeferredStreamMulti(ss, c)
 	}
 	return false
@@ -559,14 +559,14 @@ func (streamMulti) replies(*session) {}
 // master's keys (masterOf).
 func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 	info := c.info
-	if ss.cstream.divertedTx != nil {
+	if ss.cstream().divertedTx != nil {
 		cs.divertedCommand(ss, c) // a transaction of a migrating slot (streamasked.go)
 		return true
 	}
 	if ss.route.keylessTx {
 		cs.keylessStreamTx(ss, c) // may move the transaction to a branch
 	}
-	if pool := ss.cstream.branchTx; pool != nil {
+	if pool := ss.cstream().branchTx; pool != nil {
 		if info != nil && (info.Handling == command.Reset || info.Handling == command.Quit) {
 			return false // run at once, inside MULTI too, as on Redis: RESET drops the branches
 		}
@@ -583,7 +583,7 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 		if info != nil && info.Handling == command.Transaction {
 			ss.noteTransaction(info.Name)
 			if !ss.multiSent { // EXEC or DISCARD: the WATCH ends too
-				ss.cstream.branchTx, ss.cstream.watchPool = nil, nil
+				ss.cstream().branchTx, ss.cstream().watchPool = nil, nil
 				ss.route.txQueued, ss.route.txFanOut = 0, nil
 			}
 		} else if cs.streamQueue(ss, c) {
@@ -595,7 +595,7 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 	// A WATCH on a branch keeps its transaction there even if the session
 	// may no longer branch (HELLO 2): on the pin, EXEC would run unwatched.
 	branching := cs.branching(ss)
-	if info == nil || ss.inTransaction() || ss.cstream.watchPool == nil && !branching {
+	if info == nil || ss.inTransaction() || ss.cstream().watchPool == nil && !branching {
 		return false
 	}
 	switch info.Name {
@@ -603,7 +603,7 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 		if cs.divertTransaction(ss, c) {
 			return true
 		}
-		pool := ss.cstream.watchPool // a WATCH holds there: the transaction goes there whole
+		pool := ss.cstream().watchPool // a WATCH holds there: the transaction goes there whole
 		if pool == nil {
 			var open bool
 			if pool, open = cs.branchTransaction(ss); open && branching && !ss.streamWatch && !ss.watching {
@@ -615,11 +615,11 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 		}
 		ss.route.txQueued, ss.route.txFanOut = 0, nil
 		ss.noteTransaction(info.Name)
-		ss.cstream.branchTx = pool
+		ss.cstream().branchTx = pool
 		cs.sendOnBranch(ss, c, pool)
 		return true
 	case "watch":
-		pool := ss.cstream.watchPool // later WATCHes go where the first went (other masters' keys: an error there)
+		pool := ss.cstream().watchPool // later WATCHes go where the first went (other masters' keys: an error there)
 		if pool == nil && branching && !ss.streamWatch && !ss.watching {
 			if p, keys := cs.keysMaster(ss, info, c.cmd.Args); keys == keysOneSlot && !samePool(p, ss.pinPool) && cs.hasBranch(ss, p) {
 				pool = p
@@ -628,15 +628,15 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 		if pool == nil {
 			return false
 		}
-		ss.cstream.watchPool = pool
+		ss.cstream().watchPool = pool
 		cs.sendOnBranch(ss, c, pool)
 		return true
 	case "unwatch":
-		pool := ss.cstream.watchPool
+		pool := ss.cstream().watchPool
 		if pool == nil {
 			return false
 		}
-		ss.cstream.watchPool = nil
+		ss.cstream().watchPool = nil
 		cs.sendOnBranch(ss, c, pool)
 		return true
 	}
@@ -667,12 +667,12 @@ func (cs *clusterStream) onBranch(ss *session, c *call) bool {
 // transaction there: the pin's is discarded, and MULTI and those commands
 // are queued again on the session's branch to that master (replies not
 // shown: the client has had the pin's), where c and the rest go
-// (ss.cstream.branchTx). Before, that key's command failed on the pin and EXEC
+// (ss.cstream().branchTx). Before, that key's command failed on the pin and EXEC
 // answered EXECABORT. A key of the pin's master, a command rproxy acts on
 // (masterOf: keysNotPlain), or the end of the transaction leaves it on
 // the pin.
 func (cs *clusterStream) keylessStreamTx(ss *session, c *call) {
-	if !ss.inTransaction() || ss.cstream.branchTx != nil || !cs.branching(ss) {
+	if !ss.inTransaction() || ss.cstream().branchTx != nil || !cs.branching(ss) {
 		cs.routing.endKeyless(ss)
 		return
 	}
@@ -718,7 +718,7 @@ func (cs *clusterStream) keylessStreamTx(ss *session, c *call) {
 	}
 	cmds := append([][]byte{ss.route.multiRaw}, queued...)
 	b.send(cmds, make([]bool, len(cmds)))
-	ss.cstream.branchTx = pool
+	ss.cstream().branchTx = pool
 }
 
 // sendOnBranch sends c on the session's branch to pool (made on first use)
@@ -741,8 +741,8 @@ func (cs *clusterStream) sendOnBranchFollowed(ss *session, c *call, pool *upstre
 	// branch's is dropped, and the pin answers nothing.
 	answered := ss.streamAnswered()
 	cmds, want := [][]byte{c.cmd.Raw}, []bool{answered}
-	if ss.cstream.lastCaching != nil && cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
-		cmds, want = [][]byte{ss.cstream.lastCaching, c.cmd.Raw}, []bool{false, answered}
+	if ss.cstream().lastCaching != nil && cachingHeldAfter(ss.tracking.cachingSent, ss.streamCmds) {
+		cmds, want = [][]byte{ss.cstream().lastCaching, c.cmd.Raw}, []bool{false, answered}
 	}
 	replies := b.sendFollowed(cmds, want, follow)
 	if answered {
@@ -800,7 +800,7 @@ func (cs *clusterStream) branchTracking(ss *session, pool *upstream.Pool, tracki
 		}
 	}
 	b := &streamBranch{pool: pool, d: d, relay: ss.relay, tracks: tracking != nil}
-	ss.cstream.branches = append(ss.cstream.branches, b)
+	ss.cstream().branches = append(ss.cstream().branches, b)
 	nc := ss.conn.NetConn()
 	go func() {
 		err := d.StreamTo(b)
@@ -884,7 +884,7 @@ func samePool(a, b *upstream.Pool) bool {
 
 // branchTo returns the session's branch to pool, nil if it has none.
 func (ss *session) branchTo(pool *upstream.Pool) *streamBranch {
-	for _, b := range ss.cstream.branches {
+	for _, b := range ss.cstream().branches {
 		if samePool(b.pool, pool) {
 			return b
 		}
@@ -906,10 +906,10 @@ func (cs *clusterStream) hasBranch(ss *session, pool *upstream.Pool) bool {
 // pushes). A notify branch that cannot send closes the client, as in
 // notifyEverywhere.
 func (ss *session) toBranches(cmd []byte) {
-	for _, b := range ss.cstream.branches {
+	for _, b := range ss.cstream().branches {
 		b.send([][]byte{cmd}, []bool{false})
 	}
-	for _, b := range ss.cstream.notifyBranches {
+	for _, b := range ss.cstream().notifyBranches {
 		if err := b.d.Send([][]byte{cmd}); err != nil {
 			ss.conn.NetConn().Close()
 			return
@@ -921,19 +921,19 @@ func (ss *session) toBranches(cmd []byte) {
 // and with them a transaction or WATCH sent on one.
 func (ss *session) dropBranches() {
 	ss.dropNotifyBranches()
-	for _, b := range ss.cstream.branches {
+	for _, b := range ss.cstream().branches {
 		b.dropped.Store(true)
 		b.pool.Discard(b.d)
 	}
-	ss.cstream.branches, ss.cstream.branchTx, ss.cstream.watchPool = nil, nil, nil
-	ss.cstream.shardBranched = false
+	ss.cstream().branches, ss.cstream().branchTx, ss.cstream().watchPool = nil, nil, nil
+	ss.cstream().shardBranched = false
 }
 
 // noteCaching remembers a CLIENT CACHING the client sent, for the branch
 // its next command may go to.
 func (ss *session) noteCaching(args [][]byte, raw []byte) {
 	if len(args) > 1 && bytes.EqualFold(args[1], []byte("caching")) {
-		ss.cstream.lastCaching = bytes.Clone(raw)
+		ss.cstream().lastCaching = bytes.Clone(raw)
 	}
 }
 

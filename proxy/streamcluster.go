@@ -54,7 +54,15 @@ type clusterStreamState struct {
 	// Keyspace notifications from masters other than the pin's
 	// (streamnotify.go).
 	notifyBranches []*notifyBranch
-	notifyRef      atomic.Pointer[[]*notifyBranch] // notifyBranches, for other sessions (TRACKING REDIRECT)
+}
+
+// cstream is the session's clusterStreamState, made at the first use; only
+// the session's own goroutine may call it.
+func (ss *session) cstream() *clusterStreamState {
+	if ss.cs == nil {
+		ss.cs = new(clusterStreamState)
+	}
+	return ss.cs
 }
 
 func (s *Server) newClusterStream() *clusterStream {

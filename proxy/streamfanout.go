@@ -182,7 +182,7 @@ func (ss *session) flushDrops(txAddr string, queued []pinnedFanOut) (drops []*at
 	// The transaction's connection shows its own, if it tracks; else the
 	// pin's shows (a branch made before tracking was turned on does not).
 	shown := ss.pinPool.Address()
-	for _, b := range ss.cstream.branches {
+	for _, b := range ss.cstream().branches {
 		if b.tracks && b.pool.Address() == txAddr {
 			shown = txAddr
 		}
@@ -190,7 +190,7 @@ func (ss *session) flushDrops(txAddr string, queued []pinnedFanOut) (drops []*at
 	if ss.pinPool.Address() != shown {
 		drops = append(drops, &ss.relay.dropNulls)
 	}
-	for _, b := range ss.cstream.branches {
+	for _, b := range ss.cstream().branches {
 		if b.tracks && b.pool.Address() != shown {
 			drops = append(drops, &b.dropNulls)
 		}
@@ -317,7 +317,7 @@ func (cs *clusterStream) branchExecFanOut(ss *session, c *call, pool *upstream.P
 		return false // sendOnBranch answers it
 	}
 	ss.noteTransaction("exec")
-	ss.cstream.branchTx, ss.cstream.watchPool = nil, nil // the WATCH ends too
+	ss.cstream().branchTx, ss.cstream().watchPool = nil, nil // the WATCH ends too
 	done := make(chan struct{})
 	be, proto := ss.pools[ss.proto], ss.proto
 	drops, flushes := ss.flushDrops(pool.Address(), queued)

@@ -153,7 +153,7 @@ func (cs *clusterStream) notifyEverywhere(ss *session, name string, args [][]byt
 		return
 	}
 	send := notifyArgs(name, args)
-	if send == nil || (name == "unsubscribe" || name == "punsubscribe") && len(ss.cstream.notifyBranches) == 0 {
+	if send == nil || (name == "unsubscribe" || name == "punsubscribe") && len(ss.cstream().notifyBranches) == 0 {
 		return
 	}
 	cmd := resp.AppendCommand(nil, send...)
@@ -183,7 +183,7 @@ func (cs *clusterStream) notifyEverywhere(ss *session, name string, args [][]byt
 
 // notifyBranch returns the session's notify branch to pool, making it.
 func (cs *clusterStream) notifyBranch(ss *session, pool *upstream.Pool) (*notifyBranch, error) {
-	for _, b := range ss.cstream.notifyBranches {
+	for _, b := range ss.cstream().notifyBranches {
 		if samePool(b.pool, pool) {
 			return b, nil
 		}
@@ -193,9 +193,9 @@ func (cs *clusterStream) notifyBranch(ss *session, pool *upstream.Pool) (*notify
 		return nil, err
 	}
 	b := &notifyBranch{pool: pool, d: d, relay: ss.relay}
-	ss.cstream.notifyBranches = append(ss.cstream.notifyBranches, b)
-	published := slices.Clone(ss.cstream.notifyBranches)
-	ss.cstream.notifyRef.Store(&published)
+	ss.cstream().notifyBranches = append(ss.cstream().notifyBranches, b)
+	published := slices.Clone(ss.cstream().notifyBranches)
+	ss.notifyRef.Store(&published)
 	nc := ss.conn.NetConn()
 	go func() {
 		err := d.StreamTo(b)
@@ -211,12 +211,12 @@ func (cs *clusterStream) notifyBranch(ss *session, pool *upstream.Pool) (*notify
 // dropNotifyBranches closes the session's notify branches (RESET, or the
 // session's end).
 func (ss *session) dropNotifyBranches() {
-	for _, b := range ss.cstream.notifyBranches {
+	for _, b := range ss.cstream().notifyBranches {
 		b.dropped.Store(true)
 		b.pool.Discard(b.d)
 	}
-	ss.cstream.notifyBranches = nil
-	ss.cstream.notifyRef.Store(nil)
+	ss.cstream().notifyBranches = nil
+	ss.notifyRef.Store(nil)
 }
 
 // redirectIDOn returns the Redis client id, on the server at addr, of
@@ -226,7 +226,7 @@ func redirectIDOn(target *session, addr string) int64 {
 	if pin := target.pinRef.Load(); pin != nil && pin.Address() == addr {
 		return pin.RedisID()
 	}
-	if branches := target.cstream.notifyRef.Load(); branches != nil {
+	if branches := target.notifyRef.Load(); branches != nil {
 		for _, b := range *branches {
 			if b.pool.Address() == addr {
 				return b.d.RedisID()

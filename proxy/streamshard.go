@@ -271,7 +271,7 @@ func isShardMessage(frame []byte) bool {
 // its own to a branch that it has not unsubscribed from (it may hold
 // subscriptions its pin does not).
 func (ss *session) shardsElsewhere() bool {
-	return ss.cstream.shardBranched && len(ss.subscribed['s']) > 0
+	return ss.cstream().shardBranched && len(ss.subscribed['s']) > 0
 }
 
 // shardOnBranch sends a stream-mode session's SSUBSCRIBE or SUNSUBSCRIBE
@@ -290,7 +290,7 @@ func (cs *clusterStream) shardOnBranch(ss *session, c *call) bool {
 		return false
 	}
 	ss.relay.shards.start()
-	if ss.role != 0 || ss.pinPool == nil || ss.inTransaction() || ss.cstream.branchTx != nil {
+	if ss.role != 0 || ss.pinPool == nil || ss.inTransaction() || ss.cstream().branchTx != nil {
 		return false
 	}
 	args := c.cmd.Args
@@ -308,7 +308,7 @@ func (cs *clusterStream) shardOnBranch(ss *session, c *call) bool {
 	}
 	ss.noteSubscriptions(info.Name, args)
 	if info.Name == "ssubscribe" {
-		ss.cstream.shardBranched = true
+		ss.cstream().shardBranched = true
 	}
 	cs.shardSend(ss, b, c.cmd.Raw, len(args)-1)
 	return true
