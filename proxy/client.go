@@ -41,19 +41,12 @@ type clientConn struct {
 	wbuf   *[]byte // nil between batches
 	werr   error   // the first write error; later writes are dropped
 	closed bool    // Close was called: the read loop ends
-	// The parser's ReadBuffer and Release as made once, for every read.
-	readBuf    func() []byte
-	releaseBuf func()
 }
 
 func newClientConn(nc net.Conn) *clientConn {
 	c := &clientConn{nc: nc, addr: nc.RemoteAddr().String()}
-	c.readBuf, c.releaseBuf = c.parser.ReadBuffer, c.parser.Release
 	if lc, ok := nc.(*limitedConn); ok {
-		lc.bufHeld = c.parser.Holding
-		// Called only from lc's own reads (rawRead, readTLS), on the
-		// goroutine whose last read set inq (off over TLS: the count is 0).
-		c.readBuf = func() []byte { return c.parser.ReadBufferFor(lc.inq.Unread()) }
+		lc.rb = &c.parser
 	}
 	return c
 }
@@ -183,7 +176,7 @@ func (s *Server) readLoop(c *clientConn) error {
 		if !c.parser.Buffered() {
 			var err error
 			if lc != nil {
-				n, err = lc.readLazy(c.readBuf, c.releaseBuf, step)
+				n, err = lc.readLazy(nil, step)
 			} else {
 				n, err = c.nc.Read(c.parser.ReadBuffer())
 			}

@@ -22,7 +22,7 @@ func TestIdleConnectionStructsFitTheirSizeClasses(t *testing.T) {
 	}{
 		{"session", unsafe.Sizeof(session{}) + 8, 1152},
 		{"limitedConn", unsafe.Sizeof(limitedConn{}), 480},
-		{"clientConn", unsafe.Sizeof(clientConn{}), 240},
+		{"clientConn", unsafe.Sizeof(clientConn{}), 224},
 	} {
 		if c.size > c.most {
 			t.Errorf("%s is %d bytes, over the %d-byte size class it was measured in", c.name, c.size, c.most)

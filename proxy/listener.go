@@ -75,16 +75,14 @@ func (l *drainListener) release() {
 type limitedConn struct {
 	net.Conn
 	raw syscall.RawConn // the TCP socket's, nil over TLS
+	// rb is the buffer readLazy reads into, taken once bytes are ready
+	// (the client's request parser; set once, by newClientConn).
+	rb readBuffer
 	// readTLS's state: the buffer an idle TLS client's read waits in,
-	// sized to the client's batches. bufHeld: whether the reader holds its
-	// buffer already (the parser, with a command partly read), when it
-	// says.
+	// sized to the client's batches.
 	tlsFirst []byte
-	bufHeld  func() bool
 	// read's state for its RawConn callback (rawRead), set per read.
 	rawFn   func(uintptr) bool
-	rawBuf  func() []byte
-	rawPut  func()
 	rawStep func(n int) bool
 	rawN    int
 	rawErr  error
@@ -406,28 +404,54 @@ type limitError struct{ reason string }
 
 func (e *limitError) Error() string { return "client input limit: " + e.reason }
 
-func (c *limitedConn) Read(p []byte) (int, error) {
-	return c.readLazy(func() []byte { return p }, nil, nil)
+// readBuffer is what a client's reads go into when the buffer should not
+// be held while the client is idle: resp.RequestParser's. An interface
+// over the parser, not functions made from it, since each of those would
+// be an allocation every connection keeps.
+type readBuffer interface {
+	// ReadBufferFor returns the buffer to read into, given how many bytes
+	// the socket is known to hold (0: unknown).
+	ReadBufferFor(unread int) []byte
+	// Release gives the buffer back: the read that took it brought none.
+	Release()
+	// Holding reports whether the reader holds its buffer already (a
+	// command partly read).
+	Holding() bool
 }
 
-// readLazy is Read for a caller whose buffer should not be held while the
-// client is idle: buf is called for the buffer only once bytes are ready,
-// and put (if not nil) when a call of buf brought none. Over TLS it reads
-// into buf() at once.
+func (c *limitedConn) Read(p []byte) (int, error) {
+	if p == nil {
+		p = []byte{} // nil asks readLazy for c.rb's buffer
+	}
+	return c.readLazy(p, nil)
+}
+
+// buffer is the buffer a read goes into: p, or if p is nil c.rb's.
+func (c *limitedConn) buffer(p []byte) []byte {
+	if p != nil {
+		return p
+	}
+	return c.rb.ReadBufferFor(c.inq.Unread())
+}
+
+// readLazy is Read, into p; with p nil, for a caller whose buffer should
+// not be held while the client is idle: c.rb's buffer is taken only once
+// bytes are ready, and released when a read that took it brought none.
+// Over TLS it reads into that buffer at once.
 //
-// With a step (and put), over TCP, the bytes of each read are handed to
+// With a step (and p nil), over TCP, the bytes of each read are handed to
 // step from inside the socket's read, and the read goes on while step
 // reports true: readLazy then returns (0, nil) once step reports false, or
 // the read's error (rawRead says why). Bytes a watcher kept are returned
 // as without a step, for the caller to serve.
-func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) bool) (int, error) {
+func (c *limitedConn) readLazy(p []byte, step func(n int) bool) (int, error) {
 	c.mu.Lock()
 	if le, ok := c.watchErr.(*limitError); ok {
 		c.mu.Unlock()
 		return 0, le // over the limit while blocked: what came is dropped
 	}
 	if len(c.pending) > 0 {
-		n := copy(buf(), c.pending)
+		n := copy(c.buffer(p), c.pending)
 		c.pending = c.pending[n:]
 		if len(c.pending) == 0 {
 			c.pending = nil
@@ -461,7 +485,7 @@ func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) b
 	c.reading, c.readSince = true, c.clock()
 	c.armIdleLocked(c.limits.Load().IdleTimeout)
 	c.mu.Unlock()
-	n, err := c.read(buf, put, step)
+	n, err := c.read(p, step)
 	for {
 		c.mu.Lock()
 		timedOut := false
@@ -476,7 +500,7 @@ func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) b
 		}
 		if action == deadlineRearmed {
 			c.mu.Unlock()
-			n, err = c.read(buf, put, step) // the client was not idle that long
+			n, err = c.read(p, step) // the client was not idle that long
 			continue
 		}
 		c.reading = false
@@ -495,23 +519,24 @@ func (c *limitedConn) readLazy(buf func() []byte, put func(), step func(n int) b
 	return n, err
 }
 
-// read reads the socket once bytes are ready. Over TCP the wait holds no
-// buffer: the runtime's poller waits for readability and buf is called
-// only to read what has come.
-func (c *limitedConn) read(buf func() []byte, put func(), step func(n int) bool) (int, error) {
-	if put == nil {
-		return c.Conn.Read(buf())
+// read reads the socket once bytes are ready, into p, or with p nil into
+// c.rb's buffer. Then, over TCP, the wait holds no buffer: the runtime's
+// poller waits for readability and the buffer is taken only to read what
+// has come.
+func (c *limitedConn) read(p []byte, step func(n int) bool) (int, error) {
+	if p != nil {
+		return c.Conn.Read(p)
 	}
 	if c.raw == nil {
-		return c.readTLS(buf)
+		return c.readTLS()
 	}
 	if c.rawFn == nil {
 		c.rawFn = c.rawRead // one closure for the connection, not one per read
 	}
-	c.rawBuf, c.rawPut, c.rawStep, c.rawStepped = buf, put, step, false
+	c.rawStep, c.rawStepped = step, false
 	err := c.raw.Read(c.rawFn)
 	n, rerr, stepped := c.rawN, c.rawErr, c.rawStepped
-	c.rawBuf, c.rawPut, c.rawStep, c.rawErr = nil, nil, nil, nil
+	c.rawStep, c.rawErr = nil, nil
 	switch {
 	case err != nil:
 		return 0, sysio.OpError("read", c, err) // the deadline, or the socket closed
@@ -537,16 +562,16 @@ const (
 // while the client is idle. A *tls.Conn decrypts into the reader's buffer
 // only once a record has come, and whether one has cannot be asked
 // without reading: so the read waits in a buffer of the connection's own
-// and what came is copied into buf() (what does not fit is kept in
+// and what came is copied into c.rb's buffer (what does not fit is kept in
 // pending, as a watcher's bytes are). That buffer is sized to the
 // client's batches, from tlsFirstMin: doubled after a read that filled it
 // (so a pipeline is served in one batch from then on, not cut where the
 // buffer ends), halved after one that used an eighth of it. When the
 // reader holds its buffer anyway (a command partly read), the read goes
 // to it directly, so the rest of a large command is not read in pieces.
-func (c *limitedConn) readTLS(buf func() []byte) (int, error) {
-	if c.bufHeld != nil && c.bufHeld() {
-		return c.Conn.Read(buf())
+func (c *limitedConn) readTLS() (int, error) {
+	if c.rb.Holding() {
+		return c.Conn.Read(c.buffer(nil))
 	}
 	if c.tlsFirst == nil {
 		c.tlsFirst = make([]byte, tlsFirstMin)
@@ -562,7 +587,7 @@ func (c *limitedConn) readTLS(buf func() []byte) (int, error) {
 	if n == 0 {
 		return 0, err
 	}
-	b := buf()
+	b := c.buffer(nil)
 	m := copy(b, first[:n])
 	if m < n {
 		c.mu.Lock()
@@ -588,11 +613,11 @@ func (c *limitedConn) readTLS(buf func() []byte) (int, error) {
 // up sets the note once, before the read of its last bytes.)
 func (c *limitedConn) rawRead(fd uintptr) bool {
 	for {
-		b := c.rawBuf()
+		b := c.buffer(nil)
 		var unread bool
 		c.rawN, unread, c.rawErr = c.inq.Read(fd, b) // retries EINTR itself
 		if c.rawErr == syscall.EAGAIN {
-			c.rawPut() // nothing yet: wait holding no buffer
+			c.rb.Release() // nothing yet: wait holding no buffer
 			return false
 		}
 		// A buffer larger than one read takes (sized for a pipeline of

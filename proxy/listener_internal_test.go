@@ -127,7 +127,8 @@ func TestReadServesBatchesWithoutEmptyReads(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		n, err := lc.readLazy(func() []byte { bufs++; return buf }, func() { puts++ },
+		lc.rb = funcBuffer{buf: func() []byte { bufs++; return buf }, put: func() { puts++ }}
+		n, err := lc.readLazy(nil,
 			func(n int) bool {
 				got = append(got, string(buf[:n]))
 				return len(got) < batches+3 // the last write comes in three reads
@@ -174,7 +175,8 @@ func TestNoStepAfterClose(t *testing.T) {
 	steps := 0
 	done := make(chan error, 1)
 	go func() {
-		_, err := lc.readLazy(func() []byte { return buf }, func() {}, func(int) bool { steps++; return true })
+		lc.rb = funcBuffer{buf: func() []byte { return buf }, put: func() {}}
+		_, err := lc.readLazy(nil, func(int) bool { steps++; return true })
 		done <- err
 	}()
 	<-raw.Waiting
@@ -207,7 +209,8 @@ func TestNoWaitAfterCloseInAStep(t *testing.T) {
 	steps := 0
 	done := make(chan error, 1)
 	go func() {
-		_, err := lc.readLazy(func() []byte { return buf }, func() {}, func(int) bool {
+		lc.rb = funcBuffer{buf: func() []byte { return buf }, put: func() {}}
+		_, err := lc.readLazy(nil, func(int) bool {
 			steps++
 			closed := make(chan struct{})
 			go func() { lc.Close(); close(closed) }() // another goroutine's
@@ -249,7 +252,7 @@ func TestWakeEndsTheRead(t *testing.T) {
 	lc, _, peer := idleConn(t, 0, time.Now)
 	lc.exemptIdle()
 	buf := make([]byte, 16)
-	read := func() (int, error) { return lc.readLazy(func() []byte { return buf }, nil, nil) }
+	read := func() (int, error) { return lc.readLazy(buf, nil) }
 	done := make(chan error, 1)
 	go func() {
 		_, err := read()
@@ -289,3 +292,15 @@ func TestWakeEndsTheRead(t *testing.T) {
 		t.Fatal("a wake counted as the idle timeout")
 	}
 }
+
+// funcBuffer is a readBuffer made of two functions, for the read tests;
+// held is what Holding reports.
+type funcBuffer struct {
+	buf  func() []byte
+	put  func()
+	held bool
+}
+
+func (f funcBuffer) ReadBufferFor(int) []byte { return f.buf() }
+func (f funcBuffer) Release()                 { f.put() }
+func (f funcBuffer) Holding() bool            { return f.held }

@@ -46,7 +46,8 @@ func TestTLSReadWaitsWithoutTheBuffer(t *testing.T) {
 		ch := make(chan result, 1)
 		go func() {
 			b := make([]byte, bufSize)
-			n, err := lc.readLazy(func() []byte { asked.Add(1); return b }, put, nil)
+			lc.rb = funcBuffer{buf: func() []byte { asked.Add(1); return b }, put: put}
+			n, err := lc.readLazy(nil, nil)
 			ch <- result{b[:n], err}
 		}()
 		return ch
@@ -105,11 +106,12 @@ type tlsRead struct {
 	err error
 }
 
-func startTLSRead(lc *limitedConn, size int, asked *atomic.Int64) chan tlsRead {
+func startTLSRead(lc *limitedConn, size int, asked *atomic.Int64, held bool) chan tlsRead {
 	ch := make(chan tlsRead, 1)
 	go func() {
 		b := make([]byte, size)
-		n, err := lc.readLazy(func() []byte { asked.Add(1); return b }, func() {}, nil)
+		lc.rb = funcBuffer{buf: func() []byte { asked.Add(1); return b }, put: func() {}, held: held}
+		n, err := lc.readLazy(nil, nil)
 		ch <- tlsRead{b[:n], err}
 	}()
 	return ch
@@ -124,10 +126,11 @@ func startTLSRead(lc *limitedConn, size int, asked *atomic.Int64) chan tlsRead {
 func TestTLSReadBufferFitsTheBatches(t *testing.T) {
 	lc, tc := tlsPair(t) // the handshake runs in the first write and read
 	var asked atomic.Int64
+	held := false
 	readAll := func(total int) int {
 		reads := 0
 		for n := 0; n < total; reads++ {
-			r := <-startTLSRead(lc, 16<<10, &asked)
+			r := <-startTLSRead(lc, 16<<10, &asked, held)
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
@@ -145,7 +148,7 @@ func TestTLSReadBufferFitsTheBatches(t *testing.T) {
 	}
 	// 40,000 bytes, three records, while the reader holds its buffer:
 	// three reads, not six (the small buffer, then the rest of each record).
-	lc.bufHeld = func() bool { return true }
+	held = true
 	go tc.Write(make([]byte, 40_000))
 	if reads := readAll(40_000); reads > 3 {
 		t.Errorf("40,000 bytes read in %d reads while the buffer is held, want 3 (one per record)", reads)
