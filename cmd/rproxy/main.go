@@ -119,11 +119,19 @@ func run(args []string) error {
 		return err
 	}
 
+	// procsMost > 0: auto chose fewer threads than CPUs (Redis local),
+	// and the procs governor may use them all while large values queue.
+	procsBase, procsMost := 0, 0
 	if cfg.Procs > 0 {
 		runtime.GOMAXPROCS(cfg.Procs)
 	} else {
 		_, envSet := os.LookupEnv("GOMAXPROCS")
-		runtime.GOMAXPROCS(autoProcs(runtime.GOMAXPROCS(0), cfg.Upstream.Address, envSet))
+		cpus := runtime.GOMAXPROCS(0)
+		procsBase = autoProcs(cpus, cfg.Upstream.Address, envSet)
+		runtime.GOMAXPROCS(procsBase)
+		if !envSet && procsBase < cpus {
+			procsMost = cpus
+		}
 	}
 	if os.Getenv("GOGC") == "" {
 		// The live heap is a few MB, so the default GOGC=100 collects very
@@ -207,6 +215,13 @@ func run(args []string) error {
 	srv, err := proxy.New(pcfg, reg, log.Named("proxy"))
 	if err != nil {
 		return err
+	}
+	if procsMost > 0 {
+		gov := &procsGovernor{base: procsBase, most: procsMost, hold: procsHold,
+			read: readUpstreamCounts(reg), set: func(n int) { runtime.GOMAXPROCS(n) }, log: log.Named("procs")}
+		govCtx, stopGov := context.WithCancel(context.Background())
+		defer stopGov()
+		go gov.run(govCtx, time.Second)
 	}
 	ln, err := activatedListener(os.Getenv, os.Unsetenv, os.Getpid())
 	if err != nil {

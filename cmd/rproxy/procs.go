@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
 	"net"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
 )
 
 // autoProcs is the number of scheduler threads for procs: 0 (auto): the
@@ -36,4 +42,127 @@ func loopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// procsGovernor runs Go code on more threads while large values queue
+// ahead of small requests, when procs is auto and chose fewer threads than
+// CPUs (Redis on this node). One thread is the faster choice for small
+// values on 2 cores with Redis local, but behind other clients' pipelines
+// of large values a small GET waits for their sessions' long turns in the
+// one thread's run queue; two threads served it about ten times sooner
+// (bench/results/2026-12-02/procs-v.md). The signal: in the last tick the
+// shared connections sent a small batch around a backlog
+// (upstream.backlog_divert) and the commands they wrote averaged
+// largeCommand bytes or more. Backlogs of small values (200 clients'
+// pipelines of 1 KB SETs) do not count: there two threads only lost
+// throughput. After hold without the signal the threads go back to base.
+type procsGovernor struct {
+	base, most int
+	hold       time.Duration
+	read       func() (upstreamCounts, error)
+	set        func(int) // runtime.GOMAXPROCS
+	log        *zap.Logger
+
+	last       upstreamCounts
+	lastSignal time.Time
+	raised     bool
+}
+
+// procsHold is how long the governor keeps the raised threads after the
+// last signal: large values come in bursts of pipelines, and each change
+// of GOMAXPROCS stops the world for a moment.
+const procsHold = 5 * time.Second
+
+// largeCommand is the average command size, in bytes, from which the
+// writes count as large values.
+const largeCommand = 16 << 10
+
+// upstreamCounts are the shared connections' counters the governor reads.
+type upstreamCounts struct{ diverts, commands, bytes float64 }
+
+// tick reads the counters once and raises or lowers the threads.
+func (g *procsGovernor) tick(now time.Time) {
+	n, err := g.read()
+	if err != nil {
+		g.log.Warn("procs: upstream counters not read; threads unchanged", zap.Error(err))
+		return
+	}
+	d := upstreamCounts{n.diverts - g.last.diverts, n.commands - g.last.commands, n.bytes - g.last.bytes}
+	g.last = n
+	if d.diverts > 0 && d.commands > 0 && d.bytes >= largeCommand*d.commands {
+		g.lastSignal = now
+		if !g.raised {
+			g.raised = true
+			g.set(g.most)
+			g.log.Info("procs raised: small requests wait behind large values", zap.Int("procs", g.most))
+		}
+		return
+	}
+	if g.raised && now.Sub(g.lastSignal) >= g.hold {
+		g.raised = false
+		g.set(g.base)
+		g.log.Info("procs lowered: no small request behind large values for a while", zap.Int("procs", g.base), zap.Float64("after_seconds", g.hold.Seconds()))
+	}
+}
+
+// run ticks every interval until ctx ends.
+func (g *procsGovernor) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			g.tick(now)
+		}
+	}
+}
+
+// The upstream pools' counters the governor reads.
+const (
+	divertedMetric = "rproxy_upstream_diverted_batches_total"
+	commandsMetric = "rproxy_upstream_commands_total"
+	bytesMetric    = "rproxy_upstream_written_bytes_total"
+)
+
+// readUpstreamCounts reads the backlog diverts, commands and bytes written,
+// summed over protocols and pools, from the registry.
+func readUpstreamCounts(reg prometheus.Gatherer) func() (upstreamCounts, error) {
+	return func() (upstreamCounts, error) {
+		families, err := reg.Gather()
+		if err != nil {
+			return upstreamCounts{}, err
+		}
+		var c upstreamCounts
+		for _, f := range families {
+			var sum *float64
+			switch f.GetName() {
+			case divertedMetric:
+				sum = &c.diverts
+			case commandsMetric:
+				sum = &c.commands
+			case bytesMetric:
+				sum = &c.bytes
+			default:
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				if f.GetName() == divertedMetric && !hasLabel(m.GetLabel(), "reason", "backlog") {
+					continue
+				}
+				*sum += m.GetCounter().GetValue()
+			}
+		}
+		return c, nil
+	}
+}
+
+func hasLabel(labels []*dto.LabelPair, name, value string) bool {
+	for _, l := range labels {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
 }
