@@ -49,7 +49,7 @@ func loopbackAddr(addr string) bool {
 // CPUs (Redis on this node). One thread is the faster choice for small
 // values on 2 cores with Redis local, but behind other clients' pipelines
 // of large values a small GET waits for their sessions' long turns in the
-// one thread's run queue; two threads served it about ten times sooner
+// one thread's run queue, and two threads served it many times sooner
 // (bench/results/2026-12-02/procs-v.md). The signal: in the last tick the
 // shared connections sent a small batch around a backlog
 // (upstream.backlog_divert) and the commands they wrote averaged
@@ -66,6 +66,7 @@ type procsGovernor struct {
 	last       upstreamCounts
 	lastSignal time.Time
 	raised     bool
+	failing    bool // the last read failed (logged once until one succeeds)
 }
 
 // procsHold is how long the governor keeps the raised threads after the
@@ -84,9 +85,13 @@ type upstreamCounts struct{ diverts, commands, bytes float64 }
 func (g *procsGovernor) tick(now time.Time) {
 	n, err := g.read()
 	if err != nil {
-		g.log.Warn("procs: upstream counters not read; threads unchanged", zap.Error(err))
+		if !g.failing {
+			g.log.Warn("procs: upstream counters not read; threads unchanged until they are", zap.Error(err))
+		}
+		g.failing = true
 		return
 	}
+	g.failing = false
 	d := upstreamCounts{n.diverts - g.last.diverts, n.commands - g.last.commands, n.bytes - g.last.bytes}
 	g.last = n
 	if d.diverts > 0 && d.commands > 0 && d.bytes >= largeCommand*d.commands {
