@@ -759,6 +759,7 @@ func (r *replyReader) reset(c *conn) {
 // feed frames the bytes of one read, which has just returned.
 func (r *replyReader) feed(p []byte) error {
 	c := r.c
+	c.pool.metrics.bytesIn.Add(float64(len(p)))
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	readSeq := c.pool.cfg.SendSeq.Load() // writes numbered after this came after the read

@@ -18,6 +18,7 @@ type Metrics struct {
 	writes        *prometheus.CounterVec
 	commands      *prometheus.CounterVec
 	bytesOut      *prometheus.CounterVec
+	bytesIn       *prometheus.CounterVec
 	batchCommands *prometheus.HistogramVec
 	pinned        *prometheus.GaugeVec
 	idle          *prometheus.GaugeVec
@@ -50,6 +51,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "commands_total", Help: "Commands written to upstream connections."}, proto),
 		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "written_bytes_total", Help: "Bytes written to upstream connections."}, proto),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "read_bytes_total", Help: "Bytes read from upstream connections (replies and pushes)."}, proto),
 		batchCommands: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "write_batch_commands", Help: "Commands per upstream write (how well pipelining batches).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}}, proto),
@@ -90,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.batchCommands, m.pinned, m.idle,
+		reg.MustRegister(m.connected, m.connects, m.errors, m.writes, m.commands, m.bytesOut, m.bytesIn, m.batchCommands, m.pinned, m.idle,
 			m.redirects, m.refreshes, m.clusterNodes, m.slotsAssigned, m.stalled, m.diverted, m.draining, m.drains)
 	}
 	return m
@@ -105,6 +108,7 @@ type poolMetrics struct {
 	writes        prometheus.Counter
 	commands      prometheus.Counter
 	bytesOut      prometheus.Counter
+	bytesIn       prometheus.Counter
 	batchCommands prometheus.Observer
 	pinned        prometheus.Gauge
 	idle          prometheus.Gauge
@@ -126,6 +130,7 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 		writes:        m.writes.WithLabelValues(p),
 		commands:      m.commands.WithLabelValues(p),
 		bytesOut:      m.bytesOut.WithLabelValues(p),
+		bytesIn:       m.bytesIn.WithLabelValues(p),
 		batchCommands: m.batchCommands.WithLabelValues(p),
 		pinned:        m.pinned.WithLabelValues(p),
 		idle:          m.idle.WithLabelValues(p),

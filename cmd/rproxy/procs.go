@@ -52,8 +52,8 @@ func loopbackAddr(addr string) bool {
 // one thread's run queue, and two threads served it many times sooner
 // (bench/results/2026-12-02/procs-v.md). The signal: in the last tick the
 // shared connections sent a small batch around a backlog
-// (upstream.backlog_divert) and the commands they wrote averaged
-// largeCommand bytes or more. Backlogs of small values (200 clients'
+// (upstream.backlog_divert), and the bytes they wrote and read averaged
+// largeCommand or more per command: large commands or large replies. Backlogs of small values (200 clients'
 // pipelines of 1 KB SETs) do not count: there two threads only lost
 // throughput. After hold without the signal the threads go back to base.
 type procsGovernor struct {
@@ -74,12 +74,12 @@ type procsGovernor struct {
 // of GOMAXPROCS stops the world for a moment.
 const procsHold = 5 * time.Second
 
-// largeCommand is the average command size, in bytes, from which the
-// writes count as large values.
+// largeCommand is the bytes written and read per command, on average,
+// from which the traffic counts as large values.
 const largeCommand = 16 << 10
 
 // upstreamCounts are the shared connections' counters the governor reads.
-type upstreamCounts struct{ diverts, commands, bytes float64 }
+type upstreamCounts struct{ diverts, commands, written, read float64 }
 
 // tick reads the counters once and raises or lowers the threads.
 func (g *procsGovernor) tick(now time.Time) {
@@ -92,9 +92,9 @@ func (g *procsGovernor) tick(now time.Time) {
 		return
 	}
 	g.failing = false
-	d := upstreamCounts{n.diverts - g.last.diverts, n.commands - g.last.commands, n.bytes - g.last.bytes}
+	d := upstreamCounts{n.diverts - g.last.diverts, n.commands - g.last.commands, n.written - g.last.written, n.read - g.last.read}
 	g.last = n
-	if d.diverts > 0 && d.commands > 0 && d.bytes >= largeCommand*d.commands {
+	if d.diverts > 0 && d.commands > 0 && d.written+d.read >= largeCommand*d.commands {
 		g.lastSignal = now
 		if !g.raised {
 			g.raised = true
@@ -128,11 +128,12 @@ func (g *procsGovernor) run(ctx context.Context, every time.Duration) {
 const (
 	divertedMetric = "rproxy_upstream_diverted_batches_total"
 	commandsMetric = "rproxy_upstream_commands_total"
-	bytesMetric    = "rproxy_upstream_written_bytes_total"
+	writtenMetric  = "rproxy_upstream_written_bytes_total"
+	readMetric     = "rproxy_upstream_read_bytes_total"
 )
 
-// readUpstreamCounts reads the backlog diverts, commands and bytes written,
-// summed over protocols and pools, from the registry.
+// readUpstreamCounts reads the backlog diverts, commands, and bytes written
+// and read, summed over protocols and pools, from the registry.
 func readUpstreamCounts(reg prometheus.Gatherer) func() (upstreamCounts, error) {
 	return func() (upstreamCounts, error) {
 		families, err := reg.Gather()
@@ -147,8 +148,10 @@ func readUpstreamCounts(reg prometheus.Gatherer) func() (upstreamCounts, error) 
 				sum = &c.diverts
 			case commandsMetric:
 				sum = &c.commands
-			case bytesMetric:
-				sum = &c.bytes
+			case writtenMetric:
+				sum = &c.written
+			case readMetric:
+				sum = &c.read
 			default:
 				continue
 			}

@@ -36,9 +36,10 @@ func TestAutoProcs(t *testing.T) {
 }
 
 // TestProcsGovernor: the threads go to most at the first tick that sees a
-// backlog divert while the commands written averaged largeCommand or more,
-// stay there while that goes on, and go back to base once hold has passed
-// without it; diverts among small commands raise nothing; a failed read
+// backlog divert while the bytes written and read averaged largeCommand or
+// more per command (large commands, or large replies), stay there while
+// that goes on, and go back to base once hold has passed without it;
+// diverts among small commands and replies raise nothing; a failed read
 // changes nothing.
 func TestProcsGovernor(t *testing.T) {
 	var now upstreamCounts
@@ -52,7 +53,7 @@ func TestProcsGovernor(t *testing.T) {
 		t.Helper()
 		now.diverts += diverts
 		now.commands += commands
-		now.bytes += kb * 1024
+		now.written += kb * 1024
 		g.tick(t0.Add(time.Duration(s) * time.Second))
 		if !slices.Equal(sets, want) {
 			t.Fatalf("after the tick at %d s: threads set %v, want %v", s, sets, want)
@@ -69,6 +70,9 @@ func TestProcsGovernor(t *testing.T) {
 	step(10, 0, 10, 1, []int{2, 1}) // 7 s since the last signal (at 3 s)
 	step(11, 1, 10_000, 10_000, []int{2, 1})
 	step(12, 1, 10, 1_000, []int{2, 1, 2})
+	step(20, 0, 0, 0, []int{2, 1, 2, 1})
+	now.read += 1_000 * 1024 // 10 GETs of 100 KB values
+	step(21, 1, 10, 0.5, []int{2, 1, 2, 1, 2})
 }
 
 // TestReadUpstreamCounts: the counters are summed over their series, the
@@ -81,15 +85,17 @@ func TestReadUpstreamCounts(t *testing.T) {
 	diverted := prometheus.NewCounterVec(opts("diverted_batches_total"), []string{"protocol", "reason"})
 	commands := prometheus.NewCounterVec(opts("commands_total"), []string{"protocol"})
 	written := prometheus.NewCounterVec(opts("written_bytes_total"), []string{"protocol"})
-	reg.MustRegister(diverted, commands, written)
+	read := prometheus.NewCounterVec(opts("read_bytes_total"), []string{"protocol"})
+	reg.MustRegister(diverted, commands, written, read)
 	diverted.WithLabelValues("2", "backlog").Add(3)
 	diverted.WithLabelValues("3", "backlog").Add(4)
 	diverted.WithLabelValues("2", "stall").Add(100)
 	commands.WithLabelValues("2").Add(10)
 	commands.WithLabelValues("3").Add(5)
 	written.WithLabelValues("2").Add(1000)
+	read.WithLabelValues("3").Add(2000)
 	c, err := readUpstreamCounts(reg)()
-	if want := (upstreamCounts{diverts: 7, commands: 15, bytes: 1000}); err != nil || c != want {
+	if want := (upstreamCounts{diverts: 7, commands: 15, written: 1000, read: 2000}); err != nil || c != want {
 		t.Fatalf("readUpstreamCounts = %+v, %v; want %+v", c, err, want)
 	}
 }
@@ -111,7 +117,7 @@ func TestGovernorMetricsAreTheProxys(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{divertedMetric, commandsMetric, bytesMetric} {
+	for _, name := range []string{divertedMetric, commandsMetric, writtenMetric, readMetric} {
 		if !found[name] {
 			t.Errorf("the proxy registers no %s series (diverts: with reason backlog)", name)
 		}
