@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "written_bytes_total", Help: "Bytes written to upstream connections."}, proto),
 		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "read_bytes_total", Help: "Bytes read from upstream connections (replies and pushes)."}, proto),
+			Name: "read_bytes_total", Help: "Bytes read from pooled upstream connections: shared, spare and tracking (replies and pushes; not pinned connections)."}, proto),
 		batchCommands: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "write_batch_commands", Help: "Commands per upstream write (how well pipelining batches).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}}, proto),

@@ -52,10 +52,14 @@ func loopbackAddr(addr string) bool {
 // one thread's run queue, and two threads served it many times sooner
 // (bench/results/2026-12-02/procs-v.md). The signal: in the last tick the
 // shared connections sent a small batch around a backlog
-// (upstream.backlog_divert), and the bytes they wrote and read averaged
-// largeCommand or more per command: large commands or large replies. Backlogs of small values (200 clients'
-// pipelines of 1 KB SETs) do not count: there two threads only lost
-// throughput. After hold without the signal the threads go back to base.
+// (upstream.backlog_divert), and the bytes the upstream connections wrote
+// and read averaged largeCommand or more per command: large commands or
+// large replies. (Commands and bytes written count the pinned connections'
+// too; bytes read are the pooled connections' only, the tier's tracking
+// connection's included.) Backlogs of small values (200
+// clients' pipelines of 1 KB SETs) do not count: there two threads only
+// lost throughput. After hold without the signal the threads go back to
+// base.
 type procsGovernor struct {
 	base, most int
 	hold       time.Duration
