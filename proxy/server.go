@@ -298,6 +298,10 @@ func (s *Server) SetHotKeys(cfg tier.Config) error {
 	return nil
 }
 
+// UpstreamTraffic is what the upstream connections carried since start
+// (the procs governor's signal; a few microseconds to read).
+func (s *Server) UpstreamTraffic() (upstream.Traffic, error) { return s.metricsUp.Traffic() }
+
 // SetRequestLog turns request logging on or off from the next client batch
 // on: every batch is logged at debug level (so only when the logger's level
 // lets debug through) with the client's address, session id, command names

@@ -673,6 +673,7 @@ func (d *Dedicated) Do(b *Batch, timeout time.Duration) {
 				return
 			}
 			d.r, d.w = 0, n
+			d.pool.metrics.bytesIn.Add(float64(n))
 		}
 		k, done, err := d.fr.Next(d.buf[d.r:d.w])
 		if err != nil {

@@ -1,9 +1,11 @@
 package upstream
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // ErrorKinds are the values of errors_total's kind label.
@@ -52,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "written_bytes_total", Help: "Bytes written to upstream connections."}, proto),
 		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "read_bytes_total", Help: "Bytes read from pooled upstream connections: shared, spare and tracking (replies and pushes; not pinned connections)."}, proto),
+			Name: "read_bytes_total", Help: "Bytes of replies read from upstream connections, pushes included (not the streams copied to subscribers, MONITOR clients and replicas)."}, proto),
 		batchCommands: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "write_batch_commands", Help: "Commands per upstream write (how well pipelining batches).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}}, proto),
@@ -139,6 +141,77 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 		draining:      m.draining.WithLabelValues(p),
 		drains:        m.drains.MustCurryWith(prometheus.Labels{"protocol": p}),
 	}
+}
+
+// Traffic is what the upstream connections carried since start, summed
+// over protocols. The procs governor (cmd/rproxy) reads it four times a
+// second: reading these series alone costs microseconds, where gathering
+// the registry (the Go and process collectors included) took a millisecond
+// of the one scheduler thread (bench/results/2026-12-02/governor-read.md).
+type Traffic struct {
+	BacklogDiverts float64 // batches sent around a shared connection's backlog (diverted_batches_total, reason backlog)
+	Commands       float64 // commands written (commands_total)
+	WrittenBytes   float64 // written_bytes_total
+	ReadBytes      float64 // read_bytes_total
+}
+
+// Traffic reads the counters of Traffic.
+func (m *Metrics) Traffic() (Traffic, error) {
+	var t Traffic
+	for _, s := range []struct {
+		c      prometheus.Collector
+		sum    *float64
+		reason string // diverted_batches_total's series of this reason only
+	}{
+		{m.diverted, &t.BacklogDiverts, "backlog"},
+		{m.commands, &t.Commands, ""},
+		{m.bytesOut, &t.WrittenBytes, ""},
+		{m.bytesIn, &t.ReadBytes, ""},
+	} {
+		v, err := sumCounters(s.c, s.reason)
+		if err != nil {
+			return Traffic{}, err
+		}
+		*s.sum = v
+	}
+	return t, nil
+}
+
+// sumCounters sums the series c collects, those with label reason equal
+// to reason when it is set.
+func sumCounters(c prometheus.Collector, reason string) (float64, error) {
+	ch := make(chan prometheus.Metric, 8)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	var sum float64
+	var err error
+	var m dto.Metric
+	for metric := range ch {
+		if err != nil {
+			continue // drained, so that Collect ends
+		}
+		m.Reset()
+		if werr := metric.Write(&m); werr != nil {
+			err = fmt.Errorf("upstream traffic: %s: %w", metric.Desc(), werr)
+			continue
+		}
+		if reason != "" && !hasReason(m.GetLabel(), reason) {
+			continue
+		}
+		sum += m.GetCounter().GetValue()
+	}
+	return sum, err
+}
+
+func hasReason(labels []*dto.LabelPair, reason string) bool {
+	for _, l := range labels {
+		if l.GetName() == "reason" && l.GetValue() == reason {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *poolMetrics) observeWrite(commands, bytes int) {

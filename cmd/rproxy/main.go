@@ -218,10 +218,10 @@ func run(args []string) error {
 	}
 	if procsMost > 0 {
 		gov := &procsGovernor{base: procsBase, most: procsMost, hold: procsHold,
-			read: readUpstreamCounts(reg), set: func(n int) { runtime.GOMAXPROCS(n) }, log: log.Named("procs")}
+			read: srv.UpstreamTraffic, set: func(n int) { runtime.GOMAXPROCS(n) }, log: log.Named("procs")}
 		govCtx, stopGov := context.WithCancel(context.Background())
 		defer stopGov()
-		go gov.run(govCtx, time.Second)
+		go gov.run(govCtx, procsTick)
 	}
 	ln, err := activatedListener(os.Getenv, os.Unsetenv, os.Getpid())
 	if err != nil {

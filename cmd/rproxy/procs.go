@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
+
+	"github.com/rproxy/rproxy/upstream"
 )
 
 // autoProcs is the number of scheduler threads for procs: 0 (auto): the
@@ -54,20 +54,18 @@ func loopbackAddr(addr string) bool {
 // shared connections sent a small batch around a backlog
 // (upstream.backlog_divert), and the bytes the upstream connections wrote
 // and read averaged largeCommand or more per command: large commands or
-// large replies. (Commands and bytes written count the pinned connections'
-// too; bytes read are the pooled connections' only, the tier's tracking
-// connection's included.) Backlogs of small values (200
-// clients' pipelines of 1 KB SETs) do not count: there two threads only
-// lost throughput. After hold without the signal the threads go back to
-// base.
+// large replies (upstream.Traffic; the streams copied to subscribers and
+// replicas are not counted). Backlogs of small values (200 clients'
+// pipelines of 1 KB SETs) do not count: there two threads only lost
+// throughput. After hold without the signal the threads go back to base.
 type procsGovernor struct {
 	base, most int
 	hold       time.Duration
-	read       func() (upstreamCounts, error)
-	set        func(int) // runtime.GOMAXPROCS
+	read       func() (upstream.Traffic, error) // proxy.Server.UpstreamTraffic
+	set        func(int)                        // runtime.GOMAXPROCS
 	log        *zap.Logger
 
-	last       upstreamCounts
+	last       upstream.Traffic
 	lastSignal time.Time
 	raised     bool
 	failing    bool // the last read failed (logged once until one succeeds)
@@ -78,12 +76,13 @@ type procsGovernor struct {
 // of GOMAXPROCS stops the world for a moment.
 const procsHold = 5 * time.Second
 
+// procsTick is how often the governor reads the counters: the first part
+// of a burst of large values runs on base threads for up to this long.
+const procsTick = 250 * time.Millisecond
+
 // largeCommand is the bytes written and read per command, on average,
 // from which the traffic counts as large values.
 const largeCommand = 16 << 10
-
-// upstreamCounts are the shared connections' counters the governor reads.
-type upstreamCounts struct{ diverts, commands, written, read float64 }
 
 // tick reads the counters once and raises or lowers the threads.
 func (g *procsGovernor) tick(now time.Time) {
@@ -96,9 +95,10 @@ func (g *procsGovernor) tick(now time.Time) {
 		return
 	}
 	g.failing = false
-	d := upstreamCounts{n.diverts - g.last.diverts, n.commands - g.last.commands, n.written - g.last.written, n.read - g.last.read}
+	diverts, commands := n.BacklogDiverts-g.last.BacklogDiverts, n.Commands-g.last.Commands
+	bytes := n.WrittenBytes - g.last.WrittenBytes + n.ReadBytes - g.last.ReadBytes
 	g.last = n
-	if d.diverts > 0 && d.commands > 0 && d.written+d.read >= largeCommand*d.commands {
+	if diverts > 0 && commands > 0 && bytes >= largeCommand*commands {
 		g.lastSignal = now
 		if !g.raised {
 			g.raised = true
@@ -126,55 +126,4 @@ func (g *procsGovernor) run(ctx context.Context, every time.Duration) {
 			g.tick(now)
 		}
 	}
-}
-
-// The upstream pools' counters the governor reads.
-const (
-	divertedMetric = "rproxy_upstream_diverted_batches_total"
-	commandsMetric = "rproxy_upstream_commands_total"
-	writtenMetric  = "rproxy_upstream_written_bytes_total"
-	readMetric     = "rproxy_upstream_read_bytes_total"
-)
-
-// readUpstreamCounts reads the backlog diverts, commands, and bytes written
-// and read, summed over protocols and pools, from the registry.
-func readUpstreamCounts(reg prometheus.Gatherer) func() (upstreamCounts, error) {
-	return func() (upstreamCounts, error) {
-		families, err := reg.Gather()
-		if err != nil {
-			return upstreamCounts{}, err
-		}
-		var c upstreamCounts
-		for _, f := range families {
-			var sum *float64
-			switch f.GetName() {
-			case divertedMetric:
-				sum = &c.diverts
-			case commandsMetric:
-				sum = &c.commands
-			case writtenMetric:
-				sum = &c.written
-			case readMetric:
-				sum = &c.read
-			default:
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				if f.GetName() == divertedMetric && !hasLabel(m.GetLabel(), "reason", "backlog") {
-					continue
-				}
-				*sum += m.GetCounter().GetValue()
-			}
-		}
-		return c, nil
-	}
-}
-
-func hasLabel(labels []*dto.LabelPair, name, value string) bool {
-	for _, l := range labels {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
-		}
-	}
-	return false
 }
