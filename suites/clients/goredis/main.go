@@ -334,6 +334,56 @@ var scenarios = []scenario{
 		return map[string]interface{}{"subscribe": fmt.Sprint(first), "psubscribe": fmt.Sprint(second),
 			"publish_receivers": receivers, "messages": got}, nil
 	}},
+	{"tracking_redirect", func(ctx context.Context) (interface{}, error) {
+		// Client-side caching as RESP2 clients do it: one connection
+		// subscribes to __redis__:invalidate, another turns tracking on
+		// with REDIRECT to it and reads; a third client's writes
+		// invalidate what the second read.
+		var target int64
+		sub := client(&redis.Options{Protocol: 2, OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+			id, err := cn.ClientID(ctx).Result()
+			target = id
+			return err
+		}})
+		defer sub.Close()
+		ps := sub.Subscribe(ctx, "__redis__:invalidate")
+		defer ps.Close()
+		confirm, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		var tracking interface{}
+		tr := client(&redis.Options{Protocol: 2, PoolSize: 1, OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+			tracking = val(cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", target).Result())
+			return nil
+		}})
+		defer tr.Close()
+		w := client(nil)
+		defer w.Close()
+		k := key("track", "k")
+		w.Del(ctx, k)
+		w.Set(ctx, k, "v1", 0)
+		invalidated := func() interface{} {
+			m, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+			if err != nil {
+				return map[string]string{"error": err.Error()}
+			}
+			if msg, ok := m.(*redis.Message); ok {
+				return map[string]interface{}{"channel": msg.Channel, "keys": msg.PayloadSlice, "payload": msg.Payload}
+			}
+			return fmt.Sprint(m)
+		}
+		first := val(tr.Get(ctx, k).Result())
+		redir, err := tr.Do(ctx, "CLIENT", "GETREDIR").Int64()
+		w.Set(ctx, k, "v2", 0)
+		afterSet := invalidated()
+		second := val(tr.Get(ctx, k).Result())
+		w.Del(ctx, k)
+		afterDel := invalidated()
+		return map[string]interface{}{"subscribe": fmt.Sprint(confirm), "tracking": tracking,
+			"getredir_is_target": val(redir == target, err), "get": []interface{}{first, second},
+			"after_set": afterSet, "after_del": afterDel}, nil
+	}},
 	{"stream_group_block", func(ctx context.Context) (interface{}, error) {
 		r := client(nil)
 		c := client(nil)

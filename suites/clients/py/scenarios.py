@@ -228,6 +228,46 @@ def pubsub_subscribe_then_publish():
 
 
 @scenario
+def tracking_redirect():
+    """Client-side caching as RESP2 clients do it: one connection subscribes
+    to __redis__:invalidate, another turns tracking on with REDIRECT to it
+    and reads; a third client's writes invalidate what the second read."""
+    w = client()
+    key = k("track", "k")
+    ps = client().pubsub()
+    ps.execute_command("CLIENT", "ID")  # on the connection that subscribes
+    target = ps.parse_response(block=True, timeout=5)
+    ps.subscribe("__redis__:invalidate")
+    confirm = ps.get_message(timeout=5)
+    tr = client(single_connection_client=True)
+    tracking = _err(lambda: tr.execute_command("CLIENT", "TRACKING", "ON", "REDIRECT", target))
+    w.delete(key)
+    w.set(key, "v1")
+
+    def invalidated():
+        m = ps.get_message(timeout=5)
+        return [m["type"], j(m["channel"]), j(m["data"])] if m else None
+
+    first = tr.get(key)
+    redir = tr.execute_command("CLIENT", "GETREDIR")
+    w.set(key, "v2")
+    after_set = invalidated()
+    second = tr.get(key)
+    w.delete(key)
+    after_del = invalidated()
+    ps.close()
+    tr.close()
+    return {
+        "subscribe": [confirm["type"], j(confirm["channel"]), confirm["data"]] if confirm else None,
+        "tracking": j(tracking),
+        "getredir_is_target": redir == target,
+        "get": [j(first), j(second)],
+        "after_set": after_set,
+        "after_del": after_del,
+    }
+
+
+@scenario
 def stream_group_block():
     """XREADGROUP BLOCK in one client, XADD from another, then XACK."""
     r = client()
