@@ -298,8 +298,8 @@ func (s *Server) SetHotKeys(cfg tier.Config) error {
 	return nil
 }
 
-// UpstreamTraffic is what the upstream connections carried since start
-// (the procs governor's signal; a few microseconds to read).
+// UpstreamTraffic is what the upstream connections carried since start:
+// the procs governor's signal, read without gathering the registry.
 func (s *Server) UpstreamTraffic() (upstream.Traffic, error) { return s.metricsUp.Traffic() }
 
 // SetRequestLog turns request logging on or off from the next client batch

@@ -145,9 +145,10 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 
 // Traffic is what the upstream connections carried since start, summed
 // over protocols. The procs governor (cmd/rproxy) reads it four times a
-// second: reading these series alone costs microseconds, where gathering
-// the registry (the Go and process collectors included) took a millisecond
-// of the one scheduler thread (bench/results/2026-12-02/governor-read.md).
+// second, on the scheduler thread the requests run on: it reads these
+// series alone, because gathering the registry (the Go and process
+// collectors included) held that thread about a hundred times longer
+// (bench/results/2026-12-02/governor-read.md).
 type Traffic struct {
 	BacklogDiverts float64 // batches sent around a shared connection's backlog (diverted_batches_total, reason backlog)
 	Commands       float64 // commands written (commands_total)
