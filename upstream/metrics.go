@@ -147,7 +147,7 @@ func (m *Metrics) forProtocol(protocol int) *poolMetrics {
 // over protocols. The procs governor (cmd/rproxy) reads it four times a
 // second, on the scheduler thread the requests run on: it reads these
 // series alone, because gathering the registry (the Go and process
-// collectors included) held that thread about a hundred times longer
+// collectors included) held that thread about 90 times longer
 // (bench/results/2026-12-02/governor-read.md).
 type Traffic struct {
 	BacklogDiverts float64 // batches sent around a shared connection's backlog (diverted_batches_total, reason backlog)
