@@ -23,7 +23,7 @@ import (
 // handshake: every reply below would be an error.
 func TestClusterOverTLS(t *testing.T) {
 	certs := tlstest.New(t)
-	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB) []string {
+	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB, _ int) []string {
 		// The bus verifies the connecting node's certificate as a
 		// client's: the server certificate is for servers only.
 		return append(certs.RedisArgs(redistest.FreePort(tb), "no"), "--tls-cluster", "yes",
@@ -108,10 +108,7 @@ func TestClusterNodesWithCertificatesOfTheirOwn(t *testing.T) {
 func TestClusterNodesVerifiedByAnnouncedHostname(t *testing.T) {
 	certs := tlstest.New(t)
 	names := []string{"", "node-1.example", "node-2.example"}
-	next := 0
-	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB) []string {
-		i := next
-		next++
+	cl := redistest.StartClusterWith(t, 3, 0, func(tb testing.TB, i int) []string {
 		if i == 0 {
 			return certs.ClusterNodeArgs(tb, redistest.FreePort(tb), "127.0.0.1", "127.0.0.1")
 		}

@@ -43,8 +43,9 @@ type Cluster struct {
 	// in the list.
 	Nodes []*ClusterNode
 
-	args     []string                  // extra node arguments given to StartCluster
-	nodeArgs func(testing.TB) []string // more, made for each node (StartClusterWith)
+	args     []string                       // extra node arguments given to StartCluster
+	nodeArgs func(testing.TB, int) []string // more, made for each node (StartClusterWith)
+	busPort  func(testing.TB) int           // picks a bus port; FreePort when nil
 }
 
 // ClusterNode is one node of a Cluster. The embedded *Server gives its
@@ -95,19 +96,18 @@ func StartCluster(tb testing.TB, masters, replicasPerMaster int, args ...string)
 // clients and on its bus, whose node i (in start order; ips and certNames
 // give one entry per node it starts) is announced at ips[i] and serves a
 // certificate for certNames[i] alone (tlstest.Certs.ClusterNodeArgs).
-func TLSNodes(certs *tlstest.Certs, ips, certNames []string) func(testing.TB) []string {
-	next := 0
-	return func(tb testing.TB) []string {
-		i := next
-		next++
+func TLSNodes(certs *tlstest.Certs, ips, certNames []string) func(testing.TB, int) []string {
+	return func(tb testing.TB, i int) []string {
 		return certs.ClusterNodeArgs(tb, FreePort(tb), certNames[i], ips[i])
 	}
 }
 
 // StartClusterWith is StartCluster with nodeArgs, if not nil, called for
 // each node (those AddMaster starts too) for arguments of its own, such
-// as a TLS port (--tls-port).
-func StartClusterWith(tb testing.TB, masters, replicasPerMaster int, nodeArgs func(testing.TB) []string, args ...string) *Cluster {
+// as a TLS port (--tls-port). It is given the node's index in start order
+// and called again for the same node when a start attempt met a taken
+// port, so it must pick its ports afresh on each call.
+func StartClusterWith(tb testing.TB, masters, replicasPerMaster int, nodeArgs func(testing.TB, int) []string, args ...string) *Cluster {
 	tb.Helper()
 	if masters < 1 || replicasPerMaster < 0 {
 		tb.Fatalf("redistest: StartCluster(%d masters, %d replicas per master): need at least one master", masters, replicasPerMaster)
@@ -850,13 +850,24 @@ func (c *Cluster) startNode(tb testing.TB) *ClusterNode {
 	tb.Helper()
 	// An explicit bus port (Redis 7) instead of the default port+10000,
 	// which does not exist for ports above 55535 and is not checked for
-	// being free.
-	bus := FreePort(tb)
-	nodeArgs := append(clusterNodeArgs(bus), c.args...)
-	if c.nodeArgs != nil {
-		nodeArgs = append(nodeArgs, c.nodeArgs(tb)...)
+	// being free. It is picked again on every attempt of start's: a bus
+	// port taken since it was picked fails the start like a taken client
+	// port does.
+	pick := c.busPort
+	if pick == nil {
+		pick = FreePort
 	}
-	return &ClusterNode{Server: Start(tb, nodeArgs...), BusPort: bus}
+	index := len(c.Nodes)
+	var bus int
+	s := start(tb, func(string) string { return "" }, func() []string {
+		bus = pick(tb)
+		args := append(clusterNodeArgs(bus), c.args...)
+		if c.nodeArgs != nil {
+			args = append(args, c.nodeArgs(tb, index)...)
+		}
+		return args
+	})
+	return &ClusterNode{Server: s, BusPort: bus}
 }
 
 // clusterNodeArgs are a cluster node's arguments, its bus port bus.

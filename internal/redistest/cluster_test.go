@@ -3,6 +3,7 @@ package redistest
 import (
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -355,4 +356,34 @@ func TestEpochsSettled(t *testing.T) {
 			t.Errorf("%s: epochsSettled = %v, want ok %v", tc.name, err, tc.ok)
 		}
 	}
+}
+
+// TestStartNodeRetriesTakenBusPort: a bus port taken between its pick and
+// the start fails redis-server like a taken client port; startNode must
+// pick both again rather than retry the taken bus port until start gives
+// up (a failure CI met in TestClusterFailoverUnderLoad).
+func TestStartNodeRetriesTakenBusPort(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	picks := 0
+	c := &Cluster{busPort: func(tb testing.TB) int {
+		picks++
+		if picks == 1 {
+			return taken
+		}
+		return FreePort(tb)
+	}}
+	n := c.startNode(t)
+	if picks < 2 {
+		t.Fatalf("bus port picked %d times; want a second pick after the taken port %d", picks, taken)
+	}
+	if n.BusPort == taken {
+		t.Fatalf("node started with the taken bus port %d", taken)
+	}
+	wantReply(t, n.Server, "*2\r\n$12\r\ncluster-port\r\n"+bulk(strconv.Itoa(n.BusPort)), "CONFIG", "GET", "cluster-port")
 }

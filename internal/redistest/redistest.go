@@ -133,21 +133,24 @@ func freePort() (int, error) {
 // dataset. Start must be called from the test's goroutine.
 func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	return start(tb, func(string) string { return "" }, args...)
+	return start(tb, func(string) string { return "" }, func() []string { return args })
 }
 
-// start is Start with a config file: conf is given the server's directory
-// and returns the file's path ("" for none), which goes first on the
-// command line.
-func start(tb testing.TB, conf func(dir string) string, args ...string) *Server {
+// start is Start with a config file and arguments made for each attempt:
+// conf is given the server's directory and returns the file's path ("" for
+// none), which goes first on the command line; args is called before every
+// attempt, so arguments holding ports of their own (a cluster's bus port)
+// change with the client port when a port turns out to be taken.
+func start(tb testing.TB, conf func(dir string) string, args func() []string) *Server {
 	tb.Helper()
-	s := newServer(RequireBinary(tb, "redis-server"), tb.TempDir(), args)
+	s := newServer(RequireBinary(tb, "redis-server"), tb.TempDir(), nil)
 	s.confArg = conf(s.Dir)
 	// Registered after TempDir, so it runs before the directory is removed.
 	tb.Cleanup(s.Stop)
 
 	var lastErr error
 	for attempt := 0; attempt < startRetries; attempt++ {
+		s.extra = append([]string(nil), args()...)
 		port := FreePort(tb)
 		p, err := s.launchAndWait(port)
 		if err == nil {

@@ -68,7 +68,7 @@ func StartSentinelReplicas(tb testing.TB, name string, replicas int) *SentinelGr
 			}
 			return path
 		}
-		g.Sentinels = append(g.Sentinels, start(tb, conf, "--sentinel"))
+		g.Sentinels = append(g.Sentinels, start(tb, conf, func() []string { return []string{"--sentinel"} }))
 	}
 	waitUntil(tb, "sentinels know the replica and each other", func() error {
 		for _, s := range g.Sentinels {
