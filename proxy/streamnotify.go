@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/rproxy/rproxy/resp"
 	"github.com/rproxy/rproxy/upstream"
@@ -31,6 +32,14 @@ import (
 //
 // A notify branch that fails closes the client: its notifications would be
 // lost without a sign, as when the client's own connection to Redis ends.
+//
+// A subscription is in force on every branch before the pin is sent it, so
+// the client's confirmation (the pin's) comes after: as on one Redis, a key
+// written once the client has it is notified. Written and not awaited, a
+// branch's SUBSCRIBE could reach its master after a write another client
+// sent once the confirmation was out, on a connection Redis had yet to read
+// (Redis's Tcl suite in cluster mode, unit/pubsub: "we receive keyspace
+// notifications" hung).
 
 // notifyBranch is a session's subscription-only connection to one master
 // other than its pin's.
@@ -39,6 +48,12 @@ type notifyBranch struct {
 	d          *upstream.Dedicated
 	dropped    atomic.Bool // closed by the session: the client stays
 	monitoring atomic.Bool // MONITOR sent: its lines pass too
+
+	// Subscription confirmations received, counted by the copy goroutine
+	// for the session that waits for them (awaitSubscribed); wake, of
+	// capacity 1, tells it one came.
+	confirmed atomic.Int64
+	wake      chan struct{}
 
 	// The copy goroutine's own state.
 	relay  *streamRelay
@@ -50,6 +65,14 @@ type notifyBranch struct {
 // go to the client, the rest is dropped.
 func (b *notifyBranch) Write(p []byte) (int, error) {
 	err := b.frames.each(p, func(frame []byte, _ byte) error {
+		if isSubscribeConfirmation(frame) {
+			b.confirmed.Add(1)
+			select {
+			case b.wake <- struct{}{}:
+			default:
+			}
+			return nil
+		}
 		if isNotification(frame) || b.monitoring.Load() && isMonitorLine(frame) &&
 			(b.relay.hideLine == nil || !b.relay.hideLine(frame)) {
 			return b.relay.writeFrame(frame)
@@ -85,6 +108,16 @@ func isNotification(frame []byte) bool {
 	}
 	ch := v.Elems[channel].Str
 	return isKeyspaceChannel(ch) || string(ch) == invalidateChannel
+}
+
+// isSubscribeConfirmation reports whether frame confirms a SUBSCRIBE or
+// PSUBSCRIBE (RESP2 array or RESP3 push), one per channel or pattern.
+func isSubscribeConfirmation(frame []byte) bool {
+	if len(frame) < 2 || frame[0] != '*' && frame[0] != '>' {
+		return false
+	}
+	rest := frame[1:]
+	return bytes.HasPrefix(rest, []byte("3\r\n$9\r\nsubscribe\r\n")) || bytes.HasPrefix(rest, []byte("3\r\n$10\r\npsubscribe\r\n"))
 }
 
 // isMonitorLine reports whether frame is a MONITOR line (+<time> [...]),
@@ -157,6 +190,11 @@ func (cs *clusterStream) notifyEverywhere(ss *session, name string, args [][]byt
 		return
 	}
 	cmd := resp.AppendCommand(nil, send...)
+	var confirms int64 // per branch: one per channel or pattern kept
+	if name == "subscribe" || name == "psubscribe" {
+		confirms = int64(len(send) - 1)
+	}
+	var waits []subscribedAt
 	backend := ss.pools[ss.proto]
 	for _, slot := range backend.Shards() {
 		pool := backend.PinPool(slot)
@@ -173,10 +211,46 @@ func (cs *clusterStream) notifyEverywhere(ss *session, name string, args [][]byt
 		if name == "monitor" {
 			b.monitoring.Store(true)
 		}
+		before := b.confirmed.Load()
 		if err := b.d.Send([][]byte{cmd}); err != nil {
 			// The copy ends too; the session's end discards the branch.
 			ss.conn.NetConn().Close()
 			return
+		}
+		if confirms > 0 {
+			waits = append(waits, subscribedAt{b, before + confirms})
+		}
+	}
+	cs.awaitSubscribed(ss, waits)
+}
+
+// subscribedAt is a notify branch and the count of confirmations that
+// shows a subscription sent to it in force.
+type subscribedAt struct {
+	b    *notifyBranch
+	want int64
+}
+
+// awaitSubscribed waits, up to upstream.timeout in all, until every branch
+// of waits has confirmed; a branch that has not by then closes the client,
+// as one that failed does.
+func (cs *clusterStream) awaitSubscribed(ss *session, waits []subscribedAt) {
+	if len(waits) == 0 {
+		return
+	}
+	timer := time.NewTimer(cs.timeout)
+	defer timer.Stop()
+	for _, w := range waits {
+		for w.b.confirmed.Load() < w.want {
+			select {
+			case <-w.b.wake:
+			case <-timer.C:
+				cs.log.Info("closing a subscriber: another master did not confirm its subscription for keyspace notifications",
+					zap.String("client", ss.conn.RemoteAddr()), zap.Int64("id", ss.id), zap.String("master", w.b.pool.Address()),
+					zap.Duration("waited_seconds", cs.timeout))
+				ss.conn.NetConn().Close()
+				return
+			}
 		}
 	}
 }
@@ -192,7 +266,7 @@ func (cs *clusterStream) notifyBranch(ss *session, pool *upstream.Pool) (*notify
 	if err != nil {
 		return nil, err
 	}
-	b := &notifyBranch{pool: pool, d: d, relay: ss.relay}
+	b := &notifyBranch{pool: pool, d: d, relay: ss.relay, wake: make(chan struct{}, 1)}
 	ss.cstream().notifyBranches = append(ss.cstream().notifyBranches, b)
 	published := slices.Clone(ss.cstream().notifyBranches)
 	ss.notifyRef.Store(&published)
