@@ -23,6 +23,15 @@ cluster_port() {
 }
 
 start_cluster() {
+	launch_cluster "$@" && form_cluster "$1"
+}
+
+# launch_cluster DIR FIRST_PORT [arguments...] starts the three nodes and
+# returns without waiting for them: CPORTS as start_cluster sets it, each
+# pid appended to CLUSTER_PIDS. The nodes are children of the calling
+# shell, which reaps them as soon as they stop. form_cluster DIR then makes
+# them a cluster, and may run in a subshell meanwhile.
+launch_cluster() {
 	local dir=$1 next=$2 i p
 	shift 2
 	CPORTS=()
@@ -36,15 +45,46 @@ start_cluster() {
 			--dir "$dir/c$i" --logfile "$dir/c$i/redis.log" --pidfile "$dir/c$i/redis.pid" &
 		CLUSTER_PIDS+=($!)
 		CPORTS+=("$p")
-		wait_ping "$p" $! || { log "cluster node $p did not start"; tail "$dir/c$i/redis.log" >&2; return 1; }
 	done
-	redis-cli --cluster create "${CPORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 ||
-		{ log "redis-cli --cluster create failed"; cat "$dir/create.log" >&2; return 1; }
+}
+
+# form_cluster DIR waits for the nodes launch_cluster started in DIR (CPORTS,
+# and the last three of CLUSTER_PIDS) to answer, joins them (redis-cli
+# --cluster create) and waits for cluster_state:ok on each.
+form_cluster() {
+	local dir=$1 i p
+	local pids=("${CLUSTER_PIDS[@]: -3}")
+	for i in 0 1 2; do
+		p=${CPORTS[$i]}
+		wait_ping "$p" "${pids[$i]}" || { log "cluster node $p did not start"; tail "$dir/c$i/redis.log" >&2; return 1; }
+	done
+	# What redis-cli --cluster create does (the slots as it spreads them,
+	# distinct config epochs, the meetings), without its one-second waits
+	# for the nodes to meet.
+	local slots=("0 5460" "5461 10922" "10923 16383")
+	: >"$dir/create.log"
+	for i in 0 1 2; do
+		p=${CPORTS[$i]}
+		{ redis-cli -p "$p" cluster addslotsrange ${slots[$i]} &&
+			redis-cli -p "$p" cluster set-config-epoch $((i + 1)) &&
+			{ [ "$i" = 0 ] || redis-cli -p "${CPORTS[0]}" cluster meet 127.0.0.1 "$p"; }; } >>"$dir/create.log" 2>&1
+		[ "$(grep -vc '^OK$' "$dir/create.log")" = 0 ] || { log "forming the cluster on $p failed"; cat "$dir/create.log" >&2; return 1; }
+	done
+	# Up (Redis holds cluster_state:fail for 2 s after a master starts),
+	# and every node knows the other two.
 	for p in "${CPORTS[@]}"; do
 		for _ in $(seq 200); do
-			redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' && break
+			cluster_formed "$p" && break
 			sleep 0.05
 		done
-		redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' || { log "cluster_state not ok on $p"; return 1; }
+		cluster_formed "$p" || { log "cluster not formed on $p: $(redis-cli -p "$p" cluster info | tr -d '\r' | tr '\n' ' ')"; return 1; }
 	done
+}
+
+# cluster_formed PORT: the node reports cluster_state:ok and knows three
+# nodes.
+cluster_formed() {
+	local info
+	info=$(redis-cli -p "$1" cluster info | tr -d '\r')
+	[[ $info == *cluster_state:ok* && $info == *cluster_known_nodes:3* ]]
 }

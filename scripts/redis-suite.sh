@@ -189,6 +189,7 @@ cleanup() {
 	stop_proc "$SENTINEL_PID"
 	stop_proc "$REDIS_PID"
 	stop_cluster
+	stop_ahead
 	PROXY_PID= REDIS_PID= SENTINEL_PID=
 	rm -rf "$WDIR" # a worker's own folder; the script's: all of WORK
 }
@@ -200,7 +201,8 @@ trap 'exit 143' TERM
 # below the ephemeral range (32768 up): from BASE, redis-server (+0..200),
 # rproxy (+300..500), a Sentinel (+250..450, started before rproxy) and
 # runtest's test server (--baseport BASE+700: it listens just below);
-# cluster nodes from 14000 + 1000 x worker (their bus ports 10000 higher).
+# cluster nodes from 14000 + 1000 x worker, 300 more for each cluster
+# started ahead for the next units (their bus ports 10000 higher).
 RPORT=
 PPORT=
 SPORT=
@@ -296,6 +298,74 @@ if [[ " $MODES " == *" tls "* || " $MODES " == *" direct-tls "* ]]; then
 	cat "$CONFIG" "$TLS_DIR/rproxy-tls.yaml" >"$TLS_CONFIG"
 fi
 
+# A worker in mode cluster starts the clusters of its next units ahead,
+# while a unit runs: a cluster takes about 2.5 s to form (Redis holds
+# cluster_state:fail for 2 s after a master starts), and most units take
+# less, so one started a unit ahead would still be waited for. The nodes are
+# the worker's own children (a subshell's would be orphans, which some init
+# processes reap slowly, and stop_proc waits for them to be gone); only the
+# wait for them to form a cluster runs in the background. Each cluster has a
+# slot: a folder and a port range (cluster_base + 300 x slot), reused once
+# its cluster has stopped.
+CLUSTERS_AHEAD=2
+cluster_base=
+CLUSTER_DIR=
+NEXT_SLOT=0
+AHEAD=()                # slots of the clusters started ahead, oldest first
+declare -A SLOT_PORTS=() SLOT_PIDS=() SLOT_FORMER=()
+# start_ahead starts a cluster's nodes in the next slot and forms it in the
+# background.
+start_ahead() {
+	local slot=$NEXT_SLOT rc=0
+	local dir=$WDIR/cluster$slot ports=("${CPORTS[@]}") pids=("${CLUSTER_PIDS[@]}")
+	NEXT_SLOT=$(((slot + 1) % (CLUSTERS_AHEAD + 1)))
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	CLUSTER_PIDS=()
+	launch_cluster "$dir" $((cluster_base + slot * 300)) "$SRC/tests/assets/default.conf" || rc=$?
+	SLOT_PORTS[$slot]="${CPORTS[*]}" SLOT_PIDS[$slot]="${CLUSTER_PIDS[*]}" SLOT_FORMER[$slot]=
+	CPORTS=("${ports[@]}") CLUSTER_PIDS=("${pids[@]}")
+	AHEAD+=("$slot")
+	[ "$rc" = 0 ] || return "$rc"
+	(
+		read -ra CPORTS <<<"${SLOT_PORTS[$slot]}"
+		read -ra CLUSTER_PIDS <<<"${SLOT_PIDS[$slot]}"
+		form_cluster "$dir"
+	) &
+	SLOT_FORMER[$slot]=$!
+}
+# take_cluster makes the oldest cluster started ahead (started now when
+# there is none) the unit's once it has formed (CPORTS, CLUSTER_PIDS and
+# CLUSTER_DIR), and starts more ahead.
+take_cluster() {
+	local slot rc=0
+	[ "${#AHEAD[@]}" -gt 0 ] || start_ahead
+	slot=${AHEAD[0]}
+	AHEAD=("${AHEAD[@]:1}")
+	CLUSTER_DIR=$WDIR/cluster$slot
+	read -ra CPORTS <<<"${SLOT_PORTS[$slot]}"
+	read -ra CLUSTER_PIDS <<<"${SLOT_PIDS[$slot]}"
+	wait "${SLOT_FORMER[$slot]}" || rc=$?
+	if [ "$rc" != 0 ]; then
+		log "the cluster in $CLUSTER_DIR did not form (exit $rc)"
+		return 1
+	fi
+	while [ "${#AHEAD[@]}" -lt "$CLUSTERS_AHEAD" ]; do start_ahead; done
+}
+# stop_ahead stops the clusters started for units that will not run (the
+# queue is empty, or the worker stops).
+stop_ahead() {
+	local slot pid
+	for slot in "${AHEAD[@]}"; do
+		if [ -n "${SLOT_FORMER[$slot]}" ]; then
+			kill "${SLOT_FORMER[$slot]}" 2>/dev/null || true
+			wait "${SLOT_FORMER[$slot]}" 2>/dev/null || true
+		fi
+		for pid in ${SLOT_PIDS[$slot]}; do stop_proc "$pid"; done
+	done
+	AHEAD=()
+}
+
 # next_unit prints the next unit of the mode's queue for a worker, and
 # fails when none is left.
 next_unit() { # QUEUE
@@ -315,7 +385,7 @@ next_unit() { # QUEUE
 # hangs every later SYNC).
 run_worker() { # MODE QUEUE WORKER
 	local MODE=$1 queue=$2 w=$3 unit base extra rc secs alive u0 pid
-	local cluster_base=$((14000 + w * 1000))
+	cluster_base=$((14000 + w * 1000))
 	mkdir -p "$WDIR"
 	while unit=$(next_unit "$queue"); do
 		base=$MODE_OUT/units/${unit//\//_}
@@ -348,8 +418,9 @@ run_worker() { # MODE QUEUE WORKER
 			PORT=$RPORT
 			;;
 		cluster)
-			# A fresh cluster per unit, as a fresh server in the other modes.
-			start_cluster "$WDIR/cluster" "$cluster_base" "$SRC/tests/assets/default.conf"
+			# A fresh cluster per unit, as a fresh server in the other
+			# modes, started ahead (take_cluster).
+			take_cluster
 			extra+=(--cluster-mode)
 			;;
 		*)
@@ -407,7 +478,7 @@ run_worker() { # MODE QUEUE WORKER
 		PROXY_PID= REDIS_PID= SENTINEL_PID=
 		if [ "$rc" != 0 ]; then
 			if [ "$MODE" = cluster ]; then
-				for i in 0 1 2; do cp "$WDIR/cluster/c$i/redis.log" "$base.redis-c$i.log" 2>/dev/null || true; done
+				for i in 0 1 2; do cp "$CLUSTER_DIR/c$i/redis.log" "$base.redis-c$i.log" 2>/dev/null || true; done
 			else
 				cp "$WDIR/redis/redis.log" "$base.redis.log" 2>/dev/null || true
 				cp "$WDIR/sentinel/sentinel.log" "$base.sentinel.log" 2>/dev/null || true
@@ -416,6 +487,22 @@ run_worker() { # MODE QUEUE WORKER
 		[ -s "$base.rproxy.log" ] || rm -f "$base.rproxy.log"
 		printf '%s\t%s\t%s\t%s\n' "$unit" "$rc" "$secs" "$alive" >>"$MODE_OUT/units.done"
 		log "$MODE: $unit rc=$rc ${secs}s $(grep -c '^\[ok\]' "$base.log" || true) ok $(grep -c '^\[err\]' "$base.log" || true) err ($alive)"
+	done
+}
+
+# longest_first prints the units given, those of LONG_UNITS first: the
+# units that took longest in every mode (units.tsv, 2 workers on 2 cores),
+# so that the workers do not end on a long one started last. The order
+# decides only when a unit starts; each has servers of its own.
+LONG_UNITS="unit/hyperloglog unit/type/list-3 unit/type/zset unit/type/set unit/geo
+unit/type/list-2 unit/type/stream unit/type/list integration/redis-cli unit/dump unit/expire"
+longest_first() { # UNIT...
+	local u
+	for u in $LONG_UNITS; do
+		[[ " $* " != *" $u "* ]] || echo "$u"
+	done
+	for u in "$@"; do
+		[[ " $LONG_UNITS " == *[[:space:]]"$u"[[:space:]]* ]] || echo "$u"
 	done
 }
 
@@ -433,7 +520,8 @@ for MODE in $MODES; do
 	mkdir -p "$MODE_OUT/units"
 	: >"$MODE_OUT/units.done"
 	queue=$WORK/$MODE.queue
-	printf '%s\n' $UNITS >"$queue"
+	printf '%s\n' $UNITS >"$queue.order"
+	longest_first $UNITS >"$queue"
 	echo 0 >"$queue.next"
 	log "$MODE: $(echo "$UNITS" | wc -w) units, $JOBS at once (stall limit ${STALL}s, unit limit ${UNIT_TIMEOUT}s)"
 	t0=$(date +%s)
@@ -463,7 +551,7 @@ for MODE in $MODES; do
 		worker_failed=1
 	fi
 	# units.tsv in the suite's order, whichever worker ran each unit.
-	awk -F'\t' 'FILENAME == ARGV[1] { done[$1] = $0; next } $1 in done { print done[$1] }' "$MODE_OUT/units.done" "$queue" >"$MODE_OUT/units.tsv"
+	awk -F'\t' 'FILENAME == ARGV[1] { done[$1] = $0; next } $1 in done { print done[$1] }' "$MODE_OUT/units.done" "$queue.order" >"$MODE_OUT/units.tsv"
 	rm -f "$MODE_OUT/units.done"
 	echo "$(($(date +%s) - t0))" >"$MODE_OUT/seconds"
 done
