@@ -49,8 +49,9 @@ launch_cluster() {
 }
 
 # form_cluster DIR waits for the nodes launch_cluster started in DIR (CPORTS,
-# and the last three of CLUSTER_PIDS) to answer, joins them (redis-cli
-# --cluster create) and waits for cluster_state:ok on each.
+# and the last three of CLUSTER_PIDS) to answer, gives them their slots and
+# config epochs, makes them meet, and waits until each reports
+# cluster_state:ok and knows the other two.
 form_cluster() {
 	local dir=$1 i p
 	local pids=("${CLUSTER_PIDS[@]: -3}")

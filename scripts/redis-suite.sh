@@ -491,7 +491,8 @@ run_worker() { # MODE QUEUE WORKER
 }
 
 # longest_first prints the units given, those of LONG_UNITS first: the
-# units that took longest in every mode (units.tsv, 2 workers on 2 cores),
+# units that took longest through rproxy on one Redis and on a cluster
+# (units.tsv, 2 workers on 2 cores, 2026-12-01 and 02),
 # so that the workers do not end on a long one started last. The order
 # decides only when a unit starts; each has servers of its own.
 LONG_UNITS="unit/hyperloglog unit/type/list-3 unit/type/zset unit/type/set unit/geo
