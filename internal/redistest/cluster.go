@@ -135,13 +135,18 @@ func StartClusterWith(tb testing.TB, masters, replicasPerMaster int, nodeArgs fu
 		c.readIdentity(tb, n)
 	}
 
-	// Slots and distinct config epochs before the nodes meet, as
-	// redis-cli --cluster create does: equal epochs would otherwise be
-	// resolved by the epoch-collision protocol, one bump at a time.
-	for i := 0; i < masters; i++ {
-		n := c.Nodes[i]
-		first, last := i*NumSlots/masters, (i+1)*NumSlots/masters-1
-		c.mustOK(tb, n, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(first), strconv.Itoa(last))
+	// Slots, and a distinct config epoch for every node, replicas-to-be
+	// included, before the nodes meet, as redis-cli --cluster create
+	// does. Nodes that meet as masters with equal epochs (the replicas'
+	// 0 among them) run the epoch-collision protocol, one bump at a
+	// time; a bump of a slot owner's epoch that its replica has not
+	// seen when the owner dies makes every vote for that replica fail
+	// ("slot epoch > reqEpoch"), and the failover never happens.
+	for i, n := range c.Nodes {
+		if i < masters {
+			first, last := i*NumSlots/masters, (i+1)*NumSlots/masters-1
+			c.mustOK(tb, n, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(first), strconv.Itoa(last))
+		}
 		c.mustOK(tb, n, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1))
 	}
 	// Every pair meets directly: a full mesh at once, instead of waiting
@@ -177,6 +182,15 @@ func StartClusterWith(tb testing.TB, masters, replicasPerMaster int, nodeArgs fu
 		}
 	}
 	c.waitStable(tb, "cluster start", true, func(views []nodeView) error {
+		// No epoch was bumped, and every node knows every master's.
+		for _, v := range views {
+			if v.currentEpoch != strconv.Itoa(total) {
+				return fmt.Errorf("%s: cluster_current_epoch:%s, want %d", v.node, v.currentEpoch, total)
+			}
+		}
+		if err := epochsSettled(views); err != nil {
+			return err
+		}
 		// The agreed map must also be the one we built.
 		slots := views[0].slots
 		if len(slots) != masters {
@@ -425,6 +439,12 @@ func (c *Cluster) Failover(tb testing.TB, master *ClusterNode) (*ClusterNode, ti
 	if len(candidates) == 0 {
 		tb.Fatalf("redistest: Failover: master %s has no running replica", master)
 	}
+	// A replica asks for votes with its master's configEpoch as it sees
+	// it; one that missed a bump is refused by every voter, for good
+	// once the master is dead.
+	c.waitStable(tb, fmt.Sprintf("epochs agreed before the failover of %s", master), false, func(views []nodeView) error {
+		return epochsSettled(views)
+	})
 	slots, err := c.clusterSlots(master)
 	if err != nil {
 		tb.Fatalf("redistest: Failover: CLUSTER SLOTS on %s: %v", master, err)
@@ -471,11 +491,12 @@ type nodeView struct {
 	state string // cluster_state from CLUSTER INFO
 	// slotCounts is CLUSTER INFO's slot counters (assigned, ok, pfail,
 	// fail), for the message of a node not "ok".
-	slotCounts string
-	slots      []slotRange       // CLUSTER SLOTS, canonical
-	peers      map[string]string // node id -> flags, from CLUSTER NODES, without myself
-	master     string            // id of the node it replicates (own view), "" for a master
-	linkUp     bool              // master_link_status:up (replicas only)
+	slotCounts   string
+	currentEpoch string            // cluster_current_epoch from CLUSTER INFO
+	slots        []slotRange       // CLUSTER SLOTS, canonical
+	peers        map[string]string // node id -> flags, from CLUSTER NODES, without myself
+	master       string            // id of the node it replicates (own view), "" for a master
+	linkUp       bool              // master_link_status:up (replicas only)
 	// masterEpochs is the configEpoch of each master, itself included, as
 	// this node sees them.
 	masterEpochs map[string]string
@@ -574,6 +595,7 @@ func (c *Cluster) observe() ([]nodeView, error) {
 			return nil, err
 		}
 		v.state, _ = infoField(info.Str, clusterStatePrefix)
+		v.currentEpoch, _ = infoField(info.Str, "cluster_current_epoch:")
 		for _, f := range []string{"assigned", "ok", "pfail", "fail"} {
 			n, _ := infoField(info.Str, "cluster_slots_"+f+":")
 			v.slotCounts += " slots_" + f + ":" + n

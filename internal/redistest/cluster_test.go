@@ -76,6 +76,23 @@ func TestClusterStartWithReplicas(t *testing.T) {
 			}
 		}
 	}
+	// Every node was given its own config epoch, replicas included, and
+	// none was bumped by a collision: the current epoch is the highest
+	// given, and each master keeps the one it was given.
+	for _, n := range c.Nodes {
+		if info := string(n.Do(t, "CLUSTER", "INFO")); !strings.Contains(info, "\r\ncluster_current_epoch:6\r\n") {
+			t.Errorf("%s: CLUSTER INFO:\n%s", n, info)
+		}
+		_, _, epochs, err := c.clusterNodes(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range c.Nodes[:3] {
+			if epochs[m.ID] != strconv.Itoa(i+1) {
+				t.Errorf("%s sees master %s at configEpoch %s, want %d", n, m, epochs[m.ID], i+1)
+			}
+		}
+	}
 }
 
 func TestClusterSlot(t *testing.T) {
